@@ -1,0 +1,300 @@
+"""Command line: argument parsing and printing only. Heavy imports happen inside each command."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .errors import InputError
+
+EXIT_INPUT = 2
+
+
+def _scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True) -> None:
+    g = p.add_argument_group("scenario")
+    if serving:
+        g.add_argument("--isl", type=int, default=1024, help="input tokens per request (default 1024)")
+        g.add_argument("--osl", type=int, default=128, help="output tokens per request (default 128)")
+        g.add_argument("--batch", default="1", help="concurrent sequences, or 'max' for the largest that fits")
+        g.add_argument("--batching", choices=("continuous", "static"), default="continuous",
+                       help="how throughput amortises prefill (README: Throughput)")
+        g.add_argument("--prefill-chunk", type=int, default=8192, help="prefill tokens per step (continuous)")
+    g.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
+    g.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree")
+    g.add_argument("--ep", type=int, default=1, help="expert-parallel degree (divides --tp)")
+    g.add_argument("--dtype", default="bf16", help="weights and GEMM format: bf16, fp16, fp8, fp4")
+    g.add_argument("--kv-dtype", default=None, help="KV-cache format (default: fp8 with --dtype fp8/fp4, else bf16)")
+    g.add_argument("--mode", choices=("latency", "sol"), default="latency",
+                   help="latency: calibrated model (default); sol: pure roofline")
+    g.add_argument("--launch", choices=("graph", "eager"), default="graph", help="kernel launch model")
+    g.add_argument("--overlap", type=float, default=0.0, help="fraction of collective time hidden under compute")
+    g.add_argument("--calibration", default=None,
+                   help="profile folder or profile.json; 'none' for documented defaults (default: automatic)")
+
+
+def _scenario(args, batch=None):
+    from .scenario import Scenario, parse_batch
+
+    kw = dict(tp=args.tp, pp=args.pp, ep=args.ep, dtype=args.dtype, kv_dtype=args.kv_dtype, mode=args.mode,
+              launch=args.launch, overlap=args.overlap)
+    if hasattr(args, "isl"):
+        kw.update(isl=args.isl, osl=args.osl, batch=parse_batch(str(args.batch)) if batch is None else batch,
+                  batching=args.batching, prefill_chunk=args.prefill_chunk)
+    return Scenario(**kw).validated()
+
+
+def _emit(text: str, out: str | None) -> None:
+    if out:
+        from .io import write_text_atomic
+
+        write_text_atomic(out, text)
+        print(f"wrote {out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+
+
+def cmd_project(args) -> int:
+    from .project import _project
+    from .resolve import resolve_hardware, resolve_model, resolve_profile
+
+    model = resolve_model(args.model)
+    sc = _scenario(args)
+    results = []
+    for arch in args.arch:
+        hw = resolve_hardware(arch)
+        prof = resolve_profile(args.calibration, hw)
+        results.append(_project(hw, model, sc, prof))
+    if args.format == "json":
+        from .serialize import projection_dict
+
+        data = [projection_dict(p) for p in results]
+        _emit(json.dumps(data[0] if len(data) == 1 else data, indent=2) + "\n", args.out)
+    elif args.format == "csv":
+        import csv
+        import io
+
+        from .serialize import PROJECTION_CSV_FIELDS, projection_csv_row
+
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=PROJECTION_CSV_FIELDS, lineterminator="\n")
+        w.writeheader()
+        for p in results:
+            w.writerow(projection_csv_row(p))
+        _emit(buf.getvalue(), args.out)
+    else:
+        from .text import projection_table
+
+        _emit("\n\n".join(projection_table(p, verbose=args.ops) for p in results) + "\n", args.out)
+    return 0
+
+
+def cmd_step(args) -> int:
+    from .graph import Step
+    from .project import evaluate_step
+    from .resolve import resolve_hardware, resolve_model, resolve_profile
+    from .serialize import step_dict
+
+    hw = resolve_hardware(args.arch)
+    model = resolve_model(args.model)
+    sc = _scenario(args)
+    prof = resolve_profile(args.calibration, hw)
+    for name in ("batch", "seq", "context"):
+        v = getattr(args, name)
+        if v is not None and v < (0 if name == "context" else 1):
+            raise InputError(f"expected a {'non-negative' if name == 'context' else 'positive'} integer, got {v}",
+                             field=f"--{name}")
+    if args.phase == "prefill":
+        seq, context = args.seq or 1024, args.context or 0
+    else:
+        seq, context = args.seq or 1, args.context if args.context is not None else 1024
+    phase = evaluate_step(model, hw, sc, prof, Step(args.phase, args.batch, seq, context))
+    d = step_dict(hw, model, sc, prof, phase)
+    if args.format == "json":
+        _emit(json.dumps(d, indent=2) + "\n", args.out)
+    else:
+        from .text import step_table
+
+        _emit(step_table(d) + "\n", args.out)
+    return 0
+
+
+def cmd_predict(args) -> int:
+    from .predict import predict_rows, read_rows, write_rows
+    from .resolve import resolve_hardware, resolve_profile
+
+    hw = resolve_hardware(args.arch)
+    prof = resolve_profile(args.calibration, hw)
+    fields, rows = read_rows(args.ops)
+    out = predict_rows(rows, hw, prof, mode=args.mode, source=args.ops)
+    text = write_rows(fields, out, args.out)
+    if args.out:
+        print(f"wrote {args.out} ({len(out)} rows, calibration: {prof.label})", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_list(args) -> int:
+    if args.what == "hardware":
+        from .spec import list_specs
+        from .units import format_si
+
+        for s in list_specs():
+            bf16 = s.tensor_flops.get("bf16", 0.0)
+            print(f"{s.key:<20} {s.name:<34} {s.sm_count:>4} SMs  {format_si(bf16, 'FLOP/s'):>14} bf16  "
+                  f"{format_si(s.hbm_bytes, 'B'):>9}  {format_si(s.hbm_bandwidth, 'B/s'):>10}")
+    else:
+        from .models import list_models
+
+        for m in list_models():
+            aliases = ", ".join(m.aliases[:4])
+            print(f"{m.key:<18} {m.name:<20} {m.param_count() / 1e9:>7.1f}B  {aliases}")
+    return 0
+
+
+def cmd_show(args) -> int:
+    from .text import show_thing
+
+    print(show_thing(args.name))
+    return 0
+
+
+def cmd_validate(args) -> int:
+    from .validate import run_validation, validation_table
+
+    rows = run_validation(args.csv, calibration=args.calibration, mode=args.mode)
+    if args.format == "json":
+        _emit(json.dumps(rows, indent=2) + "\n", args.out)
+    elif args.format == "csv":
+        from .validate import validation_csv
+
+        _emit(validation_csv(rows), args.out)
+    else:
+        _emit(validation_table(rows) + "\n", args.out)
+    return 0
+
+
+def cmd_calibrate(args) -> int:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise InputError("calibration needs PyTorch: pip install '.[calibrate]' (on a machine without a GPU, "
+                         "install the CPU build first: pip install torch==2.13.0)", field="calibrate") from None
+    from pathlib import Path
+
+    from .calibrate.suite import run_suite
+
+    out = Path(args.out or f"calibration/{args.device}")
+    n = run_suite(args.device, args.suite, out, resume=args.resume, nproc=args.nproc, progress=not args.quiet,
+                  only=set(args.only.split(",")) if args.only else None, time_budget_s=args.time_budget)
+    print(f"{n} rows measured into {out / 'measurements.jsonl'}", file=sys.stderr)
+    return 0
+
+
+def cmd_fit(args) -> int:
+    from .calibrate.fit import fit_directory
+
+    report = fit_directory(args.dir, spec=args.arch, holdout=args.holdout, seed=args.seed)
+    print(report)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    ap = argparse.ArgumentParser(prog="perfmodel", description="Project LLM inference on any GPU spec.")
+    ap.add_argument("--version", action="version", version=f"perfmodel {__version__}")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("project", help="project a serving scenario: TTFT, TPOT, throughput, memory")
+    p.add_argument("--arch", action="append", required=True, help="hardware spec name or path (repeatable)")
+    p.add_argument("--model", required=True, help="model name, descriptor YAML or config.json")
+    _scenario_flags(p)
+    p.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    p.add_argument("--ops", action="store_true", help="list every operator in the table")
+    p.add_argument("--out", help="write to this file (atomically) instead of stdout")
+    p.set_defaults(func=cmd_project)
+
+    p = sub.add_parser("step", help="time one forward step (prefill or decode)")
+    p.add_argument("--arch", required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--phase", choices=("prefill", "decode"), required=True)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--seq", type=int, default=None, help="new tokens per sequence (prefill; default 1024)")
+    p.add_argument("--context", type=int, default=None, help="cached tokens per sequence (decode; default 1024)")
+    _scenario_flags(p, serving=False)
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--out")
+    p.set_defaults(func=cmd_step)
+
+    p = sub.add_parser("predict", help="time standalone operators listed one a row in a CSV file")
+    p.add_argument("--arch", required=True)
+    p.add_argument("--ops", required=True, help="CSV with an 'op' column (gemm, attention, rmsnorm, swiglu, copy...)")
+    p.add_argument("--out", help="CSV to write (default stdout)")
+    p.add_argument("--mode", choices=("latency", "sol"), default="latency")
+    p.add_argument("--calibration", default=None)
+    p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("list", help="list hardware specs or models")
+    p.add_argument("what", choices=("hardware", "models"))
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("show", help="show one hardware spec or model with every figure's source")
+    p.add_argument("name")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("validate", help="predicted against published results")
+    p.add_argument("--csv", default=None, help="validation table (default ../shared/reference/public_validation.csv)")
+    p.add_argument("--calibration", default=None)
+    p.add_argument("--mode", choices=("latency", "sol"), default="latency")
+    p.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    p.add_argument("--out")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("calibrate", help="measure microkernels on the attached device (needs torch)")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    p.add_argument("--suite", choices=("quick", "full"), default="quick")
+    p.add_argument("--out", help="folder for measurements.jsonl (default calibration/<device>)")
+    p.add_argument("--resume", action="store_true", help="carry on a killed run, skipping measured cases")
+    p.add_argument("--nproc", type=int, default=1, help="processes for the collective benchmarks (torchrun)")
+    p.add_argument("--only", help="comma-separated families, e.g. gemm,copy")
+    p.add_argument("--time-budget", type=float, default=None, help="seconds; stop cleanly after this")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser("fit", help="fit the latency model to a calibration folder")
+    p.add_argument("dir")
+    p.add_argument("--arch", default=None, help="spec of the measured part (default: matched by device name)")
+    p.add_argument("--holdout", type=float, default=0.25, help="share of shapes held out for validation")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_fit)
+
+    _register_outputs(sub)
+    return ap
+
+
+def _register_outputs(sub) -> None:
+    """report / export / sweep live in their own modules; each adds its parser if present."""
+    import importlib
+
+    for mod in ("perfmodel.outputs.commands",):
+        try:
+            importlib.import_module(mod).register(sub, _scenario_flags, _scenario, _emit)
+        except ModuleNotFoundError as e:
+            if e.name not in (mod, mod.rsplit('.', 1)[0]):
+                raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except InputError as e:
+        print(f"perfmodel: error: {e}", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        print("perfmodel: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0

@@ -1,0 +1,106 @@
+"""Operator -> time. One module per operator family; this one dispatches and labels the binding resource.
+
+``mode="latency"`` is the calibrated model; ``mode="sol"`` the pure roofline (FLOPs / peak against bytes /
+bandwidth, link bytes / link bandwidth, no overheads), for speed-of-light answers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..dtypes import TENSOR_RATE_KEY
+from ..ops import COMM_KINDS, Op
+from ..profile import Profile
+from ..spec import HardwareSpec
+from .attention import attention_time
+from .comm import collective_time
+from .gemm import gemm_time
+from .memory import memory_time
+
+BOUNDS = ("compute", "memory", "latency", "network")
+
+
+@dataclass(frozen=True)
+class OpTime:
+    op: Op
+    time: Any  # seconds for one run of the op (float or array)
+    compute: Any  # the compute-limited part
+    memory: Any  # the bandwidth-limited part
+    bound: Any  # compute | memory | latency | network
+
+    @property
+    def total(self):
+        """Time of all ``count`` runs in the step."""
+        return self.time * self.op.count
+
+
+def _rate(hw: HardwareSpec, dtype: str, prof: Profile) -> tuple[float, float]:
+    """(peak FLOP/s, achievable fraction) for a matrix product in ``dtype``."""
+    if dtype == "fp32":  # plain fp32 (no TF32): the vector units
+        return hw.vector_fp32_flops, prof.gemm_eta.get("fp32", 0.85)
+    key = TENSOR_RATE_KEY[dtype]
+    for k in (key, "fp8", "bf16") if key in ("fp4", "int8") else (key, "bf16"):
+        if k in hw.tensor_flops:
+            return hw.tensor_flops[k], prof.gemm_eta.get(k, prof.gemm_eta["bf16"])
+    return hw.tensor_rate(key), prof.gemm_eta.get(key, prof.gemm_eta["bf16"])
+
+
+def _label(t_c, t_m, t_total):
+    """Which resource binds: the larger of compute and memory, or latency when fixed costs dominate."""
+    fixed = t_total - np.maximum(t_c, t_m)
+    return np.where(fixed > np.maximum(t_c, t_m), "latency", np.where(t_c >= t_m, "compute", "memory"))
+
+
+def _scalar(x):
+    a = np.asarray(x)
+    return a.item() if a.ndim == 0 else a
+
+
+def time_op(op: Op, hw: HardwareSpec, prof: Profile, *, mode: str = "latency", world: int = 1) -> OpTime:
+    sol = mode == "sol"
+    bw = hw.hbm_bandwidth
+    k = op.kind
+    if k in COMM_KINDS:
+        t = collective_time(k, op.params["bytes"], op.params["group"], world, hw, prof, sol=sol)
+        return OpTime(op, _scalar(t), 0.0, 0.0, "network")
+    if k == "gemm":
+        peak, eta = _rate(hw, op.params["dtype"], prof)
+        if sol:
+            t_c, t_m = op.flops / peak, op.bytes / bw
+            t = np.maximum(t_c, t_m)
+        else:
+            p = op.params
+            t, t_c, t_m = gemm_time(p["m"], p["n"], p["k"], p["groups"], op.bytes, peak, hw.sm_count, bw, prof, eta)
+    elif k == "attention":
+        peak, _ = _rate(hw, op.params["dtype"], prof)
+        if sol:
+            t_c, t_m = op.flops / peak, op.bytes / bw
+            t = np.maximum(t_c, t_m)
+        else:
+            p = op.params
+            t, t_c, t_m = attention_time(p["batch"], p["heads_q"], p["heads_kv"], p["seq_q"], p["seq_kv"],
+                                         p["head_dim"], p["head_dim_v"], p["causal"], op.bytes, peak, hw.sm_count,
+                                         bw, prof)
+    else:
+        if sol:
+            t_m = op.bytes / bw
+            t, t_c = t_m, 0.0
+        else:
+            t, t_m = memory_time(k, op.bytes, bw, prof)
+            t_c = 0.0
+    return OpTime(op, _scalar(t), _scalar(t_c), _scalar(t_m), _scalar(_label(t_c, t_m, t)))
+
+
+def time_ops(ops: list[Op], hw: HardwareSpec, prof: Profile, *, mode: str = "latency", world: int = 1) -> list[OpTime]:
+    return [time_op(op, hw, prof, mode=mode, world=world) for op in ops]
+
+
+def family(kind: str) -> str:
+    """The residual family an op kind's uncertainty comes from."""
+    if kind in ("gemm", "attention"):
+        return kind
+    if kind in COMM_KINDS:
+        return "comm"
+    return "memory"

@@ -1,0 +1,218 @@
+"""Model + step -> operators, for one GPU of the parallel layout.
+
+A *step* is one forward pass: ``batch`` sequences each adding ``seq`` new tokens on top of ``context``
+tokens already in the KV cache (prefill: seq = prompt length, context = 0; decode: seq = 1).
+
+Ops are those one GPU runs: tensor parallelism splits heads and FFN widths (KV heads are replicated
+when there are fewer than TP ranks), expert parallelism splits the experts, pipeline parallelism
+splits the layers. Each op's ``count`` is how many layers run it, over the whole pipeline; a stage
+runs 1/pp of them. Shapes may be numpy arrays (``batch``, ``seq``, ``context``), for sweeps.
+
+Nothing here knows about hardware.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import ops as O
+from .models import Model, is_moe_layer
+from .scenario import Scenario
+
+
+@dataclass(frozen=True)
+class Step:
+    phase: str  # prefill | decode
+    batch: object  # sequences (int or array)
+    seq: object  # new tokens per sequence
+    context: object  # tokens already cached per sequence
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def heads_per_gpu(model: Model, tp: int) -> tuple[int, int]:
+    """(query heads, KV heads) one TP rank holds; KV heads are replicated when kv_heads < tp."""
+    hq = _ceil_div(model.heads, tp)
+    hkv = max(1, _ceil_div(model.kv_heads, tp))
+    return hq, hkv
+
+
+def layer_counts(model: Model) -> dict[str, int]:
+    """How many layers of each block type the model has (dense FFN or MoE FFN)."""
+    moe = sum(1 for i in range(model.layers) if is_moe_layer(model, i))
+    return {"dense": model.layers - moe, "moe": moe}
+
+
+def build_ops(model: Model, step: Step, sc: Scenario) -> list[O.Op]:
+    """Every operator of one forward step on one GPU (all pipeline stages counted; see module doc)."""
+    ph = step.phase
+    tokens = step.batch * step.seq
+    act = sc.act_dtype
+    w = sc.dtype
+    counts = layer_counts(model)
+    out: list[O.Op] = []
+
+    attn = _mla_attention if model.mla is not None else _attention
+    attn_ops = attn(model, step, sc, tokens)
+    if sc.tp > 1:
+        attn_ops.append(O.collective("attn.allreduce", "all_reduce", tokens * model.hidden * _b(act), sc.tp, phase=ph))
+    attn_ops.append(O.residual("attn.residual", tokens, model.hidden, act, phase=ph))
+    norm = O.rmsnorm if model.norm == "rmsnorm" else O.layernorm
+    out.append(norm("attn.norm", tokens, model.hidden, act, phase=ph).with_count(model.layers))
+    out += [op.with_count(model.layers) for op in attn_ops]
+
+    ffn_norm = norm("ffn.norm", tokens, model.hidden, act, phase=ph).with_count(model.layers)
+    out.append(ffn_norm)
+    if counts["dense"]:
+        out += [op.with_count(counts["dense"]) for op in _dense_ffn(model, ph, sc, tokens, w, act, prefix="ffn")]
+    if counts["moe"]:
+        out += [op.with_count(counts["moe"]) for op in _moe_ffn(model, ph, sc, tokens, w, act)]
+
+    # Model-level ops. Only the last position of each sequence needs logits.
+    out.append(O.elementwise("embed", "embedding", reads=1, writes=1, flops_per_elem=0.0,
+                             elems=tokens * model.hidden, dtype=act, phase=ph, scope="model",
+                             params={"tokens": tokens, "hidden": model.hidden}))
+    out.append(norm("final.norm", step.batch, model.hidden, act, phase=ph, scope="model"))
+    vocab = _ceil_div(model.vocab, sc.tp)
+    out.append(O.gemm("lm_head", step.batch, vocab, model.hidden, w if w != "fp4" else "fp8", phase=ph,
+                      out_dtype="fp32", scope="model"))
+    if sc.tp > 1:
+        out.append(O.collective("lm_head.allgather", "all_gather", step.batch * vocab * 4.0, sc.tp, phase=ph,
+                                scope="model"))
+    if sc.pp > 1:
+        out.append(O.collective("pp.send", "p2p", tokens * model.hidden * _b(act), 2, phase=ph, scope="model",
+                                count=sc.pp - 1, span="auto"))
+    return out
+
+
+def _b(dtype: str) -> float:
+    return O.bytes_per_element(dtype)
+
+
+def _attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]:
+    ph, act, w = step.phase, sc.act_dtype, sc.dtype
+    hq, hkv = heads_per_gpu(model, sc.tp)
+    d = model.head_dim
+    ops = [O.gemm("attn.qkv", tokens, (hq + 2 * hkv) * d, model.hidden, w, phase=ph)]
+    if model.position == "rope":
+        ops.append(O.rotary("attn.rotary", tokens, hq + hkv, d, act, phase=ph))
+    # new K and V into the cache: read them from the QKV output, write them in the cache format
+    kv_elems = tokens * 2 * hkv * d
+    ops.append(O.Op("attn.kv_write", "kv_write", ph, 0.0, kv_elems * (_b(act) + _b(sc.kv)),
+                    {"tokens": tokens, "elems": kv_elems, "dtype": sc.kv}))
+    attn_dtype = "fp8" if sc.kv == "fp8" and w == "fp8" else act
+    ops.append(O.attention("attn.core", step.batch, hq, hkv, step.seq, step.context + step.seq, d,
+                           causal=step.phase == "prefill", dtype=attn_dtype, kv_dtype=sc.kv, phase=ph))
+    ops.append(O.gemm("attn.o", tokens, model.hidden, hq * d, w, phase=ph))
+    return ops
+
+
+def _mla_attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]:
+    """DeepSeek multi-head latent attention. Prefill expands the latent into per-head K and V; decode
+    absorbs the up-projections into the query and output, attending over the cached latent directly
+    (one shared latent 'KV head' of width kv_lora + rope)."""
+    a = model.mla
+    assert a is not None
+    ph, act, w = step.phase, sc.act_dtype, sc.dtype
+    hq = _ceil_div(model.heads, sc.tp)
+    qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+    ops: list[O.Op] = []
+    if a.q_lora_rank:
+        ops.append(O.gemm("attn.q_a", tokens, a.q_lora_rank, model.hidden, w, phase=ph))
+        ops.append(O.rmsnorm("attn.q_a_norm", tokens, a.q_lora_rank, act, phase=ph))
+        ops.append(O.gemm("attn.q_b", tokens, hq * qk, a.q_lora_rank, w, phase=ph))
+    else:
+        ops.append(O.gemm("attn.q", tokens, hq * qk, model.hidden, w, phase=ph))
+    latent = a.kv_lora_rank + a.qk_rope_head_dim
+    ops.append(O.gemm("attn.kv_a", tokens, latent, model.hidden, w, phase=ph))
+    ops.append(O.rmsnorm("attn.kv_a_norm", tokens, a.kv_lora_rank, act, phase=ph))
+    ops.append(O.rotary("attn.rotary", tokens, hq + 1, a.qk_rope_head_dim, act, phase=ph))
+    ops.append(O.Op("attn.kv_write", "kv_write", ph, 0.0, tokens * latent * (_b(act) + _b(sc.kv)),
+                    {"tokens": tokens, "elems": tokens * latent, "dtype": sc.kv}))
+    if step.phase == "prefill":
+        ops.append(O.gemm("attn.kv_b", step.batch * (step.context + step.seq),
+                          hq * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank, w, phase=ph))
+        ops.append(O.attention("attn.core", step.batch, hq, hq, step.seq, step.context + step.seq, qk,
+                               head_dim_v=a.v_head_dim, causal=True, dtype=act, phase=ph))
+    else:
+        # absorbed: q_nope (per head) @ W_UK -> latent query; latent output @ W_UV -> per-head value
+        ops.append(O.gemm("attn.absorb_q", tokens, a.kv_lora_rank, a.qk_nope_head_dim, w, groups=hq, phase=ph))
+        core = O.attention("attn.core", step.batch, hq, 1, step.seq, step.context + step.seq, latent,
+                           head_dim_v=a.kv_lora_rank, causal=False, dtype=act, kv_dtype=sc.kv, phase=ph)
+        # K and V are the same cached latent: read it once
+        shared = step.batch * (step.context + step.seq) * latent * _b(sc.kv)
+        q_o = step.batch * hq * step.seq * (latent + a.kv_lora_rank) * _b(act)
+        ops.append(O.Op(core.name, core.kind, core.phase, core.flops, shared + q_o, core.params))
+        ops.append(O.gemm("attn.absorb_o", tokens, a.v_head_dim, a.kv_lora_rank, w, groups=hq, phase=ph))
+    ops.append(O.gemm("attn.o", tokens, model.hidden, hq * a.v_head_dim, w, phase=ph))
+    return ops
+
+
+def _dense_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str, *, prefix: str,
+               width: int | None = None, allreduce: bool = True) -> list[O.Op]:
+    inter = _ceil_div(width or model.intermediate, sc.tp)
+    ops: list[O.Op] = []
+    if model.mlp == "swiglu":
+        ops.append(O.gemm(f"{prefix}.gate_up", tokens, 2 * inter, model.hidden, w, phase=ph))
+        ops.append(O.swiglu(f"{prefix}.swiglu", tokens, inter, act, phase=ph))
+    else:
+        ops.append(O.gemm(f"{prefix}.up", tokens, inter, model.hidden, w, phase=ph))
+        ops.append(O.gelu(f"{prefix}.gelu", tokens, inter, act, phase=ph))
+    ops.append(O.gemm(f"{prefix}.down", tokens, model.hidden, inter, w, phase=ph))
+    if allreduce and sc.tp > 1:
+        ops.append(O.collective(f"{prefix}.allreduce", "all_reduce", tokens * model.hidden * _b(act), sc.tp, phase=ph))
+    ops.append(O.residual(f"{prefix}.residual", tokens, model.hidden, act, phase=ph))
+    return ops
+
+
+def active_experts(num_experts: int, top_k: int, routed_tokens):
+    """Expected number of distinct experts at least one of ``routed_tokens`` tokens picks, under uniform
+    routing (each token picks top_k distinct experts): E * (1 - (1 - k/E)^T)."""
+    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** routed_tokens)
+
+
+def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> list[O.Op]:
+    """Routed experts (uniform routing assumed), shared experts, and the collectives EP or TP adds.
+
+    With ep > 1 each rank holds num_experts/ep whole experts (split tp/ep ways when ep < tp) and
+    dispatches its share of tokens by all-to-all; with ep = 1 every expert is TP-sharded and the FFN
+    ends in an all-reduce.
+    """
+    moe = model.moe
+    assert moe is not None
+    h = model.hidden
+    ops = [O.gemm("moe.router", tokens, moe.num_experts, h, act, phase=ph, out_dtype="fp32"),
+           O.elementwise("moe.topk", "topk", reads=1, writes=0, flops_per_elem=1.0, elems=tokens * moe.num_experts,
+                         dtype="fp32", phase=ph, params={"tokens": tokens, "experts": moe.num_experts})]
+    ep = sc.ep
+    shard = sc.tp // ep  # TP ways each expert is split
+    width = _ceil_div(moe.expert_intermediate, shard)
+    routed = tokens * moe.top_k / ep  # token-expert pairs this rank computes
+    experts_here = moe.num_experts // ep
+    active = active_experts(moe.num_experts, moe.top_k, tokens) * experts_here / moe.num_experts
+    per_expert = routed / active
+    if ep > 1:
+        ops.append(O.collective("moe.dispatch", "all_to_all", routed * h * _b(act), ep, phase=ph))
+    ops.append(O.elementwise("moe.permute", "moe_permute", reads=1, writes=1, flops_per_elem=0.0, elems=routed * h,
+                             dtype=act, phase=ph, params={"tokens": routed, "hidden": h}))
+    if model.mlp == "swiglu":
+        ops.append(O.gemm("moe.gate_up", per_expert, 2 * width, h, w, groups=active, phase=ph))
+        ops.append(O.swiglu("moe.swiglu", routed, width, act, phase=ph))
+    else:
+        ops.append(O.gemm("moe.up", per_expert, width, h, w, groups=active, phase=ph))
+        ops.append(O.gelu("moe.gelu", routed, width, act, phase=ph))
+    ops.append(O.gemm("moe.down", per_expert, h, width, w, groups=active, phase=ph))
+    ops.append(O.elementwise("moe.unpermute", "moe_permute", reads=1, writes=1, flops_per_elem=float(moe.top_k),
+                             elems=routed * h, dtype=act, phase=ph, params={"tokens": routed, "hidden": h}))
+    if ep > 1:
+        ops.append(O.collective("moe.combine", "all_to_all", routed * h * _b(act), ep, phase=ph))
+        if sc.tp > 1:
+            ops.append(O.collective("moe.allgather", "all_gather", tokens * h * _b(act) / sc.tp, sc.tp, phase=ph))
+    if moe.num_shared_experts:
+        ops += _dense_ffn(model, ph, sc, tokens, w, act, prefix="moe.shared",
+                          width=moe.num_shared_experts * moe.shared_intermediate, allreduce=False)[:-1]
+    if ep == 1 and sc.tp > 1:
+        ops.append(O.collective("moe.allreduce", "all_reduce", tokens * h * _b(act), sc.tp, phase=ph))
+    ops.append(O.residual("moe.residual", tokens, h, act, phase=ph))
+    return ops

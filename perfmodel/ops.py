@@ -1,0 +1,135 @@
+"""Operators with closed-form FLOPs and bytes.
+
+An :class:`Op` is pure data: what one kernel (or one collective) does, never how long it takes. Shape
+fields may be Python numbers or numpy arrays (a sweep builds one op whose ``m`` is an array of batch
+sizes); every formula here is plain arithmetic, so both work.
+
+Bytes are the minimum the operator must move through HBM: each input read once, each output written
+once. Whether a real kernel moves more (eager elementwise chains, re-reads) is the cost model's business.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .dtypes import bytes_per_element
+
+# Operator kinds and the cost family that times them.
+COMPUTE_KINDS = ("gemm", "attention")
+MEMORY_KINDS = ("rmsnorm", "layernorm", "swiglu", "gelu", "rotary", "residual", "embedding", "kv_write",
+                "moe_permute", "topk", "copy", "reduce")
+COMM_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
+KINDS = COMPUTE_KINDS + MEMORY_KINDS + COMM_KINDS
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str  # e.g. "attn.qkv"
+    kind: str  # one of KINDS
+    phase: str  # prefill | decode | standalone
+    flops: Any  # float or array
+    bytes: Any  # HBM bytes (compute/memory ops) or message bytes per rank (collectives)
+    params: dict[str, Any] = field(default_factory=dict)
+    count: float = 1.0  # how many times it runs in the step (e.g. once per layer: count = layers)
+    scope: str = "layer"  # layer (inside a decoder block) | model (embedding, LM head, final norm)
+    kernels: float = 1.0  # kernel launches it stands for
+
+    def with_count(self, count: float) -> "Op":
+        return replace(self, count=count)
+
+
+def gemm(name: str, m, n, k, dtype: str, *, phase: str = "standalone", groups=1, out_dtype: str | None = None,
+         weight_dtype: str | None = None, count: float = 1.0, scope: str = "layer") -> Op:
+    """C[m,n] = A[m,k] @ B[k,n], ``groups`` independent products of that shape in one launch.
+
+    ``dtype`` is the operand format the tensor cores run (fp8 products write bf16 by default).
+    """
+    a_b = bytes_per_element(dtype)
+    w_b = bytes_per_element(weight_dtype or dtype)
+    out = out_dtype or ("bf16" if dtype in ("fp8", "fp4", "int8") else dtype)
+    o_b = bytes_per_element(out)
+    flops = 2.0 * m * n * k * groups
+    nbytes = groups * (m * k * a_b + k * n * w_b + m * n * o_b)
+    return Op(name, "gemm", phase, flops, nbytes,
+              {"m": m, "n": n, "k": k, "dtype": dtype, "groups": groups, "out_dtype": out}, count, scope)
+
+
+def causal_pairs(seq_q, seq_kv, causal):
+    """(query, key) pairs a fused attention evaluates: queries are the last seq_q of seq_kv positions."""
+    full = seq_q * seq_kv
+    tri = seq_q * (seq_kv - seq_q) + seq_q * (seq_q + 1) / 2.0
+    return tri if causal else full
+
+
+def attention(name: str, batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, *, causal: bool, dtype: str = "bf16",
+              head_dim_v=None, kv_dtype: str | None = None, phase: str = "standalone", count: float = 1.0) -> Op:
+    """Fused attention forward (flash style): softmax(Q K^T) V without materialising the scores."""
+    dv = head_dim if head_dim_v is None else head_dim_v
+    act_b = bytes_per_element(dtype)
+    kv_b = bytes_per_element(kv_dtype or dtype)
+    pairs = causal_pairs(seq_q, seq_kv, causal)
+    flops = 2.0 * batch * heads_q * pairs * (head_dim + dv)
+    nbytes = (batch * heads_q * seq_q * (head_dim + dv) * act_b
+              + batch * heads_kv * seq_kv * (head_dim + dv) * kv_b)
+    return Op(name, "attention", phase, flops, nbytes,
+              {"batch": batch, "heads_q": heads_q, "heads_kv": heads_kv, "seq_q": seq_q, "seq_kv": seq_kv,
+               "head_dim": head_dim, "head_dim_v": dv, "causal": bool(causal), "dtype": dtype,
+               "kv_dtype": kv_dtype or dtype}, count)
+
+
+def elementwise(name: str, kind: str, *, reads, writes, flops_per_elem: float, elems, dtype: str,
+                phase: str = "standalone", count: float = 1.0, scope: str = "layer", params: dict | None = None,
+                extra_bytes=0.0, kernels: float = 1.0) -> Op:
+    """A memory-bound operator over ``elems`` elements: ``reads`` inputs and ``writes`` outputs of that size."""
+    b = bytes_per_element(dtype)
+    nbytes = (reads + writes) * elems * b + extra_bytes
+    p = {"dtype": dtype}
+    p.update(params or {})
+    return Op(name, kind, phase, flops_per_elem * elems, nbytes, p, count, scope, kernels)
+
+
+def rmsnorm(name: str, tokens, hidden, dtype: str, **kw) -> Op:
+    # x*rsqrt(mean(x^2)+eps)*w: square, sum, scale, multiply ~ 4 FLOPs an element; the weight is read once
+    return elementwise(name, "rmsnorm", reads=1, writes=1, flops_per_elem=4.0, elems=tokens * hidden, dtype=dtype,
+                       params={"tokens": tokens, "hidden": hidden},
+                       extra_bytes=hidden * bytes_per_element(dtype), **kw)
+
+
+def layernorm(name: str, tokens, hidden, dtype: str, **kw) -> Op:
+    return elementwise(name, "layernorm", reads=1, writes=1, flops_per_elem=7.0, elems=tokens * hidden, dtype=dtype,
+                       params={"tokens": tokens, "hidden": hidden},
+                       extra_bytes=2 * hidden * bytes_per_element(dtype), **kw)
+
+
+def swiglu(name: str, tokens, width, dtype: str, **kw) -> Op:
+    # silu(gate) * up: read gate and up, write one; silu ~ 4 FLOPs (exp, add, div, mul) + 1 multiply
+    return elementwise(name, "swiglu", reads=2, writes=1, flops_per_elem=5.0, elems=tokens * width, dtype=dtype,
+                       params={"tokens": tokens, "width": width}, **kw)
+
+
+def gelu(name: str, tokens, width, dtype: str, **kw) -> Op:
+    return elementwise(name, "gelu", reads=1, writes=1, flops_per_elem=8.0, elems=tokens * width, dtype=dtype,
+                       params={"tokens": tokens, "width": width}, **kw)
+
+
+def rotary(name: str, tokens, heads, head_dim, dtype: str, **kw) -> Op:
+    # x*cos + rotate_half(x)*sin on q and k heads; cos/sin tables read once per token
+    return elementwise(name, "rotary", reads=1, writes=1, flops_per_elem=3.0, elems=tokens * heads * head_dim,
+                       dtype=dtype, params={"tokens": tokens, "heads": heads, "head_dim": head_dim},
+                       extra_bytes=2 * tokens * head_dim * bytes_per_element(dtype), **kw)
+
+
+def residual(name: str, tokens, hidden, dtype: str, **kw) -> Op:
+    return elementwise(name, "residual", reads=2, writes=1, flops_per_elem=1.0, elems=tokens * hidden, dtype=dtype,
+                       params={"tokens": tokens, "hidden": hidden}, **kw)
+
+
+def copy(name: str, nbytes, **kw) -> Op:
+    """Device-to-device copy of a buffer of ``nbytes``: read it once, write it once."""
+    return Op(name, "copy", kw.pop("phase", "standalone"), 0.0, 2.0 * nbytes, {"bytes": nbytes}, **kw)
+
+
+def collective(name: str, kind: str, nbytes, group: int, *, phase: str, count: float = 1.0,
+               scope: str = "layer", span: str = "auto") -> Op:
+    """A collective over ``group`` ranks; ``nbytes`` is each rank's input buffer."""
+    return Op(name, kind, phase, 0.0, nbytes, {"bytes": nbytes, "group": group, "span": span}, count, scope)

@@ -1,0 +1,35 @@
+"""Where the data folders (hardware/, workloads/, calibration/, templates/) live.
+
+They sit beside the package in a checkout. ``PERFMODEL_ROOT`` overrides, for installs that keep the
+data elsewhere.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def repo_root() -> Path:
+    env = os.environ.get("PERFMODEL_ROOT")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve().parent.parent
+    if (here / "hardware").is_dir():
+        return here
+    return Path.cwd()
+
+
+def hardware_dir() -> Path:
+    return repo_root() / "hardware"
+
+
+def workloads_dir() -> Path:
+    return repo_root() / "workloads"
+
+
+def calibration_dir() -> Path:
+    return repo_root() / "calibration"
+
+
+def templates_dir() -> Path:
+    return repo_root() / "templates"

@@ -1,0 +1,120 @@
+"""The latency model's parameters: documented defaults, or a profile fitted from measurements.
+
+A :class:`Profile` holds only *structural* parameters of the cost model (fractions of peak, fixed
+latencies, tile-pipeline constants, collective alpha/beta), never a table of times. ``calibration/<name>/
+profile.json`` stores a fitted one; :func:`find_profile_for` picks the profile whose device matches a spec.
+
+Defaults (``DEFAULTS``) are estimates, each with the reason it has its value; a projection made with them
+says it is uncalibrated.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+from .errors import InputError
+
+MEMORY_OP_KINDS = ("copy", "reduce", "rmsnorm", "layernorm", "swiglu", "gelu", "rotary", "residual",
+                   "embedding", "kv_write", "moe_permute", "topk")
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str = "defaults"
+    description: str = "documented defaults (uncalibrated estimates)"
+    device: str = ""  # device name the profile was measured on, e.g. "NVIDIA H200"
+    spec_key: str = ""  # hardware spec it was measured against, e.g. "h200-sxm"
+    carried_from: str = ""  # set when carried to another part by transfer rules
+    fitted: bool = False
+
+    # GEMM: per-SM tile pipeline. Time of one output tile = 2*tm*tn*(k + k0) / (per-SM peak * eta * tile_eff)
+    gemm_eta: dict[str, float] = field(default_factory=lambda: {
+        "bf16": 0.80, "fp8": 0.70, "tf32": 0.78, "fp64": 0.85, "fp4": 0.65, "int8": 0.70})
+    # (estimate: cuBLAS on Hopper reaches ~790 of 989 TFLOP/s bf16 on 8192^3, KINDS.md of the device library)
+    gemm_k0: float = 96.0  # K-loop prologue/epilogue, in K elements (estimate: a few pipeline stages of 64)
+    gemm_tile_c: float = 24.0  # tile efficiency 1 / (1 + c (1/tm + 1/tn) - c/256-normalised); smaller tiles lose
+    gemm_overhead_s: float = 4.0e-6  # fixed cost of a GEMM launch, ramp-up and tail (estimate)
+    gemm_mem_eta: float = 0.85  # fraction of HBM bandwidth a memory-bound GEMM streams at (estimate)
+    gemm_softness: float = 4.0  # p of the p-norm joining compute and memory time (large -> max)
+    gemm_splitk_min_k: float = 512.0  # split-K / stream-K never cuts K below this many elements
+
+    # Memory-bound kernels: time = alpha + bytes / (eta * HBM bandwidth)
+    mem_eta: dict[str, float] = field(default_factory=lambda: {
+        "copy": 0.90, "reduce": 0.90, "rmsnorm": 0.80, "layernorm": 0.75, "swiglu": 0.55, "gelu": 0.75,
+        "rotary": 0.35, "residual": 0.85, "embedding": 0.70, "kv_write": 0.70, "moe_permute": 0.60,
+        "topk": 0.50})
+    # (estimate: copy ~4.3 of 4.8 TB/s on an H200 per KINDS.md; eager chains such as silu(g)*u move more
+    #  bytes than the minimum, so their effective eta is lower)
+    mem_alpha_s: dict[str, float] = field(default_factory=lambda: {k: 4.0e-6 for k in MEMORY_OP_KINDS})
+
+    # Fused attention (flash): prefill FLOP efficiency per (128 x 128) block, decode bandwidth efficiency
+    attn_eta: float = 0.45  # fraction of dense bf16 peak inside a flash block (estimate: FA2 on Hopper ~40-50%)
+    attn_block_q: int = 128
+    attn_block_k: int = 128
+    attn_dec_eta: float = 0.75  # fraction of HBM bandwidth decode attention streams the KV cache at
+    attn_overhead_s: float = 8.0e-6
+
+    # Launches: extra time per kernel on top of its own duration
+    launch_graph_s: float = 1.0e-6  # inside a CUDA graph replay (estimate)
+    launch_eager_s: float = 6.0e-6  # host dispatch per op in eager PyTorch (estimate)
+
+    # Collectives: alpha-beta per ring step; eta is the fraction of link bandwidth achieved
+    comm_base_s: float = 6.0e-6  # fixed cost of one collective launch (estimate)
+    scaleup_alpha_s: float = 1.0e-6  # per ring step over NVLink (estimate)
+    scaleup_eta: float = 0.80  # NCCL bus bandwidth / link bandwidth on NVLink (estimate)
+    scaleout_alpha_s: float = 8.0e-6  # per step over the scale-out network (estimate)
+    scaleout_eta: float = 0.80
+
+    # Uncertainty: quantiles of log(measured / predicted) per op family, from held-out residuals
+    residual_quantiles: dict[str, list[float]] = field(default_factory=lambda: {
+        "gemm": [-0.15, 0.0, 0.15], "attention": [-0.2, 0.0, 0.2], "memory": [-0.15, 0.0, 0.15],
+        "comm": [-0.3, 0.0, 0.3]})
+    carry_spread: float = 0.0  # extra log-spread added when the profile is carried to another part
+    validation: dict = field(default_factory=dict)  # held-out error summary, written by the fitter
+    provenance: dict = field(default_factory=dict)  # environment and command of the measurements
+
+    def with_(self, **kw) -> "Profile":
+        return replace(self, **kw)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    @property
+    def label(self) -> str:
+        if not self.fitted:
+            return "none (documented defaults)"
+        return f"{self.name} (carried from {self.carried_from})" if self.carried_from else self.name
+
+
+DEFAULTS = Profile()
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Read ``profile.json`` (or a calibration folder holding one)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "profile.json"
+    if not p.is_file():
+        raise InputError("no calibration profile here (expected profile.json; run `perfmodel fit DIR` first)",
+                         file=str(path))
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise InputError(f"not valid JSON ({e.msg} at line {e.lineno})", file=str(p)) from None
+    known = {f.name for f in fields(Profile)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise InputError(f"unknown profile field(s): {', '.join(unknown)}", file=str(p))
+    base = asdict(DEFAULTS)
+    for key in ("gemm_eta", "mem_eta", "mem_alpha_s", "residual_quantiles"):
+        merged = dict(base[key])
+        merged.update(data.get(key, {}))
+        data[key] = merged
+    return Profile(**{**base, **data})
+
+
+def save_profile(profile: Profile, path: Path) -> None:
+    from .io import write_text_atomic
+
+    write_text_atomic(path, profile.to_json() + "\n")

@@ -1,0 +1,253 @@
+"""Ops -> a projection: TTFT, TPOT, throughput, memory, the binding resource, an uncertainty band.
+
+Definitions (also in the README):
+
+- A *step* is one forward pass (see :mod:`perfmodel.graph`). Its latency is the sum of its operators'
+  times (every layer, every pipeline stage in turn), with collectives reduced by ``Scenario.overlap``,
+  plus a launch gap per kernel (``Scenario.launch``: graph replay or eager dispatch).
+- TTFT is the prefill step of the requests that prefill together: the whole batch under static batching,
+  ``n = max(1, min(batch, prefill_chunk // isl))`` requests under continuous batching.
+- TPOT is the mean decode step over the generation (contexts isl .. isl + osl - 2), by Simpson's rule
+  over three contexts. With pipeline parallelism the batch is cut into ``pp`` micro-batches that fill
+  the stages; a token's step is one micro-batch's pass through every stage.
+- Throughput (output tokens/s for the replica of tp x pp GPUs):
+  static: batch * osl / (TTFT + (osl - 1) * TPOT);
+  continuous: batch / (TPOT + batch * prefill_per_request / osl), the prefill of each request amortised
+  over the stream of decode steps it shares with the others.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import capacity
+from .cost import OpTime, family, time_ops
+from .graph import Step, build_ops
+from .models import Model
+from .ops import COMM_KINDS
+from .profile import Profile
+from .scenario import Scenario
+from .spec import HardwareSpec
+
+Z90 = 1.2815515655446004  # standard normal quantile of 0.9
+
+
+@dataclass
+class Phase:
+    """One evaluated step."""
+
+    name: str
+    batch: object
+    seq: object
+    context: object
+    times: list[OpTime]
+    time_s: object  # the step's latency
+    kernels_s: object  # part of it that is launch gaps
+    layers: int
+
+    def by_kind(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for t in self.times:
+            out[t.op.kind] = out.get(t.op.kind, 0.0) + t.total
+        return out
+
+    def layer_time_s(self):
+        """Mean time of one decoder layer (embedding, final norm and LM head excluded)."""
+        return sum(t.total for t in self.times if t.op.scope == "layer") / self.layers
+
+    def flops(self):
+        return sum(t.op.flops * t.op.count for t in self.times)
+
+    def bytes(self):
+        return sum(t.op.bytes * t.op.count for t in self.times if t.op.kind not in COMM_KINDS)
+
+
+@dataclass
+class Projection:
+    hardware: HardwareSpec
+    model: Model
+    scenario: Scenario  # with the batch resolved to a number
+    profile: Profile
+    prefill: Phase
+    decode: Phase | None  # at the mean context of the generation; None when osl == 1
+    ttft_s: float
+    tpot_s: float
+    e2e_s: float
+    throughput_tok_s: float
+    memory: capacity.Memory
+    mfu: float
+    mbu: float
+    bands: dict[str, tuple[float, float, float]]  # metric -> (p10, p50, p90)
+    assumptions: list[str] = field(default_factory=list)
+    prefill_requests: int = 1
+
+    @property
+    def throughput_tok_s_per_gpu(self) -> float:
+        return self.throughput_tok_s / self.scenario.gpus
+
+    @property
+    def batch(self) -> int:
+        return int(self.scenario.batch)
+
+
+def evaluate_step(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, step: Step) -> Phase:
+    ops = build_ops(model, step, sc)
+    times = time_ops(ops, hw, prof, mode=sc.mode, world=sc.gpus)
+    total = 0.0
+    gaps = 0.0
+    gap = 0.0 if sc.mode == "sol" else (prof.launch_graph_s if sc.launch == "graph" else 0.0)
+    for t in times:
+        run = t.time
+        if t.op.kind in COMM_KINDS:
+            run = run * (1.0 - sc.overlap)
+        if sc.launch == "eager" and sc.mode != "sol":
+            run = np.maximum(run, prof.launch_eager_s)  # the host cannot issue faster than this
+        total = total + run * t.op.count
+        gaps = gaps + gap * t.op.kernels * t.op.count
+    return Phase(step.phase, step.batch, step.seq, step.context, times, total + gaps, gaps, model.layers)
+
+
+def _decode_mean(model, hw, sc, prof, micro, isl, osl):
+    """Mean decode step over contexts isl .. isl + osl - 2 (Simpson's rule), and the middle step."""
+    lo, hi = isl, isl + max(osl - 2, 0)
+    mid = (lo + hi) / 2.0
+    steps = [evaluate_step(model, hw, sc, prof, Step("decode", micro, 1, c)) for c in (lo, mid, hi)]
+    mean = (steps[0].time_s + 4.0 * steps[1].time_s + steps[2].time_s) / 6.0
+    return mean, steps[1]
+
+
+def project(hardware, model, scenario: Scenario | None = None, *, profile: Profile | None = None,
+            **overrides) -> Projection:
+    """Project one scenario. ``hardware`` and ``model`` may be names, paths or loaded objects; keyword
+    arguments override scenario fields (``project("b200", "llama70b", tp=2, dtype="fp8")``)."""
+    from .resolve import resolve_hardware, resolve_model, resolve_profile
+
+    hw = resolve_hardware(hardware)
+    mdl = resolve_model(model)
+    sc = (scenario or Scenario()).with_(**overrides).validated() if overrides else (scenario or Scenario()).validated()
+    prof = profile if profile is not None else resolve_profile(None, hw)
+    return _project(hw, mdl, sc, prof)
+
+
+def _project(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> Projection:
+    if sc.batch == "max":
+        b = capacity.max_batch(model, sc, hw.hbm_bytes)
+        capacity.check_fits(model, sc, hw, b)
+        sc = sc.with_(batch=int(b))
+    else:
+        capacity.check_fits(model, sc, hw, capacity.max_batch(model, sc, hw.hbm_bytes), batch=int(sc.batch))
+    batch = int(sc.batch)
+    static = sc.batching == "static"
+    n_pre = batch if static else max(1, min(batch, sc.prefill_chunk // sc.isl))
+    prefill = evaluate_step(model, hw, sc, prof, Step("prefill", n_pre, sc.isl, 0))
+    ttft = float(prefill.time_s)
+    micro = batch / sc.pp if sc.pp > 1 else batch
+    if sc.osl > 1:
+        tpot, decode = _decode_mean(model, hw, sc, prof, micro, sc.isl, sc.osl)
+        tpot = float(tpot)
+    else:
+        tpot, decode = 0.0, None
+    e2e = ttft + (sc.osl - 1) * tpot
+    if static:
+        thr = batch * sc.osl / e2e
+    else:
+        per_request = ttft / n_pre
+        thr = batch / (tpot + batch * per_request / sc.osl) if sc.osl > 1 else n_pre / ttft
+    mem = capacity.memory(model, sc, batch, hw.hbm_bytes)
+    mfu, mbu = _utilisation(hw, sc, prefill if decode is None else decode, tpot or ttft)
+    bands = _bands(prof, prefill, decode, ttft, tpot, thr)
+    return Projection(hw, model, sc, prof, prefill, decode, ttft, tpot, e2e, thr, mem, mfu, mbu, bands,
+                      assumptions(hw, model, sc, prof), n_pre)
+
+
+def _utilisation(hw: HardwareSpec, sc: Scenario, phase: Phase, t: float) -> tuple[float, float]:
+    """MFU against the dense peak of the GEMM format, and HBM bandwidth utilisation, for the phase."""
+    from .cost import _rate
+
+    peak, _ = _rate(hw, sc.dtype, Profile())
+    micro = sc.pp if phase.name == "decode" else 1
+    flops = float(phase.flops()) * sc.tp * micro
+    nbytes = float(phase.bytes()) * sc.tp * micro
+    gpus = sc.gpus
+    return flops / (t * gpus * peak), nbytes / (t * gpus * hw.hbm_bandwidth)
+
+
+def _family_shares(phase: Phase | None) -> dict[str, float]:
+    shares: dict[str, float] = {}
+    if phase is None:
+        return shares
+    for t in phase.times:
+        f = family(t.op.kind)
+        shares[f] = shares.get(f, 0.0) + float(np.sum(t.total))
+    total = sum(shares.values()) or 1.0
+    return {k: v / total for k, v in shares.items()}
+
+
+def _band(prof: Profile, phase: Phase | None) -> tuple[float, float, float]:
+    """(p10, p50, p90) multipliers on a step's time: per-family log residuals weighted by time share,
+    families independent, errors within a family fully correlated (a systematic bias)."""
+    mu = 0.0
+    var = 0.0
+    for fam, w in _family_shares(phase).items():
+        q = prof.residual_quantiles.get(fam, [-0.3, 0.0, 0.3])
+        mu += w * q[1]
+        sigma = (q[2] - q[0]) / (2 * Z90)
+        var += (w * sigma) ** 2
+    var += (prof.carry_spread / Z90) ** 2
+    s = math.sqrt(var)
+    return math.exp(mu - Z90 * s), math.exp(mu), math.exp(mu + Z90 * s)
+
+
+def _bands(prof, prefill, decode, ttft, tpot, thr):
+    bp = _band(prof, prefill)
+    bd = _band(prof, decode) if decode is not None else bp
+    return {
+        "ttft_ms": tuple(ttft * 1e3 * x for x in bp),
+        "tpot_ms": tuple(tpot * 1e3 * x for x in bd),
+        # throughput moves inversely with time: its P10 comes from the slow (P90) end
+        "throughput_tok_s": tuple(thr / x for x in reversed(bd)),
+    }
+
+
+def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> list[str]:
+    out = []
+    if sc.mode == "sol":
+        out.append("speed of light: each operator at max(FLOPs / dense peak, bytes / HBM bandwidth); "
+                   "collectives at link bandwidth; no launch or latency costs")
+    elif not prof.fitted:
+        out.append("efficiencies are documented defaults (uncalibrated); run `perfmodel calibrate` and "
+                   "`perfmodel fit` to anchor them in measurements")
+    else:
+        carried = f", carried from {prof.carried_from} by the transfer rules" if prof.carried_from else ""
+        out.append(f"efficiencies fitted on {prof.device or prof.name}{carried}")
+    out.append(f"{sc.batching} batching; throughput definition in the README")
+    out.append(f"kernel launches: {'CUDA graph replay' if sc.launch == 'graph' else 'eager dispatch'}")
+    if sc.tp > 1 or sc.pp > 1 or sc.ep > 1:
+        out.append(f"collectives overlap compute by {sc.overlap:.0%} (--overlap)")
+    if model.moe is not None:
+        out.append("MoE routing is uniform over experts (expected distinct experts per step from top-k)")
+    if model.kv_heads < sc.tp and model.mla is None:
+        out.append(f"{model.kv_heads} KV heads over TP {sc.tp}: each rank keeps a replica of one KV head")
+    if model.mla is not None:
+        out.append("MLA: prefill expands the latent to per-head K/V; decode attends the cached latent "
+                   "(absorbed projections); every TP rank keeps the whole latent cache")
+    if sc.pp > 1:
+        out.append("pipeline stages balanced; decode batch split into pp micro-batches")
+    out.append("LM head evaluated for the last position of each sequence only; sampling not modelled")
+    return out
+
+
+def step(hardware, model, phase: str, batch: int, *, seq: int | None = None, context: int = 0,
+         scenario: Scenario | None = None, profile: Profile | None = None, **overrides) -> Phase:
+    """One forward step: ``phase="prefill"`` with ``seq`` new tokens per sequence, or ``"decode"`` (one new
+    token per sequence) against ``context`` cached tokens."""
+    from .resolve import resolve_hardware, resolve_model, resolve_profile
+
+    hw = resolve_hardware(hardware)
+    mdl = resolve_model(model)
+    sc = (scenario or Scenario()).with_(**overrides).validated()
+    prof = profile if profile is not None else resolve_profile(None, hw)
+    new = (seq or 1) if phase == "decode" else (seq or sc.isl)
+    return evaluate_step(mdl, hw, sc, prof, Step(phase, batch, new, context))

@@ -1,0 +1,664 @@
+"""Hardware specs: the validated, SI-unit view of one ``hardware/*.yaml`` file.
+
+Every figure carries where it came from (datasheet, derived, estimate, measured). The loader
+(``load_spec``) resolves ``extends:``, parses units and checks the schema; any problem is an
+:class:`~perfmodel.errors.InputError` naming the file, the field path and what was expected, on one line.
+
+YAML schema (``hardware/README.md`` has the same, with the conventions behind the shipped files)::
+
+    name: NVIDIA H100 SXM5 80GB
+    vendor: nvidia          # nvidia | amd | other
+    generation: hopper      # ampere | hopper | blackwell | blackwell-ultra | cdna3 | cdna4 | rubin | ...
+    aliases: [h100]         # optional; other names load_spec() accepts; NOT inherited through extends
+    extends: other.yaml     # optional, path relative to this file
+    note: free text         # optional
+    compute:
+      sm_count:    {value: 132, source: datasheet, ref: "NVIDIA H100 datasheet"}   # integer (CUs on AMD)
+      boost_clock: {value: 1980 MHz, source: datasheet}
+      tensor:                       # DENSE rates (no 2:4 sparsity); a part lacking a format leaves it out
+        fp64: {value: 66.9 TFLOPS, source: datasheet}    # optional
+        tf32: {...}                                      # optional
+        bf16: {...}                                      # required; also used for fp16
+        fp8:  {...}                                      # optional
+        fp4:  {...}                                      # optional
+        int8: {...}                                      # optional (TOPS written as TFLOPS or OPS)
+      vector_fp32: {value: 66.9 TFLOPS, source: derived}
+    memory:
+      capacity:    {value: 80 GB, ...}
+      bandwidth:   {value: 3.35 TB/s, ...}
+      l2:          {value: 50 MiB, ...}
+      smem_per_sm: {value: 228 KiB, ...}
+    interconnect:
+      scale_up:
+        bandwidth: {value: 450 GB/s, source: derived, ref: "NVLink4 900 GB/s bidirectional, halved"}
+        domain:    {value: 8, source: datasheet}        # integer: GPUs in one NVLink / xGMI domain
+        latency:   {value: 3 us, source: estimate}
+      scale_out:
+        bandwidth: {value: 50 GB/s, source: estimate}   # per GPU, per direction
+        latency:   {value: 5 us, source: estimate}
+      pcie:        {value: 64 GB/s, source: derived}    # host link, per direction
+    power:
+      tdp: {value: 700 W, source: datasheet}
+
+Each leaf figure is a mapping: ``value`` (a number, taken as SI, or a string with a unit), ``source`` (one
+of :data:`SOURCES`), optional ``ref`` and ``note``. All bandwidths are per GPU and per direction. Every
+figure is required except ``compute.tensor.{fp64,tf32,fp8,fp4,int8}``.
+
+``extends:`` deep-merges: the child's mappings override the parent's key by key; a figure mapping is
+replaced whole; a figure set to ``null`` in a child drops the inherited (optional) figure. ``name``,
+``vendor`` and ``generation`` are inherited unless the child gives them; ``aliases`` are not inherited.
+"""
+from __future__ import annotations
+
+import difflib
+import hashlib
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import yaml
+
+from .errors import InputError
+from .paths import hardware_dir
+from .units import parse_quantity
+
+SOURCES = ("datasheet", "derived", "estimate", "measured")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One number of a spec, in SI, with its provenance."""
+
+    value: float
+    source: str  # one of SOURCES
+    text: str = ""  # as written in the file, e.g. "4.8 TB/s"
+    ref: str = ""  # citation, where known
+    file: str = ""  # the file (in an extends chain) that set it
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    """A GPU (or accelerator) as the cost model sees it. All values SI."""
+
+    key: str  # file stem, e.g. "h100-sxm"
+    name: str
+    vendor: str
+    generation: str
+    sm_count: int
+    boost_clock_hz: float
+    tensor_flops: dict[str, float]  # dense FLOP/s per dtype key: fp64, tf32, bf16, fp8, fp4, int8
+    vector_fp32_flops: float
+    hbm_bytes: float
+    hbm_bandwidth: float  # bytes/s
+    l2_bytes: float
+    smem_per_sm_bytes: float
+    scaleup_bandwidth: float  # bytes/s per GPU per direction
+    scaleup_domain: int  # GPUs in one scale-up (NVLink) domain
+    scaleup_latency: float  # s
+    scaleout_bandwidth: float  # bytes/s per GPU per direction
+    scaleout_latency: float  # s
+    pcie_bandwidth: float  # bytes/s per direction
+    tdp_w: float
+    figures: dict[str, Figure] = field(default_factory=dict)  # dotted field path -> Figure
+    files: tuple[str, ...] = ()  # the extends chain, most derived first
+    sha256: str = ""  # of the spec file's bytes and every file it extends
+
+    def tensor_rate(self, dtype_key: str) -> float:
+        """Dense tensor-core FLOP/s for ``dtype_key``; falls back to the next wider format the part has."""
+        for key in _FALLBACK.get(dtype_key, (dtype_key,)):
+            if key in self.tensor_flops:
+                return self.tensor_flops[key]
+        raise KeyError(dtype_key)
+
+    def has_native(self, dtype_key: str) -> bool:
+        return dtype_key in self.tensor_flops
+
+    def source_of(self, path: str) -> str:
+        fig = self.figures.get(path)
+        return fig.source if fig else "derived"
+
+
+# A format a part lacks runs at the rate of the next wider one it has (fp8 on an A100 runs as bf16).
+_FALLBACK = {
+    "fp4": ("fp4", "fp8", "bf16"),
+    "fp8": ("fp8", "bf16"),
+    "int8": ("int8", "fp8", "bf16"),
+    "bf16": ("bf16",),
+    "tf32": ("tf32", "bf16"),
+    "fp64": ("fp64",),
+}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Schema
+# ---------------------------------------------------------------------------------------------------
+
+
+class SpecField(NamedTuple):
+    """One numeric field of a spec: attribute on HardwareSpec, YAML dotted path, unit dimension, label.
+
+    ``attr`` is a plain attribute name, except tensor rates, written ``tensor_flops.<dtype>``; use
+    :func:`spec_value` to read any of them from a spec.
+    """
+
+    attr: str
+    path: str
+    dimension: str
+    label: str
+
+
+TENSOR_DTYPES = ("fp64", "tf32", "bf16", "fp8", "fp4", "int8")
+
+SPEC_FIELDS: tuple[SpecField, ...] = (
+    SpecField("sm_count", "compute.sm_count", "count", "SMs / CUs"),
+    SpecField("boost_clock_hz", "compute.boost_clock", "frequency", "Boost clock"),
+    SpecField("tensor_flops.fp64", "compute.tensor.fp64", "flop_rate", "FP64 tensor (dense)"),
+    SpecField("tensor_flops.tf32", "compute.tensor.tf32", "flop_rate", "TF32 tensor (dense)"),
+    SpecField("tensor_flops.bf16", "compute.tensor.bf16", "flop_rate", "BF16/FP16 tensor (dense)"),
+    SpecField("tensor_flops.fp8", "compute.tensor.fp8", "flop_rate", "FP8 tensor (dense)"),
+    SpecField("tensor_flops.fp4", "compute.tensor.fp4", "flop_rate", "FP4 tensor (dense)"),
+    SpecField("tensor_flops.int8", "compute.tensor.int8", "flop_rate", "INT8 tensor (dense)"),
+    SpecField("vector_fp32_flops", "compute.vector_fp32", "flop_rate", "FP32 vector"),
+    SpecField("hbm_bytes", "memory.capacity", "bytes", "HBM capacity"),
+    SpecField("hbm_bandwidth", "memory.bandwidth", "bandwidth", "HBM bandwidth"),
+    SpecField("l2_bytes", "memory.l2", "bytes", "L2 cache"),
+    SpecField("smem_per_sm_bytes", "memory.smem_per_sm", "bytes", "Shared memory per SM"),
+    SpecField("scaleup_bandwidth", "interconnect.scale_up.bandwidth", "bandwidth",
+              "Scale-up bandwidth (per direction)"),
+    SpecField("scaleup_domain", "interconnect.scale_up.domain", "count", "Scale-up domain (GPUs)"),
+    SpecField("scaleup_latency", "interconnect.scale_up.latency", "time", "Scale-up latency"),
+    SpecField("scaleout_bandwidth", "interconnect.scale_out.bandwidth", "bandwidth",
+              "Scale-out bandwidth (per direction)"),
+    SpecField("scaleout_latency", "interconnect.scale_out.latency", "time", "Scale-out latency"),
+    SpecField("pcie_bandwidth", "interconnect.pcie", "bandwidth", "Host link / PCIe (per direction)"),
+    SpecField("tdp_w", "power.tdp", "power", "TDP"),
+)
+
+_BY_PATH = {f.path: f for f in SPEC_FIELDS}
+_BY_ATTR = {f.attr: f for f in SPEC_FIELDS}
+_OPTIONAL = {f"compute.tensor.{k}" for k in ("fp64", "tf32", "fp8", "fp4", "int8")}
+_REQUIRED = tuple(f.path for f in SPEC_FIELDS if f.path not in _OPTIONAL)
+_INTEGER = {"compute.sm_count", "interconnect.scale_up.domain"}
+_TOP_SCALARS = ("name", "vendor", "generation", "aliases", "extends", "note")
+VENDORS = ("nvidia", "amd", "other")
+_FIGURE_KEYS = ("value", "source", "ref", "note")
+
+
+def _tree() -> dict:
+    """The nested key layout of the schema: a dict for each mapping level, None for a figure."""
+    root: dict = {k: "scalar" for k in _TOP_SCALARS}
+    for f in SPEC_FIELDS:
+        node = root
+        *parents, leaf = f.path.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = None
+    return root
+
+
+_SCHEMA = _tree()
+
+# Dense bf16 FLOP per clock per SM (per CU on AMD) of each generation's tensor cores.
+BF16_FLOP_PER_CLK_PER_SM = {
+    "ampere": 2048,
+    "hopper": 4096,
+    "blackwell": 8192,
+    "blackwell-ultra": 8192,
+    "cdna3": 2048,
+    "cdna4": 4096,
+}
+SPARSE_GUARD = 1.5  # a bf16 rate above 1.5x the table's FLOP/clk/SM is taken for a 2:4 sparse figure
+# Largest plausible dense rate of a format relative to dense bf16. Blackwell Ultra's FP4 is 1.5x
+# Blackwell's (B300: 13125 vs 2250 TFLOPS, 5.8x; GB300: 15000 vs 2500, 6x), hence its own limit.
+_RATIO_LIMITS = {"fp8": 2.2, "fp4": 4.5}
+_RATIO_LIMITS_BY_GEN = {"blackwell-ultra": {"fp4": 6.75}, "rubin": {"fp4": 6.75}}
+
+
+def spec_value(spec: HardwareSpec, attr: str) -> float | None:
+    """The SI value of ``attr`` (a :data:`SPEC_FIELDS` attr) on ``spec``; None for a format it lacks."""
+    if attr.startswith("tensor_flops."):
+        return spec.tensor_flops.get(attr.split(".", 1)[1])
+    return getattr(spec, attr)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------------------------------
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _err(message: str, file: str | Path | None, field: str | None = None) -> InputError:
+    return InputError(_one_line(message), file=str(file) if file else None, field=field)
+
+
+def _suggest(word: str, options) -> str:
+    close = difflib.get_close_matches(str(word), list(options), n=1, cutoff=0.5)
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading one file
+# ---------------------------------------------------------------------------------------------------
+
+
+class _Raw(NamedTuple):
+    path: Path
+    data: bytes
+    top: dict  # scalars: name, vendor, generation, aliases, extends, note
+    figures: dict  # dotted path -> raw figure mapping, or None (drop an inherited figure)
+
+
+_RAW_CACHE: dict[Path, tuple[int, _Raw]] = {}
+
+
+def _read_raw(path: Path) -> _Raw:
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise _err(f"cannot read spec file ({e.strerror})", path) from None
+    hit = _RAW_CACHE.get(path)
+    if hit and hit[0] == st.st_mtime_ns:
+        return hit[1]
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise _err(f"cannot read spec file ({e.strerror})", path) from None
+    try:
+        doc = yaml.safe_load(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise _err("not UTF-8 text; expected a YAML spec file", path) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
+        problem = getattr(e, "problem", None) or str(e)
+        context = getattr(e, "context", None)
+        cmark = getattr(e, "context_mark", None)
+        if context and cmark is not None and mark is not None and cmark.line != mark.line:
+            context = f"{context} started at line {cmark.line + 1}"
+        msg = f"YAML syntax error: {problem}" + (f" ({context})" if context else "")
+        raise _err(msg, path, where) from None
+    if not isinstance(doc, dict):
+        kind = "empty" if doc is None else f"a {type(doc).__name__}"
+        raise _err(f"expected a mapping of spec fields (name:, compute:, memory:, ...), the file is {kind}",
+                   path, "(top level)")
+    top: dict = {}
+    figures: dict = {}
+    _walk(doc, _SCHEMA, "", path, top, figures)
+    raw = _Raw(path, data, top, figures)
+    _RAW_CACHE[path] = (st.st_mtime_ns, raw)
+    return raw
+
+
+def _walk(node: dict, schema: dict, prefix: str, path: Path, top: dict, figures: dict) -> None:
+    for key, value in node.items():
+        dotted = f"{prefix}{key}"
+        if not isinstance(key, str) or key not in schema:
+            hint = ""
+            if prefix == "compute.tensor." and key == "fp16":
+                hint = "fp16 is filed under bf16 (same rate); "
+            else:
+                hint = _suggest(key, schema)
+            raise _err(f"unknown key; {hint}expected one of: {', '.join(schema)}", path, dotted)
+        sub = schema[key]
+        if sub == "scalar":
+            top[key] = _check_top(key, value, path)
+        elif sub is None:  # a figure
+            if value is None:
+                figures[dotted] = None
+                continue
+            if not isinstance(value, dict):
+                raise _err(f"expected a figure mapping like {{value: {value!r}, source: datasheet}}, "
+                           f"got {value!r}", path, dotted)
+            for k in value:
+                if k not in _FIGURE_KEYS:
+                    raise _err(f"unknown key {k!r} in a figure; {_suggest(k, _FIGURE_KEYS)}"
+                               f"expected: {', '.join(_FIGURE_KEYS)}", path, f"{dotted}.{k}")
+            for k in ("value", "source"):
+                if value.get(k) is None:
+                    raise _err(f"missing {k!r}; a figure is {{value: ..., source: one of "
+                               f"{'|'.join(SOURCES)}}}", path, f"{dotted}.{k}")
+            src = value["source"]
+            if src not in SOURCES:
+                raise _err(f"source {src!r} is not one of {', '.join(SOURCES)}; "
+                           f"{_suggest(src, SOURCES) or 'say how the figure was got'}", path, f"{dotted}.source")
+            for k in ("ref", "note"):
+                if k in value and not isinstance(value[k], (str, int, float)):
+                    raise _err(f"expected text, got {value[k]!r}", path, f"{dotted}.{k}")
+            figures[dotted] = value
+        else:
+            if value is None:
+                continue  # an empty section ("power:") adds nothing
+            if not isinstance(value, dict):
+                raise _err(f"expected a mapping with keys {', '.join(sub)}, got {value!r}", path, dotted)
+            _walk(value, sub, dotted + ".", path, top, figures)
+
+
+def _check_top(key: str, value: Any, path: Path) -> Any:
+    if key == "aliases":
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(a, str) and a for a in value):
+            raise _err(f"expected a list of names, got {value!r}", path, key)
+        return tuple(a.lower() for a in value)
+    if value is None or not isinstance(value, str) or not value.strip():
+        raise _err(f"expected a non-empty text value, got {value!r}", path, key)
+    value = value.strip()
+    if key == "vendor" and value.lower() not in VENDORS:
+        raise _err(f"vendor {value!r} is not one of {', '.join(VENDORS)}", path, key)
+    if key in ("vendor", "generation"):
+        value = value.lower()
+    return value
+
+
+# ---------------------------------------------------------------------------------------------------
+# Building a spec
+# ---------------------------------------------------------------------------------------------------
+
+_SPEC_CACHE: dict[Path, tuple[tuple[tuple[Path, int], ...], HardwareSpec]] = {}
+
+
+def _chain(path: Path) -> list[_Raw]:
+    chain: list[_Raw] = []
+    seen: list[Path] = []
+    current = path
+    while True:
+        if current in seen:
+            names = " -> ".join(p.name for p in seen + [current])
+            raise _err(f"extends loop: {names}", seen[-1], "extends")
+        seen.append(current)
+        raw = _read_raw(current)
+        chain.append(raw)
+        parent = raw.top.get("extends")
+        if not parent:
+            return chain
+        target = (current.parent / parent)
+        if not target.is_file() and not target.suffix:
+            target = target.with_suffix(".yaml")
+        if not target.is_file():
+            raise _err(f"extends target {parent!r} not found (looked in {current.parent})", current, "extends")
+        current = target.resolve()
+
+
+def _build(path: Path) -> HardwareSpec:
+    chain = _chain(path)
+    top: dict = {}
+    merged: dict[str, tuple[dict | None, Path]] = {}
+    for raw in reversed(chain):  # base first, most derived last
+        for k, v in raw.top.items():
+            if k != "aliases" or raw is chain[0]:
+                top[k] = v
+        for p, fig in raw.figures.items():
+            merged[p] = (fig, raw.path)
+    head = chain[0].path
+    for k in ("name", "vendor", "generation"):
+        if k not in top:
+            raise _err(f"missing required field {k!r}", head, k)
+
+    figures: dict[str, Figure] = {}
+    for p, (fig, src_file) in merged.items():
+        if fig is None:
+            if p not in _OPTIONAL:
+                raise _err("a required figure cannot be dropped with null", src_file, p)
+            continue
+        figures[p] = _figure(p, fig, src_file)
+    for p in _REQUIRED:
+        if p not in figures:
+            ex = {"count": "8", "frequency": "1980 MHz", "flop_rate": "989.4 TFLOPS", "bytes": "80 GB",
+                  "bandwidth": "3.35 TB/s", "time": "3 us", "power": "700 W"}[_BY_PATH[p].dimension]
+            raise _err(f"missing required figure; expected e.g. {{value: {ex}, source: datasheet}}", head, p)
+
+    v = {p: f.value for p, f in figures.items()}
+    spec = HardwareSpec(
+        key=head.stem,
+        name=top["name"],
+        vendor=top["vendor"],
+        generation=top["generation"],
+        sm_count=int(v["compute.sm_count"]),
+        boost_clock_hz=v["compute.boost_clock"],
+        tensor_flops={d: v[f"compute.tensor.{d}"] for d in TENSOR_DTYPES if f"compute.tensor.{d}" in v},
+        vector_fp32_flops=v["compute.vector_fp32"],
+        hbm_bytes=v["memory.capacity"],
+        hbm_bandwidth=v["memory.bandwidth"],
+        l2_bytes=v["memory.l2"],
+        smem_per_sm_bytes=v["memory.smem_per_sm"],
+        scaleup_bandwidth=v["interconnect.scale_up.bandwidth"],
+        scaleup_domain=int(v["interconnect.scale_up.domain"]),
+        scaleup_latency=v["interconnect.scale_up.latency"],
+        scaleout_bandwidth=v["interconnect.scale_out.bandwidth"],
+        scaleout_latency=v["interconnect.scale_out.latency"],
+        pcie_bandwidth=v["interconnect.pcie"],
+        tdp_w=v["power.tdp"],
+        figures=dict(sorted(figures.items(), key=lambda kv: _ORDER.get(kv[0], 99))),
+        files=tuple(str(r.path) for r in chain),
+        sha256=_hash(r.data for r in chain),
+    )
+    _check_plausible(spec)
+    return spec
+
+
+_ORDER = {f.path: i for i, f in enumerate(SPEC_FIELDS)}
+
+
+def _hash(blobs) -> str:
+    h = hashlib.sha256()
+    for b in blobs:
+        h.update(len(b).to_bytes(8, "little"))
+        h.update(b)
+    return h.hexdigest()
+
+
+def _figure(p: str, fig: dict, file: Path) -> Figure:
+    dim = _BY_PATH[p].dimension
+    raw_value = fig["value"]
+    where = f"{p}.value"
+    value = parse_quantity(raw_value, dim, file=str(file), field=where)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise _err(f"expected a finite number, got {raw_value!r}", file, where)
+    if value <= 0:
+        raise _err(f"expected a positive value, got {raw_value!r}", file, where)
+    if p in _INTEGER and not float(value).is_integer():
+        raise _err(f"expected a whole number, got {raw_value!r}", file, where)
+    ref = fig.get("ref", "")
+    note = fig.get("note", "")
+    return Figure(value=float(value), source=fig["source"], text=str(raw_value),
+                  ref=_one_line(ref if ref else note), file=str(file))
+
+
+def bf16_flop_per_clk_per_sm(spec: HardwareSpec) -> float:
+    """Dense bf16 FLOP per clock per SM implied by the spec's rate, SM count and boost clock."""
+    return spec.tensor_flops["bf16"] / (spec.sm_count * spec.boost_clock_hz)
+
+
+def _check_plausible(spec: HardwareSpec) -> None:
+    bf16 = spec.tensor_flops["bf16"]
+    fig = spec.figures["compute.tensor.bf16"]
+    table = BF16_FLOP_PER_CLK_PER_SM.get(spec.generation)
+    if table:
+        per = bf16_flop_per_clk_per_sm(spec)
+        if per > SPARSE_GUARD * table:
+            raise _err(
+                f"{fig.text or bf16} is {per:.0f} FLOP/clk/SM at {spec.sm_count} SMs x "
+                f"{spec.boost_clock_hz / 1e6:.0f} MHz, {per / table:.2f}x the {table} of a dense "
+                f"{spec.generation} part: it looks like a 2:4 sparse rate; give the dense one (half)",
+                fig.file, "compute.tensor.bf16")
+    limits = {**_RATIO_LIMITS, **_RATIO_LIMITS_BY_GEN.get(spec.generation, {})}
+    for dtype, limit in limits.items():
+        rate = spec.tensor_flops.get(dtype)
+        if rate is not None and rate > limit * bf16 * (1 + 1e-9):
+            f = spec.figures[f"compute.tensor.{dtype}"]
+            raise _err(
+                f"{f.text} is {rate / bf16:.2f}x the bf16 rate ({spec.figures['compute.tensor.bf16'].text}), "
+                f"more than the {limit}x a dense {dtype} rate can be: a sparse figure filed as dense, "
+                f"or a sparse-vs-dense mix", f.file, f"compute.tensor.{dtype}")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Finding a spec by name
+# ---------------------------------------------------------------------------------------------------
+
+_RESOLVE_CACHE: dict[tuple[str, str, int], Path] = {}
+
+
+def _spec_files(hdir: Path) -> list[Path]:
+    if not hdir.is_dir():
+        return []
+    return sorted(p for p in hdir.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+
+
+def resolve_spec(name_or_path: str | Path) -> Path:
+    """The spec file ``name_or_path`` names: a path, a file in hardware/, a unique stem prefix, or an alias."""
+    text = str(name_or_path).strip()
+    if not text:
+        raise _err("expected a hardware name (e.g. h100) or a path to a spec file", None, "hardware")
+    direct = Path(text).expanduser()
+    if direct.is_file():
+        return direct.resolve()
+    hdir = hardware_dir()
+    try:
+        dir_mtime = hdir.stat().st_mtime_ns
+    except OSError:
+        dir_mtime = -1
+    ck = (text, str(hdir), dir_mtime)
+    hit = _RESOLVE_CACHE.get(ck)
+    if hit is not None and hit.is_file():
+        return hit
+    found = _resolve_uncached(text, hdir)
+    _RESOLVE_CACHE[ck] = found
+    return found
+
+
+def _resolve_uncached(text: str, hdir: Path) -> Path:
+    for cand in (hdir / text, hdir / f"{text}.yaml", hdir / f"{text}.yml"):
+        if cand.is_file():
+            return cand.resolve()
+    files = _spec_files(hdir)
+    low = text.lower()
+    if "/" not in text and os.sep not in text:
+        stem = low[:-5] if low.endswith(".yaml") else low
+        prefixed = [p for p in files if p.stem.lower().startswith(stem + "-")]
+        if len(prefixed) == 1:
+            return prefixed[0].resolve()
+        aliased = []
+        for p in files:
+            try:
+                if stem in _read_raw(p.resolve()).top.get("aliases", ()):
+                    aliased.append(p)
+            except InputError:
+                continue
+        if len(aliased) == 1:
+            return aliased[0].resolve()
+        several = prefixed or aliased
+        if several:
+            raise _err(f"{text!r} matches several specs: {', '.join(p.stem for p in several)}; "
+                       f"give the full name", None, "hardware")
+    names = [p.stem for p in files]
+    for p in files:
+        try:
+            names.extend(_read_raw(p.resolve()).top.get("aliases", ()))
+        except InputError:
+            continue
+    close = difflib.get_close_matches(low, names, n=4, cutoff=0.4)
+    close += [n for n in names if low and low in n and n not in close][: 4 - len(close)]
+    hint = f"closest: {', '.join(close)}" if close else f"known: {', '.join(p.stem for p in files)}"
+    raise _err(f"no spec file or hardware named {text!r} (looked in {hdir}); {hint}", None, "hardware")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Public API
+# ---------------------------------------------------------------------------------------------------
+
+
+def _fresh(spec: HardwareSpec) -> HardwareSpec:
+    # The cached spec stays pristine: each caller gets its own dicts.
+    return replace(spec, tensor_flops=dict(spec.tensor_flops), figures=dict(spec.figures))
+
+
+def load_spec(name_or_path: str | Path) -> HardwareSpec:
+    """Load, validate and convert to SI the spec ``name_or_path`` names (see :func:`resolve_spec`).
+
+    Parsed specs are cached by file and modification time (of every file in the extends chain).
+    """
+    if isinstance(name_or_path, HardwareSpec):
+        return name_or_path
+    path = resolve_spec(name_or_path)
+    hit = _SPEC_CACHE.get(path)
+    if hit is not None:
+        stamps, spec = hit
+        try:
+            if all(p.stat().st_mtime_ns == m for p, m in stamps):
+                return _fresh(spec)
+        except OSError:
+            pass
+    spec = _build(path)
+    stamps = tuple((Path(f), Path(f).stat().st_mtime_ns) for f in spec.files)
+    _SPEC_CACHE[path] = (stamps, spec)
+    return _fresh(spec)
+
+
+def list_specs() -> list[HardwareSpec]:
+    """Every spec in hardware/, sorted by key."""
+    return sorted((load_spec(p.resolve()) for p in _spec_files(hardware_dir())), key=lambda s: s.key)
+
+
+def clear_cache() -> None:
+    _RAW_CACHE.clear()
+    _SPEC_CACHE.clear()
+    _RESOLVE_CACHE.clear()
+
+
+_TEXT_FIELDS = ("name", "vendor", "generation", "key")
+
+
+def spec_with(spec: HardwareSpec, **overrides: Any) -> HardwareSpec:
+    """A copy of ``spec`` with some SI fields replaced, for what-if sweeps and sensitivity analysis.
+
+    ``spec_with(h100, hbm_bandwidth=4.8e12, tensor_flops={"bf16": 1.2e15})``. Values are SI numbers or
+    strings with units ("4.8 TB/s"). ``tensor_flops`` entries given replace the part's (others are kept).
+    ``name``/``vendor``/``generation``/``key`` may be overridden too. Overridden figures get source
+    ``estimate`` and ref ``what-if override``; the sha256 changes so caches keyed on it tell them apart.
+    No plausibility check is run: a what-if may be implausible on purpose.
+    """
+    figures = dict(spec.figures)
+    changes: dict[str, Any] = {}
+    tensor = dict(spec.tensor_flops)
+
+    def set_fig(sf: SpecField, raw: Any) -> float:
+        value = parse_quantity(raw, sf.dimension, file="spec_with", field=sf.attr)
+        if not value > 0 or value == float("inf"):
+            raise _err(f"expected a positive value, got {raw!r}", "spec_with", sf.attr)
+        if sf.path in _INTEGER and not float(value).is_integer():
+            raise _err(f"expected a whole number, got {raw!r}", "spec_with", sf.attr)
+        figures[sf.path] = Figure(value=float(value), source="estimate",
+                                  text=raw if isinstance(raw, str) else repr(raw),
+                                  ref="what-if override", file="")
+        return value
+
+    for name, raw in overrides.items():
+        if name in _TEXT_FIELDS:
+            changes[name] = str(raw)
+        elif name == "tensor_flops":
+            if not isinstance(raw, dict):
+                raise _err(f"expected a mapping of dtype to FLOP/s, got {raw!r}", "spec_with", name)
+            for dtype, rate in raw.items():
+                sf = _BY_ATTR.get(f"tensor_flops.{dtype}")
+                if sf is None:
+                    raise _err(f"unknown tensor dtype {dtype!r}; expected one of {', '.join(TENSOR_DTYPES)}",
+                               "spec_with", f"tensor_flops.{dtype}")
+                tensor[dtype] = set_fig(sf, rate)
+        elif name.startswith("tensor_flops.") and name in _BY_ATTR:
+            tensor[name.split(".", 1)[1]] = set_fig(_BY_ATTR[name], raw)
+        elif name in _BY_ATTR:
+            value = set_fig(_BY_ATTR[name], raw)
+            changes[name] = int(value) if _BY_ATTR[name].path in _INTEGER else value
+        else:
+            options = [f.attr for f in SPEC_FIELDS if "." not in f.attr] + ["tensor_flops", *_TEXT_FIELDS]
+            raise _err(f"not a spec field; {_suggest(name, options)}expected one of: {', '.join(options)}",
+                       "spec_with", name)
+    tag = repr(sorted((k, repr(v)) for k, v in overrides.items()))
+    return replace(spec, **changes, tensor_flops=tensor,
+                   figures=dict(sorted(figures.items(), key=lambda kv: _ORDER.get(kv[0], 99))),
+                   sha256=_hash([spec.sha256.encode(), tag.encode()]))
