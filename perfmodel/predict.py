@@ -1,7 +1,8 @@
 """Time standalone operators given one per row of a CSV table (``perfmodel predict``).
 
 Each row names an ``op`` and its shape; the row comes back with ``time_ms``, ``bound``, ``flops`` and
-``bytes`` added. Standalone means a single kernel timed on its own (as a microbenchmark times it): no
+``bytes`` (HBM bytes moved) added. A ``copy`` row's ``bytes`` is its input, the buffer size, and stays as
+given: the copy moves twice that. Standalone means a single kernel timed on its own (as a microbenchmark times it): no
 launch gap of a graph or eager stream is added.
 """
 from __future__ import annotations
@@ -82,13 +83,18 @@ def row_to_op(row: dict[str, str], where: str) -> O.Op:
             if raw not in DTYPES:
                 raise InputError(f"unknown dtype {raw!r}; expected one of {', '.join(DTYPES)}", file=where, field=col)
             v[col] = raw
+    return op_from_params(kind, v)
+
+
+def op_from_params(kind: str, v: dict) -> O.Op:
+    """The standalone operator a measured or requested row describes (params as in the CSV columns)."""
     d = v.get("dtype", "bf16")
     if kind == "gemm":
-        return O.gemm("gemm", v["m"], v["n"], v["k"], d, groups=v["groups"])
+        return O.gemm("gemm", v["m"], v["n"], v["k"], d, groups=v.get("groups", 1))
     if kind == "attention":
         return O.attention("attention", v["batch"], v["heads_q"], v["heads_kv"], v["seq_q"], v["seq_kv"],
-                           v["head_dim"], causal=v["causal"], dtype=d, head_dim_v=v.get("head_dim_v"),
-                           kv_dtype=v.get("kv_dtype"))
+                           v["head_dim"], causal=bool(v["causal"]), dtype=d, head_dim_v=v.get("head_dim_v") or None,
+                           kv_dtype=v.get("kv_dtype") or None)
     if kind in ("rmsnorm", "layernorm", "residual"):
         return getattr(O, kind)(kind, v["tokens"], v["hidden"], d)
     if kind in ("swiglu", "gelu"):
@@ -97,7 +103,9 @@ def row_to_op(row: dict[str, str], where: str) -> O.Op:
         return O.rotary(kind, v["tokens"], v["heads"], v["head_dim"], d)
     if kind == "copy":
         return O.copy("copy", v["bytes"])
-    return O.Op("reduce", "reduce", "standalone", v["bytes"] / 2.0, float(v["bytes"]), {"bytes": v["bytes"]})
+    if kind == "reduce":
+        return O.Op("reduce", "reduce", "standalone", v["bytes"] / 2.0, float(v["bytes"]), {"bytes": v["bytes"]})
+    raise KeyError(kind)
 
 
 def read_rows(path: str | Path) -> tuple[list[str], list[dict[str, str]]]:
@@ -124,8 +132,10 @@ def predict_rows(rows: list[dict[str, str]], hw, prof, *, mode: str = "latency",
         op = row_to_op(row, f"{source}:{i}")
         t = time_op(op, hw, prof, mode=mode)
         new = dict(row)
-        new.update({"time_ms": f"{float(t.time) * 1e3:.6g}", "bound": str(t.bound), "flops": f"{float(op.flops):.6g}",
-                    "bytes": f"{float(op.bytes):.6g}"})
+        new.update({"time_ms": f"{float(t.time) * 1e3:.6g}", "bound": str(t.bound), "flops": f"{float(op.flops):.10g}"})
+        # a copy's own `bytes` column is its buffer size (it moves twice that): an input is never overwritten
+        if not (row.get("bytes") or "").strip():
+            new["bytes"] = f"{float(op.bytes):.10g}"
         out.append(new)
     return out
 

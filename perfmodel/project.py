@@ -139,27 +139,50 @@ def _project(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> Pro
     else:
         capacity.check_fits(model, sc, hw, capacity.max_batch(model, sc, hw.hbm_bytes), batch=int(sc.batch))
     batch = int(sc.batch)
-    static = sc.batching == "static"
-    n_pre = batch if static else max(1, min(batch, sc.prefill_chunk // sc.isl))
-    prefill = evaluate_step(model, hw, sc, prof, Step("prefill", n_pre, sc.isl, 0))
-    ttft = float(prefill.time_s)
-    micro = batch / sc.pp if sc.pp > 1 else batch
-    if sc.osl > 1:
-        tpot, decode = _decode_mean(model, hw, sc, prof, micro, sc.isl, sc.osl)
-        tpot = float(tpot)
-    else:
-        tpot, decode = 0.0, None
-    e2e = ttft + (sc.osl - 1) * tpot
-    if static:
-        thr = batch * sc.osl / e2e
-    else:
-        per_request = ttft / n_pre
-        thr = batch / (tpot + batch * per_request / sc.osl) if sc.osl > 1 else n_pre / ttft
+    st = serving_times(model, hw, sc, prof, batch)
+    prefill, decode = st.prefill, st.decode
+    ttft, tpot, e2e, thr = float(st.ttft_s), float(st.tpot_s), float(st.e2e_s), float(st.throughput_tok_s)
+    n_pre = int(st.prefill_requests)
     mem = capacity.memory(model, sc, batch, hw.hbm_bytes)
     mfu, mbu = _utilisation(hw, sc, prefill if decode is None else decode, tpot or ttft)
     bands = _bands(prof, prefill, decode, ttft, tpot, thr)
     return Projection(hw, model, sc, prof, prefill, decode, ttft, tpot, e2e, thr, mem, mfu, mbu, bands,
                       assumptions(hw, model, sc, prof), n_pre)
+
+
+@dataclass
+class ServingTimes:
+    prefill: Phase
+    decode: Phase | None
+    ttft_s: object
+    tpot_s: object
+    e2e_s: object
+    throughput_tok_s: object  # the replica's output tokens/s
+    prefill_requests: object
+
+
+def serving_times(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, batch) -> ServingTimes:
+    """TTFT, TPOT, end-to-end latency and throughput for ``batch`` sequences (module doc: definitions).
+
+    ``batch`` and the spec's figures may be numpy arrays (sweeps); everything broadcasts.
+    """
+    static = sc.batching == "static"
+    n_pre = batch if static else np.maximum(1, np.minimum(batch, sc.prefill_chunk // sc.isl))
+    prefill = evaluate_step(model, hw, sc, prof, Step("prefill", n_pre, sc.isl, 0))
+    ttft = prefill.time_s
+    micro = batch / sc.pp if sc.pp > 1 else batch
+    if sc.osl > 1:
+        tpot, decode = _decode_mean(model, hw, sc, prof, micro, sc.isl, sc.osl)
+    else:
+        tpot, decode = 0.0 * ttft, None
+    e2e = ttft + (sc.osl - 1) * tpot
+    if static:
+        thr = batch * sc.osl / e2e
+    elif sc.osl > 1:
+        thr = batch / (tpot + batch * (ttft / n_pre) / sc.osl)
+    else:
+        thr = n_pre / ttft
+    return ServingTimes(prefill, decode, ttft, tpot, e2e, thr, n_pre)
 
 
 def _utilisation(hw: HardwareSpec, sc: Scenario, phase: Phase, t: float) -> tuple[float, float]:

@@ -627,6 +627,11 @@ def spec_with(spec: HardwareSpec, **overrides: Any) -> HardwareSpec:
     tensor = dict(spec.tensor_flops)
 
     def set_fig(sf: SpecField, raw: Any) -> float:
+        if hasattr(raw, "shape"):  # a numpy array of SI values: a vectorised sweep over this figure
+            if not (raw > 0).all():
+                raise _err("expected positive values", "spec_with", sf.attr)
+            figures[sf.path] = Figure(value=raw, source="estimate", text="(swept)", ref="what-if sweep", file="")
+            return raw
         value = parse_quantity(raw, sf.dimension, file="spec_with", field=sf.attr)
         if not value > 0 or value == float("inf"):
             raise _err(f"expected a positive value, got {raw!r}", "spec_with", sf.attr)
@@ -653,7 +658,7 @@ def spec_with(spec: HardwareSpec, **overrides: Any) -> HardwareSpec:
             tensor[name.split(".", 1)[1]] = set_fig(_BY_ATTR[name], raw)
         elif name in _BY_ATTR:
             value = set_fig(_BY_ATTR[name], raw)
-            changes[name] = int(value) if _BY_ATTR[name].path in _INTEGER else value
+            changes[name] = int(value) if _BY_ATTR[name].path in _INTEGER and not hasattr(value, "shape") else value
         else:
             options = [f.attr for f in SPEC_FIELDS if "." not in f.attr] + ["tensor_flops", *_TEXT_FIELDS]
             raise _err(f"not a spec field; {_suggest(name, options)}expected one of: {', '.join(options)}",

@@ -43,7 +43,9 @@ def _rate(hw: HardwareSpec, dtype: str, prof: Profile) -> tuple[float, float]:
     key = TENSOR_RATE_KEY[dtype]
     for k in (key, "fp8", "bf16") if key in ("fp4", "int8") else (key, "bf16"):
         if k in hw.tensor_flops:
-            return hw.tensor_flops[k], prof.gemm_eta.get(k, prof.gemm_eta["bf16"])
+            # a format measured on its own (fp16 beside bf16) keeps its own efficiency
+            eta = prof.gemm_eta.get(dtype) if k == key else None
+            return hw.tensor_flops[k], eta if eta is not None else prof.gemm_eta.get(k, prof.gemm_eta["bf16"])
     return hw.tensor_rate(key), prof.gemm_eta.get(key, prof.gemm_eta["bf16"])
 
 
@@ -53,12 +55,20 @@ def _label(t_c, t_m, t_total):
     return np.where(fixed > np.maximum(t_c, t_m), "latency", np.where(t_c >= t_m, "compute", "memory"))
 
 
+def _arr(x):
+    return np.asarray(x, dtype=float)
+
+
 def _scalar(x):
     a = np.asarray(x)
     return a.item() if a.ndim == 0 else a
 
 
-def time_op(op: Op, hw: HardwareSpec, prof: Profile, *, mode: str = "latency", world: int = 1) -> OpTime:
+def time_op(op: Op, hw: HardwareSpec, prof: Profile, *, mode: str = "latency", world: int = 1, xp=None) -> OpTime:
+    """Time one op. With ``xp=XL`` (:mod:`.backend`) and Expr-valued shapes, spec figures and profile
+    parameters, the result's ``time`` is the Excel formula of the same model (``bound`` is then None)."""
+    if xp is not None:
+        return _time_op_expr(op, hw, prof, mode=mode, world=world, xp=xp)
     sol = mode == "sol"
     bw = hw.hbm_bandwidth
     k = op.kind
@@ -72,7 +82,8 @@ def time_op(op: Op, hw: HardwareSpec, prof: Profile, *, mode: str = "latency", w
             t = np.maximum(t_c, t_m)
         else:
             p = op.params
-            t, t_c, t_m = gemm_time(p["m"], p["n"], p["k"], p["groups"], op.bytes, peak, hw.sm_count, bw, prof, eta)
+            t, t_c, t_m = gemm_time(_arr(p["m"]), _arr(p["n"]), _arr(p["k"]), p["groups"], op.bytes, peak,
+                                    hw.sm_count, bw, prof, eta)
     elif k == "attention":
         peak, _ = _rate(hw, op.params["dtype"], prof)
         if sol:
@@ -80,9 +91,9 @@ def time_op(op: Op, hw: HardwareSpec, prof: Profile, *, mode: str = "latency", w
             t = np.maximum(t_c, t_m)
         else:
             p = op.params
-            t, t_c, t_m = attention_time(p["batch"], p["heads_q"], p["heads_kv"], p["seq_q"], p["seq_kv"],
-                                         p["head_dim"], p["head_dim_v"], p["causal"], op.bytes, peak, hw.sm_count,
-                                         bw, prof)
+            t, t_c, t_m = attention_time(_arr(p["batch"]), p["heads_q"], p["heads_kv"], _arr(p["seq_q"]),
+                                         _arr(p["seq_kv"]), p["head_dim"], p["head_dim_v"], np.asarray(p["causal"]),
+                                         op.bytes, peak, hw.sm_count, bw, prof)
     else:
         if sol:
             t_m = op.bytes / bw
@@ -104,3 +115,27 @@ def family(kind: str) -> str:
     if kind in COMM_KINDS:
         return "comm"
     return "memory"
+
+
+def _time_op_expr(op: Op, hw, prof, *, mode: str, world: int, xp) -> OpTime:
+    sol = mode == "sol"
+    bw = hw.hbm_bandwidth
+    k = op.kind
+    p = op.params
+    if k in COMM_KINDS:
+        return OpTime(op, collective_time(k, p["bytes"], p["group"], world, hw, prof, sol=sol), 0.0, 0.0, None)
+    if k in ("gemm", "attention"):
+        peak, eta = _rate(hw, p["dtype"], prof)
+        if sol:
+            t_c, t_m = op.flops / peak, op.bytes / bw
+            return OpTime(op, xp.maximum(t_c, t_m), t_c, t_m, None)
+        if k == "gemm":
+            t, t_c, t_m = gemm_time(p["m"], p["n"], p["k"], p["groups"], op.bytes, peak, hw.sm_count, bw, prof, eta, xp=xp)
+        else:
+            t, t_c, t_m = attention_time(p["batch"], p["heads_q"], p["heads_kv"], p["seq_q"], p["seq_kv"], p["head_dim"],
+                                         p["head_dim_v"], p["causal"], op.bytes, peak, hw.sm_count, bw, prof, xp=xp)
+        return OpTime(op, t, t_c, t_m, None)
+    if sol:
+        return OpTime(op, op.bytes / bw, 0.0, op.bytes / bw, None)
+    t, t_m = memory_time(k, op.bytes, bw, prof)
+    return OpTime(op, t, 0.0, t_m, None)

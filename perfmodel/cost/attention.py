@@ -7,37 +7,33 @@ until the SMs are full (split-KV). Time is the larger of the average SM load and
 longest-first schedule achieves about that), at ``attn_eta`` of the per-SM dense bf16 peak per block,
 joined with the time to stream Q, K, V and O from HBM, plus a fixed overhead.
 
-All arguments may be numpy arrays.
+Written against a math backend (:mod:`.backend`).
 """
 from __future__ import annotations
 
-import numpy as np
-
-from ..profile import Profile
+from .backend import NP
 
 
 def attention_time(batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, head_dim_v, causal, nbytes, peak, sms, bw,
-                   prof: Profile):
-    batch, heads_q, heads_kv, seq_q, seq_kv = (np.asarray(x, dtype=float) for x in (batch, heads_q, heads_kv,
-                                                                                      seq_q, seq_kv))
-    causal = np.asarray(causal, dtype=bool)
+                   prof, xp=NP):
     bq, bk = float(prof.attn_block_q), float(prof.attn_block_k)
     single = seq_q <= 1.0
     group = heads_q / heads_kv
-    rows = np.where(single, seq_q * group, seq_q)  # GQA packing of one-query decode
-    grid_heads = np.where(single, heads_kv, heads_q)
-    nq = np.ceil(rows / bq)
-    nk = np.ceil(seq_kv / bk)
-    prefix = np.maximum(nk - nq, 0.0)  # key blocks before the first query block (cached context)
-    per_head = np.where(causal, nq * (nq + 1.0) / 2.0 + nq * prefix, nq * nk)
+    rows = xp.where(single, seq_q * group, seq_q)  # GQA packing of one-query decode
+    grid_heads = xp.where(single, heads_kv, heads_q)
+    nq = xp.ceil(rows / bq)
+    nk = xp.ceil(seq_kv / bk)
+    prefix = xp.maximum(nk - nq, 0.0)  # key blocks before the first query block (cached context)
+    per_head = xp.where(causal, nq * (nq + 1.0) / 2.0 + nq * prefix, nq * nk)
     ctas = batch * grid_heads * nq
-    split = np.where(single & (ctas < 0.8 * sms), np.clip(np.ceil(sms / ctas), 1.0, np.minimum(nk, 128.0)), 1.0)
+    split = xp.where(xp.logical_and(single, ctas < 0.8 * sms),
+                     xp.clip(xp.ceil(sms / ctas), 1.0, xp.minimum(nk, 128.0)), 1.0)
     work = batch * grid_heads * per_head
     longest = nk / split
-    t_block = 2.0 * bq * bk * (np.asarray(head_dim, float) + head_dim_v) / (peak / sms * prof.attn_eta)
-    t_c = np.maximum(work / sms, longest) * t_block
+    t_block = 2.0 * bq * bk * (head_dim + head_dim_v) / (peak / sms * prof.attn_eta)
+    t_c = xp.maximum(work / sms, longest) * t_block
     units = ctas * split
-    t_m = nbytes / (bw * prof.attn_dec_eta * np.minimum(1.0, units / sms))
+    t_m = nbytes / (bw * prof.attn_dec_eta * xp.minimum(1.0, units / sms))
     p = prof.gemm_softness
     t = (t_c**p + t_m**p) ** (1.0 / p)
     return t + prof.attn_overhead_s, t_c, t_m

@@ -12,8 +12,6 @@ the projection, not here.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..profile import Profile
 
 _STEPS = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0}
@@ -28,7 +26,6 @@ def _ring(kind: str, nbytes, p, bw, alpha):
 
 def collective_time(kind: str, nbytes, group, world, hw, prof: Profile, *, sol: bool = False):
     """Time of one collective; ``group`` ranks take part, ``world`` GPUs make up the model replica."""
-    nbytes = np.asarray(nbytes, dtype=float)
     domain = hw.scaleup_domain
     up_bw = hw.scaleup_bandwidth * (1.0 if sol else prof.scaleup_eta)
     out_bw = hw.scaleout_bandwidth * (1.0 if sol else prof.scaleout_eta)
@@ -40,7 +37,7 @@ def collective_time(kind: str, nbytes, group, world, hw, prof: Profile, *, sol: 
         bw, a = (out_bw, out_a) if crosses else (up_bw, up_a)
         return base + _ring("p2p", nbytes, 2, bw, a)
     if group <= 1:
-        return np.zeros_like(nbytes)
+        return 0.0 * nbytes
     if group <= domain:
         return base + _ring(kind, nbytes, group, up_bw, up_a)
     inner = domain

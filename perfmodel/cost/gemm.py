@@ -9,38 +9,33 @@ smaller tiles lower (less reuse), and pays a fixed prologue/epilogue of ``k0`` K
 time and the HBM streaming time are joined by a p-norm (a soft max), plus a fixed launch overhead.
 The library is taken to pick the fastest tile for the shape.
 
-All arguments may be numpy arrays; everything broadcasts.
+Written against a math backend (:mod:`.backend`): numbers, numpy arrays or Excel formula text.
 """
 from __future__ import annotations
 
-import numpy as np
-
-from ..profile import Profile
+from .backend import NP
 
 # Output tile shapes the kernel library chooses among (rows x cols of C).
 TILES = ((128, 256), (256, 128), (128, 128), (64, 256), (64, 128), (128, 64), (64, 64))
 _REF_TILE = (128, 256)
 
 
-def tile_efficiency(tm: float, tn: float, c: float) -> float:
+def tile_efficiency(tm: float, tn: float, c):
     """Mainloop efficiency of a tile relative to the 128 x 256 reference: operand reuse grows with tile size."""
     ref = 1.0 / (1.0 + c * (1.0 / _REF_TILE[0] + 1.0 / _REF_TILE[1]))
     return (1.0 / (1.0 + c * (1.0 / tm + 1.0 / tn))) / ref
 
 
-def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof: Profile, eta):
+def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof, eta, xp=NP):
     """Returns (time, compute_part, memory_part) in seconds for ``groups`` products of m x n x k."""
-    m = np.asarray(m, dtype=float)
-    n = np.asarray(n, dtype=float)
-    k = np.asarray(k, dtype=float)
     per_sm = peak / sms
     p = prof.gemm_softness
     best = best_c = best_m = None
     for tm, tn in TILES:
-        tiles = np.ceil(m / tm) * np.ceil(n / tn) * groups
-        max_split = np.maximum(1.0, np.floor(k / prof.gemm_splitk_min_k))
-        split = np.clip(np.floor(sms / tiles), 1.0, max_split)
-        waves = np.ceil(tiles * split / sms)
+        tiles = xp.ceil(m / tm) * xp.ceil(n / tn) * groups
+        max_split = xp.maximum(1.0, xp.floor(k / prof.gemm_splitk_min_k))
+        split = xp.clip(xp.floor(sms / tiles), 1.0, max_split)
+        waves = xp.ceil(tiles * split / sms)
         t_tile = 2.0 * tm * tn * (k / split + prof.gemm_k0) / (per_sm * eta * tile_efficiency(tm, tn, prof.gemm_tile_c))
         t_c = waves * t_tile
         partials = (split - 1.0) * m * n * groups * 8.0  # fp32 partial sums written and read back
@@ -50,7 +45,7 @@ def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof: Profile, eta):
             best, best_c, best_m = t, t_c, t_m
         else:
             better = t < best
-            best = np.where(better, t, best)
-            best_c = np.where(better, t_c, best_c)
-            best_m = np.where(better, t_m, best_m)
+            best_c = xp.where(better, t_c, best_c)
+            best_m = xp.where(better, t_m, best_m)
+            best = xp.minimum(t, best)
     return best + prof.gemm_overhead_s, best_c, best_m

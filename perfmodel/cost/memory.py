@@ -7,13 +7,9 @@ of such a kernel: the time to ramp up and drain, which is what small transfers s
 """
 from __future__ import annotations
 
-import numpy as np
 
-from ..profile import Profile
-
-
-def memory_time(kind: str, nbytes, bw, prof: Profile):
+def memory_time(kind: str, nbytes, bw, prof):
     eta = prof.mem_eta.get(kind, prof.mem_eta["copy"])
     alpha = prof.mem_alpha_s.get(kind, prof.mem_alpha_s["copy"])
-    t_m = np.asarray(nbytes, dtype=float) / (bw * eta)
+    t_m = nbytes / (bw * eta)
     return t_m + alpha, t_m

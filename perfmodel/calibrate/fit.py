@@ -1,0 +1,409 @@
+"""Fit the latency model's own parameters to measured microkernels (``perfmodel fit DIR``).
+
+The fitter never stores times: it finds the :class:`~perfmodel.profile.Profile` parameters (GEMM tile
+efficiency, K-loop overhead, per-format fraction of peak, memory-kernel alpha and beta, attention block
+efficiency, launch costs, collective alpha and beta) that make the cost model's formulas reproduce the
+measurements, by least squares on log(predicted / measured) with scipy.
+
+Whole shapes are held out: every distinct shape is one row, and a deterministic hash of its id puts a
+share of them (``holdout``) aside before fitting; the error on those is what ``validation`` reports,
+per operator family, with median and P90 absolute error. Their log residuals become the uncertainty
+bands (P10/P50/P90) that projections carry. Whole decoder layers are never fitted, only predicted.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..cost import _rate
+from ..cost.attention import attention_time
+from ..cost.gemm import gemm_time
+from ..cost.memory import memory_time
+from ..errors import InputError
+from ..io import write_text_atomic
+from ..predict import op_from_params
+from ..profile import DEFAULTS, MEMORY_OP_KINDS, Profile, save_profile
+from ..spec import HardwareSpec
+from .store import ENVIRONMENT, MEASUREMENTS, read_rows
+
+FIT_KINDS = ("gemm", "attention") + MEMORY_OP_KINDS
+
+
+@dataclass
+class Case:
+    """One measured shape: the op it describes and its median time."""
+
+    id: str
+    kind: str
+    params: dict
+    op: object
+    time_s: float
+    held_out: bool
+
+
+def is_held_out(case_id: str, share: float, seed: int = 0) -> bool:
+    h = hashlib.sha256(f"{seed}:{case_id}".encode()).digest()
+    return int.from_bytes(h[:8], "big") / 2**64 < share
+
+
+def load_cases(rows: list[dict], holdout: float, seed: int) -> tuple[list[Case], list[dict], list[dict], list[dict]]:
+    """(fit/holdout cases, layer rows, launch rows, collective rows), skipping failed measurements."""
+    cases, layers, launches, comms = [], [], [], []
+    seen = set()
+    for r in rows:
+        if r.get("error") or not r.get("time_s") or r.get("time_s", 0) <= 0:
+            continue
+        if str(r.get("check", "ok")).startswith("FAIL"):
+            continue
+        kind = r.get("kind")
+        if r["id"] in seen:
+            continue
+        seen.add(r["id"])
+        if kind == "layer":
+            layers.append(r)
+        elif kind == "launch":
+            launches.append(r)
+        elif kind == "collective":
+            comms.append(r)
+        elif kind in FIT_KINDS:
+            try:
+                op = op_from_params(kind, r["params"])
+            except (KeyError, TypeError, ValueError, InputError):
+                continue
+            cases.append(Case(r["id"], kind, r["params"], op, float(r["time_s"]), is_held_out(r["id"], holdout, seed)))
+    return cases, layers, launches, comms
+
+
+# --- predictions for arrays of cases ---------------------------------------------------------------
+
+def predict_cases(cases: list[Case], hw: HardwareSpec, prof: Profile) -> np.ndarray:
+    out = np.empty(len(cases))
+    by_kind: dict[str, list[int]] = {}
+    for i, c in enumerate(cases):
+        by_kind.setdefault(c.kind, []).append(i)
+    for kind, idx in by_kind.items():
+        sub = [cases[i] for i in idx]
+        out[idx] = _predict_kind(kind, sub, hw, prof)
+    return out
+
+
+def _col(cases, key, default=None):
+    return np.array([c.params.get(key, default) if c.params.get(key) is not None else default for c in cases],
+                    dtype=float)
+
+
+def _predict_kind(kind: str, cases: list[Case], hw: HardwareSpec, prof: Profile) -> np.ndarray:
+    nbytes = np.array([float(c.op.bytes) for c in cases])
+    bw = hw.hbm_bandwidth
+    if kind == "gemm":
+        rates = [_rate(hw, c.params["dtype"], prof) for c in cases]
+        peak = np.array([r[0] for r in rates])
+        eta = np.array([r[1] for r in rates])
+        t, _, _ = gemm_time(_col(cases, "m"), _col(cases, "n"), _col(cases, "k"), _col(cases, "groups", 1.0), nbytes,
+                            peak, hw.sm_count, bw, prof, eta)
+        return t
+    if kind == "attention":
+        peak = np.array([_rate(hw, c.params.get("dtype", "bf16"), prof)[0] for c in cases])
+        d = _col(cases, "head_dim")
+        dv = np.array([c.op.params["head_dim_v"] for c in cases], dtype=float)
+        causal = np.array([bool(c.params["causal"]) for c in cases])
+        t, _, _ = attention_time(_col(cases, "batch"), _col(cases, "heads_q"), _col(cases, "heads_kv"),
+                                 _col(cases, "seq_q"), _col(cases, "seq_kv"), d, dv, causal, nbytes, peak,
+                                 hw.sm_count, bw, prof)
+        return t
+    t, _ = memory_time(kind, nbytes, bw, prof)
+    return np.asarray(t, dtype=float)
+
+
+# --- fitting ------------------------------------------------------------------------------------------
+
+@dataclass
+class Param:
+    """One fitted parameter: how to read and write it on a Profile, its bounds, fitted in log space."""
+
+    name: str
+    get: object
+    set: object
+    lo: float
+    hi: float
+
+
+def _field(name, lo, hi):
+    return Param(name, lambda p, n=name: getattr(p, n), lambda p, v, n=name: p.with_(**{n: v}), lo, hi)
+
+
+def _dict_entry(field, key, lo, hi):
+    def setter(p, v):
+        d = dict(getattr(p, field))
+        d[key] = v
+        return p.with_(**{field: d})
+
+    return Param(f"{field}[{key}]", lambda p: getattr(p, field).get(key, getattr(DEFAULTS, field).get(key, 0.5)),
+                 setter, lo, hi)
+
+
+def _least_squares(params: list[Param], prof: Profile, residual_fn) -> tuple[Profile, float]:
+    from scipy.optimize import least_squares
+
+    def apply(x):
+        p = prof
+        for par, v in zip(params, x):
+            p = par.set(p, float(math.exp(v)))
+        return p
+
+    x0 = []
+    for par in params:
+        v = min(max(par.get(prof), par.lo * 1.0001), par.hi * 0.9999)
+        x0.append(math.log(v))
+    lo = [math.log(par.lo) for par in params]
+    hi = [math.log(par.hi) for par in params]
+    res = least_squares(lambda x: residual_fn(apply(x)), np.array(x0), bounds=(lo, hi), loss="soft_l1", f_scale=0.1,
+                        x_scale=1.0, diff_step=1e-3, max_nfev=400)
+    return apply(res.x), float(np.sqrt(np.mean(res.fun**2))) if len(res.fun) else 0.0
+
+
+def _log_residuals(cases, hw, prof):
+    if not cases:
+        return np.zeros(0)
+    pred = predict_cases(cases, hw, prof)
+    meas = np.array([c.time_s for c in cases])
+    return np.log(pred / meas)
+
+
+def fit_profile(cases: list[Case], hw: HardwareSpec, base: Profile = DEFAULTS) -> Profile:
+    """Fit every family that has measurements; families without any keep ``base``'s values."""
+    train = [c for c in cases if not c.held_out]
+    prof = base
+    # memory kernels first: alpha and beta per kind (GEMM and attention do not depend on them)
+    for kind in MEMORY_OP_KINDS:
+        sub = [c for c in train if c.kind == kind]
+        if len(sub) < 2:
+            continue
+        params = [_dict_entry("mem_eta", kind, 0.01, 1.5), _dict_entry("mem_alpha_s", kind, 1e-8, 1e-3)]
+        prof, _ = _least_squares(params, prof, lambda p, s=sub: _log_residuals(s, hw, p))
+    gemms = [c for c in train if c.kind == "gemm"]
+    if gemms:
+        fmts = sorted({c.params["dtype"] for c in gemms})
+        params = [_dict_entry("gemm_eta", f, 0.005, 1.5) for f in fmts]
+        params += [_field("gemm_k0", 1.0, 4096.0), _field("gemm_tile_c", 0.1, 500.0),
+                   _field("gemm_overhead_s", 1e-8, 1e-3), _field("gemm_mem_eta", 0.05, 1.5),
+                   _field("gemm_softness", 1.2, 30.0)]
+        prof, _ = _least_squares(params, prof, lambda p: _log_residuals(gemms, hw, p))
+    attn = [c for c in train if c.kind == "attention"]
+    if attn:
+        params = [_field("attn_eta", 0.005, 1.5), _field("attn_dec_eta", 0.01, 1.5),
+                  _field("attn_overhead_s", 1e-8, 1e-3)]
+        prof, _ = _least_squares(params, prof, lambda p: _log_residuals(attn, hw, p))
+    return prof
+
+
+def fit_launch(prof: Profile, launches: list[dict]) -> Profile:
+    """Launch gaps from the launch family: per-kernel time of back-to-back tiny kernels, less what such a
+    kernel costs on its own (the smallest fitted memory-kernel alpha)."""
+    by_mode = {}
+    for r in launches:
+        by_mode.setdefault(r["params"].get("mode"), []).append(float(r["time_s"]))
+    own = min(prof.mem_alpha_s.values())
+    kw = {}
+    if "graph" in by_mode:
+        kw["launch_graph_s"] = max(2e-7, float(np.median(by_mode["graph"])) - own)
+    if "eager" in by_mode:
+        kw["launch_eager_s"] = float(np.median(by_mode["eager"]))
+    return prof.with_(**kw) if kw else prof
+
+
+def fit_collectives(prof: Profile, comms: list[dict]) -> tuple[Profile, dict]:
+    """alpha and beta of the ring model from collective rows (one world size or several)."""
+    from ..cost.comm import _STEPS
+
+    rows = [r for r in comms if r["params"].get("world_size", 1) > 1 and r["params"].get("op") in _STEPS]
+    if len(rows) < 3:
+        return prof, {}
+    # t = base + f (p-1) alpha + f (p-1)/p bytes / B ; linear in (base + alpha-term, 1/B) per op family
+    a_rows, b = [], []
+    for r in rows:
+        p = float(r["params"]["world_size"])
+        f = _STEPS[r["params"]["op"]]
+        a_rows.append([1.0, f * (p - 1.0), f * (p - 1.0) / p * float(r["params"]["bytes"])])
+        b.append(float(r["time_s"]))
+    a = np.array(a_rows)
+    bvec = np.array(b)
+    w = 1.0 / bvec  # relative error
+    from scipy.optimize import nnls
+
+    coef, _ = nnls(a * w[:, None], bvec * w)
+    base, alpha, inv_bw = coef
+    info = {"backend": rows[0]["params"].get("backend"), "rows": len(rows), "base_s": base, "alpha_s": alpha,
+            "bus_bandwidth_B_s": (1.0 / inv_bw) if inv_bw > 0 else None}
+    return prof, info
+
+
+# --- validation -------------------------------------------------------------------------------------
+
+def _errors(pred, meas) -> dict:
+    err = np.abs(pred / meas - 1.0)
+    return {"n": int(len(err)), "median_abs_error": float(np.median(err)) if len(err) else None,
+            "p90_abs_error": float(np.percentile(err, 90)) if len(err) else None}
+
+
+def op_class(kind: str) -> str:
+    return kind if kind in ("gemm", "attention") else "memory"
+
+
+def validate_cases(cases: list[Case], hw: HardwareSpec, prof: Profile) -> tuple[dict, list[dict]]:
+    pred = predict_cases(cases, hw, prof) if cases else np.zeros(0)
+    rows = []
+    for c, p in zip(cases, pred):
+        rows.append({"id": c.id, "kind": c.kind, "class": op_class(c.kind), "held_out": c.held_out,
+                     "measured_s": c.time_s, "predicted_s": float(p), "error": float(p / c.time_s - 1.0)})
+    summary = {}
+    for split in ("held_out", "train"):
+        for cls in ("gemm", "attention", "memory"):
+            sel = [r for r in rows if r["class"] == cls and r["held_out"] == (split == "held_out")]
+            if sel:
+                summary.setdefault(split, {})[cls] = _errors(np.array([r["predicted_s"] for r in sel]),
+                                                             np.array([r["measured_s"] for r in sel]))
+    return summary, rows
+
+
+def layer_model(params: dict):
+    from ..models import Model
+
+    return Model(key=str(params.get("model", "layer")), name=str(params.get("model", "layer")), family="llama",
+                 hidden=int(params["hidden"]), layers=1, heads=int(params["heads"]), kv_heads=int(params["kv_heads"]),
+                 head_dim=int(params["head_dim"]), intermediate=int(params["intermediate"]), vocab=32000)
+
+
+def predict_layer(params: dict, hw: HardwareSpec, prof: Profile) -> float:
+    """A measured decoder layer (one TP shard, no all-reduce) as the projection would time it."""
+    from ..graph import Step
+    from ..ops import COMM_KINDS
+    from ..project import evaluate_step
+    from ..scenario import Scenario
+
+    model = layer_model(params)
+    graph = bool(params.get("graph"))
+    sc = Scenario(tp=int(params.get("tp", 1)), dtype=params.get("dtype", "bf16"), act_dtype=params.get("dtype", "bf16"),
+                  kv_dtype=params.get("dtype", "bf16"), launch="graph" if graph else "eager")
+    if params["phase"] == "prefill":
+        step = Step("prefill", int(params["batch"]), int(params["seq"]), 0)
+    else:
+        step = Step("decode", int(params["batch"]), 1, int(params["context"]))
+    ph = evaluate_step(model, hw, sc, prof, step)
+    gap = prof.launch_graph_s if graph else 0.0
+    total = 0.0
+    for t in ph.times:
+        if t.op.scope != "layer" or t.op.kind in COMM_KINDS:
+            continue
+        run = float(t.time) if graph else max(float(t.time), prof.launch_eager_s)
+        total += run + gap * t.op.kernels
+    return total
+
+
+def validate_layers(layers: list[dict], hw: HardwareSpec, prof: Profile) -> tuple[dict, list[dict]]:
+    rows = []
+    for r in layers:
+        try:
+            pred = predict_layer(r["params"], hw, prof)
+        except (KeyError, ValueError, InputError):
+            continue
+        rows.append({"id": r["id"], "phase": r["params"]["phase"], "graph": bool(r["params"].get("graph")),
+                     "measured_s": float(r["time_s"]), "predicted_s": pred, "error": pred / float(r["time_s"]) - 1.0})
+    summary = {}
+    for phase in ("prefill", "decode"):
+        sel = [x for x in rows if x["phase"] == phase]
+        if sel:
+            summary[phase] = _errors(np.array([x["predicted_s"] for x in sel]), np.array([x["measured_s"] for x in sel]))
+    return summary, rows
+
+
+def residual_quantiles(val_rows: list[dict], base: Profile) -> dict:
+    q = dict(base.residual_quantiles)
+    for cls in ("gemm", "attention", "memory"):
+        logs = [math.log(r["measured_s"] / r["predicted_s"]) for r in val_rows if r["class"] == cls and r["held_out"]]
+        if len(logs) >= 5:
+            q[cls] = [float(np.percentile(logs, 10)), float(np.percentile(logs, 50)), float(np.percentile(logs, 90))]
+    return q
+
+
+# --- the command ------------------------------------------------------------------------------------
+
+def match_spec(env: dict, arch: str | None) -> HardwareSpec:
+    from ..spec import list_specs, load_spec
+
+    if arch:
+        return load_spec(arch)
+    name = str(env.get("device_name", "")).lower()
+    words = set(name.replace("nvidia", "").split())
+    best = None
+    for s in list_specs():
+        sw = set(s.name.lower().replace("nvidia", "").split())
+        if words and words <= sw and (best is None or len(sw) < len(set(best.name.lower().split()))):
+            best = s
+    if best is None:
+        raise InputError(f"no hardware spec matches device {env.get('device_name')!r}; pass --arch", field="--arch")
+    return best
+
+
+def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, seed: int = 0) -> str:
+    d = Path(directory)
+    path = d / MEASUREMENTS
+    if not path.is_file():
+        raise InputError(f"no {MEASUREMENTS} here; run `perfmodel calibrate --out {d}` first", file=str(d))
+    rows = read_rows(path)
+    env_path = d / ENVIRONMENT
+    env = json.loads(env_path.read_text()) if env_path.is_file() else (rows[0].get("env", {}) if rows else {})
+    hw = match_spec(env, spec)
+    started = time.time()
+    cases, layers, launches, comms = load_cases(rows, holdout, seed)
+    if not cases:
+        raise InputError("no usable measurements to fit", file=str(path))
+    prof = fit_profile(cases, hw)
+    prof = fit_launch(prof, launches)
+    prof, comm_info = fit_collectives(prof, comms)
+    summary, val_rows = validate_cases(cases, hw, prof)
+    layer_summary, layer_rows = validate_layers(layers, hw, prof)
+    formats = sorted({c.params["dtype"] for c in cases if c.kind == "gemm"})
+    validation = {"ops": summary, "layers": layer_summary, "holdout_share": holdout, "seed": seed}
+    prof = prof.with_(
+        name=d.name, fitted=True, device=str(env.get("device_name", "")), spec_key=hw.key,
+        description=f"fitted to {len(cases)} measured shapes ({sum(c.held_out for c in cases)} held out) "
+                    f"on {env.get('device_name', 'unknown device')}",
+        residual_quantiles=residual_quantiles(val_rows, DEFAULTS),
+        validation=validation,
+        provenance={"environment": env, "measurements": str(path.name), "rows": len(rows),
+                    "measured_formats": formats, "collectives": comm_info, "fit_seconds": round(time.time() - started, 2),
+                    "command": f"perfmodel fit {d}" + (f" --arch {spec}" if spec else "")},
+    )
+    save_profile(prof, d / "profile.json")
+    write_text_atomic(d / "validation.json", json.dumps({"summary": validation, "ops": val_rows, "layers": layer_rows},
+                                                        indent=1) + "\n")
+    text = validation_markdown(prof, hw)
+    write_text_atomic(d / "validation.md", text)
+    return text
+
+
+def validation_markdown(prof: Profile, hw: HardwareSpec) -> str:
+    v = prof.validation
+    lines = [f"# Calibration `{prof.name}` on {prof.device or hw.name}", "",
+             f"{prof.description}. Spec: `{hw.key}`.", "",
+             "| split | class | shapes | median abs error | P90 abs error |", "|---|---|---|---|---|"]
+    for split in ("held_out", "train"):
+        for cls, e in v.get("ops", {}).get(split, {}).items():
+            lines.append(f"| {split} | {cls} | {e['n']} | {e['median_abs_error']:.1%} | {e['p90_abs_error']:.1%} |")
+    for phase, e in v.get("layers", {}).items():
+        lines.append(f"| whole layers | {phase} | {e['n']} | {e['median_abs_error']:.1%} | {e['p90_abs_error']:.1%} |")
+    lines.append("")
+    lines.append("Fitted parameters:")
+    lines.append("")
+    skip = {"validation", "provenance", "residual_quantiles", "description"}
+    for k, val in asdict(prof).items():
+        if k not in skip:
+            lines.append(f"- `{k}`: {json.dumps(val)}")
+    return "\n".join(lines) + "\n"

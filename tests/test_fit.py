@@ -1,0 +1,88 @@
+"""The fitter recovers known parameters from synthetic measurements made by the model itself."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from perfmodel.calibrate.fit import Case, fit_directory, fit_profile, is_held_out, predict_cases
+from perfmodel.predict import op_from_params
+from perfmodel.profile import DEFAULTS, load_profile
+from perfmodel.spec import load_spec
+
+TRUTH = DEFAULTS.with_(
+    gemm_eta={**DEFAULTS.gemm_eta, "bf16": 0.71, "fp8": 0.58},
+    gemm_k0=150.0, gemm_overhead_s=6.5e-6, gemm_mem_eta=0.78,
+    mem_eta={**DEFAULTS.mem_eta, "copy": 0.87, "rmsnorm": 0.66},
+    mem_alpha_s={**DEFAULTS.mem_alpha_s, "copy": 3.1e-6, "rmsnorm": 5.2e-6},
+    attn_eta=0.38, attn_dec_eta=0.66, attn_overhead_s=9e-6,
+)
+
+
+def synthetic_cases(hw, noise: float = 0.0, seed: int = 0) -> list[Case]:
+    rng = np.random.default_rng(seed)
+    params = []
+    for m in (1, 8, 64, 256, 1024, 4096, 8192):
+        for n, k in ((4096, 4096), (14336, 4096), (4096, 14336), (10240, 8192), (1000, 3000)):
+            for dt in ("bf16", "fp8"):
+                params.append(("gemm", {"m": m, "n": n, "k": k, "dtype": dt}))
+    for size in (2**20, 2**23, 2**26, 2**29, 2**31):
+        params.append(("copy", {"bytes": size}))
+    for tokens in (1, 64, 1024, 16384):
+        for hidden in (4096, 8192):
+            params.append(("rmsnorm", {"tokens": tokens, "hidden": hidden, "dtype": "bf16"}))
+    for seq in (512, 2048, 8192):
+        params.append(("attention", {"batch": 1, "heads_q": 32, "heads_kv": 8, "seq_q": seq, "seq_kv": seq,
+                                     "head_dim": 128, "causal": True, "dtype": "bf16"}))
+    for b, ctx in ((1, 1024), (16, 4096), (64, 8192), (128, 2048)):
+        params.append(("attention", {"batch": b, "heads_q": 32, "heads_kv": 8, "seq_q": 1, "seq_kv": ctx,
+                                     "head_dim": 128, "causal": False, "dtype": "bf16"}))
+    cases = []
+    for kind, p in params:
+        cid = f"{kind}|{json.dumps(p, sort_keys=True)}"
+        cases.append(Case(cid, kind, p, op_from_params(kind, p), 1.0, is_held_out(cid, 0.25)))
+    times = predict_cases(cases, hw, TRUTH) * np.exp(rng.normal(0.0, noise, len(cases)))
+    for c, t in zip(cases, times):
+        c.time_s = float(t)
+    return cases
+
+
+def test_fitter_recovers_known_parameters():
+    hw = load_spec("h200")
+    prof = fit_profile(synthetic_cases(hw), hw)
+    assert prof.gemm_eta["bf16"] == pytest.approx(0.71, rel=0.03)
+    assert prof.gemm_eta["fp8"] == pytest.approx(0.58, rel=0.03)
+    assert prof.gemm_mem_eta == pytest.approx(0.78, rel=0.05)
+    assert prof.mem_eta["copy"] == pytest.approx(0.87, rel=0.02)
+    assert prof.mem_alpha_s["copy"] == pytest.approx(3.1e-6, rel=0.05)
+    assert prof.mem_eta["rmsnorm"] == pytest.approx(0.66, rel=0.02)
+    assert prof.attn_eta == pytest.approx(0.38, rel=0.05)
+    assert prof.attn_dec_eta == pytest.approx(0.66, rel=0.05)
+
+
+def test_fit_with_noise_predicts_held_out_shapes():
+    hw = load_spec("h200")
+    cases = synthetic_cases(hw, noise=0.03, seed=1)
+    prof = fit_profile(cases, hw)
+    held = [c for c in cases if c.held_out]
+    assert len(held) >= 10
+    pred = predict_cases(held, hw, prof)
+    err = np.abs(pred / np.array([c.time_s for c in held]) - 1.0)
+    assert np.median(err) < 0.05
+
+
+def test_fit_directory_writes_profile_and_validation(tmp_path):
+    hw = load_spec("h200")
+    env = {"device_name": "NVIDIA H200", "sm_count": 132}
+    with open(tmp_path / "measurements.jsonl", "w") as f:
+        for c in synthetic_cases(hw, noise=0.02):
+            f.write(json.dumps({"id": c.id, "kind": c.kind, "params": c.params, "time_s": c.time_s, "check": "ok",
+                                "env": env}) + "\n")
+        f.write('{"id": "torn", "kind": "gemm", "par')  # a killed run's last line
+    (tmp_path / "environment.json").write_text(json.dumps(env))
+    fit_directory(tmp_path)
+    prof = load_profile(tmp_path)
+    assert prof.fitted and prof.spec_key == "h200-sxm"
+    assert prof.validation["ops"]["held_out"]["gemm"]["median_abs_error"] < 0.05
+    assert (tmp_path / "validation.md").read_text().count("| held_out |") >= 2
