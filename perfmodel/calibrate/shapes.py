@@ -1,0 +1,610 @@
+"""The cases each family measures, for the "quick" (CPU, a minute) and "full" (H200, minutes) suites.
+
+Pure Python, no torch: ``plan(suite, device)`` returns ``{family: [Case, ...]}`` in run order, with
+shapes deduplicated by id. Every case carries a deterministic ``group`` (which model layer or sweep
+it came from) so a fitter can hold out whole shapes. ``python -m perfmodel.calibrate.shapes --suite
+full`` prints case counts and a rough H200 time estimate per family.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .store import make_id
+
+FAMILIES = ("launch", "copy", "reduce", "gemm", "attention", "rmsnorm", "swiglu", "rotary",
+            "residual", "instream", "layer", "collective")
+
+MB = 1 << 20
+GB = 1 << 30
+
+
+@dataclass
+class Case:
+    kind: str
+    params: dict[str, Any]
+    group: str
+    id: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.id = make_id(self.kind, self.params)
+
+
+class _Cases:
+    """An ordered, id-deduplicated list of cases (first group wins)."""
+
+    def __init__(self) -> None:
+        self.items: list[Case] = []
+        self.ids: set[str] = set()
+
+    def add(self, kind: str, params: dict[str, Any], group: str) -> bool:
+        c = Case(kind, params, group)
+        if c.id in self.ids:
+            return False
+        self.ids.add(c.id)
+        self.items.append(c)
+        return True
+
+
+# ---------------------------------------------------------------------------------------------
+# copy / reduce
+# ---------------------------------------------------------------------------------------------
+
+def stream_sizes(suite: str) -> list[int]:
+    if suite == "quick":
+        return [1 * MB, 4 * MB, 16 * MB, 64 * MB]
+    # 16 log-spaced sizes 1 MB .. 4 GB, rounded to 64 KB
+    out = []
+    for i in range(16):
+        b = 2 ** (20 + 12 * i / 15)
+        out.append(int(round(b / 65536)) * 65536)
+    return sorted(set(out))
+
+
+def copy_cases(suite: str) -> list[Case]:
+    cs = _Cases()
+    for b in stream_sizes(suite):
+        cs.add("copy", {"bytes": b}, "stream")
+    return cs.items
+
+
+def reduce_cases(suite: str) -> list[Case]:
+    cs = _Cases()
+    for b in stream_sizes(suite):
+        cs.add("reduce", {"bytes": b}, "stream")
+    return cs.items
+
+
+# ---------------------------------------------------------------------------------------------
+# gemm
+# ---------------------------------------------------------------------------------------------
+
+M_DECODE = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+M_PREFILL = (512, 1024, 2048, 4096, 8192, 16384)
+TPS = (1, 2, 4, 8)
+VOCAB = 128256
+
+# name: hidden, qkv output width, intermediate
+DENSE_MODELS = {
+    "llama8b": (4096, 6144, 14336),
+    "llama70b": (8192, 10240, 28672),
+    "llama405b": (16384, 18432, 53248),
+}
+# expert FFNs (expert-parallel: unsharded): name: hidden, expert intermediate
+EXPERTS = {
+    "mixtral": (4096, 14336),
+    "deepseek": (7168, 2048),
+}
+CORE = {"llama8b-tp1", "llama70b-tp8"}  # these (N, K) pairs get every M
+
+
+def model_linears() -> list[tuple[str, int, int]]:
+    """(group, N, K) for every projection of the real models at every TP degree."""
+    out: list[tuple[str, int, int]] = []
+    for name, (h, qkv, inter) in DENSE_MODELS.items():
+        for tp in TPS:
+            g = f"{name}-tp{tp}"
+            out += [
+                (f"{g}-qkv", qkv // tp, h),
+                (f"{g}-o", h, h // tp),
+                (f"{g}-gate_up", 2 * inter // tp, h),
+                (f"{g}-down", h, inter // tp),
+                (f"{g}-lmhead", VOCAB // tp, h),
+            ]
+    for name, (h, inter) in EXPERTS.items():
+        out += [
+            (f"{name}-expert-gate_up", 2 * inter, h),
+            (f"{name}-expert-down", h, inter),
+        ]
+    return out
+
+
+def _rot(seq: tuple[int, ...], i: int, n: int, stride: int) -> list[int]:
+    return [seq[(i * stride + j * (len(seq) // n + 1)) % len(seq)] for j in range(n)]
+
+
+def gemm_model_shapes() -> list[tuple[str, int, int, int]]:
+    """(group, m, n, k): core pairs at all 15 M, the others at 2 decode + 2 prefill M (rotating)."""
+    out = []
+    for i, (g, n, k) in enumerate(model_linears()):
+        base = g.rsplit("-", 1)[0]
+        if base in CORE:
+            ms = list(M_DECODE) + list(M_PREFILL)
+        else:
+            ms = _rot(M_DECODE, i, 2, 2) + _rot(M_PREFILL, i, 2, 1)
+        for m in ms:
+            out.append((g, m, n, k))
+    return out
+
+
+def gemm_square_shapes() -> list[tuple[str, int, int, int]]:
+    return [("square", s, s, s) for s in (256, 512, 1024, 2048, 4096, 8192, 16384)]
+
+
+def gemm_awkward_shapes(sm_count: int = 132) -> list[tuple[str, int, int, int]]:
+    out: list[tuple[str, int, int, int]] = []
+    odd = (1000, 1536, 2304, 4095, 4097, 6144 + 64, 127, 129, 1023, 1025, 8191, 8193)
+    for n in odd:  # awkward N at decode, mid and prefill M
+        for m in (16, 4096):
+            out.append(("awkward-n", m, n, 4096))
+    for m in (127, 129, 1000, 1023, 1025, 4095, 4097, 6208):  # awkward M
+        out.append(("awkward-m", m, 4096, 4096))
+    out.append(("awkward-k", 2048, 4096, 4095))
+    out.append(("awkward-k", 2048, 4096, 4097))
+    out.append(("awkward-k", 2048, 4096, 1000))
+    # wave quantization: output tiles just below / at / above a multiple of the SM count
+    for n in (4096, 8192):
+        for tile_m, tile_n in ((128, 128), (128, 256)):
+            cols = math.ceil(n / tile_n)
+            for waves in (1, 2, 4):
+                rows = (sm_count * waves) // cols
+                for r, extra in ((rows, 0), (rows + 1, 0), (rows, 1)):
+                    m = r * tile_m + extra
+                    if m > 0:
+                        out.append((f"waves-{tile_m}x{tile_n}", m, n, 8192))
+    return out
+
+
+def gemm_random_shapes(count: int, seed: int = 2026) -> list[tuple[str, int, int, int]]:
+    """(dtype, m, n, k) drawn log-uniformly: m 1..16384, n and k 256..32768, capped at 2e12 FLOPs."""
+    import random
+
+    rng = random.Random(seed)
+    out: list[tuple[str, int, int, int]] = []
+    while len(out) < count:
+        m = max(1, int(round(2 ** rng.uniform(0, 14))))
+        dtype = "bf16" if len(out) % 4 else "fp8"
+        align = (16 if dtype == "fp8" else 8) if rng.random() < 0.2 else 64  # _scaled_mm needs 16
+        n = max(align, int(round(2 ** rng.uniform(8, 15) / align)) * align)
+        k = max(align, int(round(2 ** rng.uniform(8, 15) / align)) * align)
+        if 2.0 * m * n * k > 2e12:
+            continue
+        out.append((dtype, m, n, k))
+    return out
+
+
+def gemm_flops(m: int, n: int, k: int) -> float:
+    return 2.0 * m * n * k
+
+
+def gemm_cases(suite: str, device: str, *, fp8: bool = True, sm_count: int = 132) -> list[Case]:
+    cs = _Cases()
+
+    def add(dtype: str, g: str, m: int, n: int, k: int) -> None:
+        cs.add("gemm", {"m": m, "n": n, "k": k, "dtype": dtype}, g)
+
+    if suite == "quick":
+        small = [("quick", 1, 256, 256), ("quick", 8, 512, 256), ("quick", 64, 256, 512),
+                 ("quick", 128, 128, 128), ("quick", 256, 256, 256), ("quick", 129, 255, 256)]
+        for s in small:
+            add("fp32", *s)
+        for s in small[:4]:
+            add("bf16", *s)
+        if device.startswith("cuda"):
+            for s in small[:3]:
+                add("fp16", *s)
+                add("tf32", *s)
+                if fp8:
+                    add("fp8", *s)
+        return cs.items
+
+    model = gemm_model_shapes()
+    square = gemm_square_shapes()
+    awkward = gemm_awkward_shapes(sm_count)
+    for s in model + square + awkward:
+        add("bf16", *s)
+    # shapes no model table produced: log-uniform, seeded, mostly 64-aligned (some only 8-aligned)
+    for s in gemm_random_shapes(160):
+        add(s[0], "random", *s[1:])
+    # fp16: every 4th model shape, the squares, a few awkward ones
+    for i, s in enumerate(model):
+        if i % 5 == 0:
+            add("fp16", *s)
+    for s in square:
+        add("fp16", *s)
+    for s in awkward[::6]:
+        add("fp16", *s)
+    # fp8: every 4th model shape (offset), squares; _scaled_mm wants K and N multiples of 16
+    if fp8:
+        for i, s in enumerate(model):
+            if i % 5 == 2 and s[2] % 16 == 0 and s[3] % 16 == 0:
+                add("fp8", *s)
+        for s in square:
+            add("fp8", *s)
+        for s in awkward:
+            if s[0].startswith("waves") and s[2] % 16 == 0 and s[3] % 16 == 0 and len(cs.items) % 3 == 0:
+                add("fp8", *s)
+    # tf32 / fp32: fewer, and capped in size (fp32 on vector units is ~15x slower than bf16)
+    for i, s in enumerate(model):
+        if i % 8 == 1 and gemm_flops(*s[1:]) <= 4e12:
+            add("tf32", *s)
+    for s in square:
+        if s[1] <= 8192:
+            add("tf32", *s)
+    for i, s in enumerate(model):
+        if i % 16 == 3 and gemm_flops(*s[1:]) <= 1e12:
+            add("fp32", *s)
+    for s in square:
+        if s[1] <= 4096:
+            add("fp32", *s)
+    return cs.items
+
+
+# ---------------------------------------------------------------------------------------------
+# attention
+# ---------------------------------------------------------------------------------------------
+
+HEAD_CONFIGS = ((32, 8, 128), (64, 8, 128), (8, 1, 128), (16, 2, 128), (32, 32, 128), (28, 4, 128),
+                (64, 64, 128))
+PREFILL_SEQS = (128, 512, 1024, 2048, 4096, 8192, 16384)
+DECODE_CONTEXTS = (128, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+DECODE_BATCHES = (1, 4, 16, 64, 128, 256)
+KV_LIMIT_BYTES = 40e9
+PREFILL_TOKENS = 16384
+
+
+def kv_cache_bytes(batch: int, heads_kv: int, seq_kv: int, head_dim: int, elem: int = 2) -> int:
+    return 2 * batch * heads_kv * seq_kv * head_dim * elem
+
+
+def attention_cases(suite: str) -> list[Case]:
+    cs = _Cases()
+
+    def add(g, b, hq, hkv, sq, skv, d, causal):
+        cs.add("attention", {"batch": b, "heads_q": hq, "heads_kv": hkv, "seq_q": sq, "seq_kv": skv,
+                             "head_dim": d, "causal": causal, "dtype": "bf16"}, g)
+
+    if suite == "quick":
+        add("prefill", 1, 4, 2, 64, 64, 64, True)
+        add("prefill", 2, 4, 4, 128, 128, 64, True)
+        add("decode", 2, 4, 1, 1, 256, 64, False)
+        add("decode", 4, 8, 2, 1, 512, 64, False)
+        return cs.items
+    for hq, hkv, d in HEAD_CONFIGS:
+        g = f"h{hq}-kv{hkv}-d{d}"
+        for s in PREFILL_SEQS:
+            for b in (max(1, PREFILL_TOKENS // s), 1):
+                add(f"prefill-{g}", b, hq, hkv, s, s, d, True)
+    for hq, hkv, d in HEAD_CONFIGS:
+        g = f"h{hq}-kv{hkv}-d{d}"
+        for ctx in DECODE_CONTEXTS:
+            for b in DECODE_BATCHES:
+                if kv_cache_bytes(b, hkv, ctx, d) > KV_LIMIT_BYTES:
+                    continue
+                add(f"decode-{g}", b, hq, hkv, 1, ctx, d, False)
+    return cs.items
+
+
+def attention_flops(p: dict[str, Any]) -> float:
+    f = 4.0 * p["batch"] * p["heads_q"] * p["seq_q"] * p["seq_kv"] * p["head_dim"]
+    if p["causal"] and p["seq_q"] == p["seq_kv"]:
+        f *= (p["seq_q"] + 1) / (2.0 * p["seq_q"])
+    return f
+
+
+def attention_bytes(p: dict[str, Any], elem: int = 2) -> float:
+    q = p["batch"] * p["heads_q"] * p["seq_q"] * p["head_dim"] * elem
+    return 2 * q + kv_cache_bytes(p["batch"], p["heads_kv"], p["seq_kv"], p["head_dim"], elem)
+
+
+# ---------------------------------------------------------------------------------------------
+# elementwise families
+# ---------------------------------------------------------------------------------------------
+
+TOKENS = (1, 8, 64, 256, 1024, 4096, 16384, 65536)
+HIDDENS = (2048, 4096, 5120, 8192, 16384)
+WIDTHS = (1792, 3584, 7168, 14336, 28672, 53248)
+
+
+def rmsnorm_cases(suite: str) -> list[Case]:
+    cs = _Cases()
+    if suite == "quick":
+        for t, h in ((1, 256), (64, 1024), (1024, 2048), (4096, 1024)):
+            cs.add("rmsnorm", {"tokens": t, "hidden": h, "dtype": "bf16"}, "quick")
+        return cs.items
+    for h in HIDDENS:
+        for t in TOKENS:
+            cs.add("rmsnorm", {"tokens": t, "hidden": h, "dtype": "bf16"}, f"hidden{h}")
+    return cs.items
+
+
+def swiglu_cases(suite: str) -> list[Case]:
+    cs = _Cases()
+    if suite == "quick":
+        for t, w in ((1, 256), (64, 1792), (1024, 1792), (2048, 3584)):
+            cs.add("swiglu", {"tokens": t, "width": w, "dtype": "bf16"}, "quick")
+        return cs.items
+    for w in WIDTHS:
+        for t in TOKENS:
+            cs.add("swiglu", {"tokens": t, "width": w, "dtype": "bf16"}, f"width{w}")
+    return cs.items
+
+
+def rotary_cases(suite: str) -> list[Case]:
+    cs = _Cases()
+    if suite == "quick":
+        for t, h, d in ((1, 8, 64), (64, 8, 128), (1024, 8, 128)):
+            cs.add("rotary", {"tokens": t, "heads": h, "head_dim": d, "dtype": "bf16"}, "quick")
+        return cs.items
+    for h, d in ((32, 128), (8, 128), (64, 128), (4, 128)):
+        for t in (1, 64, 1024, 8192, 32768):
+            cs.add("rotary", {"tokens": t, "heads": h, "head_dim": d, "dtype": "bf16"}, f"heads{h}")
+    return cs.items
+
+
+def residual_cases(suite: str) -> list[Case]:
+    cs = _Cases()
+    if suite == "quick":
+        for t, h in ((1, 256), (64, 1024), (1024, 2048), (4096, 4096)):
+            cs.add("residual", {"tokens": t, "hidden": h, "dtype": "bf16"}, "quick")
+        return cs.items
+    for h in HIDDENS:
+        for t in TOKENS:
+            cs.add("residual", {"tokens": t, "hidden": h, "dtype": "bf16"}, f"hidden{h}")
+    return cs.items
+
+
+def launch_cases(suite: str, device: str) -> list[Case]:
+    cs = _Cases()
+    cs.add("launch", {"mode": "eager"}, "launch")
+    if device.startswith("cuda"):
+        cs.add("launch", {"mode": "graph"}, "launch")
+    return cs.items
+
+
+# ---------------------------------------------------------------------------------------------
+# in-stream: the same operators run back to back inside one CUDA graph
+# ---------------------------------------------------------------------------------------------
+
+def instream_cases(suite: str) -> list[Case]:
+    """Per-op time of ``copies`` instances (distinct inputs) replayed back to back in one CUDA graph.
+
+    A standalone event timing includes the launch latency of its one kernel and, for multi-kernel
+    eager ops, host dispatch; a decoder layer replayed from a graph pays neither. These cases measure
+    what an op costs inside such a stream, so the model can tell the two apart. (CPU: eager, back to back.)
+    """
+    cs = _Cases()
+
+    def add(op: str, params: dict[str, Any], group: str, copies: int = 8) -> None:
+        cs.add("instream", {"op": op, **params, "copies": copies}, f"instream-{group}")
+
+    if suite == "quick":
+        add("gemm", {"m": 1, "n": 256, "k": 256, "dtype": "bf16"}, "gemm", 2)
+        add("rmsnorm", {"tokens": 8, "hidden": 256, "dtype": "bf16"}, "rmsnorm", 2)
+        add("swiglu", {"tokens": 8, "width": 256, "dtype": "bf16"}, "swiglu", 2)
+        add("rotary", {"tokens": 8, "heads": 4, "head_dim": 64, "dtype": "bf16"}, "rotary", 2)
+        add("residual", {"tokens": 8, "hidden": 256, "dtype": "bf16"}, "residual", 2)
+        add("copy", {"bytes": 65536}, "copy", 2)
+        add("attention", {"batch": 1, "heads_q": 4, "heads_kv": 2, "seq_q": 1, "seq_kv": 64, "head_dim": 64,
+                          "causal": False, "dtype": "bf16"}, "attention", 2)
+        return cs.items
+    widths = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336),  # Llama-3.1-8B
+              (1280, 8192), (8192, 1024), (7168, 8192), (8192, 3584))  # Llama-3.1-70B, TP 8
+    for m in (1, 16, 64, 256):
+        for n, k in widths:
+            add("gemm", {"m": m, "n": n, "k": k, "dtype": "bf16"}, "gemm")
+    for m in (1, 64):
+        for n, k in ((6144, 4096), (28672, 4096)):
+            add("gemm", {"m": m, "n": n, "k": k, "dtype": "fp8"}, "gemm-fp8")
+    for hq, hkv in ((32, 8), (8, 1)):
+        for ctx in (1024, 4096):
+            for b in (1, 8, 32, 128):
+                add("attention", {"batch": b, "heads_q": hq, "heads_kv": hkv, "seq_q": 1, "seq_kv": ctx + 1,
+                                  "head_dim": 128, "causal": False, "dtype": "bf16"}, "attention-decode")
+        for s in (512, 2048):
+            add("attention", {"batch": 1, "heads_q": hq, "heads_kv": hkv, "seq_q": s, "seq_kv": s, "head_dim": 128,
+                              "causal": True, "dtype": "bf16"}, "attention-prefill", 4)
+    tokens = (1, 8, 32, 128, 512, 2048)
+    for h in (4096, 8192):
+        for t in tokens:
+            add("rmsnorm", {"tokens": t, "hidden": h, "dtype": "bf16"}, "rmsnorm")
+    for w in (14336, 3584):
+        for t in tokens:
+            add("swiglu", {"tokens": t, "width": w, "dtype": "bf16"}, "swiglu")
+    for heads in (32, 8, 1):
+        for t in tokens:
+            add("rotary", {"tokens": t, "heads": heads, "head_dim": 128, "dtype": "bf16"}, "rotary")
+    for h in (4096, 8192):
+        for t in (1, 8, 128, 2048):
+            add("residual", {"tokens": t, "hidden": h, "dtype": "bf16"}, "residual")
+    for nbytes in (8 * 1024, 64 * 1024, MB, 16 * MB):
+        add("copy", {"bytes": nbytes}, "copy")
+    return cs.items
+
+
+# ---------------------------------------------------------------------------------------------
+# layers
+# ---------------------------------------------------------------------------------------------
+
+LAYER_MODELS = {
+    # name: hidden, heads, kv_heads, head_dim, intermediate
+    "llama-3.1-8b": (4096, 32, 8, 128, 14336),
+    "llama-3.1-70b": (8192, 64, 8, 128, 28672),
+    "tiny": (256, 4, 2, 64, 512),
+}
+
+
+def _layer(model: str, tp: int, phase: str, batch: int, seq: int, context: int, graph: bool) -> dict:
+    h, nh, nkv, d, inter = LAYER_MODELS[model]
+    return {"model": model, "hidden": h, "heads": nh, "kv_heads": nkv, "head_dim": d,
+            "intermediate": inter, "tp": tp, "phase": phase, "batch": batch, "seq": seq,
+            "context": context, "dtype": "bf16", "graph": graph}
+
+
+def layer_cases(suite: str, device: str) -> list[Case]:
+    cs = _Cases()
+    graph = device.startswith("cuda")
+    if suite == "quick":
+        cs.add("layer", _layer("tiny", 1, "prefill", 1, 32, 0, False), "tiny")
+        cs.add("layer", _layer("tiny", 2, "prefill", 2, 64, 0, False), "tiny")
+        cs.add("layer", _layer("tiny", 1, "decode", 2, 1, 64, graph), "tiny")
+        return cs.items
+    full_grid = [("llama-3.1-8b", 1), ("llama-3.1-70b", 8)]
+    partial = [("llama-3.1-70b", 1), ("llama-3.1-70b", 2), ("llama-3.1-70b", 4)]
+    for model, tp in full_grid:
+        g = f"{model}-tp{tp}"
+        for s in (512, 2048, 8192):
+            cs.add("layer", _layer(model, tp, "prefill", 1, s, 0, False), g)
+        for ctx in (1024, 4096):
+            for b in (1, 8, 32, 128):
+                cs.add("layer", _layer(model, tp, "decode", b, 1, ctx, graph), g)
+    for model, tp in partial:
+        g = f"{model}-tp{tp}"
+        cs.add("layer", _layer(model, tp, "prefill", 1, 2048, 0, False), g)
+        for b in (1, 32):
+            cs.add("layer", _layer(model, tp, "decode", b, 1, 4096, graph), g)
+    cs.add("layer", _layer("llama-3.1-70b", 8, "prefill", 4, 2048, 0, False), "llama-3.1-70b-tp8")
+    cs.add("layer", _layer("llama-3.1-70b", 8, "decode", 8, 1, 16384, graph), "llama-3.1-70b-tp8")
+    return cs.items
+
+
+# ---------------------------------------------------------------------------------------------
+# collectives
+# ---------------------------------------------------------------------------------------------
+
+COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+
+def collective_sizes(suite: str, device: str) -> list[int]:
+    if suite == "quick" or not device.startswith("cuda"):
+        return [4096 * 4 ** i for i in range(6)]  # 4 KB .. 4 MB
+    return [4096 * 2 ** i for i in range(19)]  # 4 KB .. 1 GB
+
+
+# ---------------------------------------------------------------------------------------------
+# the plan
+# ---------------------------------------------------------------------------------------------
+
+# share of the total time budget (full suite); unused time rolls over to later families
+BUDGET_WEIGHTS = {
+    "launch": 1, "copy": 3, "reduce": 3, "gemm": 38, "attention": 24, "rmsnorm": 3, "swiglu": 3,
+    "rotary": 2, "residual": 3, "instream": 6, "layer": 8, "collective": 12,
+}
+
+
+def plan(suite: str, device: str, *, fp8: bool = True, sm_count: int = 132) -> dict[str, list[Case]]:
+    if suite not in ("quick", "full"):
+        raise ValueError(f"suite must be 'quick' or 'full', not {suite!r}")
+    return {
+        "launch": launch_cases(suite, device),
+        "copy": copy_cases(suite),
+        "reduce": reduce_cases(suite),
+        "gemm": gemm_cases(suite, device, fp8=fp8, sm_count=sm_count),
+        "attention": attention_cases(suite),
+        "rmsnorm": rmsnorm_cases(suite),
+        "swiglu": swiglu_cases(suite),
+        "rotary": rotary_cases(suite),
+        "residual": residual_cases(suite),
+        "instream": instream_cases(suite),
+        "layer": layer_cases(suite, device),
+        # collective cases depend on the world size; they are made by collectives.py
+        "collective": [],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# rough H200 estimate (planning only)
+# ---------------------------------------------------------------------------------------------
+
+H200 = {"bw": 4.3e12, "bf16": 790e12, "fp16": 790e12, "fp8": 1450e12, "tf32": 380e12,
+        "fp32": 50e12, "attn": 450e12, "launch": 6e-6}
+OVERHEAD_S = 0.05      # inputs, correctness check, Python, per case
+TARGET_S = 0.08        # timed region per case (reps chosen to fill it, >= 10 reps)
+WARMUP_S = 0.025
+
+
+def estimate_call_s(case: Case) -> float:
+    p = case.params
+    r = H200
+    if case.kind == "copy":
+        return 2 * p["bytes"] / r["bw"] + r["launch"]
+    if case.kind == "reduce":
+        return p["bytes"] / r["bw"] + r["launch"]
+    if case.kind == "gemm":
+        m, n, k = p["m"], p["n"], p["k"]
+        e = {"fp8": 1, "fp32": 4, "tf32": 4}.get(p["dtype"], 2)
+        oe = 2 if p["dtype"] in ("fp8", "bf16", "fp16") else 4
+        byt = (m * k + k * n) * e + m * n * oe
+        return max(gemm_flops(m, n, k) / r[p["dtype"]], byt / r["bw"]) + r["launch"]
+    if case.kind == "attention":
+        return max(attention_flops(p) / r["attn"], attention_bytes(p) / r["bw"]) + r["launch"]
+    if case.kind == "rmsnorm" or case.kind == "residual":
+        n = 3 if case.kind == "residual" else 2
+        return n * p["tokens"] * p["hidden"] * 2 / r["bw"] + r["launch"]
+    if case.kind == "swiglu":
+        return 5 * p["tokens"] * p["width"] * 2 / r["bw"] + 2 * r["launch"]
+    if case.kind == "rotary":
+        return 8 * p["tokens"] * p["heads"] * p["head_dim"] * 2 / r["bw"] + 8 * r["launch"]
+    if case.kind == "launch":
+        return 1000 * r["launch"]
+    if case.kind == "instream":
+        inner = {k: v for k, v in p.items() if k not in ("op", "copies")}
+        return p["copies"] * estimate_call_s(Case(p["op"], inner, ""))
+    if case.kind == "layer":
+        h, nh, nkv, d, inter, tp = (p[x] for x in ("hidden", "heads", "kv_heads", "head_dim",
+                                                      "intermediate", "tp"))
+        t = p["batch"] * p["seq"]
+        w = h * (nh // tp + 2 * max(1, nkv // tp)) * d + (nh // tp) * d * h + 3 * h * inter // tp
+        fl = 2 * t * w
+        kv = kv_cache_bytes(p["batch"], max(1, nkv // tp), p["context"] + p["seq"], d)
+        return max(fl / r["bf16"], (2 * w + kv) / r["bw"]) + 20 * r["launch"]
+    return 1e-3
+
+
+def estimate_case_s(case: Case) -> float:
+    call = estimate_call_s(case)
+    if case.kind == "launch":
+        return OVERHEAD_S + 8 * call
+    reps = max(10, min(200, round(TARGET_S / call)))
+    flush = 256 * MB / H200["bw"]
+    warm = max(WARMUP_S, 2 * call) + 3 * (call + flush)
+    return OVERHEAD_S + warm + reps * (call + flush)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="print the calibration plan: cases and H200 estimate")
+    ap.add_argument("--suite", default="full", choices=("quick", "full"))
+    ap.add_argument("--device", default="cuda")
+    args = ap.parse_args(argv)
+    total_n = 0
+    total_s = 0.0
+    print(f"{'family':<12}{'cases':>7}{'est_s':>9}")
+    for fam, cases in plan(args.suite, args.device).items():
+        s = sum(estimate_case_s(c) for c in cases)
+        total_n += len(cases)
+        total_s += s
+        extra = ""
+        if fam == "gemm":
+            by: dict[str, int] = {}
+            for c in cases:
+                by[c.params["dtype"]] = by.get(c.params["dtype"], 0) + 1
+            extra = "  " + " ".join(f"{k}={v}" for k, v in by.items())
+        print(f"{fam:<12}{len(cases):>7}{s:>9.1f}{extra}")
+    print(f"{'total':<12}{total_n:>7}{total_s:>9.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,150 @@
+"""The measurement store: one JSON object a line in ``measurements.jsonl``.
+
+Rows are appended as each case is measured (write, flush, fsync), so a run that is killed loses at
+most the row being written. Reading tolerates a torn last line; :func:`repair` cuts the file back to
+its last complete line before a resumed run appends to it. Nothing here imports torch.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+MEASUREMENTS = "measurements.jsonl"
+ENVIRONMENT = "environment.json"
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def make_id(kind: str, params: dict[str, Any]) -> str:
+    """``kind|dtype|key=value|...``: dtype (when there is one) second, then the params in order."""
+    parts = [kind]
+    if "dtype" in params:
+        parts.append(str(params["dtype"]))
+    parts.extend(f"{k}={_fmt(v)}" for k, v in params.items() if k != "dtype")
+    return "|".join(parts)
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe: NaN/inf become None (json would write bare NaN, which strict readers reject)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def iter_rows(path: Path) -> Iterator[dict[str, Any]]:
+    """Every complete, parseable row; a torn or garbled line (a kill mid-write) is skipped."""
+    path = Path(path)
+    if not path.exists():
+        return
+    with open(path, "rb") as fh:
+        for raw in fh:
+            if not raw.endswith(b"\n"):
+                # torn last line: never trust it, even if it happens to parse
+                break
+            line = raw.strip()
+            if not line:
+                continue
+            try:
+                row = json.loads(line.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                continue
+            if isinstance(row, dict):
+                yield row
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    return list(iter_rows(path))
+
+
+def repair(path: Path) -> int:
+    """Truncate the file to its last complete line; returns the bytes cut off (0 if none)."""
+    path = Path(path)
+    if not path.exists():
+        return 0
+    size = path.stat().st_size
+    if size == 0:
+        return 0
+    with open(path, "rb+") as fh:
+        # scan back from the end for the last newline
+        block = 1 << 16
+        pos = size
+        keep = 0
+        while pos > 0:
+            start = max(0, pos - block)
+            fh.seek(start)
+            chunk = fh.read(pos - start)
+            idx = chunk.rfind(b"\n")
+            if idx >= 0:
+                keep = start + idx + 1
+                break
+            pos = start
+        if keep < size:
+            fh.truncate(keep)
+            fh.flush()
+            os.fsync(fh.fileno())
+        return size - keep
+
+
+class Store:
+    """Append-only writer of rows, durable row by row."""
+
+    def __init__(self, out_dir: Path, *, resume: bool = False):
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.out_dir / MEASUREMENTS
+        self.done: set[str] = set()
+        self.torn_bytes = 0
+        if resume:
+            self.torn_bytes = repair(self.path)
+            self.done = {str(r["id"]) for r in iter_rows(self.path) if "id" in r}
+        self.written = 0
+
+    def __contains__(self, row_id: str) -> bool:
+        return row_id in self.done
+
+    def append(self, row: dict[str, Any]) -> None:
+        line = json.dumps(_clean(row), sort_keys=False, default=str) + "\n"
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(line)
+            fh.flush()
+            os.fsync(fh.fileno())
+        self.done.add(str(row.get("id")))
+        self.written += 1
+
+    def extend(self, rows: Iterable[dict[str, Any]]) -> None:
+        for row in rows:
+            self.append(row)
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write ``obj`` as JSON to a temp file in the same folder, fsync, then os.replace it in."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(_clean(obj), fh, indent=2, sort_keys=True, default=str)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
