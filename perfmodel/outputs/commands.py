@@ -1,0 +1,149 @@
+"""``perfmodel report``, ``perfmodel export`` and ``perfmodel sweep``.
+
+Registered by :func:`perfmodel.cli._register_outputs`. Only argparse at import time: jinja2, openpyxl
+and numpy load inside the command functions, so the CLI starts fast.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ..errors import InputError
+
+
+def register(sub, scenario_flags, scenario_from_args, emit) -> None:
+    ctx = {"scenario": scenario_from_args, "emit": emit}
+
+    p = sub.add_parser("report", help="one self-contained HTML report: summary, hardware, charts, sensitivity")
+    p.add_argument("--arch", action="append", required=True, help="hardware spec name or path (repeatable)")
+    p.add_argument("--baseline", default=None, help="hardware the others are compared against (shown first)")
+    p.add_argument("--model", required=True, help="model name, descriptor YAML or config.json")
+    scenario_flags(p)
+    p.add_argument("--out", default="report.html", help="HTML file to write (default report.html)")
+    p.set_defaults(func=lambda a: cmd_report(a, ctx))
+
+    p = sub.add_parser("export", help="what-if workbook (xlsx, live formulas) or flat CSV tables")
+    p.add_argument("--arch", action="append", required=True,
+                   help="hardware spec (repeatable: one file per part, suffixed with the spec key)")
+    p.add_argument("--model", required=True)
+    scenario_flags(p)
+    p.add_argument("--format", choices=("xlsx", "csv"), default="xlsx")
+    p.add_argument("--vary", action="append", default=[], metavar="FIELD=RANGE",
+                   help="grid for the Sweep sheet, as for `perfmodel sweep` (default: batch 1, 2, 4, ... max)")
+    p.add_argument("--out", required=True,
+                   help="xlsx file; for csv a prefix (PREFIX-ops.csv, -summary.csv, -inputs.csv) or a folder")
+    p.set_defaults(func=lambda a: cmd_export(a, ctx))
+
+    p = sub.add_parser("sweep", help="evaluate a grid of hardware figures and scenario values (vectorised)")
+    p.add_argument("--arch", required=True)
+    p.add_argument("--model", required=True)
+    scenario_flags(p)
+    p.add_argument("--vary", action="append", required=True, metavar="FIELD=RANGE",
+                   help="FIELD=START:STOP:COUNT (units allowed: 4TB/s:12TB/s:9) or FIELD=V1,V2,... "
+                        "(batch accepts 'max'); repeatable")
+    p.add_argument("--out", default=None, help="sweep.csv or sweep.xlsx (default: CSV on stdout)")
+    p.add_argument("--plot", default=None, help="SVG chart: the metric against the first --vary, a line per "
+                                                "value of the second")
+    p.add_argument("--metric", default="throughput_tok_s_per_gpu",
+                   help="metric to plot: ttft_ms, tpot_ms, e2e_ms, throughput_tok_s, throughput_tok_s_per_gpu")
+    p.set_defaults(func=lambda a: cmd_sweep(a, ctx))
+
+
+def _argv() -> list[str]:
+    return list(sys.argv[1:])
+
+
+def _done(path, extra: str = "") -> None:
+    print(f"wrote {path}{extra}", file=sys.stderr)
+
+
+def cmd_report(args, ctx) -> int:
+    from .common import write_output
+    from .report import render_report
+
+    sc = ctx["scenario"](args)
+    html = render_report(args.arch, args.model, sc, baseline=args.baseline, calibration=args.calibration,
+                         argv=_argv())
+    write_output(args.out, html)
+    _done(args.out)
+    return 0
+
+
+def _resolve(args, arch):
+    from ..resolve import resolve_hardware, resolve_model, resolve_profile
+
+    hw = resolve_hardware(arch)
+    return hw, resolve_model(args.model), resolve_profile(args.calibration, hw)
+
+
+def _out_for(out: str, key: str, several: bool, suffix: str) -> Path:
+    p = Path(out)
+    if not several:
+        return p
+    stem = p.name[: -len(suffix)] if p.name.endswith(suffix) else p.name
+    return p.with_name(f"{stem}-{key}{suffix}")
+
+
+def cmd_export(args, ctx) -> int:
+    from .common import write_output
+    from .sweep import parse_vary, run_sweep
+
+    sc = ctx["scenario"](args)
+    axes = [parse_vary(v) for v in args.vary]
+    several = len(args.arch) > 1
+    for arch in args.arch:
+        hw, model, prof = _resolve(args, arch)
+        if args.format == "xlsx":
+            from .workbook import workbook_bytes
+
+            sweep = run_sweep(hw, model, sc, prof, axes) if axes else None
+            path = _out_for(args.out, hw.key, several, ".xlsx")
+            write_output(path, workbook_bytes(hw, model, sc, prof, sweep=sweep, argv=_argv()))
+            _done(path)
+        else:
+            from .workbook import csv_tables
+
+            tables = csv_tables(hw, model, sc, prof)
+            if axes:
+                from .sweep import sweep_csv
+
+                tables["sweep"] = sweep_csv(run_sweep(hw, model, sc, prof, axes))
+            base = Path(args.out)
+            if base.is_dir() or args.out.endswith(("/", "\\")):
+                prefix = base / (hw.key if several else "perfmodel")
+            else:
+                name = base.name[:-4] if base.name.endswith(".csv") else base.name
+                prefix = base.with_name(f"{name}-{hw.key}" if several else name)
+            for suffix, text in tables.items():
+                path = prefix.with_name(f"{prefix.name}-{suffix}.csv")
+                write_output(path, text)
+                _done(path)
+    return 0
+
+
+def cmd_sweep(args, ctx) -> int:
+    import time
+
+    from .common import write_output
+    from .sweep import METRICS, parse_vary, run_sweep, sweep_csv, sweep_svg, sweep_xlsx
+
+    if args.metric not in METRICS:
+        raise InputError(f"expected one of {', '.join(METRICS)}, got {args.metric!r}", field="--metric")
+    axes = [parse_vary(v) for v in args.vary]
+    sc = ctx["scenario"](args)
+    hw, model, prof = _resolve(args, args.arch)
+    t0 = time.perf_counter()
+    res = run_sweep(hw, model, sc, prof, axes)
+    dt = time.perf_counter() - t0
+    if args.out and args.out.endswith(".xlsx"):
+        write_output(args.out, sweep_xlsx(res))
+        _done(args.out, f" ({len(res)} points in {dt:.2f} s)")
+    elif args.out:
+        write_output(args.out, sweep_csv(res))
+        _done(args.out, f" ({len(res)} points in {dt:.2f} s)")
+    else:
+        sys.stdout.write(sweep_csv(res))
+    if args.plot:
+        write_output(args.plot, sweep_svg(res, args.metric))
+        _done(args.plot)
+    return 0

@@ -1,0 +1,260 @@
+"""The what-if workbook: its live formulas, recomputed by an engine independent of the writer (the
+``formulas`` package), match the Python model before and after an input changes."""
+from __future__ import annotations
+
+import csv
+import io
+import math
+
+import pytest
+
+openpyxl = pytest.importorskip("openpyxl", reason="openpyxl not installed: pip install openpyxl")
+
+from perfmodel.outputs.workbook import MAX_FORMULA, build_workbook, csv_tables, hoist, set_text  # noqa: E402
+from perfmodel.project import _project  # noqa: E402
+from perfmodel.resolve import resolve_hardware, resolve_model, resolve_profile  # noqa: E402
+from perfmodel.scenario import Scenario  # noqa: E402
+from perfmodel.spec import spec_with  # noqa: E402
+
+REL = 1e-3  # 0.1%
+
+CASES = {
+    "dense": ("b200", "llama8b", Scenario(batch=8, isl=1024, osl=128)),
+    "moe-mla-tp8": ("b200", "deepseek-v3", Scenario(batch="max", tp=8, ep=8, dtype="fp8", isl=2048, osl=256)),
+    "moe-tp2": ("h100-sxm", "mixtral", Scenario(batch=16, tp=2, isl=512, osl=64)),
+}
+
+
+def _setup(case):
+    arch, model, sc = CASES[case]
+    hw = resolve_hardware(arch)
+    prof = resolve_profile(None, hw)
+    return hw, resolve_model(model), sc.validated(), prof
+
+
+def _save(wb, path):
+    wb.save(path)
+    return path
+
+
+class Recomputed:
+    """A workbook loaded into the ``formulas`` engine; cells by sheet and address."""
+
+    def __init__(self, path):
+        formulas = pytest.importorskip("formulas", reason="formulas not installed: pip install formulas")
+        self.book = path.name
+        self.model = formulas.ExcelModel().loads(str(path)).finish()
+        self.sol = self.model.calculate()
+
+    def key(self, sheet, ref):
+        return f"'[{self.book}]{sheet.upper()}'!{ref.replace('$', '')}"
+
+    def get(self, sheet, ref):
+        v = self.sol[self.key(sheet, ref)].value[0][0]
+        return float(v) if not isinstance(v, (bool, str)) else v
+
+    def set(self, sheet, ref, value):
+        self.sol = self.model.calculate(inputs={self.key(sheet, ref): value})
+
+
+def _summary_rows(wb):
+    ws = wb["Summary"]
+    return {ws[f"F{r}"].value: f"B{r}" for r in range(4, ws.max_row + 1) if ws[f"F{r}"].value}
+
+
+def _input_row(wb, name):
+    ws = wb["Inputs"]
+    for r in range(1, ws.max_row + 1):
+        if ws[f"A{r}"].value == name and ws[f"B{r}"].value is not None:
+            return f"B{r}"
+    raise KeyError(name)
+
+
+def _close(a, b, rel=REL):
+    assert math.isclose(float(a), float(b), rel_tol=rel), f"{a} vs {b}"
+
+
+def _check_against(calc, wb, proj):
+    rows = _summary_rows(wb)
+    _close(calc.get("Summary", rows["ttft_s"]), proj.ttft_s)
+    _close(calc.get("Summary", rows["tpot_s"]), proj.tpot_s)
+    _close(calc.get("Summary", rows["e2e_s"]), proj.e2e_s)
+    _close(calc.get("Summary", rows["throughput_tok_s"]), proj.throughput_tok_s)
+    _close(calc.get("Summary", rows["throughput_tok_s_per_gpu"]), proj.throughput_tok_s_per_gpu)
+    _close(calc.get("Summary", rows["mem_total"]), proj.memory.total)
+    # a few per-op times, prefill and the middle decode step (the one Projection.decode holds)
+    for sheet, phase in (("Prefill", proj.prefill), ("Decode_mid", proj.decode)):
+        ws = wb[sheet]
+        header = [c.value for c in ws[8]]
+        col = header.index("time_s (one run)") + 1
+        by_name = {ws.cell(row=r, column=1).value: r for r in range(9, ws.max_row + 1)}
+        for t in sorted(phase.times, key=lambda t: -float(t.total))[:6]:
+            r = by_name[t.op.name]
+            got = calc.get(sheet, f"{openpyxl.utils.get_column_letter(col)}{r}")
+            _close(got, float(t.time))
+        _close(calc.get(sheet, "B5"), float(phase.time_s))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(CASES))
+def test_formulas_match_model_before_and_after_an_input_changes(case, tmp_path):
+    hw, model, sc, prof = _setup(case)
+    wb = build_workbook(hw, model, sc, prof)
+    path = _save(wb, tmp_path / "whatif.xlsx")
+    calc = Recomputed(path)
+    proj = _project(hw, model, sc, prof)
+    _check_against(calc, wb, proj)
+    if sc.tp > 1:  # collectives appear as operators with live formulas
+        kinds = {c.value for c in wb["Decode_mid"]["B"]}
+        assert kinds & {"all_reduce", "all_to_all", "all_gather"}
+
+    # change HBM bandwidth on the Inputs sheet: everything follows the model on the changed spec
+    new_bw = hw.hbm_bandwidth * 1.37
+    calc.set("Inputs", _input_row(wb, "hbm_bandwidth"), new_bw)
+    proj2 = _project(spec_with(hw, hbm_bandwidth=new_bw), model, sc, prof)
+    assert not math.isclose(proj2.tpot_s, proj.tpot_s, rel_tol=1e-3)
+    _check_against(calc, wb, proj2)
+    if sc.batch == "max":
+        rows = _summary_rows(wb)
+        assert calc.get("Summary", rows["n_pre"]) == proj.prefill_requests
+        assert calc.get("Inputs", _input_row(wb, "batch")) == proj.batch
+
+
+@pytest.mark.slow
+def test_latency_model_parameter_is_live(tmp_path):
+    """Profile fields are input cells, generically over the dataclass: change one and the result follows."""
+    hw, model, sc, prof = _setup("dense")
+    wb = build_workbook(hw, model, sc, prof)
+    calc = Recomputed(_save(wb, tmp_path / "whatif.xlsx"))
+    ref = _input_row(wb, "gemm_eta[bf16]")
+    new = prof.gemm_eta["bf16"] * 0.8
+    calc.set("Inputs", ref, new)
+    eta = dict(prof.gemm_eta, bf16=new)
+    _check_against(calc, wb, _project(hw, model, sc, prof.with_(gemm_eta=eta)))
+
+
+def test_every_formula_is_short_and_inputs_are_labelled():
+    hw, model, sc, prof = _setup("moe-mla-tp8")
+    wb = build_workbook(hw, model, sc, prof)
+    n = 0
+    for ws in wb.worksheets:
+        for row in ws.iter_rows():
+            for c in row:
+                if c.data_type == "f":
+                    n += 1
+                    assert len(c.value) < MAX_FORMULA, (ws.title, c.coordinate, len(c.value))
+    assert n > 200
+    ws = wb["Inputs"]
+    names = {ws[f"A{r}"].value for r in range(1, ws.max_row + 1)}
+    for must in ("hbm_bandwidth", "tensor_flops.fp8", "sm_count", "scaleup_bandwidth", "batch", "isl", "osl",
+                 "launch_graph_s"):
+        assert must in names
+    for fl in ("gemm_eta", "mem_eta", "gemm_k0", "attn_eta", "scaleup_eta"):
+        assert any(str(x).startswith(fl) for x in names), fl
+    # every input row carries a source
+    for r in range(6, ws.max_row + 1):
+        if ws[f"B{r}"].value is not None:
+            assert ws[f"D{r}"].value, ws[f"A{r}"].value
+
+
+@pytest.mark.slow
+def test_long_formulas_split_into_helper_cells_still_match(tmp_path, monkeypatch):
+    """Force the helper-cell path (as if a refitted model made a formula pass Excel's limit)."""
+    import perfmodel.outputs.workbook as W
+
+    monkeypatch.setattr(W, "MAX_FORMULA", 3000)
+    hw, model, sc, prof = _setup("dense")
+    wb = build_workbook(hw, model, sc, prof)
+    helpers = [c for ws in wb.worksheets for c in ws[7] if c.value == "helper"]
+    assert helpers
+    for ws in wb.worksheets:
+        for row in ws.iter_rows():
+            for c in row:
+                if c.data_type == "f":
+                    assert len(c.value) < 3000
+    calc = Recomputed(_save(wb, tmp_path / "whatif.xlsx"))
+    _check_against(calc, wb, _project(hw, model, sc, prof))
+
+
+def test_hoist_keeps_meaning():
+    """The helper-cell fallback for long formulas: substitution of repeated groups, evaluated."""
+    expr = "((A1+MAX(B1,2))*(A1+MAX(B1,2))+(A1+MAX(B1,2)))/(C1*(A1+MAX(B1,2)))"
+    refs = iter(f"H{i}" for i in range(1, 50))
+    short, helpers = hoist(expr, lambda: next(refs), limit=40)
+    assert len(short) < 40 and helpers
+    env = {"A1": 3.0, "B1": 5.0, "C1": 2.0}
+
+    def ev(text):
+        py = text.replace("MAX", "max")
+        for ref, sub in reversed(helpers):
+            if ref in py:
+                py = py.replace(ref, f"({ev(sub)})")
+        for k, v in env.items():
+            py = py.replace(k, repr(v))
+        return eval(py)  # noqa: S307 - test-only arithmetic
+
+    assert ev(short) == pytest.approx(ev(expr))
+
+
+@pytest.mark.parametrize("text", ["=1+2", "+SUM(A1:A9)", "-2+3", "@cmd", "=HYPERLINK(\"http://x\")"])
+def test_user_text_never_becomes_a_formula(text, tmp_path):
+    from openpyxl import Workbook, load_workbook
+
+    wb = Workbook()
+    ws = wb.active
+    set_text(ws, "A1", text)
+    assert ws["A1"].data_type == "s"
+    wb.save(tmp_path / "t.xlsx")
+    back = load_workbook(tmp_path / "t.xlsx").active["A1"]
+    assert back.data_type == "s" and back.value == text
+
+
+def test_injection_in_spec_name_stays_text(tmp_path):
+    """A spec named like a formula comes out as text in the workbook and in the CSV tables."""
+    from openpyxl import load_workbook
+
+    from perfmodel.paths import hardware_dir
+
+    spec = tmp_path / "evil.yaml"
+    spec.write_text(f"extends: {hardware_dir() / 'h100-sxm.yaml'}\nname: \"=HYPERLINK(\\\"http://evil\\\",\\\"x\\\")\"\n")
+    hw = resolve_hardware(str(spec))
+    assert hw.name.startswith("=")
+    model = resolve_model("llama8b")
+    sc = Scenario(batch=1).validated()
+    prof = resolve_profile("none", hw)
+    wb = build_workbook(hw, model, sc, prof)
+    wb.save(tmp_path / "w.xlsx")
+    back = load_workbook(tmp_path / "w.xlsx")
+    found = 0
+    for ws in back.worksheets:
+        for row in ws.iter_rows():
+            for c in row:
+                if isinstance(c.value, str) and "evil" in c.value:
+                    found += 1
+                    assert c.data_type == "s", (ws.title, c.coordinate)
+    assert found
+    tables = csv_tables(hw, model, sc, prof)
+    rows = list(csv.reader(io.StringIO(tables["summary"])))
+    name = rows[1][rows[0].index("name")]
+    assert name.startswith("'=")
+    for text in tables.values():
+        for row in csv.reader(io.StringIO(text)):
+            for cell in row:
+                assert not cell.startswith(("=", "+", "@")), cell
+
+
+def test_export_cli_writes_xlsx_and_csv(tmp_path):
+    from perfmodel.cli import main
+
+    out = tmp_path / "whatif.xlsx"
+    assert main(["export", "--format", "xlsx", "--arch", "b200", "--model", "llama8b", "--batch", "4",
+                 "--vary", "batch=1,2,max", "--out", str(out)]) == 0
+    wb = openpyxl.load_workbook(out)
+    assert {"Inputs", "Summary", "Prefill", "Decode_mid", "Sweep", "About"} <= set(wb.sheetnames)
+    sweep = wb["Sweep"]
+    assert "not live" in sweep["A1"].value
+    assert sweep["A4"].value == "batch_requested"
+    assert main(["export", "--format", "csv", "--arch", "b200", "--model", "llama8b", "--out",
+                 str(tmp_path / "t")]) == 0
+    for suffix in ("ops", "summary", "inputs"):
+        assert (tmp_path / f"t-{suffix}.csv").is_file()
