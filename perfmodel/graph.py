@@ -95,8 +95,9 @@ def _attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]:
     hq, hkv = heads_per_gpu(model, sc.tp)
     d = model.head_dim
     ops = [O.gemm("attn.qkv", tokens, (hq + 2 * hkv) * d, model.hidden, w, phase=ph)]
-    if model.position == "rope":
-        ops.append(O.rotary("attn.rotary", tokens, hq + hkv, d, act, phase=ph))
+    if model.position == "rope":  # applied to queries and keys, one call each
+        ops.append(O.rotary("attn.rotary_q", tokens, hq, d, act, phase=ph))
+        ops.append(O.rotary("attn.rotary_k", tokens, hkv, d, act, phase=ph))
     # new K and V into the cache: read them from the QKV output, write them in the cache format
     kv_elems = tokens * 2 * hkv * d
     ops.append(O.Op("attn.kv_write", "kv_write", ph, 0.0, kv_elems * (_b(act) + _b(sc.kv)),
@@ -127,7 +128,8 @@ def _mla_attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]
     latent = a.kv_lora_rank + a.qk_rope_head_dim
     ops.append(O.gemm("attn.kv_a", tokens, latent, model.hidden, w, phase=ph))
     ops.append(O.rmsnorm("attn.kv_a_norm", tokens, a.kv_lora_rank, act, phase=ph))
-    ops.append(O.rotary("attn.rotary", tokens, hq + 1, a.qk_rope_head_dim, act, phase=ph))
+    ops.append(O.rotary("attn.rotary_q", tokens, hq, a.qk_rope_head_dim, act, phase=ph))
+    ops.append(O.rotary("attn.rotary_k", tokens, 1, a.qk_rope_head_dim, act, phase=ph))
     ops.append(O.Op("attn.kv_write", "kv_write", ph, 0.0, tokens * latent * (_b(act) + _b(sc.kv)),
                     {"tokens": tokens, "elems": tokens * latent, "dtype": sc.kv}))
     if step.phase == "prefill":

@@ -1,7 +1,8 @@
 """Time standalone operators given one per row of a CSV table (``perfmodel predict``).
 
 Each row names an ``op`` and its shape; the row comes back with ``time_ms``, ``bound``, ``flops`` and
-``bytes`` (HBM bytes moved) added. A ``copy`` row's ``bytes`` is its input, the buffer size, and stays as
+``bytes`` (HBM bytes moved) added. Times are standalone: one op timed on its own with device events, its
+launch latency and (for multi-call eager ops) host dispatch included, as a microbenchmark sees it. A ``copy`` row's ``bytes`` is its input, the buffer size, and stays as
 given: the copy moves twice that. Standalone means a single kernel timed on its own (as a microbenchmark times it): no
 launch gap of a graph or eager stream is added.
 """
@@ -130,7 +131,7 @@ def predict_rows(rows: list[dict[str, str]], hw, prof, *, mode: str = "latency",
     out = []
     for i, row in enumerate(rows, start=2):
         op = row_to_op(row, f"{source}:{i}")
-        t = time_op(op, hw, prof, mode=mode)
+        t = time_op(op, hw, prof, mode=mode, standalone=True)
         new = dict(row)
         new.update({"time_ms": f"{float(t.time) * 1e3:.6g}", "bound": str(t.bound), "flops": f"{float(op.flops):.10g}"})
         # a copy's own `bytes` column is its buffer size (it moves twice that): an input is never overwritten

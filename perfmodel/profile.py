@@ -38,6 +38,11 @@ class Profile:
     gemm_mem_eta: float = 0.85  # fraction of HBM bandwidth a memory-bound GEMM streams at (estimate)
     gemm_softness: float = 4.0  # p of the p-norm joining compute and memory time (large -> max)
     gemm_splitk_min_k: float = 512.0  # split-K / stream-K never cuts K below this many elements
+    gemm_wave_q: float = 0.5  # share of a partial last wave that is paid (1: whole waves; 0: perfectly balanced)
+    gemm_power_drop: float = 0.10  # rate lost by a long compute-bound kernel at the power-limited clock (estimate)
+    gemm_power_tau: float = 3.0e-4  # duration at which half of that loss has set in (estimate)
+    gemm_misaligned_eta: float = 0.3  # rate of the fallback kernels for rows not 16-byte aligned (estimate)
+    gemm_mem_ctas: float = 2.0  # CTAs per SM needed to stream operands at full bandwidth (estimate)
 
     # Memory-bound kernels: time = alpha + bytes / (eta * HBM bandwidth)
     mem_eta: dict[str, float] = field(default_factory=lambda: {
@@ -47,6 +52,17 @@ class Profile:
     # (estimate: copy ~4.3 of 4.8 TB/s on an H200 per KINDS.md; eager chains such as silu(g)*u move more
     #  bytes than the minimum, so their effective eta is lower)
     mem_alpha_s: dict[str, float] = field(default_factory=lambda: {k: 4.0e-6 for k in MEMORY_OP_KINDS})
+    # Row-wise kernels (one CTA a row): a row costs row_s per element, rows_per_sm rows run at once per SM
+    row_s: dict[str, float] = field(default_factory=lambda: {"rmsnorm": 1.0e-9, "layernorm": 1.0e-9})
+    rows_per_sm: float = 8.0
+
+    # Standalone versus in-stream. Every time above is the op's cost inside a stream of kernels (a decoder
+    # layer replayed from a CUDA graph). Timed on its own with events, an op also pays the launch latency
+    # of its kernel (standalone_overhead_s), and an op that is several eager PyTorch calls cannot finish
+    # before the host has issued them (host_floor_s, per kind).
+    standalone_overhead_s: float = 2.0e-6  # estimate
+    flush_writeback: float = 0.5  # share of one L2 of dirty lines written back during a standalone op (estimate)
+    host_floor_s: dict[str, float] = field(default_factory=dict)
 
     # Fused attention (flash): prefill FLOP efficiency per (128 x 128) block, decode bandwidth efficiency
     attn_eta: float = 0.45  # fraction of dense bf16 peak inside a flash block (estimate: FA2 on Hopper ~40-50%)
@@ -54,6 +70,7 @@ class Profile:
     attn_block_k: int = 128
     attn_dec_eta: float = 0.75  # fraction of HBM bandwidth decode attention streams the KV cache at
     attn_overhead_s: float = 8.0e-6
+    attn_cta_blocks: float = 1.0  # per-CTA prologue/epilogue (load Q, write O), in key blocks
 
     # Launches: extra time per kernel on top of its own duration
     launch_graph_s: float = 1.0e-6  # inside a CUDA graph replay (estimate)
@@ -107,7 +124,7 @@ def load_profile(path: str | Path) -> Profile:
     if unknown:
         raise InputError(f"unknown profile field(s): {', '.join(unknown)}", file=str(p))
     base = asdict(DEFAULTS)
-    for key in ("gemm_eta", "mem_eta", "mem_alpha_s", "residual_quantiles"):
+    for key in ("gemm_eta", "mem_eta", "mem_alpha_s", "row_s", "host_floor_s", "residual_quantiles"):
         merged = dict(base[key])
         merged.update(data.get(key, {}))
         data[key] = merged

@@ -25,6 +25,8 @@ from ..cost import _rate
 from ..cost.attention import attention_time
 from ..cost.gemm import gemm_time
 from ..cost.memory import memory_time
+from ..cost.memory import standalone as standalone_time
+from ..dtypes import bytes_per_element
 from ..errors import InputError
 from ..io import write_text_atomic
 from ..predict import op_from_params
@@ -37,7 +39,8 @@ FIT_KINDS = ("gemm", "attention") + MEMORY_OP_KINDS
 
 @dataclass
 class Case:
-    """One measured shape: the op it describes and its median time."""
+    """One measured shape: the op it describes and its median time, timed on its own (standalone) or
+    back to back with copies of itself inside a CUDA graph (in-stream)."""
 
     id: str
     kind: str
@@ -45,6 +48,7 @@ class Case:
     op: object
     time_s: float
     held_out: bool
+    standalone: bool = True
 
 
 def is_held_out(case_id: str, share: float, seed: int = 0) -> bool:
@@ -71,12 +75,18 @@ def load_cases(rows: list[dict], holdout: float, seed: int) -> tuple[list[Case],
             launches.append(r)
         elif kind == "collective":
             comms.append(r)
-        elif kind in FIT_KINDS:
+        elif kind in FIT_KINDS or kind == "instream":
+            standalone = kind != "instream"
+            params = r["params"]
+            if not standalone:
+                kind = params["op"]
+                params = {k: v for k, v in params.items() if k not in ("op", "copies")}
             try:
-                op = op_from_params(kind, r["params"])
+                op = op_from_params(kind, params)
             except (KeyError, TypeError, ValueError, InputError):
                 continue
-            cases.append(Case(r["id"], kind, r["params"], op, float(r["time_s"]), is_held_out(r["id"], holdout, seed)))
+            cases.append(Case(r["id"], kind, params, op, float(r["time_s"]), is_held_out(r["id"], holdout, seed),
+                              standalone))
     return cases, layers, launches, comms
 
 
@@ -89,7 +99,10 @@ def predict_cases(cases: list[Case], hw: HardwareSpec, prof: Profile) -> np.ndar
         by_kind.setdefault(c.kind, []).append(i)
     for kind, idx in by_kind.items():
         sub = [cases[i] for i in idx]
-        out[idx] = _predict_kind(kind, sub, hw, prof)
+        t = _predict_kind(kind, sub, hw, prof)
+        alone = np.array([c.standalone for c in sub])
+        nbytes = np.array([float(c.op.bytes) for c in sub])
+        out[idx] = np.where(alone, standalone_time(kind, t, prof, nbytes, hw.l2_bytes, hw.hbm_bandwidth), t)
     return out
 
 
@@ -105,8 +118,9 @@ def _predict_kind(kind: str, cases: list[Case], hw: HardwareSpec, prof: Profile)
         rates = [_rate(hw, c.params["dtype"], prof) for c in cases]
         peak = np.array([r[0] for r in rates])
         eta = np.array([r[1] for r in rates])
+        elem = np.array([bytes_per_element(c.params["dtype"]) for c in cases])
         t, _, _ = gemm_time(_col(cases, "m"), _col(cases, "n"), _col(cases, "k"), _col(cases, "groups", 1.0), nbytes,
-                            peak, hw.sm_count, bw, prof, eta)
+                            peak, hw.sm_count, bw, prof, eta, elem_bytes=elem)
         return t
     if kind == "attention":
         peak = np.array([_rate(hw, c.params.get("dtype", "bf16"), prof)[0] for c in cases])
@@ -117,7 +131,9 @@ def _predict_kind(kind: str, cases: list[Case], hw: HardwareSpec, prof: Profile)
                                  _col(cases, "seq_q"), _col(cases, "seq_kv"), d, dv, causal, nbytes, peak,
                                  hw.sm_count, bw, prof)
         return t
-    t, _ = memory_time(kind, nbytes, bw, prof)
+    rows = _col(cases, "tokens") if kind in ("rmsnorm", "layernorm") else None
+    row_len = _col(cases, "hidden") if rows is not None else None
+    t, _ = memory_time(kind, nbytes, bw, prof, rows=rows, row_len=row_len, sms=hw.sm_count)
     return np.asarray(t, dtype=float)
 
 
@@ -180,27 +196,64 @@ def fit_profile(cases: list[Case], hw: HardwareSpec, base: Profile = DEFAULTS) -
     """Fit every family that has measurements; families without any keep ``base``'s values."""
     train = [c for c in cases if not c.held_out]
     prof = base
-    # memory kernels first: alpha and beta per kind (GEMM and attention do not depend on them)
-    for kind in MEMORY_OP_KINDS:
-        sub = [c for c in train if c.kind == kind]
-        if len(sub) < 2:
-            continue
-        params = [_dict_entry("mem_eta", kind, 0.01, 1.5), _dict_entry("mem_alpha_s", kind, 1e-8, 1e-3)]
-        prof, _ = _least_squares(params, prof, lambda p, s=sub: _log_residuals(s, hw, p))
+    # Memory kernels first, jointly: alpha and beta per kind, the row latency of norms, the host floor of
+    # kinds measured both standalone and in-stream, and the standalone launch overhead shared by all.
+    mem = [c for c in train if c.kind in MEMORY_OP_KINDS]
+    kinds = sorted({c.kind for c in mem if sum(1 for x in mem if x.kind == c.kind) >= 2})
+    if kinds:
+        params = []
+        both = {c.kind for c in mem if not c.standalone} & {c.kind for c in mem if c.standalone}
+        if both:
+            params += [_field("standalone_overhead_s", 1e-8, 3e-5), _field("flush_writeback", 1e-3, 2.0)]
+        for kind in kinds:
+            params += [_dict_entry("mem_eta", kind, 0.01, 1.5), _dict_entry("mem_alpha_s", kind, 1e-8, 1e-3)]
+            if kind in prof.row_s:
+                params.append(_dict_entry("row_s", kind, 1e-12, 1e-6))
+            if kind in both:
+                params.append(_dict_entry("host_floor_s", kind, 1e-8, 1e-3))
+        if any(k in prof.row_s for k in kinds):
+            params.append(_field("rows_per_sm", 0.25, 64.0))
+        sub = [c for c in mem if c.kind in kinds]
+        prof, _ = _least_squares(params, prof, lambda p: _log_residuals(sub, hw, p))
+        prof = _inherit_unmeasured(prof, set(kinds))
     gemms = [c for c in train if c.kind == "gemm"]
     if gemms:
         fmts = sorted({c.params["dtype"] for c in gemms})
         params = [_dict_entry("gemm_eta", f, 0.005, 1.5) for f in fmts]
         params += [_field("gemm_k0", 1.0, 4096.0), _field("gemm_tile_c", 0.1, 500.0),
                    _field("gemm_overhead_s", 1e-8, 1e-3), _field("gemm_mem_eta", 0.05, 1.5),
-                   _field("gemm_softness", 1.2, 30.0)]
+                   _field("gemm_softness", 1.2, 30.0), _field("gemm_wave_q", 0.01, 1.0),
+                   _field("gemm_power_drop", 1e-3, 0.6), _field("gemm_power_tau", 1e-6, 0.1),
+                   _field("gemm_mem_ctas", 0.05, 16.0)]
+        if any(_misaligned(c) for c in gemms):
+            params.append(_field("gemm_misaligned_eta", 0.01, 1.0))
         prof, _ = _least_squares(params, prof, lambda p: _log_residuals(gemms, hw, p))
     attn = [c for c in train if c.kind == "attention"]
     if attn:
         params = [_field("attn_eta", 0.005, 1.5), _field("attn_dec_eta", 0.01, 1.5),
-                  _field("attn_overhead_s", 1e-8, 1e-3)]
+                  _field("attn_overhead_s", 1e-8, 1e-3), _field("attn_cta_blocks", 0.01, 16.0)]
         prof, _ = _least_squares(params, prof, lambda p: _log_residuals(attn, hw, p))
     return prof
+
+
+# Kinds the suite does not measure take the parameters of the measured kind whose kernel they resemble.
+RESEMBLES = {"kv_write": "copy", "embedding": "copy", "moe_permute": "copy", "layernorm": "rmsnorm",
+             "gelu": "residual", "topk": "reduce"}
+
+
+def _inherit_unmeasured(prof: Profile, measured: set[str]) -> Profile:
+    eta, alpha, row = dict(prof.mem_eta), dict(prof.mem_alpha_s), dict(prof.row_s)
+    for kind, like in RESEMBLES.items():
+        if kind not in measured and like in measured:
+            eta[kind], alpha[kind] = eta[like], alpha[like]
+            if like in row:
+                row[kind] = row[like]
+    return prof.with_(mem_eta=eta, mem_alpha_s=alpha, row_s=row)
+
+
+def _misaligned(c: Case) -> bool:
+    e = bytes_per_element(c.params["dtype"])
+    return (c.params["n"] * e) % 16 != 0 or (c.params["k"] * e) % 16 != 0
 
 
 def fit_launch(prof: Profile, launches: list[dict]) -> Profile:
@@ -209,7 +262,7 @@ def fit_launch(prof: Profile, launches: list[dict]) -> Profile:
     by_mode = {}
     for r in launches:
         by_mode.setdefault(r["params"].get("mode"), []).append(float(r["time_s"]))
-    own = min(prof.mem_alpha_s.values())
+    own = float(memory_time("residual", 6.0, 1.0e12, prof)[0])  # a one-element add inside a stream
     kw = {}
     if "graph" in by_mode:
         kw["launch_graph_s"] = max(2e-7, float(np.median(by_mode["graph"])) - own)
@@ -260,11 +313,12 @@ def validate_cases(cases: list[Case], hw: HardwareSpec, prof: Profile) -> tuple[
     pred = predict_cases(cases, hw, prof) if cases else np.zeros(0)
     rows = []
     for c, p in zip(cases, pred):
-        rows.append({"id": c.id, "kind": c.kind, "class": op_class(c.kind), "held_out": c.held_out,
+        rows.append({"id": c.id, "kind": c.kind, "class": op_class(c.kind) + ("" if c.standalone else " in-stream"),
+                     "held_out": c.held_out,
                      "measured_s": c.time_s, "predicted_s": float(p), "error": float(p / c.time_s - 1.0)})
     summary = {}
     for split in ("held_out", "train"):
-        for cls in ("gemm", "attention", "memory"):
+        for cls in ("gemm", "attention", "memory", "gemm in-stream", "attention in-stream", "memory in-stream"):
             sel = [r for r in rows if r["class"] == cls and r["held_out"] == (split == "held_out")]
             if sel:
                 summary.setdefault(split, {})[cls] = _errors(np.array([r["predicted_s"] for r in sel]),
@@ -326,7 +380,8 @@ def validate_layers(layers: list[dict], hw: HardwareSpec, prof: Profile) -> tupl
 def residual_quantiles(val_rows: list[dict], base: Profile) -> dict:
     q = dict(base.residual_quantiles)
     for cls in ("gemm", "attention", "memory"):
-        logs = [math.log(r["measured_s"] / r["predicted_s"]) for r in val_rows if r["class"] == cls and r["held_out"]]
+        logs = [math.log(r["measured_s"] / r["predicted_s"]) for r in val_rows
+                if r["class"].split()[0] == cls and r["held_out"]]
         if len(logs) >= 5:
             q[cls] = [float(np.percentile(logs, 10)), float(np.percentile(logs, 50)), float(np.percentile(logs, 90))]
     return q
@@ -358,7 +413,10 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
         raise InputError(f"no {MEASUREMENTS} here; run `perfmodel calibrate --out {d}` first", file=str(d))
     rows = read_rows(path)
     env_path = d / ENVIRONMENT
-    env = json.loads(env_path.read_text()) if env_path.is_file() else (rows[0].get("env", {}) if rows else {})
+    env = json.loads(env_path.read_text()) if env_path.is_file() else {}
+    env = env.get("env", env)  # the suite nests the device description under "env"
+    if not env and rows:
+        env = rows[0].get("env", {})
     hw = match_spec(env, spec)
     started = time.time()
     cases, layers, launches, comms = load_cases(rows, holdout, seed)

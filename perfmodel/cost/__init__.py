@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..dtypes import TENSOR_RATE_KEY
+from ..dtypes import TENSOR_RATE_KEY, bytes_per_element
 from ..ops import COMM_KINDS, Op
 from ..profile import Profile
 from ..spec import HardwareSpec
@@ -18,6 +18,7 @@ from .attention import attention_time
 from .comm import collective_time
 from .gemm import gemm_time
 from .memory import memory_time
+from .memory import standalone as standalone_time
 
 BOUNDS = ("compute", "memory", "latency", "network")
 
@@ -55,6 +56,13 @@ def _label(t_c, t_m, t_total):
     return np.where(fixed > np.maximum(t_c, t_m), "latency", np.where(t_c >= t_m, "compute", "memory"))
 
 
+def _rows(op: Op) -> dict:
+    """Rows and row length of a row-wise kernel (norms), else nothing."""
+    if op.kind in ("rmsnorm", "layernorm"):
+        return {"rows": op.params["tokens"], "row_len": op.params["hidden"]}
+    return {}
+
+
 def _arr(x):
     return np.asarray(x, dtype=float)
 
@@ -64,11 +72,23 @@ def _scalar(x):
     return a.item() if a.ndim == 0 else a
 
 
-def time_op(op: Op, hw: HardwareSpec, prof: Profile, *, mode: str = "latency", world: int = 1, xp=None) -> OpTime:
-    """Time one op. With ``xp=XL`` (:mod:`.backend`) and Expr-valued shapes, spec figures and profile
-    parameters, the result's ``time`` is the Excel formula of the same model (``bound`` is then None)."""
+def time_op(op: Op, hw: HardwareSpec, prof: Profile, *, mode: str = "latency", world: int = 1, xp=None,
+            standalone: bool = False) -> OpTime:
+    """Time one op as it runs inside a step (a stream of kernels), or ``standalone``: timed on its own,
+    as a microbenchmark times it (:func:`.memory.standalone`).
+
+    With ``xp=XL`` (:mod:`.backend`) and Expr-valued shapes, spec figures and profile parameters, the
+    result's ``time`` is the Excel formula of the same model (``bound`` is then None)."""
     if xp is not None:
         return _time_op_expr(op, hw, prof, mode=mode, world=world, xp=xp)
+    t = _time_op(op, hw, prof, mode=mode, world=world)
+    if standalone and mode != "sol" and op.kind not in COMM_KINDS:
+        total = standalone_time(op.kind, t.time, prof, op.bytes, hw.l2_bytes, hw.hbm_bandwidth)
+        return OpTime(op, _scalar(total), t.compute, t.memory, _scalar(_label(t.compute, t.memory, total)))
+    return t
+
+
+def _time_op(op: Op, hw: HardwareSpec, prof: Profile, *, mode: str, world: int) -> OpTime:
     sol = mode == "sol"
     bw = hw.hbm_bandwidth
     k = op.kind
@@ -83,7 +103,7 @@ def time_op(op: Op, hw: HardwareSpec, prof: Profile, *, mode: str = "latency", w
         else:
             p = op.params
             t, t_c, t_m = gemm_time(_arr(p["m"]), _arr(p["n"]), _arr(p["k"]), p["groups"], op.bytes, peak,
-                                    hw.sm_count, bw, prof, eta)
+                                    hw.sm_count, bw, prof, eta, elem_bytes=bytes_per_element(p["dtype"]))
     elif k == "attention":
         peak, _ = _rate(hw, op.params["dtype"], prof)
         if sol:
@@ -99,7 +119,7 @@ def time_op(op: Op, hw: HardwareSpec, prof: Profile, *, mode: str = "latency", w
             t_m = op.bytes / bw
             t, t_c = t_m, 0.0
         else:
-            t, t_m = memory_time(k, op.bytes, bw, prof)
+            t, t_m = memory_time(k, op.bytes, bw, prof, **_rows(op), sms=hw.sm_count)
             t_c = 0.0
     return OpTime(op, _scalar(t), _scalar(t_c), _scalar(t_m), _scalar(_label(t_c, t_m, t)))
 
@@ -130,12 +150,13 @@ def _time_op_expr(op: Op, hw, prof, *, mode: str, world: int, xp) -> OpTime:
             t_c, t_m = op.flops / peak, op.bytes / bw
             return OpTime(op, xp.maximum(t_c, t_m), t_c, t_m, None)
         if k == "gemm":
-            t, t_c, t_m = gemm_time(p["m"], p["n"], p["k"], p["groups"], op.bytes, peak, hw.sm_count, bw, prof, eta, xp=xp)
+            t, t_c, t_m = gemm_time(p["m"], p["n"], p["k"], p["groups"], op.bytes, peak, hw.sm_count, bw, prof, eta,
+                                    xp=xp, elem_bytes=bytes_per_element(p["dtype"]))
         else:
             t, t_c, t_m = attention_time(p["batch"], p["heads_q"], p["heads_kv"], p["seq_q"], p["seq_kv"], p["head_dim"],
                                          p["head_dim_v"], p["causal"], op.bytes, peak, hw.sm_count, bw, prof, xp=xp)
         return OpTime(op, t, t_c, t_m, None)
     if sol:
         return OpTime(op, op.bytes / bw, 0.0, op.bytes / bw, None)
-    t, t_m = memory_time(k, op.bytes, bw, prof)
+    t, t_m = memory_time(k, op.bytes, bw, prof, **_rows(op), sms=hw.sm_count, xp=xp)
     return OpTime(op, t, 0.0, t_m, None)

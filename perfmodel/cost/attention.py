@@ -5,6 +5,7 @@ blocks (only those at or below the diagonal when causal). With a single query pe
 query heads of one KV group are packed as rows (GQA packing) and the key sequence is split across CTAs
 until the SMs are full (split-KV). Time is the larger of the average SM load and the longest CTA (a
 longest-first schedule achieves about that), at ``attn_eta`` of the per-SM dense bf16 peak per block,
+each CTA paying ``attn_cta_blocks`` blocks' worth of prologue and epilogue (loading Q, writing O),
 joined with the time to stream Q, K, V and O from HBM, plus a fixed overhead.
 
 Written against a math backend (:mod:`.backend`).
@@ -24,12 +25,13 @@ def attention_time(batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, head_dim_v
     nq = xp.ceil(rows / bq)
     nk = xp.ceil(seq_kv / bk)
     prefix = xp.maximum(nk - nq, 0.0)  # key blocks before the first query block (cached context)
+    c0 = prof.attn_cta_blocks
     per_head = xp.where(causal, nq * (nq + 1.0) / 2.0 + nq * prefix, nq * nk)
     ctas = batch * grid_heads * nq
     split = xp.where(xp.logical_and(single, ctas < 0.8 * sms),
                      xp.clip(xp.ceil(sms / ctas), 1.0, xp.minimum(nk, 128.0)), 1.0)
-    work = batch * grid_heads * per_head
-    longest = nk / split
+    work = batch * grid_heads * per_head + ctas * split * c0
+    longest = nk / split + c0
     t_block = 2.0 * bq * bk * (head_dim + head_dim_v) / (peak / sms * prof.attn_eta)
     t_c = xp.maximum(work / sms, longest) * t_block
     units = ctas * split

@@ -1,7 +1,7 @@
 """Math backends for the cost formulas: numpy (numbers and arrays) or Excel (formula text).
 
 Every cost formula is written once against a small namespace (``ceil``, ``floor``, ``maximum``,
-``minimum``, ``where``, ``clip``, ``logical_and``) and ordinary arithmetic. With :data:`NP` it computes; with
+``minimum``, ``where``, ``clip``, ``logical_and``, ``logical_or``, ``mod``) and ordinary arithmetic. With :data:`NP` it computes; with
 :data:`XL` and :class:`Expr` arguments (cell references) it returns the same formula as Excel text,
 which is how the what-if workbook stays identical to the Python model.
 """
@@ -17,6 +17,8 @@ class _Numpy:
     minimum = staticmethod(np.minimum)
     where = staticmethod(np.where)
     logical_and = staticmethod(np.logical_and)
+    logical_or = staticmethod(np.logical_or)
+    mod = staticmethod(np.mod)
 
     @staticmethod
     def clip(x, lo, hi):
@@ -89,6 +91,10 @@ class _Excel:
     def where(c, a, b): return Expr(f"IF({_t(c)},{_t(a)},{_t(b)})")
     @staticmethod
     def logical_and(a, b): return Expr(f"AND({_t(a)},{_t(b)})")
+    @staticmethod
+    def logical_or(a, b): return Expr(f"OR({_t(a)},{_t(b)})")
+    @staticmethod
+    def mod(a, b): return Expr(f"MOD({_t(a)},{_t(b)})")
     @staticmethod
     def clip(x, lo, hi): return Expr(f"MIN(MAX({_t(x)},{_t(lo)}),{_t(hi)})")
 

@@ -1,23 +1,37 @@
-"""GEMM time: tile quantization, wave quantization over the SMs, split-K, and a roofline join.
+"""GEMM time: tiles, waves, split-K, alignment, power, and a roofline join.
 
-The model follows how cuBLAS/CUTLASS kernels run on NVIDIA parts: the output is cut into tm x tn tiles
-(padding the edges: *tile quantization*); tiles go out to the SMs in waves, and a partial last wave costs
-a whole one (*wave quantization*, which is why a 148-SM part and a 132-SM part differ on one shape);
-when there are too few tiles to fill the SMs, K is split across CTAs (split-K / stream-K) at the price of
-a fp32 partial-sum pass. Each tile's mainloop runs at a fraction ``eta`` of the per-SM dense peak,
-smaller tiles lower (less reuse), and pays a fixed prologue/epilogue of ``k0`` K-elements. The compute
-time and the HBM streaming time are joined by a p-norm (a soft max), plus a fixed launch overhead.
-The library is taken to pick the fastest tile for the shape.
+The model follows how cuBLAS/CUTLASS kernels run on NVIDIA parts:
 
-Written against a math backend (:mod:`.backend`): numbers, numpy arrays or Excel formula text.
+- the output is cut into tm x tn tiles, padding the edges (*tile quantization*); for a skinny product the
+  library swaps operands so the small dimension sits on the MMA's narrow side, hence tiles 8 to 64 rows
+  tall;
+- tiles go to the SMs in waves and a partial last wave costs up to a whole one (*wave quantization*;
+  ``gemm_wave_q`` is how much of the tail is paid, stream-K scheduling recovering the rest), which is why
+  a 148-SM part and a 132-SM part differ on one shape;
+- with too few tiles to fill the SMs, K is split across CTAs (split-K), paying an fp32 partial-sum pass;
+- a tile's mainloop runs at ``gemm_eta[dtype]`` of the per-SM dense peak, lower for small tiles (less
+  operand reuse), plus a ``gemm_k0`` prologue/epilogue in K-elements;
+- a long compute-bound kernel runs at a power-limited clock: the rate falls by up to ``gemm_power_drop``
+  as its duration passes ``gemm_power_tau``;
+- operands whose rows are not 16-byte aligned (N or K not a multiple of 8 bf16 elements) force a slower
+  kernel family: both rates scale by ``gemm_misaligned_eta``;
+- streaming the operands reaches ``gemm_mem_eta`` of HBM bandwidth only with ``gemm_mem_ctas`` CTAs per
+  SM in flight; fewer CTAs stream proportionally slower;
+- compute and streaming time are joined by a p-norm (a soft max), plus a fixed overhead.
+
+The library is taken to pick the fastest tile. Written against a math backend (:mod:`.backend`):
+numbers, numpy arrays or Excel formula text.
 """
 from __future__ import annotations
 
 from .backend import NP
 
-# Output tile shapes the kernel library chooses among (rows x cols of C).
-TILES = ((128, 256), (256, 128), (128, 128), (64, 256), (64, 128), (128, 64), (64, 64))
+# Output tile shapes (rows x cols of C) the kernel library chooses among; the short ones serve
+# skinny products (operands swapped, so the narrow side is the MMA's N).
+TILES = ((128, 256), (256, 128), (128, 128), (64, 256), (64, 128), (128, 64), (64, 64),
+         (32, 128), (16, 128), (8, 128), (32, 256), (16, 256), (8, 256))
 _REF_TILE = (128, 256)
+ALIGN_BYTES = 16
 
 
 def tile_efficiency(tm: float, tn: float, c):
@@ -26,20 +40,26 @@ def tile_efficiency(tm: float, tn: float, c):
     return (1.0 / (1.0 + c * (1.0 / tm + 1.0 / tn))) / ref
 
 
-def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof, eta, xp=NP):
+def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof, eta, xp=NP, elem_bytes=2.0):
     """Returns (time, compute_part, memory_part) in seconds for ``groups`` products of m x n x k."""
     per_sm = peak / sms
     p = prof.gemm_softness
+    misaligned = xp.logical_or(xp.mod(n * elem_bytes, ALIGN_BYTES) > 0, xp.mod(k * elem_bytes, ALIGN_BYTES) > 0)
+    slow = xp.where(misaligned, prof.gemm_misaligned_eta, 1.0)
+    q = prof.gemm_wave_q
     best = best_c = best_m = None
     for tm, tn in TILES:
         tiles = xp.ceil(m / tm) * xp.ceil(n / tn) * groups
         max_split = xp.maximum(1.0, xp.floor(k / prof.gemm_splitk_min_k))
         split = xp.clip(xp.floor(sms / tiles), 1.0, max_split)
-        waves = xp.ceil(tiles * split / sms)
+        units = tiles * split
+        waves = (1.0 - q) * (units / sms) + q * xp.ceil(units / sms)
         t_tile = 2.0 * tm * tn * (k / split + prof.gemm_k0) / (per_sm * eta * tile_efficiency(tm, tn, prof.gemm_tile_c))
-        t_c = waves * t_tile
+        t_c0 = waves * t_tile / slow
+        t_c = t_c0 / (1.0 - prof.gemm_power_drop * t_c0 / (t_c0 + prof.gemm_power_tau))
         partials = (split - 1.0) * m * n * groups * 8.0  # fp32 partial sums written and read back
-        t_m = (nbytes + partials) / (bw * prof.gemm_mem_eta)
+        streams = xp.minimum(1.0, units / (sms * prof.gemm_mem_ctas))
+        t_m = (nbytes + partials) / (bw * prof.gemm_mem_eta * streams * slow)
         t = (t_c**p + t_m**p) ** (1.0 / p)
         if best is None:
             best, best_c, best_m = t, t_c, t_m
