@@ -26,7 +26,11 @@ def _scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True) -> None
     g.add_argument("--kv-dtype", default=None, help="KV-cache format (default: fp8 with --dtype fp8/fp4, else bf16)")
     g.add_argument("--mode", choices=("latency", "sol"), default="latency",
                    help="latency: calibrated model (default); sol: pure roofline")
-    g.add_argument("--launch", choices=("graph", "eager"), default="graph", help="kernel launch model")
+    g.add_argument("--launch", choices=("auto", "graph", "eager"), default="auto",
+                   help="auto: decode from a CUDA graph, prefill eager (default); graph or eager: both phases")
+    g.add_argument("--kernels", choices=("fused", "torch"), default="fused" if serving else "torch",
+                   help="fused: a serving engine's kernels; torch: the plain PyTorch layer the calibration "
+                        f"measures (default {'fused' if serving else 'torch'})")
     g.add_argument("--overlap", type=float, default=0.0, help="fraction of collective time hidden under compute")
     g.add_argument("--calibration", default=None,
                    help="profile folder or profile.json; 'none' for documented defaults (default: automatic)")
@@ -36,7 +40,7 @@ def _scenario(args, batch=None):
     from .scenario import Scenario, parse_batch
 
     kw = dict(tp=args.tp, pp=args.pp, ep=args.ep, dtype=args.dtype, kv_dtype=args.kv_dtype, mode=args.mode,
-              launch=args.launch, overlap=args.overlap)
+              launch=args.launch, overlap=args.overlap, kernels=args.kernels)
     if hasattr(args, "isl"):
         kw.update(isl=args.isl, osl=args.osl, batch=parse_batch(str(args.batch)) if batch is None else batch,
                   batching=args.batching, prefill_chunk=args.prefill_chunk)

@@ -53,12 +53,14 @@ def build_ops(model: Model, step: Step, sc: Scenario) -> list[O.Op]:
     counts = layer_counts(model)
     out: list[O.Op] = []
 
+    fused = sc.kernels == "fused"
     attn = _mla_attention if model.mla is not None else _attention
     attn_ops = attn(model, step, sc, tokens)
     if sc.tp > 1:
         attn_ops.append(O.collective("attn.allreduce", "all_reduce", tokens * model.hidden * _b(act), sc.tp, phase=ph))
-    attn_ops.append(O.residual("attn.residual", tokens, model.hidden, act, phase=ph))
-    norm = O.rmsnorm if model.norm == "rmsnorm" else O.layernorm
+    if not fused:  # fused kernels add the residual inside the next norm
+        attn_ops.append(O.residual("attn.residual", tokens, model.hidden, act, phase=ph))
+    norm = _norm(model, fused)
     out.append(norm("attn.norm", tokens, model.hidden, act, phase=ph).with_count(model.layers))
     out += [op.with_count(model.layers) for op in attn_ops]
 
@@ -90,21 +92,41 @@ def _b(dtype: str) -> float:
     return O.bytes_per_element(dtype)
 
 
+def _norm(model: Model, fused: bool):
+    """The block's norm; fused, it also adds the residual (reads x and the residual, writes both)."""
+    base = O.rmsnorm if model.norm == "rmsnorm" else O.layernorm
+    if not fused:
+        return base
+
+    def fused_norm(name, tokens, hidden, dtype, **kw):
+        op = base(name, tokens, hidden, dtype, **kw)
+        return O.Op(op.name, op.kind, op.phase, op.flops + tokens * hidden, op.bytes + 2 * tokens * hidden * _b(dtype),
+                    {**op.params, "fused_residual": True}, op.count, op.scope, op.kernels)
+
+    return fused_norm
+
+
 def _attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]:
     ph, act, w = step.phase, sc.act_dtype, sc.dtype
     hq, hkv = heads_per_gpu(model, sc.tp)
     d = model.head_dim
+    fused = sc.kernels == "fused"
     ops = [O.gemm("attn.qkv", tokens, (hq + 2 * hkv) * d, model.hidden, w, phase=ph)]
-    if model.position == "rope":  # applied to queries and keys, one call each
+    if model.position == "rope" and not fused:  # applied to queries and keys, one call each
         ops.append(O.rotary("attn.rotary_q", tokens, hq, d, act, phase=ph))
         ops.append(O.rotary("attn.rotary_k", tokens, hkv, d, act, phase=ph))
-    # new K and V into the cache: read them from the QKV output, write them in the cache format
+    # new K and V into the cache: read them from the QKV output, write them in the cache format; fused,
+    # the same kernel applies rotary to Q and K (reading and writing Q too)
     kv_elems = tokens * 2 * hkv * d
-    ops.append(O.Op("attn.kv_write", "kv_write", ph, 0.0, kv_elems * (_b(act) + _b(sc.kv)),
+    q_bytes = 2 * tokens * hq * d * _b(act) if fused and model.position == "rope" else 0.0
+    ops.append(O.Op("attn.kv_write", "kv_write", ph, 0.0, kv_elems * (_b(act) + _b(sc.kv)) + q_bytes,
                     {"tokens": tokens, "elems": kv_elems, "dtype": sc.kv}))
     attn_dtype = "fp8" if sc.kv == "fp8" and w == "fp8" else act
-    ops.append(O.attention("attn.core", step.batch, hq, hkv, step.seq, step.context + step.seq, d,
-                           causal=step.phase == "prefill", dtype=attn_dtype, kv_dtype=sc.kv, phase=ph))
+    core = O.attention("attn.core", step.batch, hq, hkv, step.seq, step.context + step.seq, d,
+                       causal=step.phase == "prefill", dtype=attn_dtype, kv_dtype=sc.kv, phase=ph)
+    if fused:
+        core = O.Op(core.name, core.kind, core.phase, core.flops, core.bytes, {**core.params, "packed": True})
+    ops.append(core)
     ops.append(O.gemm("attn.o", tokens, model.hidden, hq * d, w, phase=ph))
     return ops
 
@@ -128,8 +150,9 @@ def _mla_attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]
     latent = a.kv_lora_rank + a.qk_rope_head_dim
     ops.append(O.gemm("attn.kv_a", tokens, latent, model.hidden, w, phase=ph))
     ops.append(O.rmsnorm("attn.kv_a_norm", tokens, a.kv_lora_rank, act, phase=ph))
-    ops.append(O.rotary("attn.rotary_q", tokens, hq, a.qk_rope_head_dim, act, phase=ph))
-    ops.append(O.rotary("attn.rotary_k", tokens, 1, a.qk_rope_head_dim, act, phase=ph))
+    if sc.kernels != "fused":
+        ops.append(O.rotary("attn.rotary_q", tokens, hq, a.qk_rope_head_dim, act, phase=ph))
+        ops.append(O.rotary("attn.rotary_k", tokens, 1, a.qk_rope_head_dim, act, phase=ph))
     ops.append(O.Op("attn.kv_write", "kv_write", ph, 0.0, tokens * latent * (_b(act) + _b(sc.kv)),
                     {"tokens": tokens, "elems": tokens * latent, "dtype": sc.kv}))
     if step.phase == "prefill":
@@ -145,7 +168,8 @@ def _mla_attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]
         # K and V are the same cached latent: read it once
         shared = step.batch * (step.context + step.seq) * latent * _b(sc.kv)
         q_o = step.batch * hq * step.seq * (latent + a.kv_lora_rank) * _b(act)
-        ops.append(O.Op(core.name, core.kind, core.phase, core.flops, shared + q_o, core.params))
+        params = {**core.params, "packed": sc.kernels == "fused"}
+        ops.append(O.Op(core.name, core.kind, core.phase, core.flops, shared + q_o, params))
         ops.append(O.gemm("attn.absorb_o", tokens, a.v_head_dim, a.kv_lora_rank, w, groups=hq, phase=ph))
     ops.append(O.gemm("attn.o", tokens, model.hidden, hq * a.v_head_dim, w, phase=ph))
     return ops
@@ -157,15 +181,23 @@ def _dense_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str, *,
     ops: list[O.Op] = []
     if model.mlp == "swiglu":
         ops.append(O.gemm(f"{prefix}.gate_up", tokens, 2 * inter, model.hidden, w, phase=ph))
-        ops.append(O.swiglu(f"{prefix}.swiglu", tokens, inter, act, phase=ph))
+        ops.append(_act_op(O.swiglu(f"{prefix}.swiglu", tokens, inter, act, phase=ph), sc))
     else:
         ops.append(O.gemm(f"{prefix}.up", tokens, inter, model.hidden, w, phase=ph))
         ops.append(O.gelu(f"{prefix}.gelu", tokens, inter, act, phase=ph))
     ops.append(O.gemm(f"{prefix}.down", tokens, model.hidden, inter, w, phase=ph))
     if allreduce and sc.tp > 1:
         ops.append(O.collective(f"{prefix}.allreduce", "all_reduce", tokens * model.hidden * _b(act), sc.tp, phase=ph))
-    ops.append(O.residual(f"{prefix}.residual", tokens, model.hidden, act, phase=ph))
+    if sc.kernels != "fused":  # fused: added by the next layer's norm
+        ops.append(O.residual(f"{prefix}.residual", tokens, model.hidden, act, phase=ph))
     return ops
+
+
+def _act_op(op: O.Op, sc: Scenario) -> O.Op:
+    """Fused, the gated activation is one kernel (silu_and_mul), timed like a simple elementwise kernel."""
+    if sc.kernels != "fused":
+        return op
+    return O.Op(op.name, op.kind, op.phase, op.flops, op.bytes, {**op.params, "fused": True}, op.count, op.scope)
 
 
 def active_experts(num_experts: int, top_k: int, routed_tokens):
@@ -200,7 +232,7 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
                              dtype=act, phase=ph, params={"tokens": routed, "hidden": h}))
     if model.mlp == "swiglu":
         ops.append(O.gemm("moe.gate_up", per_expert, 2 * width, h, w, groups=active, phase=ph))
-        ops.append(O.swiglu("moe.swiglu", routed, width, act, phase=ph))
+        ops.append(_act_op(O.swiglu("moe.swiglu", routed, width, act, phase=ph), sc))
     else:
         ops.append(O.gemm("moe.up", per_expert, width, h, w, groups=active, phase=ph))
         ops.append(O.gelu("moe.gelu", routed, width, act, phase=ph))
@@ -216,5 +248,6 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
                           width=moe.num_shared_experts * moe.shared_intermediate, allreduce=False)[:-1]
     if ep == 1 and sc.tp > 1:
         ops.append(O.collective("moe.allreduce", "all_reduce", tokens * h * _b(act), sc.tp, phase=ph))
-    ops.append(O.residual("moe.residual", tokens, h, act, phase=ph))
+    if sc.kernels != "fused":
+        ops.append(O.residual("moe.residual", tokens, h, act, phase=ph))
     return ops

@@ -16,7 +16,7 @@ from pathlib import Path
 from .errors import InputError
 
 MEMORY_OP_KINDS = ("copy", "reduce", "rmsnorm", "layernorm", "swiglu", "gelu", "rotary", "residual",
-                   "embedding", "kv_write", "moe_permute", "topk")
+                   "embedding", "kv_write", "moe_permute", "topk", "fused")
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class Profile:
     mem_eta: dict[str, float] = field(default_factory=lambda: {
         "copy": 0.90, "reduce": 0.90, "rmsnorm": 0.80, "layernorm": 0.75, "swiglu": 0.55, "gelu": 0.75,
         "rotary": 0.35, "residual": 0.85, "embedding": 0.70, "kv_write": 0.70, "moe_permute": 0.60,
-        "topk": 0.50})
+        "topk": 0.50, "fused": 0.85})
     # (estimate: copy ~4.3 of 4.8 TB/s on an H200 per KINDS.md; eager chains such as silu(g)*u move more
     #  bytes than the minimum, so their effective eta is lower)
     mem_alpha_s: dict[str, float] = field(default_factory=lambda: {k: 4.0e-6 for k in MEMORY_OP_KINDS})

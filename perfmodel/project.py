@@ -95,18 +95,27 @@ class Projection:
 def evaluate_step(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, step: Step) -> Phase:
     ops = build_ops(model, step, sc)
     times = time_ops(ops, hw, prof, mode=sc.mode, world=sc.gpus)
+    launch = sc.launch_for(step.phase)
+    sol = sc.mode == "sol"
+    gap = 0.0 if sol or launch != "graph" else prof.launch_graph_s
     total = 0.0
     gaps = 0.0
-    gap = 0.0 if sc.mode == "sol" else (prof.launch_graph_s if sc.launch == "graph" else 0.0)
     for t in times:
         run = t.time
         if t.op.kind in COMM_KINDS:
             run = run * (1.0 - sc.overlap)
-        if sc.launch == "eager" and sc.mode != "sol":
-            run = np.maximum(run, prof.launch_eager_s)  # the host cannot issue faster than this
+        elif launch == "eager" and not sol:
+            run = np.maximum(run, host_cost(t.op, prof))  # the host cannot issue it faster
         total = total + run * t.op.count
         gaps = gaps + gap * t.op.kernels * t.op.count
     return Phase(step.phase, step.batch, step.seq, step.context, times, total + gaps, gaps, model.layers)
+
+
+def host_cost(op, prof: Profile) -> float:
+    """Host time to issue an op eagerly: one dispatch, or the measured floor of a multi-call PyTorch op."""
+    from .cost import _mem_kind
+
+    return max(prof.launch_eager_s, prof.host_floor_s.get(_mem_kind(op), 0.0))
 
 
 def _decode_mean(model, hw, sc, prof, micro, isl, osl):
@@ -246,7 +255,11 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
         carried = f", carried from {prof.carried_from} by the transfer rules" if prof.carried_from else ""
         out.append(f"efficiencies fitted on {prof.device or prof.name}{carried}")
     out.append(f"{sc.batching} batching; throughput definition in the README")
-    out.append(f"kernel launches: {'CUDA graph replay' if sc.launch == 'graph' else 'eager dispatch'}")
+    out.append("kernel launches: " + {"auto": "decode replayed from a CUDA graph, prefill dispatched eagerly",
+                                      "graph": "CUDA graph replay", "eager": "eager dispatch"}[sc.launch])
+    out.append("kernels: " + ("a serving engine's (rotary in the KV-cache write, residual in the norm, one SwiGLU "
+                              "kernel, decode attention over real query rows)" if sc.kernels == "fused" else
+                              "plain PyTorch, as the calibration suite measured them"))
     if sc.tp > 1 or sc.pp > 1 or sc.ep > 1:
         out.append(f"collectives overlap compute by {sc.overlap:.0%} (--overlap)")
     if model.moe is not None:

@@ -19,7 +19,13 @@ class Scenario:
     kv_dtype: str | None = None  # KV cache; defaults to dtype for fp8, bf16 otherwise
     act_dtype: str = "bf16"  # activations between kernels
     mode: str = "latency"  # latency (calibrated model) | sol (pure roofline)
-    launch: str = "graph"  # graph (CUDA-graph replay, as serving engines run decode) | eager
+    # auto: decode replayed from a CUDA graph, prefill launched eagerly (as serving engines run them);
+    # graph or eager: both phases so
+    launch: str = "auto"
+    # fused: a serving engine's kernels (rotary folded into the KV-cache write, residual add folded into
+    # the next norm, one SwiGLU kernel, decode attention that computes only real query rows);
+    # torch: the plain PyTorch layer the calibration suite measures (eager rotary, silu(g) * u, SDPA)
+    kernels: str = "fused"
     batching: str = "continuous"  # continuous (prefill amortised into a running stream) | static
     overlap: float = 0.0  # fraction of collective time hidden under compute (0: none, the default assumption)
     prefill_chunk: int = 8192  # prefill token budget per step in continuous batching
@@ -35,6 +41,12 @@ class Scenario:
         if self.kv_dtype:
             return self.kv_dtype
         return "fp8" if self.dtype in ("fp8", "fp4") else self.act_dtype
+
+    def launch_for(self, phase: str) -> str:
+        """graph or eager, for a step of ``phase``."""
+        if self.launch != "auto":
+            return self.launch
+        return "graph" if phase == "decode" else "eager"
 
     def with_(self, **kw) -> "Scenario":
         return replace(self, **kw)
@@ -54,8 +66,10 @@ class Scenario:
                              field="--ep")
         if self.mode not in ("latency", "sol"):
             raise InputError(f"expected latency or sol, got {self.mode!r}", field="--mode")
-        if self.launch not in ("graph", "eager"):
-            raise InputError(f"expected graph or eager, got {self.launch!r}", field="--launch")
+        if self.kernels not in ("fused", "torch"):
+            raise InputError(f"expected fused or torch, got {self.kernels!r}", field="--kernels")
+        if self.launch not in ("auto", "graph", "eager"):
+            raise InputError(f"expected auto, graph or eager, got {self.launch!r}", field="--launch")
         if self.batching not in ("continuous", "static"):
             raise InputError(f"expected continuous or static, got {self.batching!r}", field="--batching")
         if not 0.0 <= self.overlap <= 1.0:

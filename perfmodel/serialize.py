@@ -83,6 +83,7 @@ def step_dict(hw, model, sc, prof, phase) -> dict:
         "model": {"key": model.key, "name": model.name},
         "phase": phase.name, "batch": _num(phase.batch), "seq": _num(phase.seq), "context": _num(phase.context),
         "tp": sc.tp, "pp": sc.pp, "ep": sc.ep, "dtype": sc.dtype, "kv_dtype": sc.kv, "launch": sc.launch,
+        "kernels": sc.kernels,
         "mode": sc.mode,
         "time_ms": _num(phase.time_s * 1e3),
         "layer_ms": _num(phase.layer_time_s() * 1e3),

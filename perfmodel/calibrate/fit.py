@@ -164,6 +164,8 @@ def _dict_entry(field, key, lo, hi):
                  setter, lo, hi)
 
 
+# Bandwidth efficiencies are bounded by 1: no kernel streams HBM faster than its bandwidth (the suite
+# flushes L2, so nothing is served from cache). Compute efficiencies may pass 1 by the clock headroom.
 def _least_squares(params: list[Param], prof: Profile, residual_fn) -> tuple[Profile, float]:
     from scipy.optimize import least_squares
 
@@ -206,7 +208,7 @@ def fit_profile(cases: list[Case], hw: HardwareSpec, base: Profile = DEFAULTS) -
         if both:
             params += [_field("standalone_overhead_s", 1e-8, 3e-5), _field("flush_writeback", 1e-3, 2.0)]
         for kind in kinds:
-            params += [_dict_entry("mem_eta", kind, 0.01, 1.5), _dict_entry("mem_alpha_s", kind, 1e-8, 1e-3)]
+            params += [_dict_entry("mem_eta", kind, 0.01, 1.0), _dict_entry("mem_alpha_s", kind, 1e-8, 1e-3)]
             if kind in prof.row_s:
                 params.append(_dict_entry("row_s", kind, 1e-12, 1e-6))
             if kind in both:
@@ -219,9 +221,10 @@ def fit_profile(cases: list[Case], hw: HardwareSpec, base: Profile = DEFAULTS) -
     gemms = [c for c in train if c.kind == "gemm"]
     if gemms:
         fmts = sorted({c.params["dtype"] for c in gemms})
-        params = [_dict_entry("gemm_eta", f, 0.005, 1.5) for f in fmts]
+        # above 1 only by the clock headroom: datasheet rates are quoted at a sustained clock below max boost
+        params = [_dict_entry("gemm_eta", f, 0.005, 1.2) for f in fmts]
         params += [_field("gemm_k0", 1.0, 4096.0), _field("gemm_tile_c", 0.1, 500.0),
-                   _field("gemm_overhead_s", 1e-8, 1e-3), _field("gemm_mem_eta", 0.05, 1.5),
+                   _field("gemm_overhead_s", 1e-8, 1e-3), _field("gemm_mem_eta", 0.05, 1.0),
                    _field("gemm_softness", 1.2, 30.0), _field("gemm_wave_q", 0.01, 1.0),
                    _field("gemm_power_drop", 1e-3, 0.6), _field("gemm_power_tau", 1e-6, 0.1),
                    _field("gemm_mem_ctas", 0.05, 16.0)]
@@ -230,7 +233,7 @@ def fit_profile(cases: list[Case], hw: HardwareSpec, base: Profile = DEFAULTS) -
         prof, _ = _least_squares(params, prof, lambda p: _log_residuals(gemms, hw, p))
     attn = [c for c in train if c.kind == "attention"]
     if attn:
-        params = [_field("attn_eta", 0.005, 1.5), _field("attn_dec_eta", 0.01, 1.5),
+        params = [_field("attn_eta", 0.005, 1.2), _field("attn_dec_eta", 0.01, 1.0),
                   _field("attn_overhead_s", 1e-8, 1e-3), _field("attn_cta_blocks", 0.01, 16.0)]
         prof, _ = _least_squares(params, prof, lambda p: _log_residuals(attn, hw, p))
     return prof
@@ -238,7 +241,7 @@ def fit_profile(cases: list[Case], hw: HardwareSpec, base: Profile = DEFAULTS) -
 
 # Kinds the suite does not measure take the parameters of the measured kind whose kernel they resemble.
 RESEMBLES = {"kv_write": "copy", "embedding": "copy", "moe_permute": "copy", "layernorm": "rmsnorm",
-             "gelu": "residual", "topk": "reduce"}
+             "gelu": "residual", "topk": "reduce", "fused": "residual"}
 
 
 def _inherit_unmeasured(prof: Profile, measured: set[str]) -> Profile:
@@ -338,13 +341,13 @@ def predict_layer(params: dict, hw: HardwareSpec, prof: Profile) -> float:
     """A measured decoder layer (one TP shard, no all-reduce) as the projection would time it."""
     from ..graph import Step
     from ..ops import COMM_KINDS
-    from ..project import evaluate_step
+    from ..project import evaluate_step, host_cost
     from ..scenario import Scenario
 
     model = layer_model(params)
     graph = bool(params.get("graph"))
     sc = Scenario(tp=int(params.get("tp", 1)), dtype=params.get("dtype", "bf16"), act_dtype=params.get("dtype", "bf16"),
-                  kv_dtype=params.get("dtype", "bf16"), launch="graph" if graph else "eager")
+                  kv_dtype=params.get("dtype", "bf16"), launch="graph" if graph else "eager", kernels="torch")
     if params["phase"] == "prefill":
         step = Step("prefill", int(params["batch"]), int(params["seq"]), 0)
     else:
@@ -355,7 +358,7 @@ def predict_layer(params: dict, hw: HardwareSpec, prof: Profile) -> float:
     for t in ph.times:
         if t.op.scope != "layer" or t.op.kind in COMM_KINDS:
             continue
-        run = float(t.time) if graph else max(float(t.time), prof.launch_eager_s)
+        run = float(t.time) if graph else max(float(t.time), host_cost(t.op, prof))
         total += run + gap * t.op.kernels
     return total
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import TENSOR_RATE_KEY, bytes_per_element
-from ..ops import COMM_KINDS, Op
+from ..ops import COMM_KINDS, COMPUTE_KINDS, Op
 from ..profile import Profile
 from ..spec import HardwareSpec
 from .attention import attention_time
@@ -56,6 +56,11 @@ def _label(t_c, t_m, t_total):
     return np.where(fixed > np.maximum(t_c, t_m), "latency", np.where(t_c >= t_m, "compute", "memory"))
 
 
+def _mem_kind(op: Op) -> str:
+    """The efficiency class of a memory-bound op: a fused activation runs as one simple kernel."""
+    return "fused" if op.params.get("fused") else op.kind
+
+
 def _rows(op: Op) -> dict:
     """Rows and row length of a row-wise kernel (norms), else nothing."""
     if op.kind in ("rmsnorm", "layernorm"):
@@ -73,22 +78,22 @@ def _scalar(x):
 
 
 def time_op(op: Op, hw: HardwareSpec, prof: Profile, *, mode: str = "latency", world: int = 1, xp=None,
-            standalone: bool = False) -> OpTime:
+            standalone: bool = False, sustained=None) -> OpTime:
     """Time one op as it runs inside a step (a stream of kernels), or ``standalone``: timed on its own,
     as a microbenchmark times it (:func:`.memory.standalone`).
 
     With ``xp=XL`` (:mod:`.backend`) and Expr-valued shapes, spec figures and profile parameters, the
     result's ``time`` is the Excel formula of the same model (``bound`` is then None)."""
     if xp is not None:
-        return _time_op_expr(op, hw, prof, mode=mode, world=world, xp=xp)
-    t = _time_op(op, hw, prof, mode=mode, world=world)
+        return _time_op_expr(op, hw, prof, mode=mode, world=world, xp=xp, sustained=sustained)
+    t = _time_op(op, hw, prof, mode=mode, world=world, sustained=sustained)
     if standalone and mode != "sol" and op.kind not in COMM_KINDS:
         total = standalone_time(op.kind, t.time, prof, op.bytes, hw.l2_bytes, hw.hbm_bandwidth)
         return OpTime(op, _scalar(total), t.compute, t.memory, _scalar(_label(t.compute, t.memory, total)))
     return t
 
 
-def _time_op(op: Op, hw: HardwareSpec, prof: Profile, *, mode: str, world: int) -> OpTime:
+def _time_op(op: Op, hw: HardwareSpec, prof: Profile, *, mode: str, world: int, sustained=None) -> OpTime:
     sol = mode == "sol"
     bw = hw.hbm_bandwidth
     k = op.kind
@@ -103,7 +108,8 @@ def _time_op(op: Op, hw: HardwareSpec, prof: Profile, *, mode: str, world: int) 
         else:
             p = op.params
             t, t_c, t_m = gemm_time(_arr(p["m"]), _arr(p["n"]), _arr(p["k"]), p["groups"], op.bytes, peak,
-                                    hw.sm_count, bw, prof, eta, elem_bytes=bytes_per_element(p["dtype"]))
+                                    hw.sm_count, bw, prof, eta, elem_bytes=bytes_per_element(p["dtype"]),
+                                    sustained=sustained)
     elif k == "attention":
         peak, _ = _rate(hw, op.params["dtype"], prof)
         if sol:
@@ -113,19 +119,42 @@ def _time_op(op: Op, hw: HardwareSpec, prof: Profile, *, mode: str, world: int) 
             p = op.params
             t, t_c, t_m = attention_time(_arr(p["batch"]), p["heads_q"], p["heads_kv"], _arr(p["seq_q"]),
                                          _arr(p["seq_kv"]), p["head_dim"], p["head_dim_v"], np.asarray(p["causal"]),
-                                         op.bytes, peak, hw.sm_count, bw, prof)
+                                         op.bytes, peak, hw.sm_count, bw, prof, packed=p.get("packed", False),
+                                         sustained=sustained)
     else:
         if sol:
             t_m = op.bytes / bw
             t, t_c = t_m, 0.0
         else:
-            t, t_m = memory_time(k, op.bytes, bw, prof, **_rows(op), sms=hw.sm_count)
+            t, t_m = memory_time(_mem_kind(op), op.bytes, bw, prof, **_rows(op), sms=hw.sm_count)
             t_c = 0.0
     return OpTime(op, _scalar(t), _scalar(t_c), _scalar(t_m), _scalar(_label(t_c, t_m, t)))
 
 
 def time_ops(ops: list[Op], hw: HardwareSpec, prof: Profile, *, mode: str = "latency", world: int = 1) -> list[OpTime]:
-    return [time_op(op, hw, prof, mode=mode, world=world) for op in ops]
+    """Times of a step's ops in a stream, the power-limited clock set by the step's whole compute time."""
+    first = [time_op(op, hw, prof, mode=mode, world=world) for op in ops]
+    if mode == "sol":
+        return first
+    sustained = sustained_compute(ops, hw, prof)
+    return [time_op(t.op, hw, prof, mode=mode, world=world, sustained=sustained) if t.op.kind in COMPUTE_KINDS else t
+            for t in first]
+
+
+def ideal_compute(op: Op, hw: HardwareSpec, prof: Profile):
+    """An op's FLOPs at its format's achievable rate: its share of the step's compute-bound time."""
+    peak, eta = _rate(hw, op.params["dtype"], prof)
+    return op.flops / (peak * eta)
+
+
+def sustained_compute(ops: list[Op], hw: HardwareSpec, prof: Profile):
+    """How long a step keeps the tensor cores busy (GEMM and attention FLOPs at their achievable rates,
+    every run counted): the stretch that sets the power-limited clock."""
+    total = 0.0
+    for op in ops:
+        if op.kind in COMPUTE_KINDS:
+            total = total + ideal_compute(op, hw, prof) * op.count
+    return total
 
 
 def family(kind: str) -> str:
@@ -137,7 +166,7 @@ def family(kind: str) -> str:
     return "memory"
 
 
-def _time_op_expr(op: Op, hw, prof, *, mode: str, world: int, xp) -> OpTime:
+def _time_op_expr(op: Op, hw, prof, *, mode: str, world: int, xp, sustained=None) -> OpTime:
     sol = mode == "sol"
     bw = hw.hbm_bandwidth
     k = op.kind
@@ -151,12 +180,14 @@ def _time_op_expr(op: Op, hw, prof, *, mode: str, world: int, xp) -> OpTime:
             return OpTime(op, xp.maximum(t_c, t_m), t_c, t_m, None)
         if k == "gemm":
             t, t_c, t_m = gemm_time(p["m"], p["n"], p["k"], p["groups"], op.bytes, peak, hw.sm_count, bw, prof, eta,
-                                    xp=xp, elem_bytes=bytes_per_element(p["dtype"]))
+                                    xp=xp, elem_bytes=bytes_per_element(p["dtype"]), sustained=sustained)
+            t_c = ideal_compute(op, hw, prof) if t_c is None else t_c
         else:
             t, t_c, t_m = attention_time(p["batch"], p["heads_q"], p["heads_kv"], p["seq_q"], p["seq_kv"], p["head_dim"],
-                                         p["head_dim_v"], p["causal"], op.bytes, peak, hw.sm_count, bw, prof, xp=xp)
+                                         p["head_dim_v"], p["causal"], op.bytes, peak, hw.sm_count, bw, prof, xp=xp,
+                                         packed=p.get("packed", False), sustained=sustained)
         return OpTime(op, t, t_c, t_m, None)
     if sol:
         return OpTime(op, op.bytes / bw, 0.0, op.bytes / bw, None)
-    t, t_m = memory_time(k, op.bytes, bw, prof, **_rows(op), sms=hw.sm_count, xp=xp)
+    t, t_m = memory_time(_mem_kind(op), op.bytes, bw, prof, **_rows(op), sms=hw.sm_count, xp=xp)
     return OpTime(op, t, 0.0, t_m, None)

@@ -13,12 +13,17 @@ Written against a math backend (:mod:`.backend`).
 from __future__ import annotations
 
 from .backend import NP
+from .gemm import power_limited
 
 
 def attention_time(batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, head_dim_v, causal, nbytes, peak, sms, bw,
-                   prof, xp=NP):
+                   prof, xp=NP, packed=False, sustained=None):
+    """``packed``: a decode kernel that computes only the real query rows (serving engines' decode
+    attention), rather than padding them to ``attn_block_q`` as a flash prefill kernel does."""
     bq, bk = float(prof.attn_block_q), float(prof.attn_block_k)
     single = seq_q <= 1.0
+    if packed:
+        bq = xp.where(single, 1.0, bq)
     group = heads_q / heads_kv
     rows = xp.where(single, seq_q * group, seq_q)  # GQA packing of one-query decode
     grid_heads = xp.where(single, heads_kv, heads_q)
@@ -33,7 +38,7 @@ def attention_time(batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, head_dim_v
     work = batch * grid_heads * per_head + ctas * split * c0
     longest = nk / split + c0
     t_block = 2.0 * bq * bk * (head_dim + head_dim_v) / (peak / sms * prof.attn_eta)
-    t_c = xp.maximum(work / sms, longest) * t_block
+    t_c = power_limited(xp.maximum(work / sms, longest) * t_block, prof, sustained, xp)
     units = ctas * split
     t_m = nbytes / (bw * prof.attn_dec_eta * xp.minimum(1.0, units / sms))
     p = prof.gemm_softness

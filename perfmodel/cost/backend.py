@@ -11,6 +11,7 @@ import numpy as np
 
 
 class _Numpy:
+    numeric = True
     ceil = staticmethod(np.ceil)
     floor = staticmethod(np.floor)
     maximum = staticmethod(np.maximum)
@@ -79,6 +80,10 @@ class Expr:
 
 
 class _Excel:
+    numeric = False
+
+    @staticmethod
+    def min_of(xs): return Expr(f"MIN({','.join(_t(x) for x in xs)})")
     @staticmethod
     def ceil(x): return Expr(f"ROUNDUP({_t(x)},0)")
     @staticmethod

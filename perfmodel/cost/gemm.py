@@ -11,8 +11,9 @@ The model follows how cuBLAS/CUTLASS kernels run on NVIDIA parts:
 - with too few tiles to fill the SMs, K is split across CTAs (split-K), paying an fp32 partial-sum pass;
 - a tile's mainloop runs at ``gemm_eta[dtype]`` of the per-SM dense peak, lower for small tiles (less
   operand reuse), plus a ``gemm_k0`` prologue/epilogue in K-elements;
-- a long compute-bound kernel runs at a power-limited clock: the rate falls by up to ``gemm_power_drop``
-  as its duration passes ``gemm_power_tau``;
+- a long compute-bound stretch runs at a power-limited clock: the rate falls by up to ``gemm_power_drop``
+  as its duration passes ``gemm_power_tau`` (a kernel alone, or the compute time of the whole step: a
+  prefill of many GEMMs back to back heats the part like one long kernel);
 - operands whose rows are not 16-byte aligned (N or K not a multiple of 8 bf16 elements) force a slower
   kernel family: both rates scale by ``gemm_misaligned_eta``;
 - streaming the operands reaches ``gemm_mem_eta`` of HBM bandwidth only with ``gemm_mem_ctas`` CTAs per
@@ -40,7 +41,15 @@ def tile_efficiency(tm: float, tn: float, c):
     return (1.0 / (1.0 + c * (1.0 / tm + 1.0 / tn))) / ref
 
 
-def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof, eta, xp=NP, elem_bytes=2.0):
+def power_limited(t_c0, prof, sustained=None, xp=NP):
+    """Compute time at the power-limited clock: the rate falls by up to ``gemm_power_drop`` as the
+    compute-bound stretch it belongs to (the kernel itself, or ``sustained``: the compute time of the
+    whole step it runs in) passes ``gemm_power_tau``."""
+    s = t_c0 if sustained is None else xp.maximum(t_c0, sustained)
+    return t_c0 / (1.0 - prof.gemm_power_drop * s / (s + prof.gemm_power_tau))
+
+
+def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof, eta, xp=NP, elem_bytes=2.0, sustained=None):
     """Returns (time, compute_part, memory_part) in seconds for ``groups`` products of m x n x k."""
     per_sm = peak / sms
     p = prof.gemm_softness
@@ -48,6 +57,7 @@ def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof, eta, xp=NP, elem_byt
     slow = xp.where(misaligned, prof.gemm_misaligned_eta, 1.0)
     q = prof.gemm_wave_q
     best = best_c = best_m = None
+    formulas = []
     for tm, tn in TILES:
         tiles = xp.ceil(m / tm) * xp.ceil(n / tn) * groups
         max_split = xp.maximum(1.0, xp.floor(k / prof.gemm_splitk_min_k))
@@ -56,11 +66,14 @@ def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof, eta, xp=NP, elem_byt
         waves = (1.0 - q) * (units / sms) + q * xp.ceil(units / sms)
         t_tile = 2.0 * tm * tn * (k / split + prof.gemm_k0) / (per_sm * eta * tile_efficiency(tm, tn, prof.gemm_tile_c))
         t_c0 = waves * t_tile / slow
-        t_c = t_c0 / (1.0 - prof.gemm_power_drop * t_c0 / (t_c0 + prof.gemm_power_tau))
+        t_c = power_limited(t_c0, prof, sustained, xp)
         partials = (split - 1.0) * m * n * groups * 8.0  # fp32 partial sums written and read back
         streams = xp.minimum(1.0, units / (sms * prof.gemm_mem_ctas))
         t_m = (nbytes + partials) / (bw * prof.gemm_mem_eta * streams * slow)
         t = (t_c**p + t_m**p) ** (1.0 / p)
+        if not xp.numeric:  # a formula: one flat MIN over the tiles (a running IF chain nests exponentially)
+            formulas.append(t)
+            continue
         if best is None:
             best, best_c, best_m = t, t_c, t_m
         else:
@@ -68,4 +81,6 @@ def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof, eta, xp=NP, elem_byt
             best_c = xp.where(better, t_c, best_c)
             best_m = xp.where(better, t_m, best_m)
             best = xp.minimum(t, best)
+    if not xp.numeric:
+        return xp.min_of(formulas) + prof.gemm_overhead_s, None, None
     return best + prof.gemm_overhead_s, best_c, best_m

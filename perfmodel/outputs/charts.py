@@ -144,7 +144,10 @@ def _legend(cv: _Canvas, items, x, y, width) -> int:
 
 
 def line_chart(series: list[Series], *, title: str, xlabel: str, ylabel: str, logx=False, logy=False, xticks=None,
-               x_format=None, y_format=None, name="line", width=720, height=400, markers=True, desc="") -> str:
+               x_format=None, y_format=None, name="line", width=720, height=400, markers=True, desc="",
+               connect=None) -> str:
+    """Lines through each series' points; ``connect`` (a set of series names) limits the lines to those
+    series, the rest drawn as points only (a scatter)."""
     cv = _Canvas(name, title, width, height, desc)
     cv.text(12, 22, title, size=14, weight="bold")
     legend_h = _legend(cv, [(s.name, s.color or PALETTE[i % len(PALETTE)]) for i, s in enumerate(series)],
@@ -164,10 +167,10 @@ def line_chart(series: list[Series], *, title: str, xlabel: str, ylabel: str, lo
         seg = [(xs(x), ys(y), (s.labels[k] if s.labels else None), x, y)
                for k, (x, y) in enumerate(zip(s.xs, s.ys))
                if _finite(x) and _finite(y) and (not logx or x > 0) and (not logy or y > 0)]
-        if len(seg) > 1:
+        if len(seg) > 1 and (connect is None or s.name in connect):
             d = " ".join(f"{'M' if k == 0 else 'L'}{_num(px)},{_num(py)}" for k, (px, py, *_r) in enumerate(seg))
             cv.add(f'<path class="mark line" d="{d}" fill="none" stroke="{color}" stroke-width="2"/>')
-        if markers:
+        if markers and (connect is None or s.name not in connect):
             for px, py, lab, x, y in seg:
                 tip = lab if lab is not None else f"{s.name}: {fmt_tick(x)}, {fmt_tick(y)}"
                 cv.add(f'<circle class="mark point" cx="{_num(px)}" cy="{_num(py)}" r="3" fill="{color}">'

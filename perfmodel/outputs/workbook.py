@@ -27,11 +27,11 @@ import re
 from dataclasses import dataclass, field
 
 from .. import __version__
-from ..cost import time_op
+from ..cost import _mem_kind, ideal_compute, time_op
 from ..cost.backend import XL, Expr, formula
 from ..graph import Step, build_ops
 from ..models import Model
-from ..ops import COMM_KINDS
+from ..ops import COMM_KINDS, COMPUTE_KINDS
 from ..profile import Profile
 from ..scenario import Scenario
 from ..spec import SPEC_FIELDS, HardwareSpec, spec_value
@@ -122,7 +122,9 @@ def hoist(text: str, new_ref, limit: int = MAX_FORMULA) -> tuple[str, list[tuple
     helpers = []
     while len(text) + 1 > limit:
         best, gain = None, 0
-        for g in set(_groups(text)):
+        # rank by a plain substring count (fast), then confirm the winners as whole expressions
+        ranked = sorted(((text.count(g) - 1) * len(g), g) for g in set(_groups(text)) if len(g) > 12)
+        for est, g in reversed(ranked[-8:]):
             n = len(_occurrences(text, g))
             if n > 1 and (n - 1) * len(g) > gain:
                 best, gain = g, (n - 1) * len(g)
@@ -250,6 +252,10 @@ def _step_ops(model, sc, st: StepSheet):
     return build_ops(model, Step(st.phase, batch, seq, ctx), sc)
 
 
+# Profile fields the cost code takes as plain numbers (tile and block sizes); anything else is probed.
+STRUCTURAL_FIELDS = {"attn_block_q", "attn_block_k"}
+
+
 def _probe_plain_profile_fields(model, sc, hw, prof, steps) -> set[str]:
     """Profile fields the cost code uses as plain numbers (e.g. a block size passed to float()): those
     cannot be cells; they are shown as fixed. Found by trying, so new fields are handled automatically."""
@@ -273,6 +279,8 @@ def _probe_plain_profile_fields(model, sc, hw, prof, steps) -> set[str]:
 
     if ok(set()):
         return set()
+    if ok(STRUCTURAL_FIELDS & set(names)):  # the usual answer: block sizes are integers, not inputs
+        return STRUCTURAL_FIELDS & set(names)
     plain = set()
     for n in names:
         if not ok(set(names) - {n}):
@@ -502,9 +510,10 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
 
     # -- step sheets ---------------------------------------------------------------------------
     overlap = I("overlap")
-    eager = sc_r.launch == "eager" and sc_r.mode != "sol"
-    gap = 0.0 if sc_r.mode == "sol" else (prof_view.launch_graph_s if sc_r.launch == "graph" else 0.0)
     for st in steps:
+        launch = sc_r.launch_for(st.phase)
+        eager = launch == "eager" and sc_r.mode != "sol"
+        gap = 0.0 if sc_r.mode == "sol" or launch != "graph" else prof_view.launch_graph_s
         ws = wb.create_sheet(st.title)
         ops = _step_ops(model, sc_r, st)
         set_text(ws, "A1", f"{st.title} step: {model.name} on {hw.name}")
@@ -524,7 +533,8 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
                 if k not in params and (isinstance(v, Expr) or _numeric(v)):
                     params.append(k)
         head = ["operator", "kind", "dtype", "count", "kernels", "flops", "bytes", *params,
-                "time_s (one run)", "run_s (overlap, launch)", "total_s (x count)", "launch_gaps_s", "share"]
+                "time_s (one run)", "run_s (overlap, launch)", "total_s (x count)", "launch_gaps_s", "share",
+                "ideal compute_s (power)"]
         hr = 8
         for i, h in enumerate(head, start=1):
             c = ws.cell(row=hr, column=i, value=h)
@@ -533,7 +543,12 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
             c.alignment = Alignment(wrap_text=True)
         c_time = 8 + len(params)
         c_run, c_total, c_gap, c_share = c_time + 1, c_time + 2, c_time + 3, c_time + 4
-        helper_col = [c_share + 2]
+        c_comp = c_share + 1
+        helper_col = [c_comp + 2]
+        # the step's compute-bound time sets the power-limited clock of its GEMMs and attention
+        # (perfmodel.cost.time_ops): each compute op's FLOPs at its achievable rate, summed in B7
+        sustained = None if sc_r.mode == "sol" else Expr("$B$7")
+        set_text(ws, "A7", "sustained compute (sets the power-limited clock)")
         first = hr + 1
         last = hr + len(ops)
         for r, op in enumerate(ops, start=first):
@@ -557,13 +572,19 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
                 op, params=new_params,
                 flops=Expr(f"$F{r}") if isinstance(op.flops, Expr) else op.flops,
                 bytes=Expr(f"$G{r}") if isinstance(op.bytes, Expr) else op.bytes)
-            t = time_op(view, hw_view, prof_view, mode=sc_r.mode, world=sc_r.gpus, xp=XL).time
+            if sustained is not None and op.kind in COMPUTE_KINDS:
+                _write_long(ws, r, c_comp, ideal_compute(view, hw_view, prof_view), helper_col)
+                ws.cell(row=r, column=c_comp).number_format = "0.000E+00"
+                t = time_op(view, hw_view, prof_view, mode=sc_r.mode, world=sc_r.gpus, xp=XL, sustained=sustained).time
+            else:
+                t = time_op(view, hw_view, prof_view, mode=sc_r.mode, world=sc_r.gpus, xp=XL).time
             _write_long(ws, r, c_time, t, helper_col)
             run = Expr(f"${_col(c_time)}{r}")
             if op.kind in COMM_KINDS:
                 run = run * (1.0 - overlap)
-            if eager:
-                run = XL.maximum(run, prof_view.launch_eager_s)
+            if eager and op.kind not in COMM_KINDS:
+                floor = prof_view.host_floor_s.get(_mem_kind(op)) if isinstance(prof_view.host_floor_s, dict) else None
+                run = XL.maximum(run, prof_view.launch_eager_s if floor is None else XL.maximum(prof_view.launch_eager_s, floor))
             set_formula(ws, f"{_col(c_run)}{r}", run)
             set_formula(ws, f"{_col(c_total)}{r}", Expr(f"${_col(c_run)}{r}") * float(op.count))
             set_formula(ws, f"{_col(c_gap)}{r}", gap * float(op.kernels) * float(op.count))
@@ -573,6 +594,8 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
                 ws.cell(row=r, column=cc).number_format = "0.000E+00"
         ws["B5"] = f"=SUM({_col(c_total)}{first}:{_col(c_total)}{last})+SUM({_col(c_gap)}{first}:{_col(c_gap)}{last})"
         ws["B6"] = f"=SUM({_col(c_gap)}{first}:{_col(c_gap)}{last})"
+        ws["B7"] = f"=SUMPRODUCT({_col(c_comp)}{first}:{_col(c_comp)}{last},D{first}:D{last})"
+        ws["B7"].number_format = "0.000E+00"
         ws["B5"].number_format = ws["B6"].number_format = "0.000E+00"
         ws.column_dimensions["A"].width = 22
         ws.freeze_panes = ws.cell(row=first, column=2)
