@@ -99,6 +99,13 @@ def test_list_and_show(capsys):
 
 
 def test_validate_prints_median(capsys):
+    from perfmodel.errors import InputError
+    from perfmodel.validate import default_csv
+
+    try:
+        default_csv()
+    except InputError:
+        pytest.skip("../shared/reference/public_validation.csv is not beside this checkout")
     rc, out, _ = run("validate", capsys=capsys)
     assert rc == 0
     assert "median |error|" in out and "trt09-l2-70b-h200-tp1-128-128" in out
