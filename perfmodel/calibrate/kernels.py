@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from .shapes import Case, attention_bytes, attention_flops, kv_cache_bytes
-from .timing import Timer, Timing, set_tf32
+from .timing import Timer, Timing, capture_graph, set_tf32
 
 DTYPES = {
     "bf16": torch.bfloat16,
@@ -397,18 +397,11 @@ def run_launch(case: Case, ctx: Context) -> dict[str, Any]:
     elif mode == "graph":
         if not ctx.is_cuda:
             raise RuntimeError("graph mode needs CUDA")
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
+        def many() -> None:
             for _ in range(LAUNCH_INNER):
                 fn()
-        g.replay()
-        torch.cuda.synchronize()
+
+        g, _ = capture_graph(many, warmup=1)
         t1 = ctx.timer.time_batched(g.replay, 1, repeats=repeats)
         t = Timing(t1.median_s / LAUNCH_INNER, t1.p10_s / LAUNCH_INNER, t1.p90_s / LAUNCH_INNER,
                    t1.reps, [s_ / LAUNCH_INNER for s_ in t1.samples])
@@ -483,17 +476,7 @@ def run_instream(case: Case, ctx: Context) -> dict[str, Any]:
         name, backend, _ = pick_sdpa_backend(fns[0])
     with sdpa_context(backend):
         if ctx.is_cuda:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(2):
-                    seq()
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                seq()
-            graph.replay()
-            torch.cuda.synchronize()
+            graph, _ = capture_graph(seq, warmup=2)
             t = ctx.timer.time(graph.replay)
             del graph
             mode = "CUDA graph replay"

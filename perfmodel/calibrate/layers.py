@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from .kernels import (DTYPES, Context, apply_rotary, pick_sdpa_backend, rms_norm, rotary_tables,
                       sdpa, sdpa_context, timing_fields)
 from .shapes import Case, kv_cache_bytes
+from .timing import capture_graph
 
 
 def shard(p: dict[str, Any]) -> tuple[int, int, int, int, int]:
@@ -140,17 +141,7 @@ def run_layer(case: Case, ctx: Context) -> dict[str, Any]:
             if p["graph"]:
                 if not ctx.is_cuda:
                     raise RuntimeError("graph capture needs CUDA")
-                side = torch.cuda.Stream()
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
-                    for _ in range(3):
-                        fn()
-                torch.cuda.current_stream().wait_stream(side)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    static_out = fn()
-                graph.replay()
-                torch.cuda.synchronize()
+                graph, static_out = capture_graph(fn)
                 finite = finite and bool(torch.isfinite(static_out).all().item())
                 t = ctx.timer.time(graph.replay)
                 del graph, static_out

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -132,19 +131,6 @@ class Store:
 
 def write_json_atomic(path: Path, obj: Any) -> None:
     """Write ``obj`` as JSON to a temp file in the same folder, fsync, then os.replace it in."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(_clean(obj), fh, indent=2, sort_keys=True, default=str)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    from ..io import write_text_atomic
+
+    write_text_atomic(path, json.dumps(_clean(obj), indent=2, sort_keys=True, default=str) + "\n")

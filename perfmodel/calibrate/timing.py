@@ -207,3 +207,20 @@ class Timer:
 
     def close(self) -> None:
         self._flush_buf = None
+
+
+def capture_graph(fn: Callable[[], object], *, warmup: int = 3):
+    """Warm ``fn`` up on a side stream (as CUDA-graph capture requires), capture one call of it in a
+    graph and replay it once; returns (graph, the call's output, which the graph keeps up to date)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    return graph, out

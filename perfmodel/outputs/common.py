@@ -77,16 +77,7 @@ def require_openpyxl():
 
 
 def write_output(path, data: bytes | str) -> None:
-    """Write an output file atomically (perfmodel.io) and give it the ordinary permissions the umask
-    allows (the temporary file behind the atomic rename is created owner-only)."""
-    import os
-
+    """Write an output file atomically, with the ordinary permissions the umask allows (perfmodel.io)."""
     from ..io import write_bytes_atomic
 
     write_bytes_atomic(path, data.encode("utf-8") if isinstance(data, str) else data)
-    mask = os.umask(0)
-    os.umask(mask)
-    try:
-        os.chmod(path, 0o666 & ~mask)
-    except OSError:
-        pass
