@@ -135,7 +135,7 @@ def project(hardware, model, scenario: Scenario | None = None, *, profile: Profi
 
     hw = resolve_hardware(hardware)
     mdl = resolve_model(model)
-    sc = (scenario or Scenario()).with_(**overrides).validated() if overrides else (scenario or Scenario()).validated()
+    sc = (scenario or Scenario()).with_(**overrides).validated()
     prof = profile if profile is not None else resolve_profile(None, hw)
     return _project(hw, mdl, sc, prof)
 

@@ -17,6 +17,7 @@ from ..spec import HardwareSpec
 from .attention import attention_time
 from .comm import collective_time
 from .gemm import gemm_time
+from .backend import NP
 from .memory import memory_time
 from .memory import standalone as standalone_time
 
@@ -68,77 +69,62 @@ def _rows(op: Op) -> dict:
     return {}
 
 
-def _arr(x):
-    return np.asarray(x, dtype=float)
-
-
 def _scalar(x):
     a = np.asarray(x)
     return a.item() if a.ndim == 0 else a
 
 
-def time_op(op: Op, hw: HardwareSpec, prof: Profile, *, mode: str = "latency", world: int = 1, xp=None,
+def time_op(op: Op, hw: HardwareSpec, prof: Profile, *, mode: str = "latency", world: int = 1, xp=NP,
             standalone: bool = False, sustained=None) -> OpTime:
     """Time one op as it runs inside a step (a stream of kernels), or ``standalone``: timed on its own,
-    as a microbenchmark times it (:func:`.memory.standalone`).
+    as a microbenchmark times it (:func:`.memory.standalone`). ``sustained``: the compute time of the step
+    it runs in, which sets the power-limited clock (:func:`sustained_compute`).
 
     With ``xp=XL`` (:mod:`.backend`) and Expr-valued shapes, spec figures and profile parameters, the
     result's ``time`` is the Excel formula of the same model (``bound`` is then None)."""
-    if xp is not None:
-        return _time_op_expr(op, hw, prof, mode=mode, world=world, xp=xp, sustained=sustained)
-    t = _time_op(op, hw, prof, mode=mode, world=world, sustained=sustained)
+    t, t_c, t_m = _time_parts(op, hw, prof, mode=mode, world=world, xp=xp, sustained=sustained)
     if standalone and mode != "sol" and op.kind not in COMM_KINDS:
-        total = standalone_time(op.kind, t.time, prof, op.bytes, hw.l2_bytes, hw.hbm_bandwidth)
-        return OpTime(op, _scalar(total), t.compute, t.memory, _scalar(_label(t.compute, t.memory, total)))
-    return t
+        t = standalone_time(op.kind, t, prof, op.bytes, hw.l2_bytes, hw.hbm_bandwidth, xp)
+    if not xp.numeric:
+        return OpTime(op, t, t_c, t_m, None)
+    bound = "network" if op.kind in COMM_KINDS else _scalar(_label(t_c, t_m, t))
+    return OpTime(op, _scalar(t), _scalar(t_c), _scalar(t_m), bound)
 
 
-def _time_op(op: Op, hw: HardwareSpec, prof: Profile, *, mode: str, world: int, sustained=None) -> OpTime:
+def _time_parts(op: Op, hw, prof: Profile, *, mode: str, world: int, xp, sustained):
+    """(time, compute part, memory part) of one run of ``op``, on the backend ``xp``."""
     sol = mode == "sol"
     bw = hw.hbm_bandwidth
     k = op.kind
+    p = op.params
+    shape = (lambda x: np.asarray(x, dtype=float)) if xp.numeric else (lambda x: x)
     if k in COMM_KINDS:
-        t = collective_time(k, op.params["bytes"], op.params["group"], world, hw, prof, sol=sol)
-        return OpTime(op, _scalar(t), 0.0, 0.0, "network")
-    if k == "gemm":
-        peak, eta = _rate(hw, op.params["dtype"], prof)
+        return collective_time(k, p["bytes"], p["group"], world, hw, prof, sol=sol), 0.0, 0.0
+    if k in COMPUTE_KINDS:
+        peak, eta = _rate(hw, p["dtype"], prof)
         if sol:
             t_c, t_m = op.flops / peak, op.bytes / bw
-            t = np.maximum(t_c, t_m)
-        else:
-            p = op.params
-            t, t_c, t_m = gemm_time(_arr(p["m"]), _arr(p["n"]), _arr(p["k"]), p["groups"], op.bytes, peak,
-                                    hw.sm_count, bw, prof, eta, elem_bytes=bytes_per_element(p["dtype"]),
+            return xp.maximum(t_c, t_m), t_c, t_m
+        if k == "gemm":
+            t, t_c, t_m = gemm_time(shape(p["m"]), shape(p["n"]), shape(p["k"]), p["groups"], op.bytes, peak,
+                                    hw.sm_count, bw, prof, eta, xp=xp, elem_bytes=bytes_per_element(p["dtype"]),
                                     sustained=sustained)
-    elif k == "attention":
-        peak, _ = _rate(hw, op.params["dtype"], prof)
-        if sol:
-            t_c, t_m = op.flops / peak, op.bytes / bw
-            t = np.maximum(t_c, t_m)
-        else:
-            p = op.params
-            t, t_c, t_m = attention_time(_arr(p["batch"]), p["heads_q"], p["heads_kv"], _arr(p["seq_q"]),
-                                         _arr(p["seq_kv"]), p["head_dim"], p["head_dim_v"], np.asarray(p["causal"]),
-                                         op.bytes, peak, hw.sm_count, bw, prof, packed=p.get("packed", False),
-                                         sustained=sustained)
-    else:
-        if sol:
-            t_m = op.bytes / bw
-            t, t_c = t_m, 0.0
-        else:
-            t, t_m = memory_time(_mem_kind(op), op.bytes, bw, prof, **_rows(op), sms=hw.sm_count)
-            t_c = 0.0
-    return OpTime(op, _scalar(t), _scalar(t_c), _scalar(t_m), _scalar(_label(t_c, t_m, t)))
+            return t, (ideal_compute(op, hw, prof) if t_c is None else t_c), t_m
+        causal = np.asarray(p["causal"]) if xp.numeric else p["causal"]
+        return attention_time(shape(p["batch"]), p["heads_q"], p["heads_kv"], shape(p["seq_q"]), shape(p["seq_kv"]),
+                              p["head_dim"], p["head_dim_v"], causal, op.bytes, peak, hw.sm_count, bw, prof, xp=xp,
+                              packed=p.get("packed", False), sustained=sustained)
+    if sol:
+        return op.bytes / bw, 0.0, op.bytes / bw
+    t, t_m = memory_time(_mem_kind(op), op.bytes, bw, prof, **_rows(op), sms=hw.sm_count, xp=xp)
+    return t, 0.0, t_m
 
 
 def time_ops(ops: list[Op], hw: HardwareSpec, prof: Profile, *, mode: str = "latency", world: int = 1) -> list[OpTime]:
     """Times of a step's ops in a stream, the power-limited clock set by the step's whole compute time."""
-    first = [time_op(op, hw, prof, mode=mode, world=world) for op in ops]
-    if mode == "sol":
-        return first
-    sustained = sustained_compute(ops, hw, prof)
-    return [time_op(t.op, hw, prof, mode=mode, world=world, sustained=sustained) if t.op.kind in COMPUTE_KINDS else t
-            for t in first]
+    sustained = None if mode == "sol" else sustained_compute(ops, hw, prof)
+    return [time_op(op, hw, prof, mode=mode, world=world, sustained=sustained if op.kind in COMPUTE_KINDS else None)
+            for op in ops]
 
 
 def ideal_compute(op: Op, hw: HardwareSpec, prof: Profile):
@@ -164,30 +150,3 @@ def family(kind: str) -> str:
     if kind in COMM_KINDS:
         return "comm"
     return "memory"
-
-
-def _time_op_expr(op: Op, hw, prof, *, mode: str, world: int, xp, sustained=None) -> OpTime:
-    sol = mode == "sol"
-    bw = hw.hbm_bandwidth
-    k = op.kind
-    p = op.params
-    if k in COMM_KINDS:
-        return OpTime(op, collective_time(k, p["bytes"], p["group"], world, hw, prof, sol=sol), 0.0, 0.0, None)
-    if k in ("gemm", "attention"):
-        peak, eta = _rate(hw, p["dtype"], prof)
-        if sol:
-            t_c, t_m = op.flops / peak, op.bytes / bw
-            return OpTime(op, xp.maximum(t_c, t_m), t_c, t_m, None)
-        if k == "gemm":
-            t, t_c, t_m = gemm_time(p["m"], p["n"], p["k"], p["groups"], op.bytes, peak, hw.sm_count, bw, prof, eta,
-                                    xp=xp, elem_bytes=bytes_per_element(p["dtype"]), sustained=sustained)
-            t_c = ideal_compute(op, hw, prof) if t_c is None else t_c
-        else:
-            t, t_c, t_m = attention_time(p["batch"], p["heads_q"], p["heads_kv"], p["seq_q"], p["seq_kv"], p["head_dim"],
-                                         p["head_dim_v"], p["causal"], op.bytes, peak, hw.sm_count, bw, prof, xp=xp,
-                                         packed=p.get("packed", False), sustained=sustained)
-        return OpTime(op, t, t_c, t_m, None)
-    if sol:
-        return OpTime(op, op.bytes / bw, 0.0, op.bytes / bw, None)
-    t, t_m = memory_time(_mem_kind(op), op.bytes, bw, prof, **_rows(op), sms=hw.sm_count, xp=xp)
-    return OpTime(op, t, 0.0, t_m, None)
