@@ -278,10 +278,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _register_outputs(sub) -> None:
-    """report / export / sweep live in their own modules; each adds its parser if present."""
+    """Commands that live in their own packages; each module's ``register`` adds its parsers."""
     import importlib
 
-    for mod in ("perfmodel.outputs.commands",):
+    for mod in ("perfmodel.outputs.commands", "perfmodel.train.commands", "perfmodel.serve.commands",
+                "perfmodel.tune.commands", "perfmodel.trace.commands"):
         try:
             importlib.import_module(mod).register(sub, _scenario_flags, _scenario, _emit)
         except ModuleNotFoundError as e:

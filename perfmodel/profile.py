@@ -83,6 +83,13 @@ class Profile:
     scaleout_alpha_s: float = 8.0e-6  # per step over the scale-out network (estimate)
     scaleout_eta: float = 0.80
 
+    # Training kernels (backward GEMMs, attention backward, optimizer step, loss), fitted by
+    # perfmodel.train.fit from the suite's training rows; empty: perfmodel.train's documented defaults
+    training: dict = field(default_factory=dict)
+    # Power model (static power, energy per FLOP by format and per HBM byte), fitted by perfmodel.energy
+    # from the suite's power rows; empty: perfmodel.energy's documented defaults
+    power: dict = field(default_factory=dict)
+
     # Uncertainty: quantiles of log(measured / predicted) per op family, from held-out residuals
     residual_quantiles: dict[str, list[float]] = field(default_factory=lambda: {
         "gemm": [-0.15, 0.0, 0.15], "attention": [-0.2, 0.0, 0.2], "memory": [-0.15, 0.0, 0.15],
