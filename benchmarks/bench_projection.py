@@ -20,7 +20,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from perfmodel.project import _project, serving_times  # noqa: E402
+from perfmodel.projection import project_resolved, serving_times  # noqa: E402
 from perfmodel.resolve import resolve_hardware, resolve_model, resolve_profile  # noqa: E402
 from perfmodel.scenario import Scenario  # noqa: E402
 from perfmodel.spec import spec_with  # noqa: E402
@@ -31,11 +31,11 @@ def one_projection(reps: int = 50) -> float:
     model = resolve_model("llama70b")
     prof = resolve_profile(None, hw)
     sc = Scenario(isl=1024, osl=128, batch=1).validated()
-    _project(hw, model, sc, prof)
+    project_resolved(hw, model, sc, prof)
     times = []
     for _ in range(reps):
         t = time.perf_counter()
-        _project(hw, model, sc, prof)
+        project_resolved(hw, model, sc, prof)
         times.append(time.perf_counter() - t)
     return statistics.median(times)
 

@@ -15,11 +15,11 @@ __all__ = ["project", "Scenario", "load_spec", "load_model", "step", "__version_
 
 def __getattr__(name):
     if name == "project":
-        from .project import project
+        from .projection import project
 
         return project
     if name == "step":
-        from .project import step
+        from .projection import step
 
         return step
     if name == "Scenario":

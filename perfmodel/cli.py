@@ -58,7 +58,7 @@ def _emit(text: str, out: str | None) -> None:
 
 
 def cmd_project(args) -> int:
-    from .project import _project
+    from .projection import project_resolved
     from .resolve import resolve_hardware, resolve_model, resolve_profile
 
     model = resolve_model(args.model)
@@ -67,7 +67,7 @@ def cmd_project(args) -> int:
     for arch in args.arch:
         hw = resolve_hardware(arch)
         prof = resolve_profile(args.calibration, hw)
-        results.append(_project(hw, model, sc, prof))
+        results.append(project_resolved(hw, model, sc, prof))
     if args.format == "json":
         from .serialize import projection_dict
 
@@ -94,7 +94,7 @@ def cmd_project(args) -> int:
 
 def cmd_step(args) -> int:
     from .graph import Step
-    from .project import evaluate_step
+    from .projection import evaluate_step
     from .resolve import resolve_hardware, resolve_model, resolve_profile
     from .serialize import step_dict
 

@@ -47,7 +47,7 @@ def _scenario_for(row: dict, where: str):
 
 
 def run_validation(path=None, *, calibration=None, mode: str = "latency") -> list[dict]:
-    from .project import _project
+    from .projection import project_resolved
     from .resolve import resolve_hardware, resolve_model, resolve_profile
 
     p = Path(path) if path else default_csv()
@@ -77,7 +77,7 @@ def run_validation(path=None, *, calibration=None, mode: str = "latency") -> lis
         model = resolve_model(row["model"])
         prof = resolve_profile(calibration, hw)
         try:
-            proj = _project(hw, model, sc, prof)
+            proj = project_resolved(hw, model, sc, prof)
         except InputError as e:
             rec["status"] = f"does not fit: {e.detail}"
             out.append(rec)

@@ -10,7 +10,7 @@ pytest.importorskip("torch")
 from perfmodel.calibrate.fit import fit_directory  # noqa: E402
 from perfmodel.calibrate.suite import run_suite  # noqa: E402
 from perfmodel.profile import load_profile  # noqa: E402
-from perfmodel.project import project  # noqa: E402
+from perfmodel.projection import project  # noqa: E402
 
 
 def test_quick_suite_measure_fit_project(tmp_path):

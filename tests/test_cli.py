@@ -187,3 +187,12 @@ def test_module_entry_point_exit_code():
     r = subprocess.run([sys.executable, "-m", "perfmodel", "project", "--arch", "nope", "--model", "llama8b"],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+
+
+def test_package_level_project_is_the_function_even_after_the_module_loaded():
+    """README: ``from perfmodel import project; project("b200", "llama70b")``."""
+    import perfmodel.projection  # noqa: F401  (loading the module must not shadow the function)
+    from perfmodel import project
+
+    p = project("b200", "llama70b")
+    assert p.ttft_s > 0 and p.tpot_s > 0

@@ -10,7 +10,7 @@ from perfmodel.cost import time_op, time_ops
 from perfmodel.graph import Step, active_experts, build_ops
 from perfmodel.models import load_model
 from perfmodel.profile import DEFAULTS
-from perfmodel.project import evaluate_step, project, serving_times
+from perfmodel.projection import evaluate_step, project, serving_times
 from perfmodel.scenario import Scenario
 from perfmodel.spec import load_spec, spec_with
 

@@ -8,7 +8,7 @@ from perfmodel.cost import time_op, time_ops
 from perfmodel.graph import Step, build_ops
 from perfmodel.models import load_model
 from perfmodel.profile import DEFAULTS, load_profile
-from perfmodel.project import evaluate_step, project
+from perfmodel.projection import evaluate_step, project
 from perfmodel.resolve import resolve_profile
 from perfmodel.scenario import Scenario
 from perfmodel.spec import load_spec

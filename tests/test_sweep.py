@@ -12,7 +12,7 @@ import pytest
 from perfmodel import capacity
 from perfmodel.errors import InputError
 from perfmodel.outputs.sweep import METRICS, Axis, parse_vary, run_sweep, sweep_csv, sweep_svg
-from perfmodel.project import _project
+from perfmodel.projection import project_resolved
 from perfmodel.resolve import resolve_hardware, resolve_model, resolve_profile
 from perfmodel.scenario import Scenario
 from perfmodel.spec import spec_with
@@ -73,7 +73,7 @@ def test_grid_size_values_and_points_equal_project(b200):
     for i, j in ((0, 0), (4, 2), (8, 3), (2, 1)):
         bw = axes[0].values[i]
         b = axes[1].values[j]
-        p = _project(spec_with(hw, hbm_bandwidth=bw), model, sc.with_(batch=b), prof)
+        p = project_resolved(spec_with(hw, hbm_bandwidth=bw), model, sc.with_(batch=b), prof)
         row = rows[i * 4 + j]
         assert row["batch"] == p.batch
         for m, v in (("ttft_ms", p.ttft_s * 1e3), ("tpot_ms", p.tpot_s * 1e3), ("e2e_ms", p.e2e_s * 1e3),
@@ -92,7 +92,7 @@ def test_max_batch_follows_hbm_capacity_and_looped_fields(b200):
     for row in rows:
         sc2 = sc.with_(isl=row["isl"], batch="max")
         hw2 = spec_with(hw, hbm_bytes=row["hbm_bytes"])
-        p = _project(hw2, model, sc2, prof)
+        p = project_resolved(hw2, model, sc2, prof)
         assert row["batch"] == p.batch
         assert math.isclose(row["tpot_ms"], p.tpot_s * 1e3, rel_tol=1e-9)
         assert math.isclose(row["throughput_tok_s_per_gpu"], p.throughput_tok_s_per_gpu, rel_tol=1e-9)
@@ -105,7 +105,7 @@ def test_structural_and_tensor_fields(b200):
     axes = [parse_vary("tensor_flops.bf16=1.5PFLOPS,2.25PFLOPS"), parse_vary("tp=2,4"), parse_vary("sm_count=132,148")]
     res = run_sweep(hw, model, sc, prof, axes)
     for row in res.rows():
-        p = _project(spec_with(hw, **{"tensor_flops.bf16": row["tensor_flops.bf16"], "sm_count": row["sm_count"]}),
+        p = project_resolved(spec_with(hw, **{"tensor_flops.bf16": row["tensor_flops.bf16"], "sm_count": row["sm_count"]}),
                      model, sc.with_(tp=row["tp"]), prof)
         assert math.isclose(row["ttft_ms"], p.ttft_s * 1e3, rel_tol=1e-9)
         assert math.isclose(row["throughput_tok_s_per_gpu"], p.throughput_tok_s_per_gpu, rel_tol=1e-9)

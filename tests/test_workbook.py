@@ -11,7 +11,7 @@ import pytest
 openpyxl = pytest.importorskip("openpyxl", reason="openpyxl not installed: pip install openpyxl")
 
 from perfmodel.outputs.workbook import MAX_FORMULA, build_workbook, csv_tables, hoist, set_text  # noqa: E402
-from perfmodel.project import _project  # noqa: E402
+from perfmodel.projection import project_resolved  # noqa: E402
 from perfmodel.resolve import resolve_hardware, resolve_model, resolve_profile  # noqa: E402
 from perfmodel.scenario import Scenario  # noqa: E402
 from perfmodel.spec import spec_with  # noqa: E402
@@ -102,7 +102,7 @@ def test_formulas_match_model_before_and_after_an_input_changes(case, tmp_path):
     wb = build_workbook(hw, model, sc, prof)
     path = _save(wb, tmp_path / "whatif.xlsx")
     calc = Recomputed(path)
-    proj = _project(hw, model, sc, prof)
+    proj = project_resolved(hw, model, sc, prof)
     _check_against(calc, wb, proj)
     if sc.tp > 1:  # collectives appear as operators with live formulas
         kinds = {c.value for c in wb["Decode_mid"]["B"]}
@@ -111,7 +111,7 @@ def test_formulas_match_model_before_and_after_an_input_changes(case, tmp_path):
     # change HBM bandwidth on the Inputs sheet: everything follows the model on the changed spec
     new_bw = hw.hbm_bandwidth * 1.37
     calc.set("Inputs", _input_row(wb, "hbm_bandwidth"), new_bw)
-    proj2 = _project(spec_with(hw, hbm_bandwidth=new_bw), model, sc, prof)
+    proj2 = project_resolved(spec_with(hw, hbm_bandwidth=new_bw), model, sc, prof)
     assert not math.isclose(proj2.tpot_s, proj.tpot_s, rel_tol=1e-3)
     _check_against(calc, wb, proj2)
     if sc.batch == "max":
@@ -130,7 +130,7 @@ def test_latency_model_parameter_is_live(tmp_path):
     new = prof.gemm_eta["bf16"] * 0.8
     calc.set("Inputs", ref, new)
     eta = dict(prof.gemm_eta, bf16=new)
-    _check_against(calc, wb, _project(hw, model, sc, prof.with_(gemm_eta=eta)))
+    _check_against(calc, wb, project_resolved(hw, model, sc, prof.with_(gemm_eta=eta)))
 
 
 def test_every_formula_is_short_and_inputs_are_labelled():
@@ -173,7 +173,7 @@ def test_long_formulas_split_into_helper_cells_still_match(tmp_path, monkeypatch
                 if c.data_type == "f":
                     assert len(c.value) < 3000
     calc = Recomputed(_save(wb, tmp_path / "whatif.xlsx"))
-    _check_against(calc, wb, _project(hw, model, sc, prof))
+    _check_against(calc, wb, project_resolved(hw, model, sc, prof))
 
 
 def test_hoist_keeps_meaning():

@@ -341,7 +341,7 @@ def predict_layer(params: dict, hw: HardwareSpec, prof: Profile) -> float:
     """A measured decoder layer (one TP shard, no all-reduce) as the projection would time it."""
     from ..graph import Step
     from ..ops import COMM_KINDS
-    from ..project import evaluate_step, host_cost
+    from ..projection import evaluate_step, host_cost
     from ..scenario import Scenario
 
     model = layer_model(params)

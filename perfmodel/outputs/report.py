@@ -159,7 +159,7 @@ def _roofline_chart(part: Part, index: int):
 
 def _curve_chart(parts: list[Part]):
     from .. import capacity
-    from ..project import serving_times
+    from ..projection import serving_times
 
     series = []
     for part in parts:
@@ -270,7 +270,7 @@ def environment():
 def render_report(hardware: list, model, scenario, *, baseline=None, calibration=None, argv=None) -> str:
     """Project ``scenario`` on each of ``hardware`` (and ``baseline``, shown first) and render the report.
     ``calibration`` as for ``--calibration`` (None: automatic per part)."""
-    from ..project import _project
+    from ..projection import project_resolved
     from ..resolve import resolve_hardware, resolve_model, resolve_profile
 
     mdl = resolve_model(model)
@@ -280,7 +280,7 @@ def render_report(hardware: list, model, scenario, *, baseline=None, calibration
     parts = []
     for i, hw in enumerate(order):
         prof = resolve_profile(calibration, hw)
-        parts.append(Part(hw, prof, _project(hw, mdl, scenario, prof), charts.PALETTE[i % len(charts.PALETTE)],
+        parts.append(Part(hw, prof, project_resolved(hw, mdl, scenario, prof), charts.PALETTE[i % len(charts.PALETTE)],
                           baseline=base is not None and i == 0))
     ctx = build_context(parts, mdl, scenario, argv=argv)
     return environment().get_template("report.html.j2").render(**ctx)

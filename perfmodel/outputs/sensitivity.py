@@ -43,9 +43,9 @@ def _pct(new, base):
 
 
 def sensitivity(hw, model, sc, prof, *, step: float = 0.2, base=None) -> Sensitivity:
-    from ..project import _project
+    from ..projection import project_resolved
 
-    base = base or _project(hw, model, sc, prof)
+    base = base or project_resolved(hw, model, sc, prof)
     out = Sensitivity(step=step)
     for f in SPEC_FIELDS:
         v = spec_value(hw, f.attr)
@@ -62,7 +62,7 @@ def sensitivity(hw, model, sc, prof, *, step: float = 0.2, base=None) -> Sensiti
                 nv = float(max(1, round(nv)))
             vals[side] = nv
             try:
-                p = _project(spec_with(hw, **{f.attr: nv}), model, sc, prof)
+                p = project_resolved(spec_with(hw, **{f.attr: nv}), model, sc, prof)
                 res[side] = p
             except InputError:
                 res[side] = None  # does not fit any more

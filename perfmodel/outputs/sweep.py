@@ -4,7 +4,7 @@
 or ``--vary FIELD=V1,V2,...``. Hardware figures (any numeric spec attribute: hbm_bandwidth, sm_count,
 hbm_bytes, scaleup_bandwidth, tensor_flops.bf16, ...) and the batch (integers and ``max``, resolved per
 hardware point by :func:`perfmodel.capacity.max_batch`) travel as numpy arrays through
-:func:`perfmodel.spec.spec_with` and :func:`perfmodel.project.serving_times` in one evaluation. Scenario
+:func:`perfmodel.spec.spec_with` and :func:`perfmodel.projection.serving_times` in one evaluation. Scenario
 fields that shape the operator graph (isl, osl, tp, pp, ep, dtype, ...) and the scale-up domain are
 looped over, each combination again vectorised over the rest.
 """
@@ -158,7 +158,7 @@ class SweepResult:
 def run_sweep(hw, model, sc, prof, axes: list[Axis], *, description: str = "") -> SweepResult:
     """Evaluate the grid spanned by ``axes`` (see module doc)."""
     from .. import capacity
-    from ..project import serving_times
+    from ..projection import serving_times
     from ..spec import spec_with
 
     names = [a.field for a in axes]

@@ -137,10 +137,10 @@ def project(hardware, model, scenario: Scenario | None = None, *, profile: Profi
     mdl = resolve_model(model)
     sc = (scenario or Scenario()).with_(**overrides).validated()
     prof = profile if profile is not None else resolve_profile(None, hw)
-    return _project(hw, mdl, sc, prof)
+    return project_resolved(hw, mdl, sc, prof)
 
 
-def _project(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> Projection:
+def project_resolved(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> Projection:
     if sc.batch == "max":
         b = capacity.max_batch(model, sc, hw.hbm_bytes)
         capacity.check_fits(model, sc, hw, b)
