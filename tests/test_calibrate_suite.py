@@ -248,3 +248,29 @@ def test_collectives_nccl(tmp_path):
     assert n == len(rows) > 0
     assert {r["params"]["backend"] for r in rows} == {"nccl"}
     assert all(r["error"] is None for r in rows)
+
+
+def test_sdpa_kernel_names_classify_to_their_backend():
+    from perfmodel.calibrate.sdpa import classify_kernels
+
+    # names as torch.profiler reports them on Hopper (cuDNN 9.19, torch 2.11)
+    assert classify_kernels(["cudnn_generated_fort_native_sdpa_sm80_flash_fprop_wmma_f16_knob_3"]) == "cudnn"
+    assert classify_kernels(["void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128>>"]) == "flash"
+    assert classify_kernels(["void pytorch_flash::flash_fwd_splitkv_kernel<...>",
+                             "void pytorch_flash::flash_fwd_splitkv_combine_kernel<...>"]) == "flash"
+    assert classify_kernels(["fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel)"]) \
+        == "efficient"
+    assert classify_kernels(["ampere_bf16_s16816gemm_bf16_128x64", "softmax_warp_forward"]) == "math"
+    assert classify_kernels([]) == "unknown"
+
+
+def test_full_plan_measures_every_backend_and_the_default_dispatch():
+    fams = plan("full", "cuda")
+    backends = {c.params["backend"] for c in fams["attention"]}
+    assert backends == {"default", "flash", "cudnn", "efficient"}
+    shapes = {c.id.replace(f"backend={c.params['backend']}|", "") for c in fams["attention"]}
+    defaults = [c for c in fams["attention"] if c.params["backend"] == "default"]
+    assert len(defaults) == len(shapes)  # every shape has its plain-dispatch row
+    assert all(c.params["backend"] == "default" for c in fams["instream"] if c.params["op"] == "attention")
+    held = [c for c in fams["power"] if c.params["held_out"]]
+    assert held and all(c.params["workload"] == "layer" for c in held)

@@ -60,32 +60,47 @@ def _to_num(text: str) -> float | int | None:
     return int(f) if f.is_integer() else f
 
 
-def nvidia_smi_clocks(index: int | None = None) -> dict[str, Any]:
-    """SM clock, max SM clock, memory clock (MHz) and driver version from nvidia-smi, or {}."""
+def _nvidia_smi_query(fields: tuple[str, ...], index: int | None) -> list[str] | None:
+    """One GPU's row of ``nvidia-smi --query-gpu=...`` (csv, no units), or None."""
     exe = shutil.which("nvidia-smi")
     if not exe:
-        return {}
-    cmd = [exe, "--query-gpu=clocks.sm,clocks.max.sm,clocks.mem,driver_version",
-           "--format=csv,noheader,nounits"]
+        return None
+    cmd = [exe, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=15).stdout
     except Exception:
-        return {}
+        return None
     lines = [ln for ln in out.splitlines() if ln.strip()]
     if not lines:
-        return {}
+        return None
     pick = 0
     if index is not None and not os.environ.get("CUDA_VISIBLE_DEVICES") and 0 <= index < len(lines):
         pick = index
-    fields = [f.strip() for f in lines[pick].split(",")]
-    if len(fields) < 4:
+    row = [f.strip() for f in lines[pick].split(",")]
+    return row if len(row) == len(fields) else None
+
+
+def nvidia_smi_clocks(index: int | None = None) -> dict[str, Any]:
+    """SM clock, max SM clock, memory clock (MHz) and driver version from nvidia-smi, or {}."""
+    row = _nvidia_smi_query(("clocks.sm", "clocks.max.sm", "clocks.mem", "driver_version"), index)
+    if row is None:
         return {}
     return {
-        "sm_clock_mhz": _to_num(fields[0]),
-        "max_sm_clock_mhz": _to_num(fields[1]),
-        "mem_clock_mhz": _to_num(fields[2]),
-        "driver": fields[3] or None,
+        "sm_clock_mhz": _to_num(row[0]),
+        "max_sm_clock_mhz": _to_num(row[1]),
+        "mem_clock_mhz": _to_num(row[2]),
+        "driver": row[3] or None,
     }
+
+
+def nvidia_smi_board(index: int | None = None) -> dict[str, Any]:
+    """What a process sees of the board: memory.total (MiB, the capacity the driver exposes, below the
+    datasheet's nominal figure), the enforced power limit and the default one (W), or {}."""
+    row = _nvidia_smi_query(("memory.total", "power.limit", "power.default_limit", "enforced.power.limit"), index)
+    if row is None:
+        return {}
+    return {"memory_total_mib": _to_num(row[0]), "power_limit_w": _to_num(row[1]),
+            "power_default_limit_w": _to_num(row[2]), "enforced_power_limit_w": _to_num(row[3])}
 
 
 class _Nvml:
@@ -170,6 +185,13 @@ class Environment:
                     self.extra["cudnn"] = torch.backends.cudnn.version()
                 except Exception:
                     pass
+                try:
+                    free, total = torch.cuda.mem_get_info(idx)
+                    self.extra["mem_get_info_total_bytes"] = int(total)
+                    self.extra["mem_get_info_free_bytes"] = int(free)
+                except Exception:
+                    pass
+                self.extra.update(nvidia_smi_board(idx))
                 try:
                     self.extra["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
                 except Exception:

@@ -8,7 +8,6 @@ so error rows carry them too.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -16,6 +15,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
+from . import sdpa as sdpa_lib
 from .shapes import Case, attention_bytes, attention_flops, kv_cache_bytes
 from .timing import Timer, Timing, capture_graph, set_tf32
 
@@ -43,6 +43,8 @@ class Context:
     timer: Timer
     fp8_ok: bool = False
     notes: list[str] = field(default_factory=list)
+    attention_cache: Any = None  # (shape key, inputs) of the last attention shape, shared across backends
+    energy_meter: Any = None  # perfmodel.calibrate.power.EnergyMeter, made on first use
 
     @property
     def is_cuda(self) -> bool:
@@ -129,6 +131,9 @@ def counts(kind: str, p: dict[str, Any]) -> tuple[float | None, float | None]:
         from .layers import layer_counts
 
         return layer_counts(p)
+    if kind == "power":  # counts of one iteration of the workload
+        inner = {k: v for k, v in p.items() if k not in ("workload", "held_out")}
+        return (0.0, 0.0) if p["workload"] == "idle" else counts(p["workload"], inner)
     return None, None
 
 
@@ -160,6 +165,18 @@ def run_reduce(case: Case, ctx: Context) -> dict[str, Any]:
 # gemm
 # ---------------------------------------------------------------------------------------------
 
+def fp8_scales(m: int, n: int, scaling: str, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scales for ``torch._scaled_mm``: one per tensor, or one per row of A and column of B (the
+    rowwise recipe vLLM and TensorRT-LLM use for fp8 weights with per-token activations)."""
+    if scaling == "tensor":
+        return (torch.tensor(0.5, dtype=torch.float32, device=device),
+                torch.tensor(2.0, dtype=torch.float32, device=device))
+    if scaling == "rowwise":
+        return (torch.full((m, 1), 0.5, dtype=torch.float32, device=device),
+                torch.full((1, n), 2.0, dtype=torch.float32, device=device))
+    raise ValueError(f"unknown fp8 scaling {scaling!r}")
+
+
 def run_gemm(case: Case, ctx: Context) -> dict[str, Any]:
     p = case.params
     m, n, k, dt = p["m"], p["n"], p["k"], p["dtype"]
@@ -171,20 +188,20 @@ def run_gemm(case: Case, ctx: Context) -> dict[str, Any]:
         f8 = DTYPES["fp8"]
         a = ctx.randn(m, k, dtype=torch.bfloat16).to(f8)
         b = ctx.randn(n, k, dtype=torch.bfloat16).to(f8).t()  # k x n, column-major
-        scale_a = torch.tensor(0.5, dtype=torch.float32, device=ctx.device)
-        scale_b = torch.tensor(2.0, dtype=torch.float32, device=ctx.device)
+        scaling = p.get("scaling", "tensor")
+        scale_a, scale_b = fp8_scales(m, n, scaling, ctx.device)
 
         def fn():
             return torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16)
 
-        impl = "torch._scaled_mm(e4m3 x e4m3 -> bf16, per-tensor scales)"
+        impl = f"torch._scaled_mm(e4m3 x e4m3 -> bf16, {scaling} scales)"
         out = fn()
         if isinstance(out, tuple):  # torch < 2.5 returned (out, amax)
             def fn():  # noqa: F811
                 return torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16)[0]
             out = out[0]
         set_tf32(False)
-        ref = (a[:rows].to(rdt) * 0.5) @ (b[:, :cols].to(rdt) * 2.0)
+        ref = (a[:rows].to(rdt) * 0.5) @ (b[:, :cols].to(rdt) * 2.0)  # every scale is 0.5 (a) and 2.0 (b)
     else:
         tdt = DTYPES[dt]
         set_tf32(dt == "tf32")
@@ -212,87 +229,54 @@ def run_gemm(case: Case, ctx: Context) -> dict[str, Any]:
 # attention
 # ---------------------------------------------------------------------------------------------
 
-def _sdpa_backends() -> list[tuple[str, Any]]:
-    try:
-        from torch.nn.attention import SDPBackend
-    except ImportError:
-        return []
-    order = []
-    for name, attr in (("flash", "FLASH_ATTENTION"), ("cudnn", "CUDNN_ATTENTION"),
-                       ("efficient", "EFFICIENT_ATTENTION"), ("math", "MATH")):
-        be = getattr(SDPBackend, attr, None)
-        if be is not None:
-            order.append((name, be))
-    return order
+def _attention_inputs(p: dict[str, Any], ctx: Context):
+    """q, k, v for one attention shape and the fp32 math reference of the slice the check compares.
 
-
-def sdpa_context(backend: Any) -> contextlib.AbstractContextManager:
-    if backend is None:
-        return contextlib.nullcontext()
-    from torch.nn.attention import sdpa_kernel
-
-    return sdpa_kernel([backend])
-
-
-def sdpa(q, k, v, *, causal: bool, gqa: bool) -> torch.Tensor:
-    if gqa:
-        try:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
-        except TypeError:  # torch < 2.5: no enable_gqa; expand k/v
-            rep = q.shape[-3] // k.shape[-3]
-            k = k.repeat_interleave(rep, dim=-3)
-            v = v.repeat_interleave(rep, dim=-3)
-    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-
-def pick_sdpa_backend(call: Callable[[], torch.Tensor]) -> tuple[str, Any, torch.Tensor]:
-    """Run ``call`` under flash first, then the other backends forced one at a time; returns the
-    name of the first that runs, the backend, and its output. Unforced ("default") last."""
-    errors = []
-    for name, be in _sdpa_backends():
-        try:
-            with sdpa_context(be):
-                out = call()
-            return name, be, out
-        except Exception as exc:  # backend refused these inputs
-            errors.append(f"{name}: {str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__}")
-    try:
-        return "default", None, call()
-    except Exception as exc:
-        raise RuntimeError("no SDPA backend ran: " + "; ".join(errors)) from exc
-
-
-def run_attention(case: Case, ctx: Context) -> dict[str, Any]:
-    p = case.params
-    b, hq, hkv, sq, skv, d, causal = (p[x] for x in ("batch", "heads_q", "heads_kv", "seq_q",
-                                                    "seq_kv", "head_dim", "causal"))
+    Cached on ``ctx`` so the cases of one shape under each backend share inputs and reference.
+    For causal prefill the first S' queries see only the first S' keys: a slice is exact.
+    """
+    key = tuple(sorted((k, v) for k, v in p.items() if k != "backend"))
+    if ctx.attention_cache is not None and ctx.attention_cache[0] == key:
+        return ctx.attention_cache[1]
+    ctx.attention_cache = None
+    b, hq, hkv, sq, skv, d, causal = (p[x] for x in ("batch", "heads_q", "heads_kv", "seq_q", "seq_kv",
+                                                    "head_dim", "causal"))
+    dv = p.get("head_dim_v") or d
     dt = DTYPES[p["dtype"]]
-    gqa = hq != hkv
     q = ctx.randn(b, hq, sq, d, dtype=dt)
     k = ctx.randn(b, hkv, skv, d, dtype=dt)
-    v = ctx.randn(b, hkv, skv, d, dtype=dt)
-
-    def fn():
-        return sdpa(q, k, v, causal=causal, gqa=gqa)
-
-    name, be, out = pick_sdpa_backend(fn)
-    # check: the first batch element, first kv group, against math in fp32 on the same inputs.
-    # For causal prefill, the first S' queries see only the first S' keys: a slice is exact.
+    v = ctx.randn(b, hkv, skv, dv, dtype=dt)
     group = hq // hkv
     s_q = min(sq, ATTN_CHECK_SEQ) if (causal and sq == skv) else sq
     s_kv = s_q if (causal and sq == skv) else skv
-    math_be = dict(_sdpa_backends()).get("math")
-    rdt = torch.float32
-    with sdpa_context(math_be):
-        ref = sdpa(q[:1, :group, :s_q].to(rdt), k[:1, :1, :s_kv].to(rdt), v[:1, :1, :s_kv].to(rdt),
-                   causal=causal, gqa=group > 1)
-    err = rel_err(out[:1, :group, :s_q], ref)
-    check = check_string(err, ATTN_TOL)
-    del out, ref
-    with sdpa_context(be):
+    with sdpa_lib.backend_context("math"):
+        ref = sdpa_lib.sdpa(q[:1, :group, :s_q].float(), k[:1, :1, :s_kv].float(), v[:1, :1, :s_kv].float(),
+                            causal=causal, gqa=group > 1)
+    entry = (q, k, v, ref, group, s_q)
+    ctx.attention_cache = (key, entry)
+    return entry
+
+
+def run_attention(case: Case, ctx: Context) -> dict[str, Any]:
+    """One attention shape under one SDPA backend ("default": plain dispatch, whose kernels are recorded)."""
+    p = case.params
+    backend = p.get("backend", sdpa_lib.DEFAULT)
+    q, k, v, ref, group, s_q = _attention_inputs(p, ctx)
+    gqa = p["heads_q"] != p["heads_kv"]
+
+    def fn():
+        return sdpa_lib.sdpa(q, k, v, causal=p["causal"], gqa=gqa)
+
+    extra: dict[str, Any] = {}
+    with sdpa_lib.backend_context(backend):
+        out = fn()  # a backend that refuses these inputs raises here: the row carries the error
+        err = rel_err(out[:1, :group, :s_q], ref)
+        del out
+        if backend == sdpa_lib.DEFAULT:
+            extra["dispatched"], extra["kernels"] = sdpa_lib.dispatched(fn, ctx.device)
         t = ctx.timer.time(fn)
-    return {**timing_fields(t), "check": check, "rel_err": err,
-            "impl": f"F.scaled_dot_product_attention[{name}]" + (" enable_gqa" if gqa else "")}
+    impl = f"F.scaled_dot_product_attention[{backend}]" + (" enable_gqa" if gqa else "")
+    return {**timing_fields(t), "check": check_string(err, ATTN_TOL), "rel_err": err, "impl": impl, **extra}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -427,8 +411,7 @@ def _build(op: str, p: dict[str, Any], ctx: Context) -> Callable[[], object]:
             f8 = DTYPES["fp8"]
             a = ctx.randn(m, k, dtype=torch.bfloat16).to(f8)
             b = ctx.randn(n, k, dtype=torch.bfloat16).to(f8).t()
-            sa = torch.tensor(0.5, dtype=torch.float32, device=ctx.device)
-            sb = torch.tensor(2.0, dtype=torch.float32, device=ctx.device)
+            sa, sb = fp8_scales(m, n, p.get("scaling", "tensor"), ctx.device)
             return lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
         a = ctx.randn(m, k, dtype=dt)
         b = ctx.randn(k, n, dtype=dt)
@@ -438,7 +421,7 @@ def _build(op: str, p: dict[str, Any], ctx: Context) -> Callable[[], object]:
         kk = ctx.randn(p["batch"], p["heads_kv"], p["seq_kv"], p["head_dim"], dtype=dt)
         v = ctx.randn(p["batch"], p["heads_kv"], p["seq_kv"], p["head_dim"], dtype=dt)
         gqa = p["heads_q"] != p["heads_kv"]
-        return lambda: sdpa(q, kk, v, causal=p["causal"], gqa=gqa)
+        return lambda: sdpa_lib.sdpa(q, kk, v, causal=p["causal"], gqa=gqa)
     if op == "rmsnorm":
         x = ctx.randn(p["tokens"], p["hidden"], dtype=dt)
         w = (1.0 + 0.1 * ctx.randn(p["hidden"])).to(dt)
@@ -471,10 +454,11 @@ def run_instream(case: Case, ctx: Context) -> dict[str, Any]:
         for f in fns:
             f()
 
-    backend = None
-    if op == "attention":
-        name, backend, _ = pick_sdpa_backend(fns[0])
-    with sdpa_context(backend):
+    backend = p.get("backend", sdpa_lib.DEFAULT)
+    extra: dict[str, Any] = {}
+    with sdpa_lib.backend_context(backend):
+        if op == "attention" and backend == sdpa_lib.DEFAULT:
+            extra["dispatched"], extra["kernels"] = sdpa_lib.dispatched(fns[0], ctx.device)
         if ctx.is_cuda:
             graph, _ = capture_graph(seq, warmup=2)
             t = ctx.timer.time(graph.replay)
@@ -485,13 +469,44 @@ def run_instream(case: Case, ctx: Context) -> dict[str, Any]:
             mode = "eager, back to back"
     per = Timing(t.median_s / copies, t.p10_s / copies, t.p90_s / copies, t.reps, [x / copies for x in t.samples])
     return {**timing_fields(per), "check": "skipped",
-            "impl": f"{copies} x {op} back to back ({mode}), time per op"}
+            "impl": f"{copies} x {op} back to back ({mode}), time per op", **extra}
 
 
 def run_layer(case: Case, ctx: Context) -> dict[str, Any]:
     from .layers import run_layer as _run
 
     return _run(case, ctx)
+
+
+# ---------------------------------------------------------------------------------------------
+# power: energy of sustained loops (perfmodel.calibrate.power)
+# ---------------------------------------------------------------------------------------------
+
+def run_power(case: Case, ctx: Context) -> dict[str, Any]:
+    from . import power
+
+    p = dict(case.params)
+    workload = p.pop("workload")
+    p.pop("held_out", None)
+    if ctx.energy_meter is None:
+        ctx.energy_meter = power.EnergyMeter(ctx.device)
+    meter = ctx.energy_meter
+    seconds = power.SUSTAIN_S if ctx.suite == "full" else 0.1
+    if workload == "idle":
+        return _loop_row(power.idle(meter, ctx.device, seconds), "time.sleep (device idle)")
+    if workload == "layer":
+        from .layers import layer_callable
+
+        fn, impl = layer_callable(p, ctx)
+    else:
+        fn, impl = _build(workload, p, ctx), f"{workload} back to back, no L2 flush"
+    return _loop_row(power.sustained(fn, meter, ctx.device, seconds), impl)
+
+
+def _loop_row(res: dict[str, Any], impl: str) -> dict[str, Any]:
+    """A sustained loop gives one mean time per iteration: it is the median, p10 and p90 alike."""
+    return {**res, "p10_s": res["time_s"], "p90_s": res["time_s"], "reps": res["iterations"], "check": "skipped",
+            "impl": impl}
 
 
 KERNELS: dict[str, Callable[[Case, Context], dict[str, Any]]] = {
@@ -506,6 +521,7 @@ KERNELS: dict[str, Callable[[Case, Context], dict[str, Any]]] = {
     "launch": run_launch,
     "instream": run_instream,
     "layer": run_layer,
+    "power": run_power,
 }
 
 __all__ = ["KERNELS", "Context", "counts", "fp8_supported", "kv_cache_bytes"]

@@ -16,8 +16,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .kernels import (DTYPES, Context, apply_rotary, pick_sdpa_backend, rms_norm, rotary_tables,
-                      sdpa, sdpa_context, timing_fields)
+from . import sdpa as sdpa_lib
+from .kernels import DTYPES, Context, apply_rotary, rms_norm, rotary_tables, timing_fields
+from .sdpa import sdpa
 from .shapes import Case, kv_cache_bytes
 from .timing import capture_graph
 
@@ -101,55 +102,48 @@ class DecoderLayer:
         return self._mlp(x, a)
 
 
-def run_layer(case: Case, ctx: Context) -> dict[str, Any]:
-    p = case.params
+def _eager_step(p: dict[str, Any], ctx: Context):
+    """The layer of ``p`` and a callable running one step of it eagerly (prefill or decode)."""
     layer = DecoderLayer(p, ctx)
-    dt = layer.dt
-    b = p["batch"]
+    dt, b = layer.dt, p["batch"]
     if p["phase"] == "prefill":
         s = p["seq"]
         x = torch.randn(b, s, layer.h, device=ctx.device).to(dt)
         cos, sin = rotary_tables(s, layer.d, ctx.device, dt)
-        cos = cos.repeat(b, 1)
-        sin = sin.repeat(b, 1)
-
-        def fn():
-            return layer.prefill(x, cos, sin)
-
-        name, be, out = pick_sdpa_backend(fn)
-        finite = bool(torch.isfinite(out).all().item())
-        del out
-        with sdpa_context(be):
-            t = ctx.timer.time(fn)
-        mode = "eager"
-    elif p["phase"] == "decode":
+        cos, sin = cos.repeat(b, 1), sin.repeat(b, 1)
+        return lambda: layer.prefill(x, cos, sin)
+    if p["phase"] == "decode":
         c = p["context"]
         x = torch.randn(b, 1, layer.h, device=ctx.device).to(dt)
         cos, sin = rotary_tables(1, layer.d, ctx.device, dt, offset=c)
-        cos = cos.repeat(b, 1)
-        sin = sin.repeat(b, 1)
+        cos, sin = cos.repeat(b, 1), sin.repeat(b, 1)
         k_cache = torch.randn(b, layer.nkv, c + 1, layer.d, device=ctx.device, dtype=dt)
         v_cache = torch.randn(b, layer.nkv, c + 1, layer.d, device=ctx.device, dtype=dt)
+        return lambda: layer.decode(x, cos, sin, k_cache, v_cache, c)
+    raise ValueError(f"unknown phase {p['phase']!r}")
 
-        def fn():
-            return layer.decode(x, cos, sin, k_cache, v_cache, c)
 
-        name, be, out = pick_sdpa_backend(fn)
-        finite = bool(torch.isfinite(out).all().item())
-        del out
-        with sdpa_context(be):
-            if p["graph"]:
-                if not ctx.is_cuda:
-                    raise RuntimeError("graph capture needs CUDA")
-                graph, static_out = capture_graph(fn)
-                finite = finite and bool(torch.isfinite(static_out).all().item())
-                t = ctx.timer.time(graph.replay)
-                del graph, static_out
-                mode = "cuda-graph replay"
-            else:
-                t = ctx.timer.time(fn)
-                mode = "eager"
-    else:
-        raise ValueError(f"unknown phase {p['phase']!r}")
+def layer_callable(p: dict[str, Any], ctx: Context, eager=None):
+    """(callable, description) of one step as the suite times it: prefill eager; decode replayed from a
+    CUDA graph when ``p["graph"]`` (eager otherwise). ``eager``: the step already built, if any."""
+    fn = eager or _eager_step(p, ctx)
+    if p["phase"] == "decode" and p.get("graph"):
+        if not ctx.is_cuda:
+            raise RuntimeError("graph capture needs CUDA")
+        graph, _ = capture_graph(fn)
+        return graph.replay, "plain PyTorch decoder layer, cuda-graph replay"
+    return fn, "plain PyTorch decoder layer, eager"
+
+
+def run_layer(case: Case, ctx: Context) -> dict[str, Any]:
+    p = case.params
+    eager = _eager_step(p, ctx)
+    out = eager()
+    finite = bool(torch.isfinite(out).all().item())
+    del out
+    name, kernels = sdpa_lib.dispatched(eager, ctx.device)
+    fn, impl = layer_callable(p, ctx, eager)
+    t = ctx.timer.time(fn)
+    attention = [k for k in kernels if sdpa_lib.classify_kernels([k]) != "math"]
     return {**timing_fields(t), "check": "skipped" if finite else "FAIL non-finite output",
-            "impl": f"plain PyTorch decoder layer, sdpa[{name}], {mode}"}
+            "impl": f"{impl}, sdpa dispatched to {name}", "dispatched": name, "kernels": attention[:4]}

@@ -15,7 +15,7 @@ from typing import Any
 from .store import make_id
 
 FAMILIES = ("launch", "copy", "reduce", "gemm", "attention", "rmsnorm", "swiglu", "rotary",
-            "residual", "instream", "layer", "collective")
+            "residual", "instream", "layer", "power", "collective")
 
 MB = 1 << 20
 GB = 1 << 30
@@ -236,6 +236,12 @@ def gemm_cases(suite: str, device: str, *, fp8: bool = True, sm_count: int = 132
         for s in awkward:
             if s[0].startswith("waves") and s[2] % 16 == 0 and s[3] % 16 == 0 and len(cs.items) % 3 == 0:
                 add("fp8", *s)
+        # rowwise scales (a scale per row of A and per column of B): the fp8 recipe serving engines run
+        for i, s in enumerate(model):
+            if i % 10 == 7 and s[2] % 16 == 0 and s[3] % 16 == 0:
+                cs.add("gemm", {"m": s[1], "n": s[2], "k": s[3], "dtype": "fp8", "scaling": "rowwise"}, s[0])
+        for s in square[2:]:
+            cs.add("gemm", {"m": s[1], "n": s[2], "k": s[3], "dtype": "fp8", "scaling": "rowwise"}, s[0])
     # tf32 / fp32: fewer, and capped in size (fp32 on vector units is ~15x slower than bf16)
     for i, s in enumerate(model):
         if i % 8 == 1 and gemm_flops(*s[1:]) <= 4e12:
@@ -269,24 +275,39 @@ def kv_cache_bytes(batch: int, heads_kv: int, seq_kv: int, head_dim: int, elem: 
     return 2 * batch * heads_kv * seq_kv * head_dim * elem
 
 
-def attention_cases(suite: str) -> list[Case]:
-    cs = _Cases()
+MLA_PREFILL = (16, 16, 192, 128)  # DeepSeek-V3 prefill at TP 8: 16 heads, 192-wide QK, 128-wide V
+LONG_PREFILL = ((64, 8, 128), (32, 8, 128), (8, 1, 128))
+LONG_SEQ = 32768
 
-    def add(g, b, hq, hkv, sq, skv, d, causal):
-        cs.add("attention", {"batch": b, "heads_q": hq, "heads_kv": hkv, "seq_q": sq, "seq_kv": skv,
-                             "head_dim": d, "causal": causal, "dtype": "bf16"}, g)
+
+def attention_shapes(suite: str) -> list[tuple[str, dict[str, Any]]]:
+    """(group, shape params) of every attention shape, without the backend."""
+    out: list[tuple[str, dict[str, Any]]] = []
+
+    def add(g, b, hq, hkv, sq, skv, d, causal, dv=None):
+        shape = {"batch": b, "heads_q": hq, "heads_kv": hkv, "seq_q": sq, "seq_kv": skv, "head_dim": d,
+                 "causal": causal, "dtype": "bf16"}
+        if dv is not None and dv != d:
+            shape["head_dim_v"] = dv
+        out.append((g, shape))
 
     if suite == "quick":
         add("prefill", 1, 4, 2, 64, 64, 64, True)
         add("prefill", 2, 4, 4, 128, 128, 64, True)
         add("decode", 2, 4, 1, 1, 256, 64, False)
         add("decode", 4, 8, 2, 1, 512, 64, False)
-        return cs.items
+        return out
     for hq, hkv, d in HEAD_CONFIGS:
         g = f"h{hq}-kv{hkv}-d{d}"
         for s in PREFILL_SEQS:
-            for b in (max(1, PREFILL_TOKENS // s), 1):
+            for b in sorted({max(1, PREFILL_TOKENS // s), 1}, reverse=True):
                 add(f"prefill-{g}", b, hq, hkv, s, s, d, True)
+    for hq, hkv, d in LONG_PREFILL:
+        add(f"prefill-h{hq}-kv{hkv}-d{d}", 1, hq, hkv, LONG_SEQ, LONG_SEQ, d, True)
+    hq, hkv, d, dv = MLA_PREFILL
+    for s in (1024, 4096, 16384):
+        for b in sorted({max(1, PREFILL_TOKENS // s), 1}, reverse=True):
+            add(f"prefill-mla-h{hq}", b, hq, hkv, s, s, d, True, dv)
     for hq, hkv, d in HEAD_CONFIGS:
         g = f"h{hq}-kv{hkv}-d{d}"
         for ctx in DECODE_CONTEXTS:
@@ -294,19 +315,37 @@ def attention_cases(suite: str) -> list[Case]:
                 if kv_cache_bytes(b, hkv, ctx, d) > KV_LIMIT_BYTES:
                     continue
                 add(f"decode-{g}", b, hq, hkv, 1, ctx, d, False)
+    return out
+
+
+def attention_cases(suite: str, device: str = "cuda") -> list[Case]:
+    """Every shape under plain dispatch ("default", whose kernels the row records) and under each SDPA
+    backend forced; the slow memory-efficient backend on every third shape only."""
+    from .sdpa import backends_for
+
+    cs = _Cases()
+    for i, (g, shape) in enumerate(attention_shapes(suite)):
+        for backend in backends_for(device):
+            if backend == "efficient" and suite == "full" and i % 3:
+                continue
+            cs.add("attention", {"backend": backend, **shape}, g)
     return cs.items
 
 
 def attention_flops(p: dict[str, Any]) -> float:
-    f = 4.0 * p["batch"] * p["heads_q"] * p["seq_q"] * p["seq_kv"] * p["head_dim"]
+    """2 x (QK^T and PV) multiply-adds over the (query, key) pairs evaluated (a causal triangle)."""
+    d, dv = p["head_dim"], p.get("head_dim_v") or p["head_dim"]
+    pairs = p["seq_q"] * p["seq_kv"]
     if p["causal"] and p["seq_q"] == p["seq_kv"]:
-        f *= (p["seq_q"] + 1) / (2.0 * p["seq_q"])
-    return f
+        pairs = p["seq_q"] * (p["seq_q"] + 1) / 2.0
+    return 2.0 * p["batch"] * p["heads_q"] * pairs * (d + dv)
 
 
 def attention_bytes(p: dict[str, Any], elem: int = 2) -> float:
-    q = p["batch"] * p["heads_q"] * p["seq_q"] * p["head_dim"] * elem
-    return 2 * q + kv_cache_bytes(p["batch"], p["heads_kv"], p["seq_kv"], p["head_dim"], elem)
+    """Q read, O written, K and V read once each."""
+    d, dv = p["head_dim"], p.get("head_dim_v") or p["head_dim"]
+    qo = p["batch"] * p["heads_q"] * p["seq_q"] * (d + dv) * elem
+    return qo + p["batch"] * p["heads_kv"] * p["seq_kv"] * (d + dv) * elem
 
 
 # ---------------------------------------------------------------------------------------------
@@ -397,8 +436,8 @@ def instream_cases(suite: str) -> list[Case]:
         add("rotary", {"tokens": 8, "heads": 4, "head_dim": 64, "dtype": "bf16"}, "rotary", 2)
         add("residual", {"tokens": 8, "hidden": 256, "dtype": "bf16"}, "residual", 2)
         add("copy", {"bytes": 65536}, "copy", 2)
-        add("attention", {"batch": 1, "heads_q": 4, "heads_kv": 2, "seq_q": 1, "seq_kv": 64, "head_dim": 64,
-                          "causal": False, "dtype": "bf16"}, "attention", 2)
+        add("attention", {"backend": "default", "batch": 1, "heads_q": 4, "heads_kv": 2, "seq_q": 1, "seq_kv": 64,
+                          "head_dim": 64, "causal": False, "dtype": "bf16"}, "attention", 2)
         return cs.items
     widths = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336),  # Llama-3.1-8B
               (1280, 8192), (8192, 1024), (7168, 8192), (8192, 3584))  # Llama-3.1-70B, TP 8
@@ -411,11 +450,12 @@ def instream_cases(suite: str) -> list[Case]:
     for hq, hkv in ((32, 8), (8, 1)):
         for ctx in (1024, 4096):
             for b in (1, 8, 32, 128):
-                add("attention", {"batch": b, "heads_q": hq, "heads_kv": hkv, "seq_q": 1, "seq_kv": ctx + 1,
-                                  "head_dim": 128, "causal": False, "dtype": "bf16"}, "attention-decode")
+                add("attention", {"backend": "default", "batch": b, "heads_q": hq, "heads_kv": hkv, "seq_q": 1,
+                                  "seq_kv": ctx + 1, "head_dim": 128, "causal": False, "dtype": "bf16"},
+                    "attention-decode")
         for s in (512, 2048):
-            add("attention", {"batch": 1, "heads_q": hq, "heads_kv": hkv, "seq_q": s, "seq_kv": s, "head_dim": 128,
-                              "causal": True, "dtype": "bf16"}, "attention-prefill", 4)
+            add("attention", {"backend": "default", "batch": 1, "heads_q": hq, "heads_kv": hkv, "seq_q": s,
+                              "seq_kv": s, "head_dim": 128, "causal": True, "dtype": "bf16"}, "attention-prefill", 4)
     tokens = (1, 8, 32, 128, 512, 2048)
     for h in (4096, 8192):
         for t in tokens:
@@ -481,6 +521,41 @@ def layer_cases(suite: str, device: str) -> list[Case]:
 
 
 # ---------------------------------------------------------------------------------------------
+# power: sustained loops with the energy they take (perfmodel.calibrate.power)
+# ---------------------------------------------------------------------------------------------
+
+def power_cases(suite: str, device: str, *, fp8: bool = True) -> list[Case]:
+    """Workloads the power model is fitted to (compute-bound and memory-bound kernels per format, idle),
+    and whole decoder layers it is checked against (``held_out``: never fitted)."""
+    cs = _Cases()
+
+    def add(workload: str, params: dict[str, Any], held_out: bool = False) -> None:
+        cs.add("power", {"workload": workload, **params, "held_out": held_out}, f"power-{workload}")
+
+    add("idle", {})
+    if suite == "quick":
+        add("gemm", {"m": 128, "n": 256, "k": 256, "dtype": "fp32"})
+        add("layer", _layer("tiny", 1, "prefill", 1, 32, 0, False), held_out=True)
+        return cs.items
+    for m, n, k in ((8192, 8192, 8192), (1024, 8192, 8192), (16, 28672, 8192)):
+        add("gemm", {"m": m, "n": n, "k": k, "dtype": "bf16"})
+    if fp8:
+        add("gemm", {"m": 8192, "n": 8192, "k": 8192, "dtype": "fp8"})
+    add("copy", {"bytes": 1 << 30})
+    add("attention", {"backend": "default", "batch": 1, "heads_q": 64, "heads_kv": 8, "seq_q": 8192, "seq_kv": 8192,
+                      "head_dim": 128, "causal": True, "dtype": "bf16"})
+    add("attention", {"backend": "default", "batch": 64, "heads_q": 32, "heads_kv": 8, "seq_q": 1, "seq_kv": 8192,
+                      "head_dim": 128, "causal": False, "dtype": "bf16"})
+    graph = device.startswith("cuda")
+    for params in (_layer("llama-3.1-8b", 1, "prefill", 1, 2048, 0, False),
+                   _layer("llama-3.1-70b", 2, "prefill", 1, 2048, 0, False),
+                   _layer("llama-3.1-70b", 8, "decode", 32, 1, 4096, graph),
+                   _layer("llama-3.1-8b", 1, "decode", 128, 1, 1024, graph)):
+        add("layer", params, held_out=True)
+    return cs.items
+
+
+# ---------------------------------------------------------------------------------------------
 # collectives
 # ---------------------------------------------------------------------------------------------
 
@@ -499,8 +574,8 @@ def collective_sizes(suite: str, device: str) -> list[int]:
 
 # share of the total time budget (full suite); unused time rolls over to later families
 BUDGET_WEIGHTS = {
-    "launch": 1, "copy": 3, "reduce": 3, "gemm": 38, "attention": 24, "rmsnorm": 3, "swiglu": 3,
-    "rotary": 2, "residual": 3, "instream": 6, "layer": 8, "collective": 12,
+    "launch": 1, "copy": 2, "reduce": 2, "gemm": 30, "attention": 40, "rmsnorm": 2, "swiglu": 2,
+    "rotary": 2, "residual": 2, "instream": 5, "layer": 5, "power": 6, "collective": 10,
 }
 
 
@@ -512,13 +587,14 @@ def plan(suite: str, device: str, *, fp8: bool = True, sm_count: int = 132) -> d
         "copy": copy_cases(suite),
         "reduce": reduce_cases(suite),
         "gemm": gemm_cases(suite, device, fp8=fp8, sm_count=sm_count),
-        "attention": attention_cases(suite),
+        "attention": attention_cases(suite, device),
         "rmsnorm": rmsnorm_cases(suite),
         "swiglu": swiglu_cases(suite),
         "rotary": rotary_cases(suite),
         "residual": residual_cases(suite),
         "instream": instream_cases(suite),
         "layer": layer_cases(suite, device),
+        "power": power_cases(suite, device, fp8=fp8),
         # collective cases depend on the world size; they are made by collectives.py
         "collective": [],
     }
@@ -574,6 +650,8 @@ def estimate_call_s(case: Case) -> float:
 
 
 def estimate_case_s(case: Case) -> float:
+    if case.kind == "power":
+        return 2.0  # a sustained loop of 1.5 s, plus set-up
     call = estimate_call_s(case)
     if case.kind == "launch":
         return OVERHEAD_S + 8 * call

@@ -272,6 +272,7 @@ def run_suite(
                     bar.update(1)
                 hard = is_cuda and (j % 25 == 24 or (row.get("bytes") or 0) > 2e9 or row.get("error"))
                 _free(is_cuda, hard)
+            ctx.attention_cache = None
             _free(is_cuda, True)
             fam_times[fam] = time.monotonic() - fam_t0
             if bar is None and progress:
