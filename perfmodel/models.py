@@ -214,6 +214,37 @@ def _check_keys(d: dict, allowed, required, file: str, prefix: str = "") -> None
             raise InputError("missing required field", file=file, field=prefix + k)
 
 
+# Largest plausible size of each field: far above any published model (layers: 126 in Llama 3.1 405B;
+# hidden: 18432 in PaLM 540B; vocab: 256K in Gemma; experts: 384 in Kimi K2; context: 10M tokens in
+# Llama 4 Scout), low enough that a typo or a hostile file (1e9 layers) stops with one line instead of
+# hanging the per-layer loops. Descriptor names, with the config.json names mapped onto them.
+SIZE_LIMITS = {
+    "layers": 1024, "hidden": 2**17, "heads": 4096, "kv_heads": 4096, "head_dim": 4096, "intermediate": 2**20,
+    "vocab": 2**24, "max_position": 2**27,
+    "moe.num_experts": 16384, "moe.top_k": 1024, "moe.expert_intermediate": 2**20,
+    "moe.num_shared_experts": 1024, "moe.shared_intermediate": 2**20, "moe.first_dense_layers": 1024,
+    "mla.q_lora_rank": 2**16, "mla.kv_lora_rank": 2**16, "mla.qk_nope_head_dim": 4096, "mla.qk_rope_head_dim": 4096,
+    "mla.v_head_dim": 4096,
+}
+_HF_SIZE_NAMES = {
+    "num_hidden_layers": "layers", "hidden_size": "hidden", "num_attention_heads": "heads",
+    "num_key_value_heads": "kv_heads", "head_dim": "head_dim", "intermediate_size": "intermediate",
+    "vocab_size": "vocab", "max_position_embeddings": "max_position", "num_local_experts": "moe.num_experts",
+    "n_routed_experts": "moe.num_experts", "num_experts_per_tok": "moe.top_k",
+    "moe_intermediate_size": "moe.expert_intermediate", "n_shared_experts": "moe.num_shared_experts",
+    "first_k_dense_replace": "moe.first_dense_layers", "moe_layer_freq": "layers",
+    "q_lora_rank": "mla.q_lora_rank", "kv_lora_rank": "mla.kv_lora_rank", "qk_nope_head_dim": "mla.qk_nope_head_dim",
+    "qk_rope_head_dim": "mla.qk_rope_head_dim", "v_head_dim": "mla.v_head_dim",
+}
+
+
+def _check_size(v: int, name: str, file: str, field: str) -> None:
+    limit = SIZE_LIMITS.get(name)
+    if limit is not None and v > limit:
+        raise InputError(f"expected at most {limit:,} (far above any published model), got {v:,}",
+                         file=file, field=field)
+
+
 def _int(d: dict, k: str, file: str, prefix: str = "", *, default=None, minimum: int = 1) -> int:
     v = d.get(k)
     if v is None:
@@ -221,11 +252,18 @@ def _int(d: dict, k: str, file: str, prefix: str = "", *, default=None, minimum:
             raise InputError("missing required field", file=file, field=prefix + k)
         return default
     if isinstance(v, bool) or not isinstance(v, int):
-        raise InputError(f"expected an integer >= {minimum}, got {v!r}", file=file, field=prefix + k)
+        raise InputError(f"expected an integer >= {minimum}, got {_short(v)}", file=file, field=prefix + k)
     if v < minimum:
         what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
         raise InputError(f"expected {what}, got {v}", file=file, field=prefix + k)
+    _check_size(v, prefix + k, file, prefix + k)
     return v
+
+
+def _short(v, limit: int = 60) -> str:
+    """A value as an error message shows it: its repr, cut short (a file may hold a huge value)."""
+    r = repr(v) if not isinstance(v, (dict, list)) or len(v) <= 8 else f"a {type(v).__name__} of {len(v)} items"
+    return r if len(r) <= limit else r[: limit - 3] + "..."
 
 
 def _str(d: dict, k: str, file: str, *, default: str | None = None) -> str:
@@ -235,7 +273,7 @@ def _str(d: dict, k: str, file: str, *, default: str | None = None) -> str:
             raise InputError("missing required field", file=file, field=k)
         return default
     if not isinstance(v, str) or not v.strip():
-        raise InputError(f"expected a non-empty string, got {v!r}", file=file, field=k)
+        raise InputError(f"expected a non-empty string, got {_short(v)}", file=file, field=k)
     return v.strip()
 
 
@@ -244,7 +282,7 @@ def _enum(d: dict, k: str, choices, file: str, *, default: str) -> str:
     if v is None:
         v = default
     if not isinstance(v, str) or v not in choices:
-        raise InputError(f"expected one of {', '.join(choices)}, got {v!r}{_suggest(str(v), choices)}",
+        raise InputError(f"expected one of {', '.join(choices)}, got {_short(v)}{_suggest(str(v)[:80], choices)}",
                          file=file, field=k)
     return v
 
@@ -254,7 +292,7 @@ def _bool(d: dict, k: str, file: str, *, default: bool = False) -> bool:
     if v is None:
         return default
     if not isinstance(v, bool):
-        raise InputError(f"expected true or false, got {v!r}", file=file, field=k)
+        raise InputError(f"expected true or false, got {_short(v)}", file=file, field=k)
     return v
 
 
@@ -353,20 +391,14 @@ def _mla_from_dict(d, file: str) -> MLA:
     )
 
 
-def _read_yaml(path: Path):
-    import yaml
+MODEL_WHAT = "model descriptor"
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise InputError(f"cannot read: {e.strerror or e}", file=str(path)) from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e)
-        raise InputError(f"not valid YAML{where}: {_one_line(problem)}", file=str(path)) from None
+
+def _read_yaml(path: Path):
+    # size, nesting, aliases and duplicate keys are limited by the safe loader (perfmodel.safeyaml)
+    from . import safeyaml
+
+    return safeyaml.load(safeyaml.read_limited(path, what=MODEL_WHAT), file=str(path), what=MODEL_WHAT)
 
 
 # ---- Hugging Face config.json ---------------------------------------------------------------------
@@ -412,7 +444,9 @@ def _hf_int(cfg: dict, k: str, file: str, *, default=None, minimum: int = 1) -> 
         v = int(v)
     if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
         what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise InputError(f"expected {what}, got {v!r}", file=file, field=k)
+        raise InputError(f"expected {what}, got {_short(v)}", file=file, field=k)
+    if k in _HF_SIZE_NAMES:
+        _check_size(v, _HF_SIZE_NAMES[k], file, k)
     return v
 
 

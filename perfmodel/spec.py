@@ -57,8 +57,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import yaml
-
+from . import safeyaml
 from .errors import InputError
 from .paths import hardware_dir
 from .units import parse_quantity
@@ -255,6 +254,9 @@ class _Raw(NamedTuple):
 _RAW_CACHE: dict[Path, tuple[int, _Raw]] = {}
 
 
+SPEC_WHAT = "hardware spec file"
+
+
 def _read_raw(path: Path) -> _Raw:
     try:
         st = path.stat()
@@ -263,24 +265,9 @@ def _read_raw(path: Path) -> _Raw:
     hit = _RAW_CACHE.get(path)
     if hit and hit[0] == st.st_mtime_ns:
         return hit[1]
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise _err(f"cannot read spec file ({e.strerror})", path) from None
-    try:
-        doc = yaml.safe_load(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise _err("not UTF-8 text; expected a YAML spec file", path) from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
-        problem = getattr(e, "problem", None) or str(e)
-        context = getattr(e, "context", None)
-        cmark = getattr(e, "context_mark", None)
-        if context and cmark is not None and mark is not None and cmark.line != mark.line:
-            context = f"{context} started at line {cmark.line + 1}"
-        msg = f"YAML syntax error: {problem}" + (f" ({context})" if context else "")
-        raise _err(msg, path, where) from None
+    # size, nesting, aliases and duplicate keys are limited by the safe loader (perfmodel.safeyaml)
+    data = safeyaml.read_limited(path, what=SPEC_WHAT)
+    doc = safeyaml.load(data, file=str(path), what=SPEC_WHAT)
     if not isinstance(doc, dict):
         kind = "empty" if doc is None else f"a {type(doc).__name__}"
         raise _err(f"expected a mapping of spec fields (name:, compute:, memory:, ...), the file is {kind}",
@@ -375,12 +362,32 @@ def _chain(path: Path) -> list[_Raw]:
         parent = raw.top.get("extends")
         if not parent:
             return chain
-        target = (current.parent / parent)
-        if not target.is_file() and not target.suffix:
-            target = target.with_suffix(".yaml")
-        if not target.is_file():
-            raise _err(f"extends target {parent!r} not found (looked in {current.parent})", current, "extends")
-        current = target.resolve()
+        current = _extends_target(current, parent)
+
+
+def _extends_target(including: Path, parent: str) -> Path:
+    """The file ``extends: parent`` names, confined to the spec library (hardware/) and the including
+    file's own folder, and to .yaml/.yml files: a spec cannot pull in (and an error cannot show a line
+    of) any other file on the machine. The name given is echoed, never the contents of what it points at."""
+    shown = repr(parent if len(parent) <= 80 else parent[:77] + "...")
+    base = including.parent
+    target = base / parent
+    if not target.suffix:
+        target = target.with_suffix(".yaml")
+    try:
+        real = target.resolve()
+    except (OSError, RuntimeError):
+        raise _err(f"extends target {shown} cannot be resolved", including, "extends") from None
+    library = hardware_dir().resolve()
+    allowed = (real.parent == base.resolve()) or (real == library or library in real.parents)
+    if not allowed:
+        raise _err(f"extends target {shown} lies outside the spec library ({library}) and this file's folder; "
+                   f"copy the base spec next to this file", including, "extends")
+    if real.suffix not in (".yaml", ".yml"):
+        raise _err(f"extends target {shown} is not a .yaml spec file", including, "extends")
+    if not real.is_file():
+        raise _err(f"extends target {shown} not found (looked in {base})", including, "extends")
+    return real
 
 
 def _build(path: Path) -> HardwareSpec:

@@ -1,0 +1,202 @@
+"""YAML for files a user hands the tool (hardware specs, model descriptors), with hard limits.
+
+``yaml.safe_load`` builds no arbitrary objects, but it still:
+
+- expands anchors and aliases: a ten-level "billion laughs" document is a few hundred bytes and a value
+  of 10**9 nodes; the structure itself is shared, yet anything that walks or prints it (an error message
+  showing the bad value, a schema walk) never finishes;
+- lets an alias point into the node that holds it (``&a [*a]``), a recursive value;
+- recurses once per nesting level while composing, so ``[[[[...]]]]`` a few hundred deep raises
+  RecursionError instead of a message;
+- keeps the last of two equal keys without a word;
+- reads a file of any size (a 200 MB spec took 98 s to refuse).
+
+:func:`load` refuses each of these with a one-line :class:`~perfmodel.errors.InputError` naming the
+file and the line, before anything is built, and never echoes the offending value. Its limits are far
+above what a real spec or descriptor needs (the shipped ones are under 3 KB, four levels deep, with no
+anchors), so they only ever stop hostile or broken files.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
+from yaml.events import AliasEvent, MappingStartEvent, ScalarEvent, SequenceStartEvent
+from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+from yaml.parser import Parser
+from yaml.reader import Reader
+from yaml.resolver import Resolver
+from yaml.scanner import Scanner
+
+from .errors import InputError
+
+MAX_BYTES = 256 * 1024  # a file; the shipped specs and descriptors are under 3 KB
+MAX_DEPTH = 32  # nested mappings/sequences; a spec is four deep
+MAX_NODES = 100_000  # nodes after alias expansion: what walking the loaded value costs
+MAX_ALIASES = 100  # alias uses in one file
+MAX_SCALAR = 64 * 1024  # characters in one value
+
+
+class _Refused(Exception):
+    """A limit hit while composing: message and 1-based line."""
+
+    def __init__(self, message: str, line: int | None):
+        super().__init__(message)
+        self.message = message
+        self.line = line
+
+
+def _line(mark) -> int | None:
+    return mark.line + 1 if mark is not None else None
+
+
+class _Composer(Composer):
+    """The standard composer, counting depth, nodes (an alias counts as the size of what it names),
+    aliases and scalar sizes, and refusing recursive aliases and duplicate keys."""
+
+    def __init__(self, limits: dict):
+        super().__init__()
+        self._limits = limits
+        self._depth = 0
+        self._nodes = 0
+        self._aliases = 0
+        self._sizes: dict[int, int] = {}  # id(node) -> expanded node count, once the node is complete
+
+    def _count(self, n: int, mark) -> None:
+        self._nodes += n
+        if self._nodes > self._limits["max_nodes"]:
+            raise _Refused(f"more than {self._limits['max_nodes']:,} values (after expanding aliases); "
+                           f"a spec or model file needs a few hundred", _line(mark))
+
+    def compose_node(self, parent, index):
+        if self.check_event(AliasEvent):
+            event = self.peek_event()
+            self._aliases += 1
+            if self._aliases > self._limits["max_aliases"]:
+                raise _Refused(f"more than {self._limits['max_aliases']} aliases (*name); write the values out",
+                               _line(event.start_mark))
+            anchor = event.anchor
+            if anchor in self.anchors:
+                node = self.anchors[anchor]
+                size = self._sizes.get(id(node))
+                if size is None:
+                    raise _Refused(f"alias *{_short(anchor)} refers to a value that contains it (a recursive "
+                                   f"value)", _line(event.start_mark))
+                self._count(size, event.start_mark)
+            # an undefined alias: the standard composer raises its own error
+            return super().compose_node(parent, index)
+        event = self.peek_event()
+        if isinstance(event, (SequenceStartEvent, MappingStartEvent)):
+            self._depth += 1
+            if self._depth > self._limits["max_depth"]:
+                raise _Refused(f"nested more than {self._limits['max_depth']} levels deep", _line(event.start_mark))
+        before = self._nodes
+        node = super().compose_node(parent, index)
+        if isinstance(event, (SequenceStartEvent, MappingStartEvent)):
+            self._depth -= 1
+        self._count(1, event.start_mark)
+        self._sizes[id(node)] = self._nodes - before
+        return node
+
+    def compose_scalar_node(self, anchor):
+        event = self.peek_event()
+        if isinstance(event, ScalarEvent) and len(event.value) > self._limits["max_scalar"]:
+            raise _Refused(f"a value of {len(event.value):,} characters (limit {self._limits['max_scalar']:,})",
+                           _line(event.start_mark))
+        return super().compose_scalar_node(anchor)
+
+    def compose_mapping_node(self, anchor):
+        node = super().compose_mapping_node(anchor)
+        seen: dict = {}
+        for key, _ in node.value:
+            if isinstance(key, ScalarNode):
+                k = (key.tag, key.value)
+                if k in seen:
+                    raise _Refused(f"key {_short(key.value)!r} given twice in one mapping (first at line "
+                                   f"{seen[k]})", _line(key.start_mark))
+                seen[k] = _line(key.start_mark)
+        return node
+
+
+class _Loader(Reader, Scanner, Parser, _Composer, SafeConstructor, Resolver):
+    def __init__(self, stream, limits: dict):
+        Reader.__init__(self, stream)
+        Scanner.__init__(self)
+        Parser.__init__(self)
+        _Composer.__init__(self, limits)
+        SafeConstructor.__init__(self)
+        Resolver.__init__(self)
+
+
+def _short(text, limit: int = 40) -> str:
+    s = " ".join(str(text).split())
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def read_limited(path: Path, *, what: str, max_bytes: int = MAX_BYTES) -> bytes:
+    """The bytes of ``path``, refusing (one line) anything larger than ``max_bytes`` without reading it all."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(max_bytes + 1)
+    except IsADirectoryError:
+        raise InputError(f"is a folder; expected a {what}", file=str(path)) from None
+    except OSError as e:
+        raise InputError(f"cannot read {what} ({e.strerror or e})", file=str(path)) from None
+    if len(data) > max_bytes:
+        raise InputError(f"larger than {max_bytes // 1024} KiB; a {what} is a few KB (refused unread)",
+                         file=str(path))
+    return data
+
+
+def load(data: bytes | str, *, file: str, what: str = "YAML file", max_depth: int = MAX_DEPTH,
+         max_nodes: int = MAX_NODES, max_aliases: int = MAX_ALIASES, max_scalar: int = MAX_SCALAR,
+         max_bytes: int = MAX_BYTES):
+    """Parse one YAML document from ``data`` with the limits above (see the module doc).
+
+    Returns plain dicts, lists and scalars, as ``yaml.safe_load``. Errors are one-line InputErrors
+    naming ``file`` and, where known, the line; they never contain the document's values beyond a
+    short key.
+    """
+    if isinstance(data, bytes):
+        if len(data) > max_bytes:
+            raise InputError(f"larger than {max_bytes // 1024} KiB; a {what} is a few KB", file=file)
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as e:
+            raise InputError(f"not UTF-8 text (byte {e.start}); expected a {what}", file=file) from None
+    else:
+        text = data
+        if len(text) > max_bytes:
+            raise InputError(f"larger than {max_bytes // 1024} KiB; a {what} is a few KB", file=file)
+    limits = {"max_depth": max_depth, "max_nodes": max_nodes, "max_aliases": max_aliases, "max_scalar": max_scalar}
+    loader = _Loader(text, limits)
+    try:
+        return loader.get_single_data()
+    except _Refused as e:
+        where = f"line {e.line}" if e.line else None
+        raise InputError(e.message, file=file, field=where) from None
+    except RecursionError:  # a limit above should always come first; belt and braces
+        raise InputError(f"nested too deeply; expected a {what}", file=file) from None
+    except yaml.YAMLError as e:
+        raise InputError(_yaml_message(e), file=file, field=_yaml_where(e)) from None
+    finally:
+        loader.dispose()
+
+
+def _yaml_where(e) -> str | None:
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    return f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else None
+
+
+def _yaml_message(e) -> str:
+    """The parser's own words (they describe tokens, never quote the document), on one line."""
+    problem = getattr(e, "problem", None) or "not valid YAML"
+    context = getattr(e, "context", None)
+    mark = getattr(e, "problem_mark", None)
+    cmark = getattr(e, "context_mark", None)
+    if context and cmark is not None and mark is not None and cmark.line != mark.line:
+        context = f"{context} started at line {cmark.line + 1}"
+    msg = f"YAML syntax error: {problem}" + (f" ({context})" if context else "")
+    return " ".join(msg.split())
