@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from pathlib import Path
 
 from . import ops as O
@@ -43,14 +44,34 @@ def _known_columns() -> set[str]:
     return cols
 
 
+MAX_INT = 2**53  # the largest integer a float holds exactly; any real shape is far below
+
+
 def _int(value: str, col: str, where: str) -> int:
+    """A positive whole number: ``4096``, ``4096.0`` or ``4e3``; never NaN, an infinity or beyond MAX_INT."""
+    text = value.strip()
     try:
-        v = float(value)
+        v = int(text)
     except ValueError:
-        raise InputError(f"expected a positive integer, got {value!r}", file=where, field=col) from None
-    if v <= 0 or v != int(v):
-        raise InputError(f"expected a positive integer, got {value!r}", file=where, field=col)
-    return int(v)
+        try:
+            f = float(text)
+        except ValueError:
+            raise InputError(f"expected a positive integer, got {_shown(value)}", file=where, field=col) from None
+        if not math.isfinite(f):
+            raise InputError(f"expected a finite positive integer, got {_shown(value)}", file=where, field=col)
+        if f != int(f):
+            raise InputError(f"expected a whole number, got {_shown(value)}", file=where, field=col)
+        v = int(f)
+    if v <= 0:
+        raise InputError(f"expected a positive integer, got {_shown(value)}", file=where, field=col)
+    if v > MAX_INT:
+        raise InputError(f"expected at most 2**53, got {_shown(value)}", file=where, field=col)
+    return v
+
+
+def _shown(value: str, limit: int = 40) -> str:
+    """A cell as an error message shows it: quoted, cut short."""
+    return repr(value if len(value) <= limit else value[: limit - 3] + "...")
 
 
 def _bool(value: str, col: str, where: str) -> bool:
@@ -59,13 +80,14 @@ def _bool(value: str, col: str, where: str) -> bool:
         return True
     if v in ("0", "false", "no", "n", "f"):
         return False
-    raise InputError(f"expected true or false, got {value!r}", file=where, field=col)
+    raise InputError(f"expected true or false, got {_shown(value)}", file=where, field=col)
 
 
 def row_to_op(row: dict[str, str], where: str) -> O.Op:
     kind = (row.get("op") or "").strip().lower()
     if kind not in OP_COLUMNS:
-        raise InputError(f"unknown op {kind!r}; expected one of {', '.join(OP_COLUMNS)}", file=where, field="op")
+        raise InputError(f"unknown op {_shown(kind)}; expected one of {', '.join(OP_COLUMNS)}", file=where,
+                         field="op")
     required, optional = OP_COLUMNS[kind]
     v: dict[str, object] = {}
     for col in required + tuple(optional):
@@ -82,7 +104,8 @@ def row_to_op(row: dict[str, str], where: str) -> O.Op:
             v[col] = _bool(raw, col, where)
         else:
             if raw not in DTYPES:
-                raise InputError(f"unknown dtype {raw!r}; expected one of {', '.join(DTYPES)}", file=where, field=col)
+                raise InputError(f"unknown dtype {_shown(raw)}; expected one of {', '.join(DTYPES)}", file=where,
+                                 field=col)
             v[col] = raw
     return op_from_params(kind, v)
 
@@ -109,20 +132,119 @@ def op_from_params(kind: str, v: dict) -> O.Op:
     raise KeyError(kind)
 
 
-def read_rows(path: str | Path) -> tuple[list[str], list[dict[str, str]]]:
+MAX_FILE_BYTES = 64 * 2**20  # an operator table of a million rows is about 50 MB
+MAX_ROWS = 200_000
+MAX_CELL = 4096  # characters; a shape, a dtype or a note
+
+
+class Row(dict):
+    """One row of an operator table: column -> text, and the line of the file it started on."""
+
+    line: int = 0
+
+
+def read_rows(path: str | Path) -> tuple[list[str], list[Row]]:
+    """The header and rows of an operator table. Anything malformed (not UTF-8, a ragged row, a repeated or
+    unknown column, an over-long cell, a file too large) is a one-line InputError naming file:line and
+    the column."""
     p = Path(path)
     if not p.is_file():
-        raise InputError("no such file", file=str(path))
-    text = p.read_text(encoding="utf-8-sig")
-    reader = csv.DictReader(io.StringIO(text))
-    if not reader.fieldnames or "op" not in [f.strip() for f in reader.fieldnames]:
-        raise InputError("expected a CSV header with an 'op' column", file=str(path))
-    fields = [f.strip() for f in reader.fieldnames]
-    unknown = [f for f in fields if f not in _known_columns()]
-    if unknown:
-        raise InputError(f"unknown column(s) {', '.join(map(repr, unknown))}", file=str(path))
-    rows = [{(k or "").strip(): (val or "") for k, val in r.items()} for r in reader]
+        raise InputError("no such file" if not p.exists() else "not a regular file", file=str(path))
+    try:
+        with open(p, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except OSError as e:
+        raise InputError(f"cannot read ({e.strerror or e})", file=str(path)) from None
+    if len(data) > MAX_FILE_BYTES:
+        raise InputError(f"larger than {MAX_FILE_BYTES // 2**20} MiB; split the table", file=str(path))
+    text = data.decode("utf-8", errors="surrogateescape")
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    reader = csv.reader(io.StringIO(text, newline=""))
+    old_limit = csv.field_size_limit()
+    csv.field_size_limit(MAX_FILE_BYTES + 1)  # long cells are refused below, with their column
+    try:
+        try:
+            header = next(reader, None)
+        except csv.Error as e:
+            raise _csv_error(e, path, reader.line_num) from None
+        if not header:
+            raise InputError("empty; expected a CSV header with an 'op' column", file=str(path))
+        fields = [h.strip() for h in header]
+        _check_cells(fields, fields, path, 1, header=True)
+        if "op" not in fields:
+            raise InputError("expected a CSV header with an 'op' column", file=f"{path}:1")
+        for i, f in enumerate(fields):
+            if not f:
+                raise InputError(f"column {i + 1} has no name", file=f"{path}:1")
+            if fields.index(f) != i:
+                raise InputError(f"column {f!r} appears twice (columns {fields.index(f) + 1} and {i + 1})",
+                                 file=f"{path}:1", field=f)
+        unknown = [f for f in fields if f not in _known_columns()]
+        if unknown:
+            raise InputError(f"unknown column(s) {', '.join(_shown(u) for u in unknown)}; expected: "
+                             f"{', '.join(sorted(_known_columns()))}", file=f"{path}:1")
+        rows: list[Row] = []
+        while True:
+            line = reader.line_num + 1
+            try:
+                cells = next(reader, None)
+            except csv.Error as e:
+                raise _csv_error(e, path, line) from None
+            if cells is None:
+                break
+            if not cells or all(not c.strip() for c in cells):
+                continue  # a blank line
+            if len(cells) != len(fields):
+                raise InputError(f"{len(cells)} values, but the header has {len(fields)} columns",
+                                 file=f"{path}:{line}")
+            _check_cells(cells, fields, path, line)
+            if len(rows) >= MAX_ROWS:
+                raise InputError(f"more than {MAX_ROWS:,} rows; split the table", file=f"{path}:{line}")
+            row = Row(zip(fields, cells))
+            row.line = line
+            rows.append(row)
+    finally:
+        csv.field_size_limit(old_limit)
     return fields, rows
+
+
+def _csv_error(e: csv.Error, path, line: int) -> InputError:
+    return InputError(f"not a valid CSV row ({e})", file=f"{path}:{line}")
+
+
+def _check_cells(cells, fields, path, line: int, *, header: bool = False) -> None:
+    for cell, col in zip(cells, fields):
+        name = None if header else col
+        if len(cell) > MAX_CELL:
+            raise InputError(f"a cell of {len(cell):,} characters (limit {MAX_CELL})", file=f"{path}:{line}",
+                             field=name)
+        try:
+            cell.encode("utf-8")
+        except UnicodeEncodeError as e:
+            bad = ord(cell[e.start]) - 0xDC00
+            raise InputError(f"not UTF-8 text (byte 0x{bad:02x}); save the table as UTF-8",
+                             file=f"{path}:{line}", field=name) from None
+        if "\x00" in cell:
+            raise InputError("a NUL byte; expected text", file=f"{path}:{line}", field=name)
+
+
+_NUMERIC_PASSTHROUGH = ("measured_ms",)
+
+
+def _check_passthrough(row: dict, where: str) -> None:
+    """A measured time passed through must be a finite number (it is compared, and written back)."""
+    for col in _NUMERIC_PASSTHROUGH:
+        raw = (row.get(col) or "").strip()
+        if not raw:
+            continue
+        try:
+            v = float(raw)
+        except ValueError:
+            raise InputError(f"expected a number of milliseconds, got {_shown(raw)}", file=where, field=col) from None
+        if not math.isfinite(v) or v < 0:
+            raise InputError(f"expected a finite, non-negative number of milliseconds, got {_shown(raw)}",
+                             file=where, field=col)
 
 
 def predict_rows(rows: list[dict[str, str]], hw, prof, *, mode: str = "latency", source: str = "ops") -> list[dict]:
@@ -130,10 +252,15 @@ def predict_rows(rows: list[dict[str, str]], hw, prof, *, mode: str = "latency",
 
     out = []
     for i, row in enumerate(rows, start=2):
-        op = row_to_op(row, f"{source}:{i}")
+        where = f"{source}:{getattr(row, 'line', 0) or i}"
+        _check_passthrough(row, where)
+        op = row_to_op(row, where)
         t = time_op(op, hw, prof, mode=mode, standalone=True)
+        time_s, flops = float(t.time), float(op.flops)
+        if not (math.isfinite(time_s) and math.isfinite(flops) and math.isfinite(float(op.bytes))):
+            raise InputError("the shape gives a non-finite time or size; check the values", file=where)
         new = dict(row)
-        new.update({"time_ms": f"{float(t.time) * 1e3:.6g}", "bound": str(t.bound), "flops": f"{float(op.flops):.10g}"})
+        new.update({"time_ms": f"{time_s * 1e3:.6g}", "bound": str(t.bound), "flops": f"{flops:.10g}"})
         # a copy's own `bytes` column is its buffer size (it moves twice that): an input is never overwritten
         if not (row.get("bytes") or "").strip():
             new["bytes"] = f"{float(op.bytes):.10g}"
@@ -142,13 +269,12 @@ def predict_rows(rows: list[dict[str, str]], hw, prof, *, mode: str = "latency",
 
 
 def write_rows(fields: list[str], rows: list[dict], path: str | Path | None) -> str:
+    """The table with the output columns added (every cell through perfmodel.io.csv_safe); written
+    atomically to ``path`` when given."""
+    from .io import csv_dicts_text
+
     cols = list(fields) + [c for c in OUTPUT_COLUMNS if c not in fields]
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({c: r.get(c, "") for c in cols})
-    text = buf.getvalue()
+    text = csv_dicts_text(cols, rows)
     if path:
         from .io import write_text_atomic
 

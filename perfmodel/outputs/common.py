@@ -6,31 +6,6 @@ import shlex
 import sys
 from pathlib import Path
 
-FORMULA_LEADS = ("=", "+", "-", "@", "\t", "\r")
-
-
-def safe_text(value) -> str:
-    """User text for a CSV cell: text that a spreadsheet would read as a formula gets a leading apostrophe."""
-    s = "" if value is None else str(value)
-    return "'" + s if s.startswith(FORMULA_LEADS) else s
-
-
-def csv_value(value):
-    """A CSV cell: numbers as they are, text made safe (see :func:`safe_text`)."""
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, (int, float)):
-        return value
-    try:
-        import numpy as np
-
-        if isinstance(value, (np.integer, np.floating)):
-            return value.item()
-    except ImportError:  # pragma: no cover
-        pass
-    return safe_text(value)
-
-
 def file_sha256(path: str | Path) -> str:
     try:
         return hashlib.sha256(Path(path).read_bytes()).hexdigest()
@@ -76,8 +51,15 @@ def require_openpyxl():
     return openpyxl
 
 
-def write_output(path, data: bytes | str) -> None:
-    """Write an output file atomically, with the ordinary permissions the umask allows (perfmodel.io)."""
+def write_output(path, data: bytes | str, *, overwrite: bool = True) -> None:
+    """Write one output file (perfmodel.io: atomic, links followed, special files written through)."""
     from ..io import write_bytes_atomic
 
-    write_bytes_atomic(path, data.encode("utf-8") if isinstance(data, str) else data)
+    write_bytes_atomic(path, data.encode("utf-8") if isinstance(data, str) else data, overwrite=overwrite)
+
+
+def write_outputs(files: dict, *, overwrite: bool = True) -> None:
+    """Write several output files all or nothing (perfmodel.io.write_files_atomic)."""
+    from ..io import write_files_atomic
+
+    write_files_atomic(files, overwrite=overwrite)

@@ -255,17 +255,9 @@ def default_batch_sweep(hw, model, sc, prof) -> SweepResult:
 
 
 def sweep_csv(res: SweepResult) -> str:
-    import csv
-    import io
+    from ..io import csv_text
 
-    from .common import csv_value
-
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(res.columns)
-    for row in res.rows():
-        w.writerow(["" if row[c] is None else csv_value(row[c]) for c in res.columns])
-    return buf.getvalue()
+    return csv_text(res.columns, ([row[c] for c in res.columns] for row in res.rows()))
 
 
 def sweep_xlsx(res: SweepResult) -> bytes:

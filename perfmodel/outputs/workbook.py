@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 from .. import __version__
@@ -35,7 +36,8 @@ from ..ops import COMM_KINDS, COMPUTE_KINDS
 from ..profile import Profile
 from ..scenario import Scenario
 from ..spec import SPEC_FIELDS, HardwareSpec, spec_value
-from .common import FORMULA_LEADS, command_line, spec_files, unit_of
+from ..io import FORMULA_LEADS
+from .common import command_line, spec_files, unit_of
 
 MAX_FORMULA = 8000  # Excel's limit is 8192 characters; keep a margin
 INPUT_SHEET = "Inputs"
@@ -86,34 +88,29 @@ def _col(i: int) -> str:
 # ---------------------------------------------------------------------------------------------------
 
 
+_PAREN_TOKENS = re.compile(r"[A-Za-z_]*\(|[,)]")
+
+
 def _groups(text: str) -> list[str]:
+    """Every parenthesised expression or function call in ``text``, innermost first. One pass over the
+    parentheses and commas: each open parenthesis remembers whether a comma stood at its own depth (then,
+    without a function name before it, it is an argument list, not an expression)."""
     out = []
-    stack = []
-    for i, ch in enumerate(text):
-        if ch == "(":
-            stack.append(i)
-        elif ch == ")" and stack:
-            start = stack.pop()
-            j = start
-            while j > 0 and (text[j - 1].isalpha() or text[j - 1] == "_"):
-                j -= 1
-            if j == start and "," in _top_level(text[start + 1:i]):
-                continue  # an argument list, not an expression
-            out.append(text[j:i + 1])
+    stack: list[list] = []  # [start of the function name (or the parenthesis), parenthesis, comma seen]
+    for m in _PAREN_TOKENS.finditer(text):
+        tok = m.group()
+        if tok == ",":
+            if stack:
+                stack[-1][2] = True
+        elif tok == ")":
+            if stack:
+                start, paren, comma = stack.pop()
+                if start == paren and comma:
+                    continue  # an argument list, not an expression
+                out.append(text[start:m.end()])
+        else:
+            stack.append([m.start(), m.end() - 1, False])
     return out
-
-
-def _top_level(inner: str) -> str:
-    depth = 0
-    keep = []
-    for ch in inner:
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif depth == 0:
-            keep.append(ch)
-    return "".join(keep)
 
 
 def hoist(text: str, new_ref, limit: int = MAX_FORMULA) -> tuple[str, list[tuple[str, str]]]:
@@ -122,14 +119,16 @@ def hoist(text: str, new_ref, limit: int = MAX_FORMULA) -> tuple[str, list[tuple
     helpers = []
     while len(text) + 1 > limit:
         best, gain = None, 0
-        # rank by a plain substring count (fast), then confirm the winners as whole expressions
-        ranked = sorted(((text.count(g) - 1) * len(g), g) for g in set(_groups(text)) if len(g) > 12)
+        groups = Counter(g for g in _groups(text) if len(g) > 12)
+        # rank by how often each group appears among the parsed groups (fast), then confirm the winners
+        # as whole expressions of the text
+        ranked = sorted(((n - 1) * len(g), g) for g, n in groups.items())
         for est, g in reversed(ranked[-8:]):
             n = len(_occurrences(text, g))
             if n > 1 and (n - 1) * len(g) > gain:
                 best, gain = g, (n - 1) * len(g)
         if best is None:  # nothing repeats: move out the largest proper group
-            inner = [g for g in set(_groups(text)) if len(g) < len(text) - 2 and len(g) > 12]
+            inner = [g for g in groups if len(g) < len(text) - 2]
             best = max(inner, key=len, default=None)
         if best is None:
             raise ValueError(f"formula of {len(text)} characters cannot be shortened below {limit}")
@@ -698,22 +697,12 @@ def workbook_bytes(hw, model, sc, prof, *, sweep=None, argv=None) -> bytes:
 
 def csv_tables(hw, model, sc, prof) -> dict[str, str]:
     """{suffix: csv text} for the per-op table, the summary and the inputs."""
-    import csv
-
+    from ..io import csv_text as table
     from ..projection import project_resolved
     from ..serialize import projection_dict
-    from .common import csv_value
 
     p = project_resolved(hw, model, sc, prof)
     d = projection_dict(p)
-
-    def table(header, rows):
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow(header)
-        for row in rows:
-            w.writerow([csv_value(x) for x in row])
-        return buf.getvalue()
 
     ops = []
     for ph in (p.prefill, p.decode):
