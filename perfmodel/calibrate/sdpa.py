@@ -52,13 +52,6 @@ def sdpa(q, k, v, *, causal: bool, gqa: bool) -> torch.Tensor:
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
-def backends_for(device: str) -> tuple[str, ...]:
-    """What the suite measures on ``device``: the plain call and each backend that can exist there."""
-    if device.startswith("cuda"):
-        return (DEFAULT, "flash", "cudnn", "efficient")
-    return (DEFAULT, "flash")  # CPU: math (the default) and the CPU flash kernel
-
-
 def classify_kernels(names: list[str]) -> str:
     """The SDPA backend a list of CUDA kernel names belongs to (``torch.profiler``'s names)."""
     low = [n.lower() for n in names]

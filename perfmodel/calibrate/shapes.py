@@ -318,14 +318,20 @@ def attention_shapes(suite: str) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+def sdpa_backends_for(device: str) -> tuple[str, ...]:
+    """What the suite measures on ``device``: the plain call ("default") and each SDPA backend forced
+    that can exist there (perfmodel.calibrate.sdpa)."""
+    if device.startswith("cuda"):
+        return ("default", "flash", "cudnn", "efficient")
+    return ("default", "flash")  # CPU: math (the default) and the CPU flash kernel
+
+
 def attention_cases(suite: str, device: str = "cuda") -> list[Case]:
     """Every shape under plain dispatch ("default", whose kernels the row records) and under each SDPA
     backend forced; the slow memory-efficient backend on every third shape only."""
-    from .sdpa import backends_for
-
     cs = _Cases()
     for i, (g, shape) in enumerate(attention_shapes(suite)):
-        for backend in backends_for(device):
+        for backend in sdpa_backends_for(device):
             if backend == "efficient" and suite == "full" and i % 3:
                 continue
             cs.add("attention", {"backend": backend, **shape}, g)
