@@ -1,11 +1,43 @@
-"""Readable terminal tables for projections, steps, specs and models."""
+"""Readable terminal tables for projections, steps, specs and models.
+
+Columns are sized to their widest cell (:func:`table`), so no value runs into the next however large it
+is; the INT8 tensor rate is integer operations (OPS), never FLOP/s.
+"""
 from __future__ import annotations
+
+import re
 
 from .units import format_si
 
 
 def _ms(x: float) -> str:
     return f"{x:.3g} ms" if x < 100 else f"{x:,.0f} ms"
+
+
+def table(rows: list[list[str]], align: str, *, indent: str = "  ", gap: str = "  ") -> list[str]:
+    """Lines of a text table: each column as wide as its widest cell, columns ``gap`` apart. ``align``
+    has one letter per column: ``l`` left, ``r`` right. A row shorter than the others is padded."""
+    if not rows:
+        return []
+    n = max(len(r) for r in rows)
+    rows = [list(r) + [""] * (n - len(r)) for r in rows]
+    widths = [max(len(r[i]) for r in rows) for i in range(n)]
+    lines = []
+    for r in rows:
+        cells = [(c.rjust(w) if (align[i] if i < len(align) else "l") == "r" else c.ljust(w))
+                 for i, (c, w) in enumerate(zip(r, widths))]
+        lines.append((indent + gap.join(cells)).rstrip())
+    return lines
+
+
+def rate_unit(attr: str) -> str:
+    """The unit of a tensor/vector rate field: OPS for the integer format, FLOP/s for the others."""
+    return "OPS" if attr.endswith("int8") else "FLOP/s"
+
+
+def as_ops(text: str) -> str:
+    """A rate written in FLOPS (``1978.9 TFLOPS``) as the integer operations it counts (``1978.9 TOPS``)."""
+    return re.sub(r"FLOP(?:s)?(?:/s|S)", "OPS", text, flags=re.IGNORECASE)
 
 
 def projection_table(p, *, verbose: bool = False) -> str:
@@ -19,21 +51,22 @@ def projection_table(p, *, verbose: bool = False) -> str:
         f"scenario: isl {sc.isl}, osl {sc.osl}, batch {p.batch}, {sc.batching} batching, mode {sc.mode}",
         f"calibration: {p.profile.label}",
         "",
-        f"  {'metric':<28}{'P50':>14}{'P10 .. P90':>26}",
     ]
+    tok = lambda v: f"{v:,.0f} tok/s"  # noqa: E731
+    rows = [["metric", "P50", "P10 .. P90"]]
 
     def row(label, key, value, unit_fmt):
         lo, _, hi = band[key]
-        lines.append(f"  {label:<28}{unit_fmt(value):>14}{unit_fmt(lo) + ' .. ' + unit_fmt(hi):>26}")
+        rows.append([label, unit_fmt(value), f"{unit_fmt(lo)} .. {unit_fmt(hi)}"])
 
     row("TTFT", "ttft_ms", p.ttft_s * 1e3, _ms)
     if p.decode is not None:
         row("TPOT (mean)", "tpot_ms", p.tpot_s * 1e3, _ms)
-    lines.append(f"  {'end-to-end latency':<28}{_ms(p.e2e_s * 1e3):>14}")
-    tok = lambda v: f"{v:,.0f} tok/s"  # noqa: E731
+    rows.append(["end-to-end latency", _ms(p.e2e_s * 1e3)])
     row("output throughput (system)", "throughput_tok_s", p.throughput_tok_s, tok)
-    lines.append(f"  {'output throughput per GPU':<28}{tok(p.throughput_tok_s_per_gpu):>14}")
-    lines.append(f"  {'MFU / HBM bandwidth util.':<28}{f'{p.mfu:.1%} / {p.mbu:.1%}':>14}")
+    rows.append(["output throughput per GPU", tok(p.throughput_tok_s_per_gpu)])
+    rows.append(["MFU / HBM bandwidth util.", f"{p.mfu:.1%} / {p.mbu:.1%}"])
+    lines += table(rows, "lrr")
     lines.append("")
     lines.append(f"  bound: prefill {phase_bound(p.prefill)}"
                  + (f", decode {phase_bound(p.decode)}" if p.decode else ""))
@@ -50,9 +83,8 @@ def projection_table(p, *, verbose: bool = False) -> str:
         items = sorted(ph.times, key=lambda t: -float(t.total))
         shown = items if verbose else items[:6]
         total = float(ph.time_s) or 1.0
-        for t in shown:
-            lines.append(f"    {t.op.name:<22}{t.op.kind:<12}{_ms(float(t.total) * 1e3):>12}"
-                         f"{float(t.total) / total:>7.1%}  {t.bound}")
+        lines += table([[t.op.name, t.op.kind, _ms(float(t.total) * 1e3), f"{float(t.total) / total:.1%}", str(t.bound)]
+                        for t in shown], "llrrl", indent="    ")
         if not verbose and len(items) > len(shown):
             lines.append(f"    ... {len(items) - len(shown)} more (--ops lists all)")
     lines.append("")
@@ -65,12 +97,14 @@ def step_table(d: dict) -> str:
              f"seq {d['seq']}, context {d['context']}, TP {d['tp']}, {d['dtype']}",
              f"calibration: {d['calibration']['label']}",
              f"  step {d['time_ms']:.4g} ms, one decoder layer {d['layer_ms']:.4g} ms, bound {d['bound']}", ""]
-    for o in d["ops"]:
-        lines.append(f"    {o['name']:<22}{o['kind']:<12}{o['time_ms']:>10.4g} ms x {o['count']:<6g}{o['bound']}")
+    lines += table([[o["name"], o["kind"], f"{o['time_ms']:.4g} ms", f"x {o['count']:g}", str(o["bound"])]
+                    for o in d["ops"]], "llrll", indent="    ")
     return "\n".join(lines)
 
 
 def show_thing(name: str) -> str:
+    """A spec or a model, whichever ``name`` is. When it is neither, the error of the kind the file looks
+    like (a descriptor has ``layers``, a spec ``compute``), with its file and field, on one line."""
     from .errors import InputError
 
     try:
@@ -82,23 +116,59 @@ def show_thing(name: str) -> str:
             from .models import load_model
 
             return show_model(load_model(name))
-        except InputError:
+        except InputError as model_err:
+            if _looks_like_model(spec_err, model_err):
+                raise model_err from None
+            if _looks_like_spec(spec_err, model_err):
+                raise spec_err from None
             raise InputError(f"{name!r} is neither a hardware spec nor a model ({spec_err.detail})",
                              field="show") from None
+
+
+def _looks_like_model(spec_err, model_err) -> bool:
+    """The spec loader stopped at a top-level key a spec does not have (layers, hidden, ...) while the model
+    loader got past its own key check: the file is a model descriptor with a mistake in it."""
+    return (spec_err.field is not None and "." not in str(spec_err.field) and str(spec_err.detail).startswith("unknown key")
+            and not str(model_err.detail).startswith(("unknown field", "unknown model", "expected a mapping")))
+
+
+def _looks_like_spec(spec_err, model_err) -> bool:
+    return spec_err.file is not None and (str(model_err.detail).startswith(("unknown field", "expected a mapping"))
+                                          or spec_err.field is None or str(spec_err.field).startswith("line"))
 
 
 def show_spec(s) -> str:
     from .spec import SPEC_FIELDS, spec_value
 
     lines = [f"{s.name} ({s.key}; {s.vendor} {s.generation})", f"  files: {', '.join(s.files)}"]
+    rows = []
     for f in SPEC_FIELDS:
         fig = s.figures.get(f.path)
         if fig is None:
             continue
         value = spec_value(s, f.attr)
         shown = fig.text or str(value)
-        lines.append(f"  {f.label:<34}{shown:>16}  [{fig.source}] {fig.ref}")
+        if f.dimension == "flop_rate" and rate_unit(f.attr) == "OPS":
+            shown = as_ops(shown)
+        rows.append([f.label, shown, f"[{fig.source}]", fig.ref])
+    lines += table(rows, "lrll")
     return "\n".join(lines)
+
+
+def moe_text(moe) -> str:
+    shared = ""
+    if moe.num_shared_experts:
+        s = "s" if moe.num_shared_experts > 1 else ""
+        shared = f"; {moe.num_shared_experts} shared expert{s} (FFN {moe.shared_intermediate:,})"
+    dense = f"; first {moe.first_dense_layers} layers dense" if moe.first_dense_layers else ""
+    return (f"{moe.num_experts} routed experts, top-{moe.top_k} per token, expert FFN {moe.expert_intermediate:,}"
+            f"{shared}{dense}")
+
+
+def mla_text(mla) -> str:
+    q = f"query latent rank {mla.q_lora_rank:,}" if mla.q_lora_rank else "full-rank queries"
+    return (f"KV latent rank {mla.kv_lora_rank:,}, {q}; per head: query/key {mla.qk_nope_head_dim} + "
+            f"{mla.qk_rope_head_dim} rotary, value {mla.v_head_dim}")
 
 
 def show_model(m) -> str:
@@ -107,9 +177,9 @@ def show_model(m) -> str:
              f"  hidden {m.hidden}, layers {m.layers}, heads {m.heads} (KV {m.kv_heads}), head_dim {m.head_dim}, "
              f"intermediate {m.intermediate}, vocab {m.vocab}, {m.mlp}, {m.norm}, {m.position}"]
     if m.moe:
-        lines.append(f"  MoE: {m.moe}")
+        lines.append(f"  MoE: {moe_text(m.moe)}")
     if m.mla:
-        lines.append(f"  MLA: {m.mla}")
+        lines.append(f"  MLA: {mla_text(m.mla)}")
     if m.aliases:
         lines.append(f"  aliases: {', '.join(m.aliases)}")
     for n in m.notes:

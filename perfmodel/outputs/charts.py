@@ -12,7 +12,7 @@ from html import escape
 PALETTE = ("#1f6fb2", "#e07b39", "#3a9d5d", "#b84a62", "#7b5ea7", "#8c6d31", "#2a9fa8", "#c9a227", "#5b6770",
            "#d16ba5")
 FAMILY_COLORS = {"gemm": "#1f6fb2", "attention": "#e07b39", "memory": "#3a9d5d", "comm": "#b84a62",
-                 "launch gaps": "#9aa3ab"}
+                 "host": "#c9a227", "launch gaps": "#9aa3ab"}
 
 
 def esc(text) -> str:

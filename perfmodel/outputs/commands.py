@@ -15,11 +15,18 @@ def register(sub, scenario_flags, scenario_from_args, emit) -> None:
     ctx = {"scenario": scenario_from_args, "emit": emit}
 
     p = sub.add_parser("report", help="one self-contained HTML report: summary, hardware, charts, sensitivity")
-    p.add_argument("--arch", action="append", required=True, help="hardware spec name or path (repeatable)")
-    p.add_argument("--baseline", default=None, help="hardware the others are compared against (shown first)")
+    p.add_argument("--arch", action="append", required=True, metavar="NAME[:tp=N[,pp=N][,ep=N]]",
+                   help="hardware spec name or path (repeatable), optionally with its own parallelism, "
+                        "e.g. h100-sxm:tp=2")
+    p.add_argument("--baseline", default=None, metavar="NAME[:tp=N,...]",
+                   help="hardware the others are compared against (shown first)")
     p.add_argument("--model", required=True, help="model name, descriptor YAML or config.json")
     scenario_flags(p)
-    p.add_argument("--out", default="report.html", help="HTML file to write (default report.html)")
+    # without --tp (and without a part's own tp=), each part runs at the smallest TP that fits
+    p.set_defaults(tp=None)
+    p.add_argument("--out", default=None, help="HTML file to write (default report.html, never replaced "
+                                               "without --force)")
+    p.add_argument("--force", action="store_true", help="replace the default report.html if it exists")
     p.set_defaults(func=lambda a: cmd_report(a, ctx))
 
     p = sub.add_parser("export", help="what-if workbook (xlsx, live formulas) or flat CSV tables")
@@ -35,7 +42,8 @@ def register(sub, scenario_flags, scenario_from_args, emit) -> None:
     p.set_defaults(func=lambda a: cmd_export(a, ctx))
 
     p = sub.add_parser("sweep", help="evaluate a grid of hardware figures and scenario values (vectorised)")
-    p.add_argument("--arch", required=True)
+    p.add_argument("--arch", action="append", required=True,
+                   help="hardware spec name or path; repeat it to sweep several parts (an arch column)")
     p.add_argument("--model", required=True)
     scenario_flags(p)
     p.add_argument("--vary", action="append", required=True, metavar="FIELD=RANGE",
@@ -57,15 +65,24 @@ def _done(path, extra: str = "") -> None:
     print(f"wrote {path}{extra}", file=sys.stderr)
 
 
+DEFAULT_REPORT = "report.html"
+
+
 def cmd_report(args, ctx) -> int:
     from .common import write_output
     from .report import render_report
 
+    auto_tp = args.tp is None
+    if auto_tp:
+        args.tp = 1  # the base scenario; each part's TP is chosen by render_report
     sc = ctx["scenario"](args)
+    out = args.out if args.out is not None else DEFAULT_REPORT
+    if args.out is None and not args.force and Path(out).exists():
+        raise InputError(f"{out} exists; give --out PATH, or --force to replace it", field="--out")
     html = render_report(args.arch, args.model, sc, baseline=args.baseline, calibration=args.calibration,
-                         argv=_argv())
-    write_output(args.out, html)
-    _done(args.out)
+                         argv=_argv(), auto_tp=auto_tp)
+    write_output(out, html, overwrite=args.out is not None or args.force)
+    _done(out)
     return 0
 
 
@@ -85,21 +102,23 @@ def _out_for(out: str, key: str, several: bool, suffix: str) -> Path:
 
 
 def cmd_export(args, ctx) -> int:
-    from .common import write_output
-    from .sweep import parse_vary, run_sweep
+    """Every file of every part is built first, then all are written together: all or nothing."""
+    from .common import write_outputs
+    from .sweep import check_grid, parse_vary, run_sweep
 
     sc = ctx["scenario"](args)
     axes = [parse_vary(v) for v in args.vary]
+    check_grid(axes, parts=len(args.arch))
     several = len(args.arch) > 1
+    files: dict[Path, bytes | str] = {}
     for arch in args.arch:
         hw, model, prof = _resolve(args, arch)
         if args.format == "xlsx":
             from .workbook import workbook_bytes
 
             sweep = run_sweep(hw, model, sc, prof, axes) if axes else None
-            path = _out_for(args.out, hw.key, several, ".xlsx")
-            write_output(path, workbook_bytes(hw, model, sc, prof, sweep=sweep, argv=_argv()))
-            _done(path)
+            files[_out_for(args.out, hw.key, several, ".xlsx")] = workbook_bytes(hw, model, sc, prof, sweep=sweep,
+                                                                                argv=_argv())
         else:
             from .workbook import csv_tables
 
@@ -115,35 +134,46 @@ def cmd_export(args, ctx) -> int:
                 name = base.name[:-4] if base.name.endswith(".csv") else base.name
                 prefix = base.with_name(f"{name}-{hw.key}" if several else name)
             for suffix, text in tables.items():
-                path = prefix.with_name(f"{prefix.name}-{suffix}.csv")
-                write_output(path, text)
-                _done(path)
+                files[prefix.with_name(f"{prefix.name}-{suffix}.csv")] = text
+    write_outputs(files)
+    for path in files:
+        _done(path)
     return 0
 
 
 def cmd_sweep(args, ctx) -> int:
     import time
 
-    from .common import write_output
-    from .sweep import METRICS, parse_vary, run_sweep, sweep_csv, sweep_svg, sweep_xlsx
+    from .common import write_outputs
+    from .sweep import METRICS, check_grid, combine, parse_vary, run_sweep, sweep_csv, sweep_svg, sweep_xlsx
 
     if args.metric not in METRICS:
         raise InputError(f"expected one of {', '.join(METRICS)}, got {args.metric!r}", field="--metric")
     axes = [parse_vary(v) for v in args.vary]
+    check_grid(axes, parts=len(args.arch))
     sc = ctx["scenario"](args)
-    hw, model, prof = _resolve(args, args.arch)
     t0 = time.perf_counter()
-    res = run_sweep(hw, model, sc, prof, axes)
+    results = []
+    for arch in args.arch:
+        hw, model, prof = _resolve(args, arch)
+        results.append((hw.key, run_sweep(hw, model, sc, prof, axes)))
+    keys = [k for k, _ in results]
+    if len(set(keys)) != len(keys):
+        dup = sorted({k for k in keys if keys.count(k) > 1})
+        raise InputError(f"{', '.join(dup)} given twice", field="--arch")
+    res = results[0][1] if len(results) == 1 else combine(results)
     dt = time.perf_counter() - t0
-    if args.out and args.out.endswith(".xlsx"):
-        write_output(args.out, sweep_xlsx(res))
-        _done(args.out, f" ({len(res)} points in {dt:.2f} s)")
-    elif args.out:
-        write_output(args.out, sweep_csv(res))
+    files: dict[str, bytes | str] = {}
+    if args.out:
+        files[args.out] = sweep_xlsx(res) if args.out.endswith(".xlsx") else sweep_csv(res)
+    if args.plot:
+        files[args.plot] = sweep_svg(res, args.metric)
+    if files:
+        write_outputs(files)
+    if args.out:
         _done(args.out, f" ({len(res)} points in {dt:.2f} s)")
     else:
         sys.stdout.write(sweep_csv(res))
     if args.plot:
-        write_output(args.plot, sweep_svg(res, args.metric))
         _done(args.plot)
     return 0

@@ -39,6 +39,69 @@ def unit_of(dimension: str) -> str:
             "power": "W", "count": ""}.get(dimension, "")
 
 
+def field_unit(f) -> str:
+    """The unit of a spec field (a :class:`perfmodel.spec.SpecField`): as :func:`unit_of`, except the INT8
+    tensor rate, which counts integer operations (OPS), not floating-point ones."""
+    if f.dimension == "flop_rate":
+        from ..text import rate_unit
+
+        return rate_unit(f.attr)
+    return unit_of(f.dimension)
+
+
+_ERROR_STATS = ("n", "median_abs_error", "p90_abs_error")
+
+
+def validation_rows(v: dict, *, limit: int = 200) -> tuple[list[dict], list[tuple[str, str]]]:
+    """A profile's held-out validation record as rows people read, whatever its nesting.
+
+    Each mapping holding error statistics (``median_abs_error``, ``p90_abs_error``, ``n``) becomes one row
+    ``{"what": "ops / held_out / gemm", "n": "209", "median": "4.5%", "p90": "18.1%"}``; any other value a
+    ``(what, text)`` fact (``("holdout share", "0.25")``). At most ``limit`` of each (a profile is user input)."""
+    stats: list[dict] = []
+    facts: list[tuple[str, str]] = []
+
+    def pct(x) -> str:
+        return f"{float(x):.1%}" if isinstance(x, (int, float)) and not isinstance(x, bool) else "-"
+
+    def walk(node, path: tuple[str, ...], depth: int) -> None:
+        for k in sorted(node, key=str):
+            val = node[k]
+            where = " / ".join(path + (str(k).replace("_", " "),))
+            if isinstance(val, dict) and depth < 6:
+                if any(s in val for s in _ERROR_STATS[1:]):
+                    if len(stats) < limit:
+                        n = val.get("n")
+                        stats.append({"what": where, "n": f"{n:,}" if isinstance(n, int) else "-",
+                                      "median": pct(val.get("median_abs_error")),
+                                      "p90": pct(val.get("p90_abs_error"))})
+                    rest = {x: y for x, y in val.items() if x not in _ERROR_STATS}
+                    if rest:
+                        walk(rest, path + (str(k).replace("_", " "),), depth + 1)
+                else:
+                    walk(val, path + (str(k).replace("_", " "),), depth + 1)
+            elif len(facts) < limit:
+                if isinstance(val, float):
+                    text = f"{val:.4g}"
+                elif isinstance(val, (list, tuple)):
+                    text = ", ".join(str(x) for x in val[:20]) + (" ..." if len(val) > 20 else "")
+                else:
+                    text = str(val)
+                facts.append((where, text[:200]))
+
+    if isinstance(v, dict):
+        walk(v, (), 0)
+    return stats, facts
+
+
+def validation_text(v: dict) -> str:
+    """The same record on one line (the workbook's About sheet)."""
+    stats, facts = validation_rows(v)
+    parts = [f"{s['what']}: median |error| {s['median']}, P90 {s['p90']} (n {s['n']})" for s in stats]
+    parts += [f"{k}: {t}" for k, t in facts]
+    return "; ".join(parts)
+
+
 def require_openpyxl():
     """openpyxl, or a one-line InputError saying how to get it (it is in the optional 'report' extra)."""
     try:

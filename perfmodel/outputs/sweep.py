@@ -124,6 +124,22 @@ def parse_vary(text: str) -> Axis:
     return Axis(name, vals, text)
 
 
+MAX_POINTS = 1_000_000  # about 10 s and 60 MB of results; a CSV of this many rows is already ~150 MB
+
+
+def check_grid(axes: list[Axis], *, parts: int = 1) -> int:
+    """The number of points the grid spans (times ``parts`` hardware specs); a one-line InputError past
+    :data:`MAX_POINTS`, before anything is allocated."""
+    n = parts
+    for a in axes:
+        n *= max(len(a.values), 1)
+    if n > MAX_POINTS:
+        sizes = " x ".join([str(len(a.values)) for a in axes] + ([f"{parts} parts"] if parts > 1 else []))
+        raise InputError(f"the grid has {n:,} points ({sizes}); at most {MAX_POINTS:,} are evaluated: give fewer "
+                         f"values", field="--vary")
+    return n
+
+
 @dataclass
 class SweepResult:
     axes: list[Axis]
@@ -165,6 +181,7 @@ def run_sweep(hw, model, sc, prof, axes: list[Axis], *, description: str = "") -
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise InputError(f"{', '.join(dup)} varied twice", field="--vary")
+    check_grid(axes)
     shape = tuple(len(a.values) for a in axes)
     out = {m: np.full(shape, np.nan) for m in METRICS}
     batch_out = np.zeros(shape, dtype=int)
@@ -221,6 +238,16 @@ def run_sweep(hw, model, sc, prof, axes: list[Axis], *, description: str = "") -
         description = (f"{model.name} on {hw.name}; " + "; ".join(f"{a.field} = {_show(a)}" for a in axes)
                        + f"; tp {sc.tp}, {sc.dtype}, isl {sc.isl}, osl {sc.osl}, {sc.batching} batching")
     return SweepResult(axes, out, batch_out, fits_out, description)
+
+
+def combine(results: list[tuple[str, SweepResult]]) -> SweepResult:
+    """Sweeps of the same grid on several parts as one result with a leading ``arch`` axis (a column in CSV
+    and xlsx, a line per part in the chart)."""
+    first = results[0][1]
+    axes = [Axis("arch", [k for k, _ in results], "arch")] + list(first.axes)
+    metrics = {m: np.stack([r.metrics[m] for _, r in results]) for m in METRICS}
+    return SweepResult(axes, metrics, np.stack([r.batch for _, r in results]), np.stack([r.fits for _, r in results]),
+                       " | ".join(r.description for _, r in results))
 
 
 def _show(a: Axis) -> str:
@@ -294,7 +321,8 @@ def sweep_xlsx(res: SweepResult) -> bytes:
 
 
 def sweep_svg(res: SweepResult, metric: str = "throughput_tok_s_per_gpu", title: str | None = None) -> str:
-    """The metric against the first varied axis, one line per value of the second (others at their first value)."""
+    """The metric against the first varied field, one line per part (several --arch) or per value of the
+    second field (others at their first value)."""
     from .charts import Series, line_chart
 
     if metric not in METRICS:
@@ -302,22 +330,36 @@ def sweep_svg(res: SweepResult, metric: str = "throughput_tok_s_per_gpu", title:
     if not res.axes:
         raise InputError("nothing varied: give at least one --vary", field="--vary")
     data = res.metrics[metric]
-    a0 = res.axes[0]
+    axes = res.axes
+    # x: the first varied field; a line per part (with several) or per value of the next field
+    xi = next((i for i, a in enumerate(axes) if a.field != "arch"), 0)
+    si = next((i for i, a in enumerate(axes) if a.field == "arch"), None)
+    if si is None:
+        si = next((i for i in range(len(axes)) if i != xi), None)
+    a0 = axes[xi]
     xs_raw = a0.values
     numeric = all(isinstance(v, (int, float)) for v in xs_raw)
     xs = [float(v) for v in xs_raw] if numeric else list(range(len(xs_raw)))
+
+    def at(i: int, j: int | None):
+        idx = [0] * len(axes)
+        idx[xi] = i
+        if si is not None and j is not None:
+            idx[si] = j
+        return data[tuple(idx)]
+
     series = []
-    rest = tuple(0 for _ in res.axes[2:])
-    if len(res.axes) >= 2:
-        a1 = res.axes[1]
+    if si is not None:
+        a1 = axes[si]
         for j, v in enumerate(a1.values):
-            ys = [data[(i, j, *rest)] for i in range(len(xs))]
-            series.append(Series(f"{a1.field} = {_label_value(a1.field, v)}", xs, ys))
+            name = str(v) if a1.field == "arch" else f"{a1.field} = {_label_value(a1.field, v)}"
+            series.append(Series(name, xs, [at(i, j) for i in range(len(xs))]))
     else:
-        series.append(Series(metric, xs, [data[(i,)] for i in range(len(xs))]))
+        series.append(Series(metric, xs, [at(i, None) for i in range(len(xs))]))
     pos = [x for x in xs if x > 0]
     logx = numeric and len(pos) == len(xs) and max(pos) / min(pos) >= 20
-    fixed = "; ".join(f"{a.field} = {_label_value(a.field, a.values[0])}" for a in res.axes[2:])
+    fixed = "; ".join(f"{a.field} = {_label_value(a.field, a.values[0])}" for k, a in enumerate(axes)
+                      if k not in (xi, si))
     return line_chart(series, title=title or f"{metric} vs {a0.field}" + (f" ({fixed})" if fixed else ""),
                       xlabel=_axis_label(a0.field), ylabel=metric, logx=logx,
                       xticks=None if numeric else [(i, str(v)) for i, v in enumerate(xs_raw)],
@@ -328,26 +370,26 @@ def _label_value(name, v) -> str:
     from ..units import format_si
 
     if isinstance(v, float) and name in _SPEC:
-        from .common import unit_of
+        from .common import field_unit
 
-        return format_si(v, unit_of(_SPEC[name].dimension))
+        return format_si(v, field_unit(_SPEC[name]))
     return str(v)
 
 
 def _axis_label(name: str) -> str:
-    from .common import unit_of
+    from .common import field_unit
 
     if name in _SPEC:
-        u = unit_of(_SPEC[name].dimension)
+        u = field_unit(_SPEC[name])
         return f"{_SPEC[name].label}" + (f" ({u})" if u else "")
     return name
 
 
 def _formatter(name: str):
     from ..units import format_si
-    from .common import unit_of
+    from .common import field_unit
 
-    if name in _SPEC and unit_of(_SPEC[name].dimension):
-        u = unit_of(_SPEC[name].dimension)
+    if name in _SPEC and field_unit(_SPEC[name]):
+        u = field_unit(_SPEC[name])
         return lambda v: format_si(v, u, 3)
     return None

@@ -37,7 +37,7 @@ from ..profile import Profile
 from ..scenario import Scenario
 from ..spec import SPEC_FIELDS, HardwareSpec, spec_value
 from ..io import FORMULA_LEADS
-from .common import command_line, spec_files, unit_of
+from .common import command_line, field_unit, spec_files
 
 MAX_FORMULA = 8000  # Excel's limit is 8192 characters; keep a margin
 INPUT_SHEET = "Inputs"
@@ -355,7 +355,7 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
         fig = hw.figures.get(f.path)
         note = f.label + (f": {fig.text}" if fig and fig.text else "") + (f" ({fig.ref})" if fig and fig.ref else "")
         structural = f.attr == "scaleup_domain"
-        inputs.add(f.attr, v, unit_of(f.dimension), fig.source if fig else "derived",
+        inputs.add(f.attr, v, field_unit(f), fig.source if fig else "derived",
                    note + ("; decides the collective algorithm (fixed at export)" if structural else ""),
                    editable=not structural)
 
@@ -658,7 +658,9 @@ def _validation_text(prof: Profile) -> str:
     v = prof.validation
     if not v:
         return "none (not fitted)" if not prof.fitted else "no held-out validation recorded"
-    return "; ".join(f"{k}: {v[k]}" for k in sorted(v))
+    from .common import validation_text
+
+    return validation_text(v)
 
 
 def _sweep_sheet(wb, hw, model, sc, prof, sweep, bold, head_fill) -> None:
@@ -721,7 +723,7 @@ def csv_tables(hw, model, sc, prof) -> dict[str, str]:
     rows = [["scenario", k, v, "", "scenario", ""] for k, v in d["scenario"].items()]
     for f, v in _hw_fields(hw):
         fig = hw.figures.get(f.path)
-        rows.append(["hardware", f.attr, v, unit_of(f.dimension), fig.source if fig else "derived",
+        rows.append(["hardware", f.attr, v, field_unit(f), fig.source if fig else "derived",
                      (fig.ref if fig else "")])
     for name, v, _, _ in profile_inputs(prof):
         rows.append(["latency_model", name, v, _profile_unit(name.split("[")[0]), prof.label, ""])
