@@ -111,12 +111,7 @@ def parse_vary(text: str) -> Axis:
             raise _err(f"COUNT must be between 1 and 100000, got {count}", text)
         vals = list(np.linspace(float(start), float(stop), count))
         if _integer(name):
-            seen = []
-            for v in vals:
-                iv = int(round(v))
-                if iv not in seen:
-                    seen.append(iv)
-            vals = seen
+            vals = list(dict.fromkeys(int(round(v)) for v in vals))  # rounded, duplicates dropped, in order
         else:
             vals = [float(v) for v in vals]
     else:
