@@ -1,0 +1,128 @@
+"""``perfmodel tune gemm|attention|measure|evaluate``: model-ranked Triton kernel configurations.
+
+Registered by :func:`perfmodel.cli._register_outputs`. Only argparse at import time.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from ..errors import InputError
+
+
+def register(sub, scenario_flags, scenario_from_args, emit) -> None:
+    tune = sub.add_parser("tune", help="rank Triton kernel configurations by the model; measure and evaluate")
+    ts = tune.add_subparsers(dest="tune_command", required=True)
+
+    def common(p, fmt=True):
+        p.add_argument("--arch", default="h200", help="hardware spec name or path (default h200)")
+        p.add_argument("--calibration", default=None, help="profile folder or 'none' (default: automatic)")
+        if fmt:
+            p.add_argument("--top", type=int, default=8, help="configurations to list (default 8)")
+            p.add_argument("--format", choices=("table", "json"), default="table")
+            p.add_argument("--out", default=None, help="write to this file (atomically) instead of stdout")
+
+    p = ts.add_parser("gemm", help="rank Triton matmul configurations for C[M,N] = A[M,K] @ W[N,K]^T")
+    p.add_argument("--m", type=int, required=True)
+    p.add_argument("--n", type=int, required=True)
+    p.add_argument("--k", type=int, required=True)
+    p.add_argument("--dtype", default="bf16", help="bf16, fp16 or fp8 (default bf16)")
+    common(p)
+    p.set_defaults(func=lambda a: cmd_gemm(a, emit))
+
+    p = ts.add_parser("attention", help="rank Triton flash-attention forward configurations")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--heads", type=int, required=True, help="query heads")
+    p.add_argument("--kv-heads", type=int, default=None, help="key/value heads (default: --heads)")
+    p.add_argument("--seq-q", type=int, required=True)
+    p.add_argument("--seq-kv", type=int, default=None, help="default: --seq-q")
+    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--causal", action=__import__("argparse").BooleanOptionalAction, default=True)
+    p.add_argument("--dtype", default="bf16")
+    common(p)
+    p.set_defaults(func=lambda a: cmd_attention(a, emit))
+
+    p = ts.add_parser("measure", help="time the proposals and the valid space on the attached GPU (torch + Triton)")
+    p.add_argument("--out", required=True, help="folder for tune_measurements.jsonl and environment.json")
+    p.add_argument("--budget", type=float, default=270.0, help="seconds (default 270)")
+    p.add_argument("--top", type=int, default=8)
+    p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--shapes", choices=("full", "tiny"), default="full")
+    p.add_argument("--proposals-only", action="store_true")
+    common(p, fmt=False)
+    p.set_defaults(func=cmd_measure)
+
+    p = ts.add_parser("evaluate", help="the model's top-k against the exhaustive best, from measured rows")
+    p.add_argument("dir", help="folder holding tune_measurements.jsonl")
+    p.add_argument("--tol", type=float, default=0.02, help="a proposal within this fraction of the best is a hit")
+    common(p)
+    p.set_defaults(func=lambda a: cmd_evaluate(a, emit))
+
+
+def _resolve(args):
+    from ..resolve import resolve_hardware, resolve_profile
+
+    hw = resolve_hardware(args.arch)
+    return hw, resolve_profile(args.calibration, hw)
+
+
+def _top(args) -> int:
+    if args.top < 1:
+        raise InputError(f"expected a positive integer, got {args.top}", field="--top")
+    return args.top
+
+
+def _show(ranking, args, emit) -> int:
+    from .rank import ranking_dict, ranking_table
+
+    top = _top(args)
+    if args.format == "json":
+        emit(json.dumps(ranking_dict(ranking, top), indent=1) + "\n", args.out)
+    else:
+        emit(ranking_table(ranking, top) + "\n", args.out)
+    return 0
+
+
+def cmd_gemm(args, emit) -> int:
+    from .rank import rank_gemm
+
+    hw, prof = _resolve(args)
+    return _show(rank_gemm(hw, prof, args.m, args.n, args.k, args.dtype), args, emit)
+
+
+def cmd_attention(args, emit) -> int:
+    from .rank import rank_attention
+
+    hw, prof = _resolve(args)
+    kv = args.kv_heads if args.kv_heads is not None else args.heads
+    skv = args.seq_kv if args.seq_kv is not None else args.seq_q
+    return _show(rank_attention(hw, prof, args.batch, args.heads, kv, args.seq_q, skv, args.head_dim, args.causal,
+                                args.dtype), args, emit)
+
+
+def cmd_measure(args) -> int:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise InputError("measuring needs PyTorch and Triton on a GPU", field="tune measure") from None
+    from pathlib import Path
+
+    from .measure import run
+
+    if args.budget <= 0:
+        raise InputError(f"expected a positive number of seconds, got {args.budget}", field="--budget")
+    run(Path(args.out), args.budget, top=args.top, workers=args.workers, shapes=args.shapes, arch=args.arch,
+        calibration=args.calibration, exhaustive=not args.proposals_only,
+        log=lambda s: print(s, file=sys.stderr, flush=True))
+    return 0
+
+
+def cmd_evaluate(args, emit) -> int:
+    from .evaluate import evaluate_directory, evaluation_table, to_json
+
+    if not 0 < args.tol < 1:
+        raise InputError(f"expected a fraction between 0 and 1, got {args.tol}", field="--tol")
+    hw, prof = _resolve(args)
+    result = evaluate_directory(args.dir, hw, prof, top=_top(args), tol=args.tol)
+    emit(to_json(result) if args.format == "json" else evaluation_table(result) + "\n", args.out)
+    return 0
