@@ -35,9 +35,9 @@ def load_rows(directory) -> list[dict]:
     return list(iter_rows(path))
 
 
-def _ranking(kind: str, shape: dict, hw, prof):
+def _ranking(kind: str, shape: dict, hw, prof, grid: str = "full"):
     if kind == "gemm":
-        return rank_gemm(hw, prof, shape["m"], shape["n"], shape["k"], shape.get("dtype", "bf16"))
+        return rank_gemm(hw, prof, shape["m"], shape["n"], shape["k"], shape.get("dtype", "bf16"), grid)
     return rank_attention(hw, prof, shape["batch"], shape["heads_q"], shape["heads_kv"], shape["seq_q"],
                           shape["seq_kv"], shape["head_dim"], bool(shape["causal"]), shape.get("dtype", "bf16"))
 
@@ -48,7 +48,8 @@ def evaluate(rows: list[dict], hw, prof, *, top: int = 8, tol: float = 0.02) -> 
         if r.get("kind") not in ("gemm", "attention"):
             continue
         key = (r["kind"], r["shape_name"])
-        entry = by_shape.setdefault(key, {"shape": r["shape"], "rows": {}, "reference": None})
+        entry = by_shape.setdefault(key, {"shape": r["shape"], "rows": {}, "reference": None,
+                                          "grid": r.get("grid", "full")})
         if r.get("key") == "torch":
             if r.get("time_s") and not r.get("error"):
                 entry["reference"] = float(r["time_s"])
@@ -56,7 +57,7 @@ def evaluate(rows: list[dict], hw, prof, *, top: int = 8, tol: float = 0.02) -> 
         entry["rows"][r["key"]] = r
     shapes = []
     for (kind, name), entry in by_shape.items():
-        ranking = _ranking(kind, entry["shape"], hw, prof)
+        ranking = _ranking(kind, entry["shape"], hw, prof, entry["grid"])
         valid = [p.config.key for p in ranking.ranked]
         measured = entry["rows"]
         ok = {k: float(r["time_s"]) for k, r in measured.items() if r.get("time_s") and not r.get("error")}

@@ -38,8 +38,8 @@ MIN_REPS, MAX_REPS = 10, 40
 
 # --- the work list ------------------------------------------------------------------------------------------
 
-def _gemm_item(phase, name, m, n, k, pred, rank):
-    return {"kind": "gemm", "phase": phase, "shape_name": name, "shape": {"m": m, "n": n, "k": k, "dtype": "bf16"},
+def _gemm_item(phase, name, m, n, k, pred, rank, grid="reduced"):
+    return {"kind": "gemm", "phase": phase, "grid": grid, "shape_name": name, "shape": {"m": m, "n": n, "k": k, "dtype": "bf16"},
             "config": pred.config.as_dict() if pred else None, "key": pred.config.key if pred else "torch",
             "model_rank": rank, "predicted_s": pred.time_s if pred else None}
 
@@ -54,13 +54,13 @@ def row_id(item: dict) -> str:
     return f"{item['kind']}|{item['shape_name']}|{item['key']}"
 
 
-def plan(hw, prof, gemm_shapes, attn_shapes, top: int, exhaustive: bool) -> list[dict]:
+def plan(hw, prof, gemm_shapes, attn_shapes, top: int, exhaustive: bool, grid: str = "reduced") -> list[dict]:
     from .rank import proposals, rank_attention, rank_gemm
 
     first, rest = [], []
     per_shape = []
     for name, m, n, k in gemm_shapes:
-        r = rank_gemm(hw, prof, m, n, k, "bf16")
+        r = rank_gemm(hw, prof, m, n, k, "bf16", grid)
         per_shape.append(("gemm", name, (m, n, k), r))
     for name, b, hq, hkv, sq, skv, d, causal in attn_shapes:
         r = rank_attention(hw, prof, b, hq, hkv, sq, skv, d, causal, "bf16")
@@ -70,9 +70,10 @@ def plan(hw, prof, gemm_shapes, attn_shapes, top: int, exhaustive: bool) -> list
         chosen = {p.config for p in props}
         order = {p.config: i for i, p in enumerate(r.ranked, start=1)}
         if kind == "gemm":
-            first.append(_gemm_item("reference", name, *shape, None, None))
-            first += [_gemm_item("proposal", name, *shape, p, order[p.config]) for p in props]
-            more = [_gemm_item("exhaustive", name, *shape, p, order[p.config]) for p in r.ranked if p.config not in chosen]
+            first.append(_gemm_item("reference", name, *shape, None, None, grid))
+            first += [_gemm_item("proposal", name, *shape, p, order[p.config], grid) for p in props]
+            more = [_gemm_item("exhaustive", name, *shape, p, order[p.config], grid) for p in r.ranked
+                    if p.config not in chosen]
         else:
             first.append(_attn_item("reference", name, shape, None, None))
             first += [_attn_item("proposal", name, shape, p, order[p.config]) for p in props]
@@ -116,7 +117,14 @@ def done_ids(path: Path) -> set[str]:
 def compile_key(item: dict) -> tuple:
     s = item["shape"]
     if item["kind"] == "gemm":
-        return ("gemm", item["key"], s["n"], s["k"])
+        # Triton specialises integers by class (1, divisible by 16, other), not by value: one compile serves
+        # every N, K of a class; EVEN_K is the kernel's own constexpr
+        from .space import parse_gemm_key
+
+        cfg = parse_gemm_key(item["key"])
+        cls = lambda x: "1" if x == 1 else ("D" if x % 16 == 0 else "N")  # noqa: E731
+        return ("gemm", item["key"], cls(s["n"]), cls(s["k"]), s["k"] % (cfg.block_k * cfg.split_k) == 0,
+                s["n"], s["k"])
     return ("attention", item["key"], s["batch"], s["heads_q"], s["heads_kv"], s["seq_q"], s["seq_kv"],
             s["head_dim"], s["causal"])
 
@@ -131,7 +139,7 @@ def _compile_job(key: tuple) -> dict:
         from .space import parse_attention_key, parse_gemm_key
 
         if key[0] == "gemm":
-            k = compile_matmul(parse_gemm_key(key[1]), key[2], key[3], torch.bfloat16)
+            k = compile_matmul(parse_gemm_key(key[1]), key[5], key[6], torch.bfloat16)
         else:
             k = compile_attention(parse_attention_key(key[1]), *key[2:], torch.bfloat16)
         try:
@@ -331,12 +339,15 @@ def run(out: Path, budget_s: float, *, top: int = 8, workers: int = 0, shapes: s
         todo = [it for it in todo if it["phase"] == "reference"]
     keys = []
     seen = set()
+    by_class = {}
     for it in todo:
         if it["config"] is not None and device == "cuda":
             ck = compile_key(it)
-            if ck not in seen:
-                seen.add(ck)
+            cls = ck[:5] if ck[0] == "gemm" else ck
+            if cls not in seen:
+                seen.add(cls)
                 keys.append(ck)
+            by_class.setdefault(cls, ck)  # the representative compiled for the whole class
     workers = workers or max(1, min(14, (os.cpu_count() or 2) - 2))
     env = Environment(device)
     write_json_atomic(out / ENVIRONMENT, env.document(
@@ -385,7 +396,8 @@ def run(out: Path, budget_s: float, *, top: int = 8, workers: int = 0, shapes: s
                         cfg = GemmConfig(**it["config"])
                     else:
                         cfg = AttentionConfig(**it["config"])
-                    fut = futures.get(compile_key(it)) if futures else None
+                    ck = compile_key(it)
+                    fut = futures.get(by_class.get(ck[:5] if ck[0] == "gemm" else ck)) if futures else None
                     if fut is not None:
                         info = fut.result(timeout=max(1.0, left))
                         if "error" in info:

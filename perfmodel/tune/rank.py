@@ -45,13 +45,13 @@ def _dtype(dtype: str) -> str:
     return dtype
 
 
-def rank_gemm(hw, prof, m: int, n: int, k: int, dtype: str = "bf16") -> Ranking:
+def rank_gemm(hw, prof, m: int, n: int, k: int, dtype: str = "bf16", grid: str = "full") -> Ranking:
     for name, v in (("m", m), ("n", n), ("k", k)):
         _positive(name, v)
     check_generation(hw)
     _dtype(dtype)
     mach = machine(hw, prof, dtype)
-    preds = [predict_gemm(m, n, k, c, mach, hw, prof, dtype) for c in gemm_space(m, n, k, hw.sm_count)]
+    preds = [predict_gemm(m, n, k, c, mach, hw, prof, dtype) for c in gemm_space(m, n, k, hw.sm_count, grid)]
     if dtype == "fp8":  # fp8 MMAs take K in steps of 32
         preds = [p for p in preds if p.config.block_k >= 32]
     preds.sort(key=rank_key)

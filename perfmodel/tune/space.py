@@ -105,8 +105,21 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def gemm_space(m: int, n: int, k: int, sm_count: int) -> list[GemmConfig]:
-    """The configurations worth considering for one shape (module docstring), in a stable order."""
+# The validation grid the device run measures exhaustively (the full grid is ~30k rows over the 34 shapes,
+# half an hour of a GPU): stages 3/4, BLOCK_N 64..256, BLOCK_K 64/128, GROUP_M 8, SPLIT_K up to 8.
+REDUCED = {"block_n": (64, 128, 256), "block_k": (64, 128), "group_m": (8,), "num_stages": (3, 4),
+           "split_k": (1, 2, 4, 8)}
+
+
+def in_grid(cfg, grid: str) -> bool:
+    if grid == "full":
+        return True
+    return all(getattr(cfg, f) in vals for f, vals in REDUCED.items() if not (f == "group_m" and cfg.group_m == 1))
+
+
+def gemm_space(m: int, n: int, k: int, sm_count: int, grid: str = "full") -> list[GemmConfig]:
+    """The configurations worth considering for one shape (module docstring), in a stable order;
+    ``grid="reduced"``: only those of the validation grid (REDUCED)."""
     tallest = max(16, _pow2_at_least(m))
     widest = max(32, _pow2_at_least(n))
     deepest = max(32, _pow2_at_least(k))
@@ -126,7 +139,10 @@ def gemm_space(m: int, n: int, k: int, sm_count: int) -> list[GemmConfig]:
                 continue
             if grid_m * _ceil_div(n, bn) * sk > 4 * sm_count:
                 continue
-        out.append(GemmConfig(bm, bn, bk, g, w, s, sk))
+        c = GemmConfig(bm, bn, bk, g, w, s, sk)
+        if grid != "full" and not in_grid(c, grid):
+            continue
+        out.append(c)
     return out
 
 
