@@ -4,8 +4,10 @@ Weights follow the parallel layout: TP splits every linear layer (KV projections
 there are fewer KV heads than TP ranks), EP splits the routed experts, PP splits the layers (the stage
 holding the embedding or the LM head is the fullest, and sizes the GPU). The KV cache holds
 isl + osl tokens per sequence. Activations are one prefill chunk's working set plus the decode logits.
-The engine may use ``Scenario.mem_fraction`` of HBM, less ``Scenario.mem_reserve`` for the CUDA
-context, allocator slack and library workspaces.
+
+What the engine may use is set by its memory policy (perfmodel.engines) over the device-visible memory
+(nvidia-smi memory.total, ``HardwareSpec.hbm_visible_bytes``), with ``Scenario.mem_reserve`` kept for the
+CUDA context, library workspaces and CUDA graphs.
 """
 from __future__ import annotations
 
@@ -25,10 +27,12 @@ class Memory:
     weights: float
     kv_cache: float
     activations: float
-    workspace: float
-    capacity: float  # usable bytes per GPU (HBM x mem_fraction)
-    hbm: float  # physical HBM per GPU
+    workspace: float  # the engine's reserve outside its pool: CUDA context, workspaces, graphs
+    capacity: float  # bytes the scenario may use per GPU under the engine's memory policy
+    hbm: float  # the datasheet's nominal capacity per GPU
     kv_per_sequence: float
+    visible: float = 0.0  # device-visible memory per GPU (nvidia-smi memory.total)
+    kv_budget: float = 0.0  # bytes the engine gives the KV cache
 
     @property
     def total(self):
@@ -36,17 +40,26 @@ class Memory:
 
     @property
     def fits(self):
-        return self.total <= self.capacity
+        return self.kv_cache <= self.kv_budget
 
     def as_dict(self) -> dict:
         return {"weights": _f(self.weights), "kv_cache": _f(self.kv_cache), "activations": _f(self.activations),
                 "workspace": _f(self.workspace), "total": _f(self.total), "capacity": _f(self.capacity),
-                "hbm": _f(self.hbm), "kv_per_sequence": _f(self.kv_per_sequence)}
+                "kv_budget": _f(self.kv_budget), "visible": _f(self.visible), "hbm": _f(self.hbm),
+                "kv_per_sequence": _f(self.kv_per_sequence)}
 
 
 def _f(x):
     a = np.asarray(x)
     return float(a) if a.ndim == 0 else a.tolist()
+
+
+def device_bytes(device) -> tuple:
+    """(visible, nominal) bytes per GPU of a spec, or of a number taken as both."""
+    if hasattr(device, "hbm_visible_bytes"):
+        return device.hbm_visible_bytes, device.hbm_bytes
+    v = np.asarray(device, dtype=float)
+    return v, v
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -131,42 +144,91 @@ def activation_bytes(model: Model, sc: Scenario, batch):
     return tokens * _widest_bytes(model, sc) + np.asarray(batch) * _logit_bytes(model, sc)
 
 
-def memory(model: Model, sc: Scenario, batch, hbm_bytes) -> Memory:
-    kv_seq = kv_bytes_per_token(model, sc) * (sc.isl + sc.osl)
-    return Memory(weights=weight_bytes(model, sc), kv_cache=np.asarray(batch) * kv_seq,
-                  activations=activation_bytes(model, sc, batch), workspace=sc.mem_reserve,
-                  capacity=hbm_bytes * sc.mem_fraction, hbm=hbm_bytes, kv_per_sequence=kv_seq)
+def _pool(sc: Scenario, visible, fixed):
+    """(bytes the scenario may use, bytes the KV cache gets) under the engine's policy, given the
+    ``fixed`` bytes outside the KV cache (weights, activations, reserve).
 
-
-def max_batch(model: Model, sc: Scenario, hbm_bytes):
-    """Largest batch whose memory fits; 0 when not even one sequence does. ``hbm_bytes`` may be an array.
-
-    Counts a full prefill chunk of activations (what a large batch needs), so it is exact for batches
-    with batch * isl >= prefill_chunk and slightly conservative below.
+    total (vLLM, SGLang): everything together takes ``mem_fraction`` of the device.
+    free (TensorRT-LLM): the KV cache takes ``mem_fraction`` of what is free after the rest.
     """
-    fixed = weight_bytes(model, sc) + sc.mem_reserve + sc.prefill_chunk * _widest_bytes(model, sc)
-    per_seq = kv_bytes_per_token(model, sc) * (sc.isl + sc.osl) + _logit_bytes(model, sc)
-    free = np.asarray(hbm_bytes, dtype=float) * sc.mem_fraction - fixed
-    best = np.maximum(0.0, np.floor(free / per_seq))
+    if sc.mem_policy == "free":
+        kv = sc.mem_fraction * np.maximum(visible - fixed, 0.0)
+        return fixed + kv, kv
+    usable = visible * sc.mem_fraction
+    return usable, np.maximum(usable - fixed, 0.0)
+
+
+def memory(model: Model, sc: Scenario, batch, device) -> Memory:
+    """Memory per GPU at ``batch`` on ``device`` (a spec, or device-visible bytes)."""
+    sc = sc.for_hardware(device if hasattr(device, "vendor") else None)
+    visible, nominal = device_bytes(device)
+    kv_seq = kv_bytes_per_token(model, sc) * (sc.isl + sc.osl)
+    weights = weight_bytes(model, sc)
+    act = activation_bytes(model, sc, batch)
+    capacity, kv_budget = _pool(sc, visible, weights + act + sc.mem_reserve)
+    return Memory(weights=weights, kv_cache=np.asarray(batch) * kv_seq, activations=act, workspace=sc.mem_reserve,
+                  capacity=capacity, hbm=nominal, kv_per_sequence=kv_seq, visible=visible, kv_budget=kv_budget)
+
+
+def max_batch(model: Model, sc: Scenario, device):
+    """Largest batch whose memory fits on ``device`` (a spec, or device-visible bytes, possibly an array);
+    0 when not even one sequence does.
+
+    Activations are a prefill chunk's working set (``min(batch x isl, prefill_chunk)`` tokens) plus a
+    logit row per sequence: the batch is solved for both regimes (chunk not yet full, chunk full) and the
+    larger consistent answer kept.
+    """
+    sc = sc.for_hardware(device if hasattr(device, "vendor") else None)
+    visible, _ = device_bytes(device)
+    visible = np.asarray(visible, dtype=float)
+    base = weight_bytes(model, sc) + sc.mem_reserve
+    kv_seq = kv_bytes_per_token(model, sc) * (sc.isl + sc.osl)
+    logits, widest = _logit_bytes(model, sc), _widest_bytes(model, sc)
+    chunk_full = sc.prefill_chunk * widest
+
+    def solve(fixed, per_seq_act):
+        if sc.mem_policy == "free":  # kv_seq b <= f (V - fixed - b act)
+            f = sc.mem_fraction
+            return np.floor(np.maximum(f * (visible - fixed), 0.0) / (kv_seq + f * per_seq_act))
+        return np.floor(np.maximum(visible * sc.mem_fraction - fixed, 0.0) / (kv_seq + per_seq_act))
+
+    filling = solve(base, logits + sc.isl * widest)  # batch x isl below the chunk
+    filling = np.where(filling * sc.isl <= sc.prefill_chunk, filling, 0.0)
+    full = solve(base + chunk_full, logits)
+    full = np.where(full * sc.isl >= sc.prefill_chunk, full, 0.0)
+    best = np.maximum(filling, full)
     return best.astype(int) if best.ndim else int(best)
 
 
 def check_fits(model: Model, sc: Scenario, hw, best: int, batch: int | None = None) -> None:
-    """Raise a one-line InputError when the scenario does not fit, naming what it needs against what the
-    part has, and a tensor-parallel degree or format that would fit."""
+    """Raise a one-line InputError when the scenario does not fit, stating every term of what it needs
+    against what the engine may use, and a tensor-parallel degree or format that would fit."""
     from .errors import InputError
-    from .units import format_si
 
     want = 1 if batch is None else batch
     if best >= want:
         return
-    need = memory(model, sc, want, hw.hbm_bytes)
+    sc = sc.for_hardware(hw)
+    need = memory(model, sc, want, hw)
     hint = suggest_fit(model, sc, hw, want)
+    policy = (f"{sc.engine} gives the KV cache {sc.mem_fraction:.0%} of what is free after the rest"
+              if sc.mem_policy == "free" else f"{sc.engine} uses {sc.mem_fraction:.0%} of the device")
+    fixed = need.weights + need.activations + need.workspace
+    terms = (f"weights {_gib(need.weights)}, activations {_gib(need.activations)}, reserve {_gib(need.workspace)}, "
+             f"KV cache {_gib(need.kv_cache)}")
+    if need.kv_budget <= 0:
+        short = f"weights, activations and reserve alone take {_gib(fixed)}"
+    else:
+        short = f"the KV cache gets {_gib(need.kv_budget)}"
     raise InputError(
-        f"{model.name} at batch {want} needs {format_si(need.total, 'B')} per GPU "
-        f"({format_si(need.weights, 'B')} weights, {format_si(need.kv_cache, 'B')} KV cache) but {hw.name} "
-        f"offers {format_si(need.capacity, 'B')} usable of {format_si(hw.hbm_bytes, 'B')}"
+        f"{model.name} at batch {want} needs {_gib(fixed + need.kv_cache)} per GPU ({terms}) but {hw.name} has "
+        f"{_gib(need.capacity if need.kv_budget > 0 else need.visible * (sc.mem_fraction if sc.mem_policy == 'total' else 1.0))} "
+        f"usable of {_gib(need.visible)} visible ({policy}): {short}"
         + (f"; {hint} would fit" if hint else ""), field="--batch" if batch and batch > 1 else "--tp")
+
+
+def _gib(x) -> str:
+    return f"{float(x) / 2**30:.1f} GiB"
 
 
 def suggest_fit(model: Model, sc: Scenario, hw, batch: int) -> str:
@@ -174,12 +236,12 @@ def suggest_fit(model: Model, sc: Scenario, hw, batch: int) -> str:
         if tp <= sc.tp:
             continue
         trial = sc.with_(tp=tp, ep=min(sc.ep, tp))
-        if max_batch(model, trial, hw.hbm_bytes) >= batch:
+        if max_batch(model, trial, hw) >= batch:
             return f"--tp {tp}"
     for dtype in ("fp8", "fp4"):
         if dtype == sc.dtype or (dtype == "fp4" and "fp4" not in hw.tensor_flops):
             continue
         trial = sc.with_(dtype=dtype)
-        if max_batch(model, trial, hw.hbm_bytes) >= batch:
+        if max_batch(model, trial, hw) >= batch:
             return f"--dtype {dtype}"
     return ""

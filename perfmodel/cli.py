@@ -11,6 +11,9 @@ EXIT_INPUT = 2
 
 
 def _scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True) -> None:
+    from .attention_kernels import CHOICES as ATTENTION
+    from .engines import CHOICES as ENGINES
+
     g = p.add_argument_group("scenario")
     if serving:
         g.add_argument("--isl", type=int, default=1024, help="input tokens per request (default 1024)")
@@ -18,19 +21,29 @@ def _scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True) -> None
         g.add_argument("--batch", default="1", help="concurrent sequences, or 'max' for the largest that fits")
         g.add_argument("--batching", choices=("continuous", "static"), default="continuous",
                        help="how throughput amortises prefill (README: Throughput)")
-        g.add_argument("--prefill-chunk", type=int, default=8192, help="prefill tokens per step (continuous)")
+        g.add_argument("--prefill-chunk", type=int, default=None,
+                       help="prefill tokens per step (continuous; default: the engine's)")
     g.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
     g.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree")
     g.add_argument("--ep", type=int, default=1, help="expert-parallel degree (divides --tp)")
     g.add_argument("--dtype", default="bf16", help="weights and GEMM format: bf16, fp16, fp8, fp4")
-    g.add_argument("--kv-dtype", default=None, help="KV-cache format (default: fp8 with --dtype fp8/fp4, else bf16)")
+    g.add_argument("--kv-dtype", default=None, help="KV-cache format (default: the engine's rule)")
     g.add_argument("--mode", choices=("latency", "sol"), default="latency",
                    help="latency: calibrated model (default); sol: pure roofline")
-    g.add_argument("--launch", choices=("auto", "graph", "eager"), default="auto",
-                   help="auto: decode from a CUDA graph, prefill eager (default); graph or eager: both phases")
-    g.add_argument("--kernels", choices=("fused", "torch"), default="fused" if serving else "torch",
+    g.add_argument("--engine", choices=ENGINES, default="auto" if serving else "torch",
+                   help="serving engine preset: kernels, fusions, launch mode, KV format, chunk size and memory "
+                        "share (docs/engines.md); default " + ("auto: TensorRT-LLM on NVIDIA parts, vLLM elsewhere"
+                                                               if serving else "torch: plain PyTorch"))
+    g.add_argument("--attention-kernel", choices=ATTENTION, default=None,
+                   help="attention kernel (default: the engine's; auto: what plain PyTorch dispatches to)")
+    g.add_argument("--launch", choices=("auto", "graph", "eager"), default=None,
+                   help="auto: decode from a CUDA graph, prefill eager; graph or eager: both phases "
+                        "(default: the engine's)")
+    g.add_argument("--kernels", choices=("fused", "torch"), default=None,
                    help="fused: a serving engine's kernels; torch: the plain PyTorch layer the calibration "
-                        f"measures (default {'fused' if serving else 'torch'})")
+                        "measures (default: the engine's)")
+    g.add_argument("--mem-fraction", type=float, default=None,
+                   help="share of device memory (vLLM, SGLang) or of free memory (TensorRT-LLM) the engine takes")
     g.add_argument("--overlap", type=float, default=0.0, help="fraction of collective time hidden under compute")
     g.add_argument("--calibration", default=None,
                    help="profile folder or profile.json; 'none' for documented defaults (default: automatic)")
@@ -40,7 +53,8 @@ def _scenario(args, batch=None):
     from .scenario import Scenario, parse_batch
 
     kw = dict(tp=args.tp, pp=args.pp, ep=args.ep, dtype=args.dtype, kv_dtype=args.kv_dtype, mode=args.mode,
-              launch=args.launch, overlap=args.overlap, kernels=args.kernels)
+              launch=args.launch, overlap=args.overlap, kernels=args.kernels, engine=args.engine,
+              attention_kernel=args.attention_kernel, mem_fraction=args.mem_fraction)
     if hasattr(args, "isl"):
         kw.update(isl=args.isl, osl=args.osl, batch=parse_batch(str(args.batch)) if batch is None else batch,
                   batching=args.batching, prefill_chunk=args.prefill_chunk)

@@ -45,7 +45,11 @@ def layer_counts(model: Model) -> dict[str, int]:
 
 
 def build_ops(model: Model, step: Step, sc: Scenario) -> list[O.Op]:
-    """Every operator of one forward step on one GPU (all pipeline stages counted; see module doc)."""
+    """Every operator of one forward step on one GPU (all pipeline stages counted; see module doc).
+
+    ``sc`` should be resolved for the part (:meth:`Scenario.for_hardware`); an unresolved one takes its
+    engine's preset for no particular part."""
+    sc = sc.for_hardware(None)
     ph = step.phase
     tokens = step.batch * step.seq
     act = sc.act_dtype
@@ -110,25 +114,43 @@ def _attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]:
     ph, act, w = step.phase, sc.act_dtype, sc.dtype
     hq, hkv = heads_per_gpu(model, sc.tp)
     d = model.head_dim
-    fused = sc.kernels == "fused"
     ops = [O.gemm("attn.qkv", tokens, (hq + 2 * hkv) * d, model.hidden, w, phase=ph)]
-    if model.position == "rope" and not fused:  # applied to queries and keys, one call each
-        ops.append(O.rotary("attn.rotary_q", tokens, hq, d, act, phase=ph))
-        ops.append(O.rotary("attn.rotary_k", tokens, hkv, d, act, phase=ph))
-    # new K and V into the cache: read them from the QKV output, write them in the cache format; fused,
-    # the same kernel applies rotary to Q and K (reading and writing Q too)
+    rope = model.position == "rope"
+    ops += _rotary_ops(sc, tokens, hq, hkv, d, act, ph) if rope else []
+    # new K and V into the cache: read them from the QKV output, write them in the cache format; with rotary
+    # folded in, the same kernel applies it to Q and K (reading and writing Q too)
     kv_elems = tokens * 2 * hkv * d
-    q_bytes = 2 * tokens * hq * d * _b(act) if fused and model.position == "rope" else 0.0
+    q_bytes = 2 * tokens * hq * d * _b(act) if rope and sc.rotary == "kv_write" else 0.0
     ops.append(O.Op("attn.kv_write", "kv_write", ph, 0.0, kv_elems * (_b(act) + _b(sc.kv)) + q_bytes,
                     {"tokens": tokens, "elems": kv_elems, "dtype": sc.kv}))
-    attn_dtype = "fp8" if sc.kv == "fp8" and w == "fp8" else act
     core = O.attention("attn.core", step.batch, hq, hkv, step.seq, step.context + step.seq, d,
-                       causal=step.phase == "prefill", dtype=attn_dtype, kv_dtype=sc.kv, phase=ph)
-    if fused:
-        core = O.Op(core.name, core.kind, core.phase, core.flops, core.bytes, {**core.params, "packed": True})
-    ops.append(core)
+                       causal=step.phase == "prefill", dtype=_attention_dtype(sc), kv_dtype=sc.kv, phase=ph)
+    ops.append(_with_kernel(core, sc))
     ops.append(O.gemm("attn.o", tokens, model.hidden, hq * d, w, phase=ph))
     return ops
+
+
+def _rotary_ops(sc: Scenario, tokens, hq: int, hkv: int, d: int, act: str, ph: str) -> list[O.Op]:
+    """Rotary on queries and keys: eager PyTorch (one five-call op each), one kernel over both, or nothing
+    here (folded into the KV-cache write)."""
+    if sc.rotary == "eager":
+        return [O.rotary("attn.rotary_q", tokens, hq, d, act, phase=ph),
+                O.rotary("attn.rotary_k", tokens, hkv, d, act, phase=ph)]
+    if sc.rotary == "kernel":
+        op = O.rotary("attn.rotary", tokens, hq + hkv, d, act, phase=ph)
+        return [O.Op(op.name, op.kind, op.phase, op.flops, op.bytes, {**op.params, "fused": True})]
+    return []
+
+
+def _attention_dtype(sc: Scenario) -> str:
+    """fp8 when the engine runs attention's products in fp8 over an fp8 KV cache; else the activations'."""
+    return "fp8" if sc.fp8_attention and sc.kv == "fp8" else sc.act_dtype
+
+
+def _with_kernel(core: O.Op, sc: Scenario) -> O.Op:
+    """The attention op with the scenario's kernel, and packed decode rows under fused kernels."""
+    params = {**core.params, "kernel": sc.attention_kernel, "packed": sc.kernels == "fused"}
+    return O.Op(core.name, core.kind, core.phase, core.flops, core.bytes, params)
 
 
 def _mla_attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]:
@@ -150,16 +172,14 @@ def _mla_attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]
     latent = a.kv_lora_rank + a.qk_rope_head_dim
     ops.append(O.gemm("attn.kv_a", tokens, latent, model.hidden, w, phase=ph))
     ops.append(O.rmsnorm("attn.kv_a_norm", tokens, a.kv_lora_rank, act, phase=ph))
-    if sc.kernels != "fused":
-        ops.append(O.rotary("attn.rotary_q", tokens, hq, a.qk_rope_head_dim, act, phase=ph))
-        ops.append(O.rotary("attn.rotary_k", tokens, 1, a.qk_rope_head_dim, act, phase=ph))
+    ops += _rotary_ops(sc, tokens, hq, 1, a.qk_rope_head_dim, act, ph)
     ops.append(O.Op("attn.kv_write", "kv_write", ph, 0.0, tokens * latent * (_b(act) + _b(sc.kv)),
                     {"tokens": tokens, "elems": tokens * latent, "dtype": sc.kv}))
     if step.phase == "prefill":
         ops.append(O.gemm("attn.kv_b", step.batch * (step.context + step.seq),
                           hq * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank, w, phase=ph))
-        ops.append(O.attention("attn.core", step.batch, hq, hq, step.seq, step.context + step.seq, qk,
-                               head_dim_v=a.v_head_dim, causal=True, dtype=act, phase=ph))
+        ops.append(_with_kernel(O.attention("attn.core", step.batch, hq, hq, step.seq, step.context + step.seq, qk,
+                                            head_dim_v=a.v_head_dim, causal=True, dtype=act, phase=ph), sc))
     else:
         # absorbed: q_nope (per head) @ W_UK -> latent query; latent output @ W_UV -> per-head value
         ops.append(O.gemm("attn.absorb_q", tokens, a.kv_lora_rank, a.qk_nope_head_dim, w, groups=hq, phase=ph))
@@ -168,15 +188,15 @@ def _mla_attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]
         # K and V are the same cached latent: read it once
         shared = step.batch * (step.context + step.seq) * latent * _b(sc.kv)
         q_o = step.batch * hq * step.seq * (latent + a.kv_lora_rank) * _b(act)
-        params = {**core.params, "packed": sc.kernels == "fused"}
-        ops.append(O.Op(core.name, core.kind, core.phase, core.flops, shared + q_o, params))
+        core = _with_kernel(core, sc)
+        ops.append(O.Op(core.name, core.kind, core.phase, core.flops, shared + q_o, core.params))
         ops.append(O.gemm("attn.absorb_o", tokens, a.v_head_dim, a.kv_lora_rank, w, groups=hq, phase=ph))
     ops.append(O.gemm("attn.o", tokens, model.hidden, hq * a.v_head_dim, w, phase=ph))
     return ops
 
 
 def _dense_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str, *, prefix: str,
-               width: int | None = None, allreduce: bool = True) -> list[O.Op]:
+               width: int | None = None, allreduce: bool = True, residual: bool = True) -> list[O.Op]:
     inter = _ceil_div(width or model.intermediate, sc.tp)
     ops: list[O.Op] = []
     if model.mlp == "swiglu":
@@ -188,7 +208,7 @@ def _dense_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str, *,
     ops.append(O.gemm(f"{prefix}.down", tokens, model.hidden, inter, w, phase=ph))
     if allreduce and sc.tp > 1:
         ops.append(O.collective(f"{prefix}.allreduce", "all_reduce", tokens * model.hidden * _b(act), sc.tp, phase=ph))
-    if sc.kernels != "fused":  # fused: added by the next layer's norm
+    if residual and sc.kernels != "fused":  # fused: added by the next layer's norm
         ops.append(O.residual(f"{prefix}.residual", tokens, model.hidden, act, phase=ph))
     return ops
 
@@ -245,7 +265,7 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
             ops.append(O.collective("moe.allgather", "all_gather", tokens * h * _b(act) / sc.tp, sc.tp, phase=ph))
     if moe.num_shared_experts:
         ops += _dense_ffn(model, ph, sc, tokens, w, act, prefix="moe.shared",
-                          width=moe.num_shared_experts * moe.shared_intermediate, allreduce=False)[:-1]
+                          width=moe.num_shared_experts * moe.shared_intermediate, allreduce=False, residual=False)
     if ep == 1 and sc.tp > 1:
         ops.append(O.collective("moe.allreduce", "all_reduce", tokens * h * _b(act), sc.tp, phase=ph))
     if sc.kernels != "fused":

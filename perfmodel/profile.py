@@ -10,6 +10,7 @@ says it is uncalibrated.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -64,13 +65,30 @@ class Profile:
     flush_writeback: float = 0.5  # share of one L2 of dirty lines written back during a standalone op (estimate)
     host_floor_s: dict[str, float] = field(default_factory=dict)
 
-    # Fused attention (flash): prefill FLOP efficiency per (128 x 128) block, decode bandwidth efficiency
-    attn_eta: float = 0.45  # fraction of dense bf16 peak inside a flash block (estimate: FA2 on Hopper ~40-50%)
-    attn_block_q: int = 128
-    attn_block_k: int = 128
-    attn_dec_eta: float = 0.75  # fraction of HBM bandwidth decode attention streams the KV cache at
-    attn_overhead_s: float = 8.0e-6
-    attn_cta_blocks: float = 1.0  # per-CTA prologue/epilogue (load Q, write O), in key blocks
+    # Fused attention, per SDPA backend (perfmodel.attention_kernels): a flash-style block walk whose
+    # (block_q x block_k) blocks run at attn_eta of the dense peak; decode streams the KV cache at
+    # attn_dec_eta of HBM bandwidth. Defaults (estimates): FlashAttention-2 reaches about 35% of H100's
+    # dense bf16 peak and cuDNN's fused attention about 60% (FA3 paper, arXiv 2407.08608, Fig. 5);
+    # decode over a long GQA cache about 80% (flash) and 92% (cuDNN) of HBM bandwidth (H100, issue 7).
+    attn_eta: dict[str, float] = field(default_factory=lambda: {"flash": 0.35, "cudnn": 0.60, "efficient": 0.20})
+    attn_dec_eta: dict[str, float] = field(default_factory=lambda: {"flash": 0.80, "cudnn": 0.92, "efficient": 0.60})
+    attn_overhead_s: dict[str, float] = field(default_factory=lambda: {"flash": 8e-6, "cudnn": 8e-6, "efficient": 8e-6})
+    attn_cta_blocks: dict[str, float] = field(default_factory=lambda: {"flash": 1.0, "cudnn": 1.0, "efficient": 1.0})
+    attn_tail: dict[str, float] = field(default_factory=lambda: {"flash": 0.1, "cudnn": 0.1, "efficient": 0.1})
+    # p of the p-norm joining block compute and KV streaming (as gemm_softness; estimate until fitted)
+    attn_softness: dict[str, float] = field(default_factory=lambda: {"flash": 4.0, "cudnn": 4.0, "efficient": 4.0})
+    # Block shapes (query rows x keys) per backend, prefill and ".decode" (structural, not fitted):
+    # FlashAttention-2 forward for head dim 128 tiles 128 x 64 and its split-KV decode kernel 64 x 128
+    # (flash-attention csrc/flash_fwd_launch_template.h); cuDNN's kernels, by the names the profiler
+    # recorded on the H200 (calibration/h200), tile 64 x 128 for prefill ("..._64x128x128_...") and
+    # 16 x 128 for decode ("..._16x128x128_..."); the memory-efficient kernel 64 x 64 (its kernel names).
+    attn_block_q: dict[str, float] = field(default_factory=lambda: {
+        "flash": 128, "flash.decode": 64, "cudnn": 64, "cudnn.decode": 16, "efficient": 64, "efficient.decode": 64})
+    attn_block_k: dict[str, float] = field(default_factory=lambda: {
+        "flash": 64, "flash.decode": 128, "cudnn": 128, "cudnn.decode": 128, "efficient": 64, "efficient.decode": 64})
+    # the backend plain PyTorch dispatches to, per phase, as the suite's profiler saw it (none measured:
+    # FlashAttention-2, PyTorch's first choice before cuDNN attention was preferred on Hopper)
+    attn_default: dict[str, str] = field(default_factory=lambda: {"prefill": "flash", "decode": "flash"})
 
     # Launches: extra time per kernel on top of its own duration
     launch_graph_s: float = 1.0e-6  # inside a CUDA graph replay (estimate)
@@ -114,28 +132,97 @@ class Profile:
 DEFAULTS = Profile()
 
 
+# Fields that hold a dict of numbers keyed by format, kind or backend: a profile file may give some keys and
+# take the rest from the defaults.
+_NUMBER_DICTS = ("gemm_eta", "mem_eta", "mem_alpha_s", "row_s", "host_floor_s", "attn_eta", "attn_dec_eta",
+                 "attn_overhead_s", "attn_cta_blocks", "attn_tail", "attn_softness", "attn_block_q", "attn_block_k")
+_FREE_DICTS = ("validation", "provenance", "training", "power")  # checked by their own users
+_TEXT = ("name", "description", "device", "spec_key", "carried_from")
+# A fraction of a datasheet peak may pass 1 by the clock headroom (rates are quoted at a sustained clock
+# below max boost: 1980 / 1830 MHz on Hopper), never by 2.
+MAX_ETA = 2.0
+
+
 def load_profile(path: str | Path) -> Profile:
-    """Read ``profile.json`` (or a calibration folder holding one)."""
+    """Read ``profile.json`` (or a calibration folder holding one), checking every field."""
     p = Path(path)
     if p.is_dir():
         p = p / "profile.json"
     if not p.is_file():
         raise InputError("no calibration profile here (expected profile.json; run `perfmodel fit DIR` first)",
                          file=str(path))
+    if p.stat().st_size > 16 * 2**20:
+        raise InputError("larger than 16 MiB: not a profile", file=str(p))
     try:
-        data = json.loads(p.read_text())
-    except json.JSONDecodeError as e:
-        raise InputError(f"not valid JSON ({e.msg} at line {e.lineno})", file=str(p)) from None
+        data = json.loads(p.read_text(encoding="utf-8"), parse_constant=_no_constant)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError(f"not valid JSON ({getattr(e, 'msg', e)})", file=str(p)) from None
+    except ValueError as e:
+        raise InputError(str(e), file=str(p)) from None
+    if not isinstance(data, dict):
+        raise InputError("expected a JSON object of profile fields", file=str(p))
     known = {f.name for f in fields(Profile)}
     unknown = sorted(set(data) - known)
     if unknown:
         raise InputError(f"unknown profile field(s): {', '.join(unknown)}", file=str(p))
     base = asdict(DEFAULTS)
-    for key in ("gemm_eta", "mem_eta", "mem_alpha_s", "row_s", "host_floor_s", "residual_quantiles"):
+    for key, value in data.items():
+        _check_field(key, value, base[key], str(p))
+    for key in _NUMBER_DICTS + ("attn_default", "residual_quantiles"):
         merged = dict(base[key])
         merged.update(data.get(key, {}))
         data[key] = merged
     return Profile(**{**base, **data})
+
+
+def _no_constant(name: str):
+    raise ValueError(f"not valid JSON: {name} is not a number a profile may hold")
+
+
+def _positive(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+def _check_field(key: str, value, default, file: str) -> None:
+    """One line naming the field and what was expected, for a value of the wrong type or range."""
+    def bad(expected: str):
+        return InputError(f"expected {expected}, got {json.dumps(value)[:60]}", file=file, field=key)
+
+    if key in _TEXT:
+        if not isinstance(value, str):
+            raise bad("a string")
+    elif key == "fitted":
+        if not isinstance(value, bool):
+            raise bad("true or false")
+    elif key in _FREE_DICTS:
+        if not isinstance(value, dict):
+            raise bad("an object")
+    elif key in _NUMBER_DICTS:
+        if not isinstance(value, dict) or not all(isinstance(k, str) and (_positive(v) or (v == 0 and key in (
+                "host_floor_s",))) for k, v in value.items()):
+            raise bad("an object of positive finite numbers")
+        if "eta" in key and any(v > MAX_ETA for v in value.values()):
+            raise bad(f"fractions of peak in (0, {MAX_ETA}]")
+    elif key == "attn_default":
+        from .attention_kernels import KERNELS
+
+        if not isinstance(value, dict) or not all(v in KERNELS for v in value.values()):
+            raise bad(f"an object of phase -> attention backend ({', '.join(KERNELS)})")
+    elif key == "residual_quantiles":
+        if not isinstance(value, dict) or not all(
+                isinstance(q, list) and len(q) == 3 and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                          and math.isfinite(x) for x in q) and q[0] <= q[1] <= q[2]
+                for q in value.values()):
+            raise bad("an object of [p10, p50, p90] lists of finite, ascending numbers")
+    elif key == "carry_spread":
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                and value >= 0):
+            raise bad("a non-negative number")
+    elif isinstance(default, (int, float)) and not isinstance(default, bool):
+        if not _positive(value):
+            raise bad("a positive finite number")
+        if "eta" in key and value > MAX_ETA:
+            raise bad(f"a fraction of peak in (0, {MAX_ETA}]")
 
 
 def save_profile(profile: Profile, path: Path) -> None:

@@ -93,6 +93,7 @@ class Projection:
 
 
 def evaluate_step(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, step: Step) -> Phase:
+    sc = sc.for_hardware(hw)
     ops = build_ops(model, step, sc)
     times = time_ops(ops, hw, prof, mode=sc.mode, world=sc.gpus)
     launch = sc.launch_for(step.phase)
@@ -141,18 +142,19 @@ def project(hardware, model, scenario: Scenario | None = None, *, profile: Profi
 
 
 def project_resolved(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> Projection:
+    sc = sc.for_hardware(hw)
     if sc.batch == "max":
-        b = capacity.max_batch(model, sc, hw.hbm_bytes)
+        b = capacity.max_batch(model, sc, hw)
         capacity.check_fits(model, sc, hw, b)
         sc = sc.with_(batch=int(b))
     else:
-        capacity.check_fits(model, sc, hw, capacity.max_batch(model, sc, hw.hbm_bytes), batch=int(sc.batch))
+        capacity.check_fits(model, sc, hw, capacity.max_batch(model, sc, hw), batch=int(sc.batch))
     batch = int(sc.batch)
     st = serving_times(model, hw, sc, prof, batch)
     prefill, decode = st.prefill, st.decode
     ttft, tpot, e2e, thr = float(st.ttft_s), float(st.tpot_s), float(st.e2e_s), float(st.throughput_tok_s)
     n_pre = int(st.prefill_requests)
-    mem = capacity.memory(model, sc, batch, hw.hbm_bytes)
+    mem = capacity.memory(model, sc, batch, hw)
     mfu, mbu = _utilisation(hw, sc, prefill if decode is None else decode, tpot or ttft)
     bands = _bands(prof, prefill, decode, ttft, tpot, thr)
     return Projection(hw, model, sc, prof, prefill, decode, ttft, tpot, e2e, thr, mem, mfu, mbu, bands,
@@ -175,6 +177,7 @@ def serving_times(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, b
 
     ``batch`` and the spec's figures may be numpy arrays (sweeps); everything broadcasts.
     """
+    sc = sc.for_hardware(hw)
     static = sc.batching == "static"
     n_pre = batch if static else np.maximum(1, np.minimum(batch, sc.prefill_chunk // sc.isl))
     prefill = evaluate_step(model, hw, sc, prof, Step("prefill", n_pre, sc.isl, 0))
@@ -255,11 +258,10 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
         carried = f", carried from {prof.carried_from} by the transfer rules" if prof.carried_from else ""
         out.append(f"efficiencies fitted on {prof.device or prof.name}{carried}")
     out.append(f"{sc.batching} batching; throughput definition in the README")
-    out.append("kernel launches: " + {"auto": "decode replayed from a CUDA graph, prefill dispatched eagerly",
-                                      "graph": "CUDA graph replay", "eager": "eager dispatch"}[sc.launch])
-    out.append("kernels: " + ("a serving engine's (rotary in the KV-cache write, residual in the norm, one SwiGLU "
-                              "kernel, decode attention over real query rows)" if sc.kernels == "fused" else
-                              "plain PyTorch, as the calibration suite measured them"))
+    if sc.mode != "sol":
+        from .kernel_choices import assumption_lines, choices
+
+        out += assumption_lines(choices(hw, sc, prof))
     if sc.tp > 1 or sc.pp > 1 or sc.ep > 1:
         out.append(f"collectives overlap compute by {sc.overlap:.0%} (--overlap)")
     if model.moe is not None:

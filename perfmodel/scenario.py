@@ -7,6 +7,10 @@ from .dtypes import check_dtype
 from .errors import InputError
 
 
+ENGINE_FIELDS = ("kernels", "rotary", "launch", "attention_kernel", "fp8_attention", "prefill_chunk", "mem_policy",
+                 "mem_fraction", "mem_reserve")
+
+
 @dataclass(frozen=True)
 class Scenario:
     isl: int = 1024  # input (prompt) tokens per request
@@ -16,21 +20,27 @@ class Scenario:
     pp: int = 1  # pipeline parallel
     ep: int = 1  # expert parallel: experts split over ep of the tp ranks (ep divides tp)
     dtype: str = "bf16"  # weights and GEMM operands
-    kv_dtype: str | None = None  # KV cache; defaults to dtype for fp8, bf16 otherwise
+    kv_dtype: str | None = None  # KV cache; None: the engine's rule (fp8 with fp8/fp4 weights where it does that)
     act_dtype: str = "bf16"  # activations between kernels
     mode: str = "latency"  # latency (calibrated model) | sol (pure roofline)
-    # auto: decode replayed from a CUDA graph, prefill launched eagerly (as serving engines run them);
-    # graph or eager: both phases so
-    launch: str = "auto"
-    # fused: a serving engine's kernels (rotary folded into the KV-cache write, residual add folded into
-    # the next norm, one SwiGLU kernel, decode attention that computes only real query rows);
-    # torch: the plain PyTorch layer the calibration suite measures (eager rotary, silu(g) * u, SDPA)
-    kernels: str = "fused"
     batching: str = "continuous"  # continuous (prefill amortised into a running stream) | static
     overlap: float = 0.0  # fraction of collective time hidden under compute (0: none, the default assumption)
-    prefill_chunk: int = 8192  # prefill token budget per step in continuous batching
-    mem_reserve: float = 2.0 * 2**30  # bytes per GPU kept for the CUDA context, allocator slack and workspace
-    mem_fraction: float = 0.95  # share of HBM the serving engine may use
+    # The serving engine (perfmodel.engines): auto is TensorRT-LLM on NVIDIA parts, vLLM elsewhere. The
+    # fields below are None until the scenario is resolved for a part (for_hardware): then the engine's
+    # preset fills every one the user did not set.
+    engine: str = "auto"
+    # fused: a serving engine's kernels (residual add folded into the next norm, one SwiGLU kernel, decode
+    # attention over real query rows); torch: the plain PyTorch layer the calibration suite measures
+    kernels: str | None = None
+    rotary: str | None = None  # kv_write (folded into the KV-cache write) | kernel (one kernel) | eager
+    # auto: decode replayed from a CUDA graph, prefill launched eagerly; graph or eager: both phases so
+    launch: str | None = None
+    attention_kernel: str | None = None  # perfmodel.attention_kernels: auto (PyTorch's dispatch), fa3, ...
+    fp8_attention: bool | None = None  # attention's products in fp8 when the KV cache is fp8
+    prefill_chunk: int | None = None  # prefill token budget per step in continuous batching
+    mem_policy: str | None = None  # free: KV takes mem_fraction of what is free after weights; total: all of it
+    mem_fraction: float | None = None  # share of device-visible memory (policy total) or of the free memory
+    mem_reserve: float | None = None  # bytes per GPU outside the engine's pool (context, workspaces, graphs)
 
     @property
     def gpus(self) -> int:
@@ -40,41 +50,94 @@ class Scenario:
     def kv(self) -> str:
         if self.kv_dtype:
             return self.kv_dtype
-        return "fp8" if self.dtype in ("fp8", "fp4") else self.act_dtype
+        from .engines import engine_for
+
+        fp8_kv = engine_for(self.engine).fp8_kv
+        return "fp8" if fp8_kv and self.dtype in ("fp8", "fp4") else self.act_dtype
+
+    @property
+    def resolved_for_engine(self) -> bool:
+        return self.engine != "auto" and all(getattr(self, f) is not None for f in ENGINE_FIELDS)
+
+    def for_hardware(self, hw=None) -> "Scenario":
+        """The scenario with the engine chosen for ``hw``'s vendor and every engine field filled from its
+        preset where the user left it unset; the attention kernel follows ``hw``'s generation."""
+        if self.resolved_for_engine:
+            return self
+        from .engines import engine_for
+
+        eng = engine_for(self.engine, getattr(hw, "vendor", "nvidia"))
+        if getattr(hw, "vendor", "nvidia") not in eng.vendors:
+            from .errors import InputError
+
+            raise InputError(f"{eng.name} runs on {', '.join(eng.vendors)} parts, not on {hw.name}", field="--engine")
+        kernels = self.kernels or eng.kernels
+        preset = {
+            "kernels": kernels,
+            "rotary": eng.rotary if kernels == eng.kernels else ("eager" if kernels == "torch" else "kv_write"),
+            "launch": eng.launch,
+            "attention_kernel": eng.attention_for(getattr(hw, "generation", "")),
+            "fp8_attention": eng.fp8_attention,
+            "prefill_chunk": eng.prefill_chunk,
+            "mem_policy": eng.mem_policy,
+            "mem_fraction": eng.fraction_for(self.tp),
+            "mem_reserve": eng.mem_reserve,
+        }
+        filled = {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in preset.items()}
+        return replace(self, engine=eng.key, **filled)
 
     def launch_for(self, phase: str) -> str:
         """graph or eager, for a step of ``phase``."""
-        if self.launch != "auto":
-            return self.launch
+        launch = self.launch or "auto"
+        if launch != "auto":
+            return launch
         return "graph" if phase == "decode" else "eager"
 
     def with_(self, **kw) -> "Scenario":
         return replace(self, **kw)
 
     def validated(self) -> "Scenario":
-        for name in ("isl", "osl", "tp", "pp", "ep", "prefill_chunk"):
+        for name in ("isl", "osl", "tp", "pp", "ep"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise InputError(f"expected a positive integer, got {v!r}", field=f"--{name.replace('_', '-')}")
-        if self.batch != "max" and (not isinstance(self.batch, int) or self.batch < 1):
+        if self.prefill_chunk is not None and (not isinstance(self.prefill_chunk, int) or self.prefill_chunk < 1):
+            raise InputError(f"expected a positive integer, got {self.prefill_chunk!r}", field="--prefill-chunk")
+        if self.batch != "max" and (not isinstance(self.batch, int) or isinstance(self.batch, bool) or self.batch < 1):
             raise InputError(f"expected a positive integer or 'max', got {self.batch!r}", field="--batch")
         check_dtype(self.dtype, where="--dtype")
-        check_dtype(self.kv, where="--kv-dtype")
+        if self.kv_dtype is not None:
+            check_dtype(self.kv_dtype, where="--kv-dtype")
         check_dtype(self.act_dtype, where="--act-dtype")
         if self.tp % self.ep:
             raise InputError(f"--ep {self.ep} must divide --tp {self.tp} (experts are split over the TP ranks)",
                              field="--ep")
-        if self.mode not in ("latency", "sol"):
-            raise InputError(f"expected latency or sol, got {self.mode!r}", field="--mode")
-        if self.kernels not in ("fused", "torch"):
-            raise InputError(f"expected fused or torch, got {self.kernels!r}", field="--kernels")
-        if self.launch not in ("auto", "graph", "eager"):
-            raise InputError(f"expected auto, graph or eager, got {self.launch!r}", field="--launch")
-        if self.batching not in ("continuous", "static"):
-            raise InputError(f"expected continuous or static, got {self.batching!r}", field="--batching")
-        if not 0.0 <= self.overlap <= 1.0:
+        _choice(self.mode, ("latency", "sol"), "--mode")
+        _choice(self.batching, ("continuous", "static"), "--batching")
+        from .attention_kernels import canonical
+        from .engines import CHOICES as ENGINES
+
+        _choice(self.engine, ENGINES, "--engine")
+        _choice(self.kernels, ("fused", "torch"), "--kernels")
+        _choice(self.rotary, ("kv_write", "kernel", "eager"), "--rotary")
+        _choice(self.launch, ("auto", "graph", "eager"), "--launch")
+        _choice(self.mem_policy, ("free", "total"), "--mem-policy")
+        if self.attention_kernel is not None:
+            canonical(self.attention_kernel)
+        if not (isinstance(self.overlap, (int, float)) and 0.0 <= self.overlap <= 1.0):
             raise InputError(f"expected a fraction in [0, 1], got {self.overlap!r}", field="--overlap")
+        if self.mem_fraction is not None and not (isinstance(self.mem_fraction, (int, float))
+                                                  and 0.0 < self.mem_fraction <= 1.0):
+            raise InputError(f"expected a fraction in (0, 1], got {self.mem_fraction!r}", field="--mem-fraction")
+        if self.mem_reserve is not None and not (isinstance(self.mem_reserve, (int, float))
+                                                 and 0.0 <= self.mem_reserve < 2**50):
+            raise InputError(f"expected bytes >= 0, got {self.mem_reserve!r}", field="--mem-reserve")
         return self
+
+
+def _choice(value, choices, flag: str) -> None:
+    if value is not None and value not in choices:
+        raise InputError(f"expected one of {', '.join(choices)}, got {value!r}", field=flag)
 
 
 def parse_batch(text: str) -> int | str:

@@ -8,6 +8,7 @@ import numpy as np
 
 from . import __version__
 from .cost import OpTime
+from .kernel_choices import choices as kernel_choices
 
 
 def _num(x) -> Any:
@@ -72,18 +73,21 @@ def projection_dict(p) -> dict:
         "memory": p.memory.as_dict(),
         "ops": ops,
         "calibration": calibration_info(p.profile),
+        "engine": p.scenario.engine,
+        "kernels": kernel_choices(p.hardware, p.scenario, p.profile),
         "assumptions": p.assumptions,
     }
 
 
 def step_dict(hw, model, sc, prof, phase) -> dict:
+    sc = sc.for_hardware(hw)
     return {
         "tool": f"perfmodel {__version__}",
         "arch": hardware_info(hw),
         "model": {"key": model.key, "name": model.name},
         "phase": phase.name, "batch": _num(phase.batch), "seq": _num(phase.seq), "context": _num(phase.context),
         "tp": sc.tp, "pp": sc.pp, "ep": sc.ep, "dtype": sc.dtype, "kv_dtype": sc.kv, "launch": sc.launch,
-        "kernels": sc.kernels,
+        "engine": sc.engine, "kernels": sc.kernels, "kernel_choices": kernel_choices(hw, sc, prof),
         "mode": sc.mode,
         "time_ms": _num(phase.time_s * 1e3),
         "layer_ms": _num(phase.layer_time_s() * 1e3),

@@ -88,7 +88,7 @@ class HardwareSpec:
     boost_clock_hz: float
     tensor_flops: dict[str, float]  # dense FLOP/s per dtype key: fp64, tf32, bf16, fp8, fp4, int8
     vector_fp32_flops: float
-    hbm_bytes: float
+    hbm_bytes: float  # the datasheet's nominal capacity
     hbm_bandwidth: float  # bytes/s
     l2_bytes: float
     smem_per_sm_bytes: float
@@ -99,6 +99,7 @@ class HardwareSpec:
     scaleout_latency: float  # s
     pcie_bandwidth: float  # bytes/s per direction
     tdp_w: float
+    hbm_visible_bytes: float = 0.0  # what a process sees (nvidia-smi memory.total); 0: derived from hbm_bytes
     figures: dict[str, Figure] = field(default_factory=dict)  # dotted field path -> Figure
     files: tuple[str, ...] = ()  # the extends chain, most derived first
     sha256: str = ""  # of the spec file's bytes and every file it extends
@@ -160,6 +161,7 @@ SPEC_FIELDS: tuple[SpecField, ...] = (
     SpecField("tensor_flops.int8", "compute.tensor.int8", "flop_rate", "INT8 tensor (dense)"),
     SpecField("vector_fp32_flops", "compute.vector_fp32", "flop_rate", "FP32 vector"),
     SpecField("hbm_bytes", "memory.capacity", "bytes", "HBM capacity"),
+    SpecField("hbm_visible_bytes", "memory.visible", "bytes", "Device-visible memory"),
     SpecField("hbm_bandwidth", "memory.bandwidth", "bandwidth", "HBM bandwidth"),
     SpecField("l2_bytes", "memory.l2", "bytes", "L2 cache"),
     SpecField("smem_per_sm_bytes", "memory.smem_per_sm", "bytes", "Shared memory per SM"),
@@ -176,7 +178,19 @@ SPEC_FIELDS: tuple[SpecField, ...] = (
 
 _BY_PATH = {f.path: f for f in SPEC_FIELDS}
 _BY_ATTR = {f.attr: f for f in SPEC_FIELDS}
-_OPTIONAL = {f"compute.tensor.{k}" for k in ("fp64", "tf32", "fp8", "fp4", "int8")}
+_OPTIONAL = {f"compute.tensor.{k}" for k in ("fp64", "tf32", "fp8", "fp4", "int8")} | {"memory.visible"}
+
+# Device-visible memory where no reading is given: a nominal "80 GB" of HBM is 80 GiB of DRAM, of which the
+# driver exposes 99.57% (nvidia-smi memory.total: 81559 of 81920 MiB on an H100 SXM, 143771 of 144384 MiB
+# on an H200, both read on lent machines).
+VISIBLE_SHARE = 0.9957
+VISIBLE_RULE = ("estimate: nominal GB read as GiB x 0.9957, the share nvidia-smi exposes on H100 SXM "
+                "(81559 MiB) and H200 (143771 MiB)")
+
+
+def visible_from_nominal(nominal_bytes):
+    """Device-visible bytes for a nominal capacity (given in decimal bytes, as "80 GB" parses)."""
+    return nominal_bytes / 1e9 * 2**30 * VISIBLE_SHARE
 _REQUIRED = tuple(f.path for f in SPEC_FIELDS if f.path not in _OPTIONAL)
 _INTEGER = {"compute.sm_count", "interconnect.scale_up.domain"}
 _TOP_SCALARS = ("name", "vendor", "generation", "aliases", "extends", "note")
@@ -418,6 +432,7 @@ def _build(path: Path) -> HardwareSpec:
                   "bandwidth": "3.35 TB/s", "time": "3 us", "power": "700 W"}[_BY_PATH[p].dimension]
             raise _err(f"missing required figure; expected e.g. {{value: {ex}, source: datasheet}}", head, p)
 
+    _derive_visible(figures, merged, chain)
     v = {p: f.value for p, f in figures.items()}
     spec = HardwareSpec(
         key=head.stem,
@@ -429,6 +444,7 @@ def _build(path: Path) -> HardwareSpec:
         tensor_flops={d: v[f"compute.tensor.{d}"] for d in TENSOR_DTYPES if f"compute.tensor.{d}" in v},
         vector_fp32_flops=v["compute.vector_fp32"],
         hbm_bytes=v["memory.capacity"],
+        hbm_visible_bytes=v["memory.visible"],
         hbm_bandwidth=v["memory.bandwidth"],
         l2_bytes=v["memory.l2"],
         smem_per_sm_bytes=v["memory.smem_per_sm"],
@@ -448,6 +464,19 @@ def _build(path: Path) -> HardwareSpec:
 
 
 _ORDER = {f.path: i for i, f in enumerate(SPEC_FIELDS)}
+
+
+def _derive_visible(figures: dict, merged: dict, chain: list) -> None:
+    """Fill ``memory.visible`` by :data:`VISIBLE_RULE` when no file gives it, or when a file further down
+    the extends chain changed the capacity without giving it (a what-if part with more HBM)."""
+    rank = {r.path: i for i, r in enumerate(chain)}  # 0: the most derived file
+    vis = merged.get("memory.visible")
+    cap_file = merged["memory.capacity"][1]
+    if vis is not None and vis[0] is not None and rank[vis[1]] <= rank[cap_file]:
+        return
+    nominal = figures["memory.capacity"]
+    figures["memory.visible"] = Figure(value=visible_from_nominal(nominal.value), source="estimate",
+                                       text="(derived)", ref=VISIBLE_RULE, file=nominal.file)
 
 
 def _hash(blobs) -> str:
@@ -670,6 +699,10 @@ def spec_with(spec: HardwareSpec, **overrides: Any) -> HardwareSpec:
             options = [f.attr for f in SPEC_FIELDS if "." not in f.attr] + ["tensor_flops", *_TEXT_FIELDS]
             raise _err(f"not a spec field; {_suggest(name, options)}expected one of: {', '.join(options)}",
                        "spec_with", name)
+    if "hbm_bytes" in overrides and "hbm_visible_bytes" not in overrides:  # visible memory follows capacity
+        changes["hbm_visible_bytes"] = changes["hbm_bytes"] * (spec.hbm_visible_bytes / spec.hbm_bytes)
+        figures["memory.visible"] = Figure(value=changes["hbm_visible_bytes"], source="estimate",
+                                           text="(follows capacity)", ref="what-if override", file="")
     tag = repr(sorted((k, repr(v)) for k, v in overrides.items()))
     return replace(spec, **changes, tensor_flops=tensor,
                    figures=dict(sorted(figures.items(), key=lambda kv: _ORDER.get(kv[0], 99))),

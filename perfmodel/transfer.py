@@ -2,13 +2,15 @@
 
 What carries, and why:
 
-- **Fractions of peak carry unchanged**: GEMM ``gemm_eta`` per format, attention ``attn_eta``, the memory
+- **Fractions of peak carry unchanged**: GEMM ``gemm_eta`` per format, attention ``attn_eta`` per backend, the memory
   kernels' ``mem_eta`` and ``attn_dec_eta``, the collectives' link efficiencies. They describe how well the
   software uses the machine, and the target's own peaks, bandwidths and SM count enter through the spec.
   A format the source part cannot run natively (fp4 on an H200) was never measured: it takes the
   source's fp8 fraction, or bf16's, and the projection says so.
 - **Structure carries**: tile shapes, the K-loop prologue ``gemm_k0``, the tile-efficiency constant,
   split-K limits, flash block sizes. Tile and wave quantization are recomputed on the target's SM count.
+  Which backend plain PyTorch dispatches to (``attn_default``) carries within a vendor: it is decided by the
+  software (torch and cuDNN versions), and the target is assumed to run the same stack.
 - **Kernel fixed costs scale with clock**: ``gemm_overhead_s``, ``attn_overhead_s`` and the memory kernels'
   ``mem_alpha_s`` are ramp-up and drain, counted in cycles, so they scale by source clock / target clock.
 - **Host and link latencies carry as-is**: launch gaps (host software) and collective alpha.
@@ -45,7 +47,7 @@ def carry(profile: Profile, source: HardwareSpec | None, target: HardwareSpec) -
         carried_from=label,
         gemm_eta=eta,
         gemm_overhead_s=profile.gemm_overhead_s * clock,
-        attn_overhead_s=profile.attn_overhead_s * clock,
+        attn_overhead_s={k: v * clock for k, v in profile.attn_overhead_s.items()},
         mem_alpha_s={k: v * clock for k, v in profile.mem_alpha_s.items()},
         carry_spread=max(profile.carry_spread, SAME_VENDOR_SPREAD),
         description=f"{profile.description}; carried from {label} to {target.key}",

@@ -122,10 +122,10 @@ def test_max_batch_fits_and_one_more_does_not():
     hw = load_spec("h200")
     model = load_model("llama70b")
     sc = Scenario(isl=2048, osl=512, dtype="fp8", batch="max")
-    best = capacity.max_batch(model, sc, hw.hbm_bytes)
+    best = capacity.max_batch(model, sc, hw)
     assert best > 1
-    assert capacity.memory(model, sc, best, hw.hbm_bytes).fits
-    assert not capacity.memory(model, sc, best + 1, hw.hbm_bytes).fits
+    assert capacity.memory(model, sc, best, hw).fits
+    assert not capacity.memory(model, sc, best + 1, hw).fits
     p = project(hw, model, sc)
     assert p.batch == best
 

@@ -16,7 +16,9 @@ TRUTH = DEFAULTS.with_(
     gemm_k0=150.0, gemm_overhead_s=6.5e-6, gemm_mem_eta=0.78,
     mem_eta={**DEFAULTS.mem_eta, "copy": 0.87, "rmsnorm": 0.66},
     mem_alpha_s={**DEFAULTS.mem_alpha_s, "copy": 3.1e-6, "rmsnorm": 5.2e-6},
-    attn_eta=0.38, attn_dec_eta=0.66, attn_overhead_s=9e-6,
+    attn_eta={**DEFAULTS.attn_eta, "cudnn": 0.58, "flash": 0.36},
+    attn_dec_eta={**DEFAULTS.attn_dec_eta, "cudnn": 0.90, "flash": 0.70},
+    attn_overhead_s={**DEFAULTS.attn_overhead_s, "cudnn": 9e-6},
 )
 
 
@@ -32,16 +34,21 @@ def synthetic_cases(hw, noise: float = 0.0, seed: int = 0) -> list[Case]:
     for tokens in (1, 64, 1024, 16384):
         for hidden in (4096, 8192):
             params.append(("rmsnorm", {"tokens": tokens, "hidden": hidden, "dtype": "bf16"}))
-    for seq in (512, 2048, 8192):
-        params.append(("attention", {"batch": 1, "heads_q": 32, "heads_kv": 8, "seq_q": seq, "seq_kv": seq,
-                                     "head_dim": 128, "causal": True, "dtype": "bf16"}))
-    for b, ctx in ((1, 1024), (16, 4096), (64, 8192), (128, 2048)):
-        params.append(("attention", {"batch": b, "heads_q": 32, "heads_kv": 8, "seq_q": 1, "seq_kv": ctx,
-                                     "head_dim": 128, "causal": False, "dtype": "bf16"}))
+    for backend in ("cudnn", "flash"):
+        for hq, hkv in ((32, 8), (8, 1)):
+            for seq in (512, 2048, 4096, 8192):
+                params.append(("attention", {"backend": backend, "batch": 1, "heads_q": hq, "heads_kv": hkv,
+                                             "seq_q": seq, "seq_kv": seq, "head_dim": 128, "causal": True,
+                                             "dtype": "bf16"}))
+            for b, ctx in ((1, 1024), (16, 4096), (64, 8192), (128, 2048), (256, 16384)):
+                params.append(("attention", {"backend": backend, "batch": b, "heads_q": hq, "heads_kv": hkv,
+                                             "seq_q": 1, "seq_kv": ctx, "head_dim": 128, "causal": False,
+                                             "dtype": "bf16"}))
     cases = []
     for kind, p in params:
         cid = f"{kind}|{json.dumps(p, sort_keys=True)}"
-        cases.append(Case(cid, kind, p, op_from_params(kind, p), 1.0, is_held_out(cid, 0.25)))
+        op = op_from_params(kind, {k: v for k, v in p.items() if k != "backend"})
+        cases.append(Case(cid, kind, p, op, 1.0, is_held_out(cid, 0.25), backend=p.get("backend")))
     times = predict_cases(cases, hw, TRUTH) * np.exp(rng.normal(0.0, noise, len(cases)))
     for c, t in zip(cases, times):
         c.time_s = float(t)
@@ -57,8 +64,9 @@ def test_fitter_recovers_known_parameters():
     assert prof.mem_eta["copy"] == pytest.approx(0.87, rel=0.02)
     assert prof.mem_alpha_s["copy"] == pytest.approx(3.1e-6, rel=0.05)
     assert prof.mem_eta["rmsnorm"] == pytest.approx(0.66, rel=0.02)
-    assert prof.attn_eta == pytest.approx(0.38, rel=0.05)
-    assert prof.attn_dec_eta == pytest.approx(0.66, rel=0.05)
+    for backend, (eta, dec) in {"cudnn": (0.58, 0.90), "flash": (0.36, 0.70)}.items():
+        assert prof.attn_eta[backend] == pytest.approx(eta, rel=0.05), backend
+        assert prof.attn_dec_eta[backend] == pytest.approx(dec, rel=0.05), backend
 
 
 def test_fit_with_noise_predicts_held_out_shapes():

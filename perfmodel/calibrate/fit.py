@@ -35,6 +35,7 @@ from ..spec import HardwareSpec
 from .store import ENVIRONMENT, MEASUREMENTS, read_rows
 
 FIT_KINDS = ("gemm", "attention") + MEMORY_OP_KINDS
+MIN_ATTENTION_ROWS = 8  # a backend measured on fewer training shapes keeps its defaults
 
 
 @dataclass
@@ -49,11 +50,26 @@ class Case:
     time_s: float
     held_out: bool
     standalone: bool = True
+    backend: str | None = None  # attention: the SDPA backend that ran (the dispatched one for "default")
 
 
 def is_held_out(case_id: str, share: float, seed: int = 0) -> bool:
-    h = hashlib.sha256(f"{seed}:{case_id}".encode()).digest()
+    """Whether a shape is held out. The attention backend is not part of the key: a shape is held out
+    under every backend or under none, so no backend's rows leak a held-out shape into the fit."""
+    key = "|".join(part for part in case_id.split("|") if not part.startswith("backend="))
+    h = hashlib.sha256(f"{seed}:{key}".encode()).digest()
     return int.from_bytes(h[:8], "big") / 2**64 < share
+
+
+def row_backend(r: dict) -> str | None:
+    """The attention backend a row measured: the forced one, or the one plain dispatch ran (None when the
+    suite could not see it, as on a CPU)."""
+    from ..attention_kernels import KERNELS
+
+    backend = r["params"].get("backend", "default")
+    if backend == "default":
+        backend = r.get("dispatched")
+    return backend if backend in KERNELS else None
 
 
 def load_cases(rows: list[dict], holdout: float, seed: int) -> tuple[list[Case], list[dict], list[dict], list[dict]]:
@@ -81,12 +97,15 @@ def load_cases(rows: list[dict], holdout: float, seed: int) -> tuple[list[Case],
             if not standalone:
                 kind = params["op"]
                 params = {k: v for k, v in params.items() if k not in ("op", "copies")}
+            backend = row_backend(r) if kind == "attention" else None
+            if kind == "attention" and backend is None:
+                continue  # which kernel ran is unknown: nothing to fit it to
             try:
-                op = op_from_params(kind, params)
+                op = op_from_params(kind, {k: v for k, v in params.items() if k != "backend"})
             except (KeyError, TypeError, ValueError, InputError):
                 continue
             cases.append(Case(r["id"], kind, params, op, float(r["time_s"]), is_held_out(r["id"], holdout, seed),
-                              standalone))
+                              standalone, backend))
     return cases, layers, launches, comms
 
 
@@ -123,14 +142,19 @@ def _predict_kind(kind: str, cases: list[Case], hw: HardwareSpec, prof: Profile)
                             peak, hw.sm_count, bw, prof, eta, elem_bytes=elem)
         return t
     if kind == "attention":
-        peak = np.array([_rate(hw, c.params.get("dtype", "bf16"), prof)[0] for c in cases])
-        d = _col(cases, "head_dim")
-        dv = np.array([c.op.params["head_dim_v"] for c in cases], dtype=float)
-        causal = np.array([bool(c.params["causal"]) for c in cases])
-        t, _, _ = attention_time(_col(cases, "batch"), _col(cases, "heads_q"), _col(cases, "heads_kv"),
-                                 _col(cases, "seq_q"), _col(cases, "seq_kv"), d, dv, causal, nbytes, peak,
-                                 hw.sm_count, bw, prof)
-        return t
+        out = np.empty(len(cases))
+        for backend in sorted({c.backend for c in cases}):
+            idx = [i for i, c in enumerate(cases) if c.backend == backend]
+            sub = [cases[i] for i in idx]
+            peak = np.array([_rate(hw, c.params.get("dtype", "bf16"), prof)[0] for c in sub])
+            d = _col(sub, "head_dim")
+            dv = np.array([c.op.params["head_dim_v"] for c in sub], dtype=float)
+            causal = np.array([bool(c.params["causal"]) for c in sub])
+            t, _, _ = attention_time(_col(sub, "batch"), _col(sub, "heads_q"), _col(sub, "heads_kv"),
+                                     _col(sub, "seq_q"), _col(sub, "seq_kv"), d, dv, causal, nbytes[idx], peak,
+                                     hw.sm_count, bw, prof, backend=backend)
+            out[idx] = t
+        return out
     rows = _col(cases, "tokens") if kind in ("rmsnorm", "layernorm") else None
     row_len = _col(cases, "hidden") if rows is not None else None
     t, _ = memory_time(kind, nbytes, bw, prof, rows=rows, row_len=row_len, sms=hw.sm_count)
@@ -231,11 +255,15 @@ def fit_profile(cases: list[Case], hw: HardwareSpec, base: Profile = DEFAULTS) -
         if any(_misaligned(c) for c in gemms):
             params.append(_field("gemm_misaligned_eta", 0.01, 1.0))
         prof, _ = _least_squares(params, prof, lambda p: _log_residuals(gemms, hw, p))
-    attn = [c for c in train if c.kind == "attention"]
-    if attn:
-        params = [_field("attn_eta", 0.005, 1.2), _field("attn_dec_eta", 0.01, 1.0),
-                  _field("attn_overhead_s", 1e-8, 1e-3), _field("attn_cta_blocks", 0.01, 16.0)]
-        prof, _ = _least_squares(params, prof, lambda p: _log_residuals(attn, hw, p))
+    for backend in sorted({c.backend for c in train if c.kind == "attention"}):
+        attn = [c for c in train if c.kind == "attention" and c.backend == backend]
+        if len(attn) < MIN_ATTENTION_ROWS:
+            continue
+        params = [_dict_entry("attn_eta", backend, 0.005, 1.2), _dict_entry("attn_dec_eta", backend, 0.01, 1.0),
+                  _dict_entry("attn_overhead_s", backend, 1e-8, 1e-3),
+                  _dict_entry("attn_cta_blocks", backend, 0.01, 16.0), _dict_entry("attn_tail", backend, 1e-3, 4.0),
+                  _dict_entry("attn_softness", backend, 1.2, 30.0)]
+        prof, _ = _least_squares(params, prof, lambda p, a=attn: _log_residuals(a, hw, p))
     return prof
 
 
@@ -312,16 +340,28 @@ def op_class(kind: str) -> str:
     return kind if kind in ("gemm", "attention") else "memory"
 
 
+def case_class(c: Case) -> str:
+    """The validation class of a case: its family, the attention backend (and whether plain dispatch chose
+    it), and whether it was timed in a stream of kernels."""
+    cls = op_class(c.kind) + ("" if c.standalone else " in-stream")
+    if c.kind == "attention":
+        forced = c.params.get("backend", "default") != "default"
+        cls += f" ({c.backend})" if forced else f" (default: {c.backend})"
+    return cls
+
+
 def validate_cases(cases: list[Case], hw: HardwareSpec, prof: Profile) -> tuple[dict, list[dict]]:
     pred = predict_cases(cases, hw, prof) if cases else np.zeros(0)
     rows = []
     for c, p in zip(cases, pred):
-        rows.append({"id": c.id, "kind": c.kind, "class": op_class(c.kind) + ("" if c.standalone else " in-stream"),
+        rows.append({"id": c.id, "kind": c.kind, "class": case_class(c), "backend": c.backend,
                      "held_out": c.held_out,
                      "measured_s": c.time_s, "predicted_s": float(p), "error": float(p / c.time_s - 1.0)})
     summary = {}
+    order = sorted({r["class"] for r in rows}, key=lambda k: (k.split()[0] != "gemm", k.split()[0] != "attention",
+                                                              "in-stream" in k, k))
     for split in ("held_out", "train"):
-        for cls in ("gemm", "attention", "memory", "gemm in-stream", "attention in-stream", "memory in-stream"):
+        for cls in order:
             sel = [r for r in rows if r["class"] == cls and r["held_out"] == (split == "held_out")]
             if sel:
                 summary.setdefault(split, {})[cls] = _errors(np.array([r["predicted_s"] for r in sel]),
@@ -381,13 +421,44 @@ def validate_layers(layers: list[dict], hw: HardwareSpec, prof: Profile) -> tupl
 
 
 def residual_quantiles(val_rows: list[dict], base: Profile) -> dict:
+    """P10/P50/P90 of log(measured / predicted) over held-out shapes: per family, and for attention per
+    backend too (``attention:cudnn``), so a projection's band follows the kernel it uses."""
     q = dict(base.residual_quantiles)
-    for cls in ("gemm", "attention", "memory"):
-        logs = [math.log(r["measured_s"] / r["predicted_s"]) for r in val_rows
-                if r["class"].split()[0] == cls and r["held_out"]]
-        if len(logs) >= 5:
-            q[cls] = [float(np.percentile(logs, 10)), float(np.percentile(logs, 50)), float(np.percentile(logs, 90))]
+    groups: dict[str, list[float]] = {}
+    for r in val_rows:
+        if not r["held_out"]:
+            continue
+        fam = r["class"].split()[0]
+        log = math.log(r["measured_s"] / r["predicted_s"])
+        groups.setdefault(fam, []).append(log)
+        if fam == "attention" and r.get("backend"):
+            groups.setdefault(f"attention:{r['backend']}", []).append(log)
+    for key, logs in groups.items():
+        if len(logs) >= 5 and key.split(":")[0] in ("gemm", "attention", "memory"):
+            q[key] = [float(np.percentile(logs, 10)), float(np.percentile(logs, 50)), float(np.percentile(logs, 90))]
     return q
+
+
+def dispatch_defaults(rows: list[dict], base: Profile) -> tuple[dict, dict]:
+    """Which backend plain PyTorch dispatched to, per phase (the majority over the default rows), and
+    how many rows agreed; the base profile's choice where the suite could not see the dispatch."""
+    from ..attention_kernels import KERNELS
+
+    seen: dict[str, dict[str, int]] = {}
+    for r in rows:
+        if r.get("kind") not in ("attention", "instream") or r.get("error") or "dispatched" not in r:
+            continue
+        if r["params"].get("backend", "default") != "default":
+            continue
+        phase = "decode" if r["params"].get("seq_q", 1) <= 1 else "prefill"
+        seen.setdefault(phase, {}).setdefault(r["dispatched"], 0)
+        seen[phase][r["dispatched"]] += 1
+    chosen = dict(base.attn_default)
+    for phase, counts in seen.items():
+        best = max(counts, key=counts.get)
+        if best in KERNELS:
+            chosen[phase] = best
+    return chosen, seen
 
 
 # --- the command ------------------------------------------------------------------------------------
@@ -425,7 +496,8 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
     cases, layers, launches, comms = load_cases(rows, holdout, seed)
     if not cases:
         raise InputError("no usable measurements to fit", file=str(path))
-    prof = fit_profile(cases, hw)
+    attn_default, dispatch_seen = dispatch_defaults(rows, DEFAULTS)
+    prof = fit_profile(cases, hw, DEFAULTS.with_(attn_default=attn_default))
     prof = fit_launch(prof, launches)
     prof, comm_info = fit_collectives(prof, comms)
     summary, val_rows = validate_cases(cases, hw, prof)
@@ -440,6 +512,8 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
         validation=validation,
         provenance={"environment": env, "measurements": str(path.name), "rows": len(rows),
                     "measured_formats": formats, "collectives": comm_info, "fit_seconds": round(time.time() - started, 2),
+                    "attention_dispatch": dispatch_seen,
+                    "attention_backends": sorted({c.backend for c in cases if c.kind == "attention"}),
                     "command": f"perfmodel fit {d}" + (f" --arch {spec}" if spec else "")},
     )
     save_profile(prof, d / "profile.json")

@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from ..attention_kernels import AUTO, FP8_ETA_RATIO
+from ..attention_kernels import resolve as resolve_kernel
 from ..dtypes import TENSOR_RATE_KEY, bytes_per_element
 from ..ops import COMM_KINDS, COMPUTE_KINDS, Op
 from ..profile import Profile
@@ -111,13 +113,27 @@ def _time_parts(op: Op, hw, prof: Profile, *, mode: str, world: int, xp, sustain
                                     sustained=sustained)
             return t, (ideal_compute(op, hw, prof) if t_c is None else t_c), t_m
         causal = np.asarray(p["causal"]) if xp.numeric else p["causal"]
+        kernel = attention_kernel(op, hw, prof)
         return attention_time(shape(p["batch"]), p["heads_q"], p["heads_kv"], shape(p["seq_q"]), shape(p["seq_kv"]),
                               p["head_dim"], p["head_dim_v"], causal, op.bytes, peak, hw.sm_count, bw, prof, xp=xp,
-                              packed=p.get("packed", False), sustained=sustained)
+                              packed=p.get("packed", False), sustained=sustained, backend=kernel.backend,
+                              eta_scale=FP8_ETA_RATIO if p["dtype"] == "fp8" else 1.0)
     if sol:
         return op.bytes / bw, 0.0, op.bytes / bw
     t, t_m = memory_time(_mem_kind(op), op.bytes, bw, prof, **_rows(op), sms=hw.sm_count, xp=xp)
     return t, 0.0, t_m
+
+
+def attention_kernel(op: Op, hw: HardwareSpec, prof: Profile):
+    """The attention kernel an attention op runs on ``hw`` (:func:`perfmodel.attention_kernels.resolve`)."""
+    return resolve_kernel(op.params.get("kernel", AUTO), attention_phase(op), hw.generation, prof.attn_default)
+
+
+def attention_phase(op: Op) -> str:
+    """decode for one query a sequence, else prefill (a standalone op is told by its shape)."""
+    if op.phase in ("prefill", "decode"):
+        return op.phase
+    return "decode" if np.all(np.asarray(op.params["seq_q"]) <= 1) else "prefill"
 
 
 def time_ops(ops: list[Op], hw: HardwareSpec, prof: Profile, *, mode: str = "latency", world: int = 1) -> list[OpTime]:

@@ -1,0 +1,126 @@
+"""Serving-engine presets: which kernels, fusions, launch mode, KV format, chunk size and memory share each
+engine runs with, every choice with its source.
+
+A :class:`~perfmodel.scenario.Scenario` leaves these fields ``None`` ("the engine's"); resolving it for a
+part (:meth:`Scenario.for_hardware`) fills them from the engine's preset, keeping any the user set.
+``auto`` is TensorRT-LLM on NVIDIA parts and vLLM elsewhere.
+
+Sources are the engines' documentation and source defaults as of late 2025; where a default depends on
+the installation or the GPU, the value and the rule are stated and marked as an estimate.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import InputError
+
+AUTO = "auto"
+GiB = 2**30
+
+
+@dataclass(frozen=True)
+class Engine:
+    key: str
+    name: str
+    attention: dict[str, str]  # attention kernel per NVIDIA generation; "*" for any other part
+    kernels: str  # fused (norm + residual, one SwiGLU kernel, packed decode attention) | torch (plain PyTorch)
+    rotary: str  # kv_write (inside the KV-cache write) | kernel (one kernel on q and k) | eager (five torch calls)
+    launch: str  # auto (decode from CUDA graphs, prefill eager) | graph | eager
+    fp8_kv: bool  # fp8 weights imply an fp8 KV cache
+    fp8_attention: bool  # with an fp8 KV cache, attention's matrix products run in fp8
+    prefill_chunk: int  # prefill tokens per scheduler step
+    mem_policy: str  # free: the KV cache takes mem_fraction of what is free after weights and activations;
+    # total: weights, activations and KV cache together take mem_fraction of the device
+    mem_fraction: float | dict[int, float]  # one share, or one per TP degree (the largest key <= tp applies)
+    mem_reserve: float  # bytes per GPU outside the engine's pool: CUDA context, library workspaces, graphs
+    sources: dict[str, str] = field(default_factory=dict)
+    vendors: tuple[str, ...] = ("nvidia", "amd", "other")
+
+    def attention_for(self, generation: str) -> str:
+        return self.attention.get(generation, self.attention["*"])
+
+    def fraction_for(self, tp: int) -> float:
+        if isinstance(self.mem_fraction, dict):
+            return self.mem_fraction[max(k for k in self.mem_fraction if k <= tp)]
+        return self.mem_fraction
+
+
+_RESERVE_NOTE = ("estimate: about 0.5 GiB of CUDA context plus cuBLAS/attention workspaces and captured CUDA "
+                 "graphs; the engines do not publish one figure")
+
+ENGINES: dict[str, Engine] = {e.key: e for e in (
+    Engine(
+        "trtllm", "TensorRT-LLM",
+        attention={"*": "trtllm", "ampere": "flash"},
+        kernels="fused", rotary="kv_write", launch="auto", fp8_kv=True, fp8_attention=True,
+        prefill_chunk=8192, mem_policy="free", mem_fraction=0.9, mem_reserve=2 * GiB,
+        sources={
+            "attention": "TensorRT-LLM docs, advanced/gpt-attention.md: context FMHA and XQA generation kernels",
+            "kernels": "TensorRT-LLM fuses residual + RMSNorm, SwiGLU and RoPE into the attention preprocessing "
+                       "(docs, advanced/gpt-attention.md; PyTorch backend fusion passes)",
+            "fp8_kv": "TensorRT-LLM performance docs (perf-overview): FP8 checkpoints are benchmarked with an FP8 "
+                      "KV cache",
+            "fp8_attention": "estimate: TensorRT-LLM runs FP8 context FMHA when the KV cache is FP8 "
+                             "(use_fp8_context_fmha); whether a given build enables it is not published per row",
+            "prefill_chunk": "TensorRT-LLM max_num_tokens default 8192 (trtllm-serve / LLM API BuildConfig)",
+            "mem_fraction": "TensorRT-LLM KvCacheConfig.free_gpu_memory_fraction default 0.9 (of the memory free "
+                            "after weights and activations)",
+            "mem_reserve": _RESERVE_NOTE,
+        }, vendors=("nvidia",)),
+    Engine(
+        "vllm", "vLLM",
+        attention={"*": "flash", "hopper": "fa3", "blackwell": "flashinfer", "blackwell-ultra": "flashinfer"},
+        kernels="fused", rotary="kernel", launch="auto", fp8_kv=False, fp8_attention=False,
+        prefill_chunk=8192, mem_policy="total", mem_fraction=0.9, mem_reserve=2 * GiB,
+        sources={
+            "attention": "vLLM V1 FLASH_ATTN backend runs vllm-flash-attn's FA3 on Hopper (FA2 elsewhere); "
+                         "FlashInfer on Blackwell (vLLM docs, attention backends)",
+            "kernels": "vLLM custom ops fused_add_rms_norm and silu_and_mul; rotary_embedding is its own kernel "
+                       "before reshape_and_cache",
+            "fp8_kv": "vLLM kv_cache_dtype default 'auto': the model's activation dtype",
+            "prefill_chunk": "vLLM V1 max_num_batched_tokens default 8192 for the OpenAI server on large-memory "
+                             "GPUs (vllm/engine/arg_utils.py); estimate: it depends on the version and GPU",
+            "mem_fraction": "vLLM gpu_memory_utilization default 0.9 of the device's memory",
+            "mem_reserve": _RESERVE_NOTE,
+        }),
+    Engine(
+        "sglang", "SGLang",
+        attention={"*": "flash", "hopper": "fa3", "blackwell": "flashinfer", "blackwell-ultra": "flashinfer"},
+        kernels="fused", rotary="kernel", launch="auto", fp8_kv=False, fp8_attention=False,
+        prefill_chunk=8192, mem_policy="total", mem_fraction={1: 0.88, 2: 0.87, 4: 0.85, 8: 0.81},
+        mem_reserve=2 * GiB,
+        sources={
+            "attention": "SGLang docs (attention backends): FA3 is the default on Hopper, FlashInfer on Blackwell",
+            "kernels": "sgl-kernel fused_add_rmsnorm and silu_and_mul; rotary applied by its own kernel",
+            "fp8_kv": "SGLang kv_cache_dtype default 'auto': the model's dtype",
+            "prefill_chunk": "SGLang chunked_prefill_size 8192 on large-memory GPUs (server_args.py); estimate: "
+                             "the default depends on the GPU's memory",
+            "mem_fraction": "SGLang mem_fraction_static default by TP size: 0.88 (tp 1), 0.87 (2), 0.85 (4), "
+                            "0.81 (8+) (server_args.py, v0.4); estimate for other versions",
+            "mem_reserve": _RESERVE_NOTE,
+        }),
+    Engine(
+        "torch", "plain PyTorch",
+        attention={"*": "auto"},
+        kernels="torch", rotary="eager", launch="eager", fp8_kv=False, fp8_attention=False,
+        prefill_chunk=1 << 30, mem_policy="total", mem_fraction=1.0, mem_reserve=2 * GiB,
+        sources={
+            "attention": "F.scaled_dot_product_attention with no backend forced: what the calibration profile "
+                         "saw PyTorch dispatch to on the part",
+            "kernels": "the decoder layer as the calibration suite writes it: eager rotary, silu(g) * u, SDPA",
+            "prefill_chunk": "no chunking: a request's prompt is one forward pass",
+            "mem_fraction": "no pool: the whole device less the reserve",
+            "mem_reserve": _RESERVE_NOTE,
+        }),
+)}
+CHOICES = (AUTO, *ENGINES)
+
+
+def engine_for(key: str, vendor: str = "nvidia") -> Engine:
+    """The preset ``key`` names; ``auto``: TensorRT-LLM on NVIDIA parts, vLLM on others."""
+    if key == AUTO:
+        key = "trtllm" if vendor == "nvidia" else "vllm"
+    try:
+        return ENGINES[key]
+    except KeyError:
+        raise InputError(f"unknown engine {key!r}; expected one of {', '.join(CHOICES)}", field="--engine") from None
