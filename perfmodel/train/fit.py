@@ -1,0 +1,222 @@
+"""Fit the training factors (``Profile.training``) to the suite's ``train_kernel`` rows; validate on ``train_step``.
+
+Each factor is the median ratio of measured time to the inference cost model's time for the same work, so
+the fitted profile's own GEMM, attention and memory-kernel parameters stay the base and the training rows
+only say how training kernels differ (:mod:`perfmodel.train.cost` has what each factor means):
+
+- ``gemm_dgrad_scale`` / ``gemm_wgrad_scale`` (and ``gemm_fwd_scale``, reported, not applied: the forward
+  ``F.linear`` against the suite's ``matmul``): measured over ``time_op`` of the GEMM of the same
+  (m, n, k) as the backward computes it, timed standalone as the suite times it;
+- ``attn_bwd_ratio[backend]``: measured backward over the model's standalone forward of the same shape on
+  the backend that ran (``backend_ran``, read from the autograd node: a plain-dispatch row counts for the
+  backend it dispatched to; a math fallback is not used);
+- ``mem_bwd_scale[rmsnorm|swiglu]``: measured over the model's time for the backward's bytes;
+- ``loss_scale``: measured cross-entropy forward + backward over the model's loss ops;
+- ``adamw_eta`` and ``adamw_alpha_s``: least squares of ``t = alpha + bytes / (eta x bandwidth)`` over sizes.
+
+Ratios are medians of log ratios (robust to one bad row). ``train_step`` rows are never fitted: each is
+predicted by :func:`perfmodel.train.project.microbatch_time` with the fitted profile and compared.
+With no training rows, :data:`perfmodel.train.cost.TRAIN_DEFAULTS` apply (each an estimate with its reason).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+
+from ..ops import Op
+from ..ops import attention as attention_op
+from ..ops import gemm as gemm_op
+from ..ops import rmsnorm as rmsnorm_op
+from ..ops import swiglu as swiglu_op
+from ..profile import Profile
+from ..spec import HardwareSpec
+from .cost import TRAIN_DEFAULTS, optimizer_time, time_train_op, training_params
+from .graph import BWD_STREAMS, TrainOp
+
+
+def _usable(r: dict) -> bool:
+    t = r.get("time_s")
+    return (not r.get("error") and isinstance(t, (int, float)) and t > 0 and math.isfinite(t)
+            and not str(r.get("check", "ok")).startswith("FAIL"))
+
+
+def _standalone(op: Op, hw: HardwareSpec, prof: Profile, role: str = "fwd", params: dict | None = None) -> float:
+    """The cost model's time for ``op`` timed on its own, with no training factor applied."""
+    p = params or {**TRAIN_DEFAULTS, "gemm_dgrad_scale": 1.0, "gemm_wgrad_scale": 1.0, "mem_bwd_scale": {},
+                   "loss_scale": 1.0}
+    t, _ = time_train_op(TrainOp(op, "forward", role), hw, prof, p, standalone=True)
+    return t
+
+
+def kernel_prediction(row: dict, hw: HardwareSpec, prof: Profile) -> tuple[str, float] | None:
+    """(factor name, the cost model's base time) for one ``train_kernel`` row; None for AdamW rows."""
+    p = row["params"]
+    op = p.get("op")
+    dt = p.get("dtype", "bf16")
+    if op in ("gemm_fwd", "gemm_dgrad", "gemm_wgrad"):
+        m, n, k = p["m"], p["n"], p["k"]
+        shape = {"gemm_fwd": (m, n, k), "gemm_dgrad": (m, k, n), "gemm_wgrad": (n, k, m)}[op]
+        return f"{op}_scale", _standalone(gemm_op(op, *shape, dt), hw, prof)
+    if op == "sdpa_bwd":
+        ran = str(row.get("backend_ran") or "").split()[0]
+        if ran not in ("flash", "cudnn", "efficient"):
+            return None  # the math fallback is not a fused kernel a projection would use
+        fwd = attention_op("attn", p["batch"], p["heads_q"], p["heads_kv"], p["seq"], p["seq"], p["head_dim"],
+                           causal=bool(p["causal"]), dtype=dt, phase="prefill")
+        fwd = Op(fwd.name, fwd.kind, fwd.phase, fwd.flops, fwd.bytes, {**fwd.params, "kernel": ran})
+        return f"attn_bwd_ratio.{ran}", _standalone(fwd, hw, prof)
+    if op == "rmsnorm_bwd":
+        base = rmsnorm_op("norm", p["tokens"], p["hidden"], dt, phase="prefill")
+        bw = Op(base.name, base.kind, base.phase, base.flops * 1.5, base.bytes * BWD_STREAMS["rmsnorm"], base.params)
+        return "mem_bwd_scale.rmsnorm", _standalone(bw, hw, prof)
+    if op == "swiglu_bwd":
+        base = swiglu_op("swiglu", p["tokens"], p["width"], dt, phase="prefill")
+        bw = Op(base.name, base.kind, base.phase, base.flops, base.bytes * BWD_STREAMS["swiglu"], base.params)
+        return "mem_bwd_scale.swiglu", _standalone(bw, hw, prof)
+    if op == "cross_entropy":
+        from .graph import act_dtype  # noqa: F401  (documentation: the loss ops are graph.head_forward's)
+
+        t, v = p["tokens"], p["vocab"]
+        e = 2.0
+        fwd = Op("loss.xent", "reduce", "prefill", 5.0 * t * v, t * v * (e + 4.0), {"elems": t * v})
+        bwd = Op("loss.xent.bwd", "reduce", "prefill", t * v, t * v * (4.0 + e), {"elems": t * v})
+        return "loss_scale", _standalone(fwd, hw, prof) + _standalone(bwd, hw, prof)
+    return None
+
+
+def _median_ratio(pairs: list[tuple[float, float]]) -> float:
+    return math.exp(statistics.median(math.log(meas / pred) for meas, pred in pairs))
+
+
+def _fit_adamw(rows: list[dict], hw: HardwareSpec) -> dict:
+    """alpha and eta of the fused optimizer: t = alpha + bytes / (eta bw), least squares in relative error."""
+    pts = [(float(r["bytes"] if r.get("bytes") else 28.0 * r["params"]["params"]), float(r["time_s"]))
+           for r in rows]
+    if not pts:
+        return {}
+    if len(pts) == 1:
+        b, t = pts[0]
+        eta = min(1.0, b / (hw.hbm_bandwidth * max(t - TRAIN_DEFAULTS["adamw_alpha_s"], 1e-9)))
+        return {"adamw_eta": eta}
+    # weighted (1/t) linear least squares of t = a + c x, x = bytes / bw
+    sw = sx = sy = sxx = sxy = 0.0
+    for b, t in pts:
+        w = 1.0 / (t * t)
+        x = b / hw.hbm_bandwidth
+        sw += w
+        sx += w * x
+        sy += w * t
+        sxx += w * x * x
+        sxy += w * x * t
+    det = sw * sxx - sx * sx
+    if det <= 0:
+        return {}
+    c = (sw * sxy - sx * sy) / det
+    a = (sy - c * sx) / sw
+    eta = min(1.0, max(0.05, 1.0 / c)) if c > 0 else 1.0
+    return {"adamw_eta": eta, "adamw_alpha_s": max(a, 1e-7)}
+
+
+def fit_training(prof: Profile, rows: list[dict], hw: HardwareSpec) -> tuple[Profile, dict]:
+    """Fit the training factors from ``train_kernel`` rows into ``prof.training``; predict ``train_step`` rows.
+
+    Returns (the profile with ``training`` set, a summary: fitted values, per-factor spread, the
+    train_step validation). With no usable training rows the profile is returned unchanged."""
+    kernels = [r for r in rows if r.get("kind") == "train_kernel" and _usable(r)]
+    steps = [r for r in rows if r.get("kind") == "train_step" and _usable(r)]
+    groups: dict[str, list[tuple[float, float]]] = {}
+    for r in kernels:
+        if r["params"].get("op") == "adamw":
+            continue
+        try:
+            got = kernel_prediction(r, hw, prof)
+        except (KeyError, TypeError, ValueError):
+            continue
+        if got is None or not got[1] > 0:
+            continue
+        groups.setdefault(got[0], []).append((float(r["time_s"]), got[1]))
+    fitted: dict = {}
+    spread: dict = {}
+    for key, pairs in sorted(groups.items()):
+        ratio = _median_ratio(pairs)
+        logs = [math.log(meas / pred / ratio) for meas, pred in pairs]
+        spread[key] = {"n": len(pairs), "ratio": ratio,
+                       "median_abs_error": statistics.median(abs(math.exp(x) - 1.0) for x in logs)}
+        if "." in key:
+            top, sub = key.split(".", 1)
+            fitted.setdefault(top, {})[sub] = ratio
+        else:
+            fitted[key] = ratio
+    adam = _fit_adamw([r for r in kernels if r["params"].get("op") == "adamw"], hw)
+    fitted.update(adam)
+    if adam:
+        pts = [r for r in kernels if r["params"].get("op") == "adamw"]
+        params = training_params(prof.with_(training=fitted))
+        errs = [abs(optimizer_time(float(r.get("bytes") or 28.0 * r["params"]["params"]), hw, params, "latency")
+                    / float(r["time_s"]) - 1.0) for r in pts]
+        spread["adamw"] = {"n": len(pts), "eta": adam.get("adamw_eta"), "alpha_s": adam.get("adamw_alpha_s"),
+                           "median_abs_error": statistics.median(errs)}
+    if not fitted and not steps:
+        return prof, {"rows": 0, "note": "no training rows: documented defaults apply"}
+    if fitted:
+        fitted["rows"] = float(len(kernels))
+        prof = prof.with_(training=fitted)
+    step_rows = validate_steps(steps, hw, prof)
+    summary = {"rows": len(kernels), "fitted": fitted, "factors": spread, "train_step": step_rows}
+    errs = [abs(x["error"]) for x in step_rows]
+    if errs:
+        summary["train_step_summary"] = {"n": len(errs), "median_abs_error": statistics.median(errs),
+                                         "max_abs_error": max(errs)}
+        prof = prof.with_(training={**(prof.training or {}), "train_step_median_abs_error": statistics.median(errs),
+                                    "train_step_rows": float(len(errs))})
+    return prof, summary
+
+
+def step_scenario(p: dict):
+    """The model and one-GPU scenario a ``train_step`` row measured (plain PyTorch, no embedding)."""
+    from ..models import Model
+    from .scenario import TrainScenario
+
+    model = Model(key=str(p.get("model", "step")), name=str(p.get("model", "step")), family="llama",
+                  hidden=int(p["hidden"]), layers=int(p["layers"]), heads=int(p["heads"]), kv_heads=int(p["kv_heads"]),
+                  head_dim=int(p["head_dim"]), intermediate=int(p["intermediate"]), vocab=int(p["vocab"]))
+    ts = TrainScenario(gpus=1, tp=1, pp=1, global_batch=int(p["batch"]), micro_batch=int(p["batch"]),
+                       seq=int(p["seq"]), kernels="torch", grad_dtype="bf16", zero=0, recompute="none")
+    return model, ts
+
+
+def validate_steps(steps: list[dict], hw: HardwareSpec, prof: Profile) -> list[dict]:
+    from .graph import VOCAB_MULTIPLE  # noqa: F401  (the step's vocabulary is a multiple of 128: no padding)
+    from .project import microbatch_time
+
+    out = []
+    for r in steps:
+        try:
+            model, ts = step_scenario(r["params"])
+            pred = microbatch_time(hw, model, ts, prof, embedding=False, head=True)
+        except (KeyError, TypeError, ValueError):
+            continue
+        meas = float(r["time_s"])
+        out.append({"id": r["id"], "measured_s": meas, "predicted_s": pred, "error": pred / meas - 1.0})
+    return out
+
+
+def training_markdown(summary: dict) -> str:
+    """The fit summary as a short Markdown section (for validation.md)."""
+    lines = ["## Training kernels", ""]
+    if not summary.get("rows") and not summary.get("train_step"):
+        return "\n".join(lines + ["No training rows: documented defaults (perfmodel/train/cost.py)."]) + "\n"
+    lines += ["| factor | rows | fitted | median abs error after fit |", "|---|---|---|---|"]
+    for k, v in summary.get("factors", {}).items():
+        val = v.get("ratio", v.get("eta"))
+        lines.append(f"| {k} | {v['n']} | {val:.3g} | {v['median_abs_error']:.1%} |")
+    st = summary.get("train_step") or []
+    if st:
+        lines += ["", "| train_step (never fitted) | measured | predicted | error |", "|---|---|---|---|"]
+        for x in st:
+            lines.append(f"| {x['id']} | {x['measured_s'] * 1e3:.2f} ms | {x['predicted_s'] * 1e3:.2f} ms | "
+                         f"{x['error']:+.1%} |")
+        s = summary["train_step_summary"]
+        lines.append(f"\nWhole training steps: median |error| {s['median_abs_error']:.1%} over {s['n']} "
+                     f"(max {s['max_abs_error']:.1%}).")
+    return "\n".join(lines) + "\n"

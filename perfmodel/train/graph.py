@@ -1,0 +1,484 @@
+"""Training operators for one GPU: the forward of :func:`perfmodel.graph.build_ops`, its backward, recompute.
+
+The forward of one micro-batch is the inference graph's prefill of ``micro_batch`` sequences of ``seq / cp``
+tokens (one TP shard, one CP shard), changed where training differs from serving:
+
+- no KV-cache write (a fused rotary kernel takes its place under ``kernels="fused"``);
+- the LM head, final norm and a vocabulary-parallel cross-entropy run over every token, not the last one;
+- sequence parallelism (Korthikanti et al. 2022) turns each TP all-reduce into an all-gather before the
+  block and a reduce-scatter after it, and runs norms, residuals and dropout on ``tokens / tp``;
+- context parallelism runs load-balanced ring attention: a causal diagonal block and ``cp - 1`` half-size
+  off-diagonal blocks a layer, K and V passed around the ring under the attention compute (Liu et al. 2023,
+  TransformerEngine's implementation);
+- ``attention="unfused"`` is the pre-FlashAttention Megatron layer: batched QK^T, a fused scale-mask-softmax,
+  attention dropout, batched PV, every score materialised in HBM;
+- ``dropout`` adds Megatron's fused bias-dropout-add after the attention and MLP blocks;
+- MoE experts are spread over ``ep`` data-parallel ranks (Megatron-Core's expert parallelism) with an
+  all-to-all dispatch and combine, each expert split ``tp`` ways.
+
+Every forward operator has its backward: a weight GEMM ``X[m,k] W[k,n]`` a data-gradient GEMM ``dY W^T``
+(m x k x n) and a weight-gradient GEMM ``X^T dY`` (k x n x m) accumulating into fp32 main gradients; fused
+attention a backward of 2.5x its FLOPs (five block matmuls against two: FlashAttention-2, Dao 2023) over
+twice its bytes; a memory-bound kernel a backward moving the streams its gradient needs (:data:`BWD_STREAMS`);
+a collective its conjugate (all-reduce <-> all-reduce, all-gather <-> reduce-scatter; with sequence
+parallelism one more all-gather of the block input for the weight gradient, overlapped with the
+data-gradient GEMM, Korthikanti et al. 2022 section 4.2.2).
+
+``TrainOp.op.count`` is how many times an op runs per layer (a fraction for MoE models whose first layers
+are dense) in :func:`layer_ops`, and per micro-batch once a stage is assembled.
+
+Model FLOPs follow the Megatron definition (Narayanan et al. 2021, appendix): every matrix product of the
+forward (attention scores and attention over values counted for the whole sequence, no causal saving), twice
+that for the backward; norms, activations and the softmax count nothing. Recompute adds its forward again.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+from .. import ops as O
+from ..graph import Step, build_ops, heads_per_gpu
+from ..models import Model
+from ..scenario import Scenario
+from .scenario import TrainScenario
+
+PASSES = ("forward", "backward", "recompute")
+
+# Backward HBM streams over forward streams for memory-bound kernels, from the tensors each gradient reads
+# and writes: a norm reads x and dy and writes dx (3 against 2); SwiGLU reads gate, up and dy and writes
+# dgate and dup (5 against 3); GELU reads x and dy and writes dx (3 against 2); rotary rotates the gradient
+# back (2 against 2); a residual add sums the two gradient branches (3 against 3); a softmax reads y and dy
+# and writes dx (3 against 2); dropout applies the stored mask to dy (same streams); MoE permutes reverse.
+BWD_STREAMS = {"rmsnorm": 1.5, "layernorm": 1.5, "swiglu": 5.0 / 3.0, "gelu": 1.5, "rotary": 1.0, "residual": 1.0,
+               "reduce": 1.5, "copy": 1.0, "moe_permute": 1.0, "topk": 1.0}
+FLASH_BWD_FLOPS = 2.5  # backward / forward matmul work of a flash kernel (S recomputed, dV, dP, dQ, dK)
+ACTIVATION_GEMMS = ("attn.scores", "attn.context")  # batched products of two activations (no weight)
+
+
+@dataclass(frozen=True)
+class TrainOp:
+    """One operator of a training step as one GPU runs it."""
+
+    op: O.Op  # shapes, FLOPs, bytes; count: runs per layer (layer_ops) or per micro-batch (a stage)
+    pass_: str  # forward | backward | recompute | step (once per optimizer step)
+    role: str  # fwd | dgrad | wgrad | attn_bwd | mem_bwd | loss | loss_bwd | comm | optimizer
+    model_flops: float = 0.0  # per run, Megatron definition (0 for recompute: see hardware FLOPs)
+    tp_comm: bool = False  # a tensor-parallel collective (TrainScenario.tp_overlap may hide it)
+    hide_under: tuple[str, ...] = ()  # a collective that overlaps these ops of its pass (exposed: the excess)
+    stride: int = 1  # rank distance between neighbours of the collective's group in the global order
+    fwd: O.Op | None = None  # attention backward: the forward op whose time it scales
+
+    @property
+    def name(self) -> str:
+        return self.op.name
+
+    @property
+    def is_comm(self) -> bool:
+        return self.op.kind in O.COMM_KINDS
+
+    def counted(self, n: float) -> "TrainOp":
+        return replace(self, op=self.op.with_count(self.op.count * n))
+
+
+def act_dtype(ts: TrainScenario) -> str:
+    return "fp16" if ts.dtype == "fp16" else "bf16"
+
+
+def inference_scenario(ts: TrainScenario) -> Scenario:
+    """The serving scenario whose prefill graph is one training micro-batch's forward (no EP: see module doc)."""
+    act = act_dtype(ts)
+    kw = dict(tp=ts.tp, pp=1, ep=1, dtype=ts.dtype, kv_dtype=act, act_dtype=act, kernels=ts.kernels, mode=ts.mode,
+              launch="eager")
+    have = {f.name for f in fields(Scenario)}
+    if "rotary" in have:  # one fused RoPE kernel (TransformerEngine) or PyTorch's eager calls
+        kw["rotary"] = "kernel" if ts.kernels == "fused" else "eager"
+    if "attention_kernel" in have:
+        kw["attention_kernel"] = ts.attention_kernel
+    return Scenario(**kw).validated()
+
+
+def _b(dtype: str) -> float:
+    return O.bytes_per_element(dtype)
+
+
+def _scaled(op: O.Op, f: float, **params) -> O.Op:
+    """``op`` over ``f`` times as many elements (sequence parallelism shrinks token-wise kernels)."""
+    p = dict(op.params)
+    for key in ("tokens", "elems"):
+        if key in p:
+            p[key] = p[key] * f
+    p.update(params)
+    return replace(op, flops=op.flops * f, bytes=op.bytes * f, params=p)
+
+
+def _fused(op: O.Op) -> O.Op:
+    """A kernel fused into one launch, timed like a simple elementwise kernel (as graph._act_op)."""
+    return replace(op, params={**op.params, "fused": True})
+
+
+def _fwd(op: O.Op, model_flops: float = 0.0, **kw) -> TrainOp:
+    return TrainOp(op, "forward", "comm" if op.kind in O.COMM_KINDS else "fwd", model_flops, **kw)
+
+
+def _gemm_model_flops(op: O.Op) -> float:
+    return float(op.flops)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# forward of one layer
+# ---------------------------------------------------------------------------------------------------------
+
+
+def layer_ops(model: Model, ts: TrainScenario) -> list[TrainOp]:
+    """Forward operators of one decoder layer on one GPU for one micro-batch (counts: per layer)."""
+    sc = inference_scenario(ts)
+    act = sc.act_dtype
+    s_local = ts.seq // ts.cp
+    tokens = ts.micro_batch * s_local
+    step = Step("prefill", ts.micro_batch, s_local, 0)
+    sp = ts.sequence_parallel
+    shrink = 1.0 / ts.tp if sp else 1.0
+    fused = ts.kernels == "fused"
+    out: list[TrainOp] = []
+    raw = build_ops(model, step, sc)
+    has_rotary = any(op.name.startswith("attn.rotary") for op in raw)
+    for op in raw:
+        if op.scope != "layer":
+            continue
+        op = op.with_count(op.count / model.layers)
+        per = op.count
+        name = op.name
+        if name == "attn.kv_write":
+            if fused and model.position == "rope" and not has_rotary:
+                out.append(_fwd(_fused(_rotary(model, ts, tokens, act)).with_count(per)))
+            continue
+        if name == "attn.core":
+            op = replace(op, params={**op.params, "kernel": op.params.get("kernel", ts.attention_kernel)})
+            out += [t.counted(per) for t in _core_attention(model, ts, op)]
+            continue
+        if op.kind == "all_reduce":  # the TP 'g' collective at the end of a block
+            out += [t.counted(per) for t in _tp_block_end(op, ts, tokens, act)]
+            continue
+        if op.kind in ("rmsnorm", "layernorm"):
+            if ts.dropout and op.params.get("fused_residual"):  # the residual goes to bias-dropout-add instead
+                base = O.rmsnorm if op.kind == "rmsnorm" else O.layernorm
+                op = base(name, tokens, model.hidden, act, phase=op.phase).with_count(per)
+            if sp:
+                op = _scaled(op, shrink)
+            if sp and name in ("attn.norm", "ffn.norm"):
+                out.append(_fwd(op))
+                out.append(_sp_gather(f"{name.split('.')[0]}.allgather", tokens, model.hidden, act, ts, per))
+                continue
+            out.append(_fwd(op))
+            continue
+        if op.kind == "residual" and sp:
+            op = _scaled(op, shrink)
+        if op.kind == "gemm":
+            out.append(_fwd(op, _gemm_model_flops(op)))
+            continue
+        out.append(_fwd(op))
+    if model.moe is not None:
+        out = _moe_expert_parallel(out, model, ts, tokens, act)
+    return out
+
+
+def _rotary(model: Model, ts: TrainScenario, tokens, act: str) -> O.Op:
+    """One fused RoPE kernel over the query and key heads (TransformerEngine / Apex fused rope)."""
+    hq, hkv = heads_per_gpu(model, ts.tp)
+    if model.mla is not None:
+        return O.rotary("attn.rotary", tokens, hq + 1, model.mla.qk_rope_head_dim, act, phase="prefill")
+    return O.rotary("attn.rotary", tokens, hq + hkv, model.head_dim, act, phase="prefill")
+
+
+def _dropout_add(prefix: str, tokens, hidden: int, act: str, ts: TrainScenario, fused: bool) -> O.Op:
+    """Megatron's fused bias-dropout-add: reads the block output and the residual, writes the sum and a
+    one-byte mask (kernels="torch": a dropout and a separate add are the same streams)."""
+    t = tokens / ts.tp if ts.sequence_parallel else tokens
+    return O.elementwise(f"{prefix}.dropout_add", "residual", reads=2, writes=1, flops_per_elem=3.0, elems=t * hidden,
+                         dtype=act, phase="prefill", params={"tokens": t, "hidden": hidden, "fused": fused},
+                         extra_bytes=t * hidden)
+
+
+def _sp_gather(name: str, tokens, hidden: int, act: str, ts: TrainScenario, per: float) -> TrainOp:
+    # an all-gather's bytes are its output (NCCL's convention: (p-1)/p of the output crosses each link)
+    op = O.collective(name, "all_gather", tokens * hidden * _b(act), ts.tp, phase="prefill", count=per)
+    return TrainOp(op, "forward", "comm", tp_comm=True)
+
+
+def _tp_block_end(op: O.Op, ts: TrainScenario, tokens, act: str) -> list[TrainOp]:
+    """The all-reduce that ends a TP block, or (sequence parallel) its reduce-scatter; dropout-add after it."""
+    prefix = op.name.split(".")[0]
+    out: list[TrainOp] = []
+    if ts.sequence_parallel:
+        rs = O.collective(f"{prefix}.reducescatter", "reduce_scatter", op.bytes, ts.tp, phase="prefill")
+        out.append(TrainOp(rs, "forward", "comm", tp_comm=True))
+    else:
+        out.append(TrainOp(replace(op, count=1.0), "forward", "comm", tp_comm=True))
+    return out
+
+
+def _place_dropout(ops: list[TrainOp], model: Model, ts: TrainScenario, tokens, act: str) -> list[TrainOp]:
+    """Megatron's bias-dropout-add at the end of the attention block and of the MLP block (after the TP
+    all-reduce or reduce-scatter); it also does the residual add, so a separate residual op goes."""
+    if not ts.dropout:
+        return ops
+    fused = ts.kernels == "fused"
+
+    def block(t: TrainOp) -> str:
+        return "attn" if t.name.startswith("attn.") else "mlp"
+
+    out: list[TrainOp] = []
+    for i, t in enumerate(ops):
+        if t.op.kind == "residual" and t.name.endswith(".residual"):
+            continue
+        out.append(t)
+        nxt = ops[i + 1] if i + 1 < len(ops) else None
+        if nxt is None or block(nxt) != block(t):
+            prefix = "attn" if block(t) == "attn" else "ffn"
+            out.append(_fwd(_dropout_add(prefix, tokens, model.hidden, act, ts, fused)))
+    return out
+
+
+def _core_attention(model: Model, ts: TrainScenario, core: O.Op) -> list[TrainOp]:
+    """The attention core: flash (one causal kernel; with CP the ring's blocks) or unfused (Megatron 2021)."""
+    p = core.params
+    b, hq, hkv, s, d, dv = p["batch"], p["heads_q"], p["heads_kv"], p["seq_q"], p["head_dim"], p["head_dim_v"]
+    dense = 2.0 * b * hq * s * s * (d + dv)  # one block's FLOPs without the causal saving (Megatron's count)
+    act = p["dtype"]
+    if ts.attention == "unfused":
+        groups = b * hq
+        scores = O.gemm("attn.scores", s, s, d, act, phase="prefill", groups=groups)
+        softmax = O.elementwise("attn.softmax", "reduce", reads=1, writes=1, flops_per_elem=5.0, elems=groups * s * s,
+                                dtype=act, phase="prefill", params={"rows": groups * s, "row_len": s})
+        out = [_fwd(scores, float(scores.flops)), _fwd(softmax)]
+        if ts.dropout:
+            drop = O.elementwise("attn.dropout", "copy", reads=1, writes=1, flops_per_elem=2.0, elems=groups * s * s,
+                                 dtype=act, phase="prefill", extra_bytes=groups * s * s,
+                                 params={"elems": groups * s * s})
+            out.append(_fwd(drop))
+        context = O.gemm("attn.context", s, dv, s, act, phase="prefill", groups=groups)
+        out.append(_fwd(context, float(context.flops)))
+        return out
+    out = [_fwd(core, dense)]
+    if ts.cp > 1:
+        ring = O.attention("attn.core_ring", b, hq, hkv, s, s / 2.0, d, head_dim_v=dv, causal=False, dtype=act,
+                           phase="prefill", count=ts.cp - 1)
+        ring = replace(ring, params={**ring.params, "kernel": p.get("kernel", "auto")})
+        out.append(_fwd(ring, dense))
+        kv = O.collective("attn.cp_kv", "p2p", b * hkv * s * (d + dv) * _b(act), 2, phase="prefill",
+                          count=ts.cp - 1)
+        out.append(TrainOp(kv, "forward", "comm", hide_under=("attn.core", "attn.core_ring"), stride=ts.tp))
+    return out
+
+
+def _moe_expert_parallel(ops: list[TrainOp], model: Model, ts: TrainScenario, tokens, act: str) -> list[TrainOp]:
+    """Spread the routed experts over ``ep`` data-parallel ranks: each rank computes its own tokens' top-k
+    pairs on num_experts / ep experts (uniform routing), after an all-to-all dispatch and before a combine."""
+    moe = model.moe
+    assert moe is not None
+    if ts.ep == 1:
+        return ops
+    h = model.hidden
+    pairs = tokens * moe.top_k
+    local = moe.num_experts // ts.ep
+    per_expert = pairs / local
+    out: list[TrainOp] = []
+    a2a = pairs * h * _b(act)
+    for t in ops:
+        op = t.op
+        if op.name in ("moe.gate_up", "moe.up", "moe.down"):
+            p = op.params
+            new = O.gemm(op.name, per_expert, p["n"], p["k"], p["dtype"], phase="prefill", groups=local,
+                         out_dtype=p["out_dtype"]).with_count(op.count)
+            t = replace(t, op=new, model_flops=float(new.flops))
+        if op.name == "moe.unpermute":
+            comb = O.collective("moe.combine", "all_to_all", a2a, ts.ep, phase="prefill", count=op.count)
+            out.append(TrainOp(comb, "forward", "comm", stride=ts.tp))
+        out.append(t)
+        if op.name == "moe.permute":
+            disp = O.collective("moe.dispatch", "all_to_all", a2a, ts.ep, phase="prefill", count=op.count)
+            out.append(TrainOp(disp, "forward", "comm", stride=ts.tp))
+    return out
+
+
+def layer_forward(model: Model, ts: TrainScenario) -> list[TrainOp]:
+    """:func:`layer_ops` with Megatron's bias-dropout-add placed when ``dropout`` (counts: per layer)."""
+    sc_act = act_dtype(ts)
+    tokens = ts.micro_batch * (ts.seq // ts.cp)
+    return _place_dropout(layer_ops(model, ts), model, ts, tokens, sc_act)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# embedding, LM head and loss (model-level, first and last pipeline stage)
+# ---------------------------------------------------------------------------------------------------------
+
+
+VOCAB_MULTIPLE = 128  # Megatron pads the vocabulary to a multiple of 128 x tp (--make-vocab-size-divisible-by)
+
+
+def vocab_shard(model: Model, tp: int) -> int:
+    """Rows of the (padded) vocabulary one TP rank holds."""
+    unit = VOCAB_MULTIPLE * tp
+    return -(-model.vocab // unit) * unit // tp
+
+
+def embedding_forward(model: Model, ts: TrainScenario) -> list[TrainOp]:
+    act = act_dtype(ts)
+    tokens = ts.micro_batch * (ts.seq // ts.cp)
+    h = model.hidden
+    out = [_fwd(O.elementwise("embed", "embedding", reads=1, writes=1, flops_per_elem=0.0, elems=tokens * h,
+                              dtype=act, phase="prefill", scope="model", params={"tokens": tokens, "hidden": h}))]
+    if ts.tp > 1:  # vocabulary-parallel embedding: partial rows summed over the TP ranks
+        kind = "reduce_scatter" if ts.sequence_parallel else "all_reduce"
+        op = O.collective("embed.allreduce", kind, tokens * h * _b(act), ts.tp, phase="prefill", scope="model")
+        out.append(TrainOp(op, "forward", "comm", tp_comm=True))
+    if ts.dropout:
+        t = tokens / ts.tp if ts.sequence_parallel else tokens
+        out.append(_fwd(O.elementwise("embed.dropout", "copy", reads=1, writes=1, flops_per_elem=2.0, elems=t * h,
+                                      dtype=act, phase="prefill", scope="model", extra_bytes=t * h,
+                                      params={"elems": t * h})))
+    return out
+
+
+def head_forward(model: Model, ts: TrainScenario) -> list[TrainOp]:
+    """Final norm, LM head over every token, vocabulary-parallel cross-entropy (Megatron's)."""
+    act = act_dtype(ts)
+    tokens = ts.micro_batch * (ts.seq // ts.cp)
+    h = model.hidden
+    v = vocab_shard(model, ts.tp)
+    norm = O.rmsnorm if model.norm == "rmsnorm" else O.layernorm
+    nt = tokens / ts.tp if ts.sequence_parallel else tokens
+    out = [_fwd(norm("final.norm", nt, h, act, phase="prefill", scope="model"))]
+    if ts.sequence_parallel:
+        op = O.collective("final.allgather", "all_gather", tokens * h * _b(act), ts.tp, phase="prefill", scope="model")
+        out.append(TrainOp(op, "forward", "comm", tp_comm=True))
+    head = O.gemm("lm_head", tokens, v, h, act, phase="prefill", scope="model")
+    out.append(_fwd(head, float(head.flops)))
+    # softmax statistics in fp32: read the logits, keep fp32 probabilities for the backward
+    xent = O.elementwise("loss.xent", "reduce", reads=0, writes=0, flops_per_elem=5.0, elems=tokens * v, dtype=act,
+                         phase="prefill", scope="model", extra_bytes=tokens * v * (_b(act) + 4.0),
+                         params={"tokens": tokens, "vocab": v})
+    out.append(TrainOp(xent, "forward", "loss"))
+    if ts.tp > 1:  # max, sum of exponentials and the target logit, each summed over the vocabulary shards
+        op = O.collective("loss.allreduce", "all_reduce", tokens * 4.0, ts.tp, phase="prefill", scope="model",
+                          count=3)
+        out.append(TrainOp(op, "forward", "comm", tp_comm=True))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# backward and recompute
+# ---------------------------------------------------------------------------------------------------------
+
+
+def backward(fwd: list[TrainOp], ts: TrainScenario) -> list[TrainOp]:
+    """The backward of a list of forward ops, in backward order."""
+    out: list[TrainOp] = []
+    gathers = _gather_consumers(fwd)
+    for t in reversed(fwd):
+        op = t.op
+        bw = replace(op, name=f"{op.name}.bwd")
+        if t.role == "loss":
+            # read the fp32 probabilities, write the logits' gradient
+            nb = op.params["tokens"] * op.params["vocab"] * (4.0 + _b(act_dtype(ts)))
+            out.append(TrainOp(replace(bw, bytes=nb, flops=op.flops / 5.0), "backward", "loss_bwd"))
+        elif op.kind == "gemm":
+            out += _gemm_backward(t, ts)
+        elif op.kind == "attention":
+            flops = op.flops * FLASH_BWD_FLOPS
+            out.append(TrainOp(replace(bw, flops=flops, bytes=2.0 * op.bytes, params={**op.params, "bwd": True}),
+                               "backward", "attn_bwd", 2.0 * t.model_flops, fwd=op))
+        elif t.is_comm:
+            out += _comm_backward(t, ts, gathers)
+        elif op.kind == "embedding":
+            # scatter-add of dY into the fp32 gradient rows: read dY, read and write the rows
+            elems = op.params["tokens"] * op.params["hidden"]
+            nb = elems * (_b(act_dtype(ts)) + 8.0)
+            out.append(TrainOp(replace(bw, bytes=nb), "backward", "mem_bwd"))
+        else:
+            f = BWD_STREAMS.get(op.kind, 1.0)
+            out.append(TrainOp(replace(bw, bytes=op.bytes * f, flops=op.flops * f), "backward", "mem_bwd"))
+    return out
+
+
+def _gemm_backward(t: TrainOp, ts: TrainScenario) -> list[TrainOp]:
+    op = t.op
+    p = op.params
+    m, n, k, g, dt = p["m"], p["n"], p["k"], p["groups"], p["dtype"]
+    act = act_dtype(ts)
+    if op.name in ACTIVATION_GEMMS:  # C = A B with both operands activations: dA = dC B^T, dB = A^T dC
+        da = O.gemm(f"{op.name}.dgrad_a", m, k, n, dt, phase="prefill", groups=g, out_dtype=act, scope=op.scope)
+        db = O.gemm(f"{op.name}.dgrad_b", k, n, m, dt, phase="prefill", groups=g, out_dtype=act, scope=op.scope)
+        return [TrainOp(da.with_count(op.count), "backward", "dgrad", float(da.flops)),
+                TrainOp(db.with_count(op.count), "backward", "dgrad", float(db.flops))]
+    dgrad = O.gemm(f"{op.name}.dgrad", m, k, n, dt, phase="prefill", groups=g, out_dtype=act, scope=op.scope)
+    wgrad = O.gemm(f"{op.name}.wgrad", k, n, m, dt, phase="prefill", groups=g, out_dtype=ts.grad_dtype, scope=op.scope)
+    # gradient-accumulation fusion: the weight gradient is added to the main gradient buffer (read it too)
+    wgrad = replace(wgrad, bytes=wgrad.bytes + g * k * n * _b(ts.grad_dtype))
+    return [TrainOp(dgrad.with_count(op.count), "backward", "dgrad", float(dgrad.flops)),
+            TrainOp(wgrad.with_count(op.count), "backward", "wgrad", float(wgrad.flops))]
+
+
+def _gather_consumers(fwd: list[TrainOp]) -> dict[str, str]:
+    """Sequence parallel: the weight GEMM that consumes each all-gathered block input."""
+    out: dict[str, str] = {}
+    pending = None
+    for t in fwd:
+        if t.is_comm and t.op.kind == "all_gather" and t.tp_comm:
+            pending = t.name
+        elif pending and t.op.kind == "gemm" and t.name not in ACTIVATION_GEMMS:
+            out[pending] = t.name
+            pending = None
+    return out
+
+
+def _comm_backward(t: TrainOp, ts: TrainScenario, gathers: dict[str, str]) -> list[TrainOp]:
+    op = t.op
+    kind = op.kind
+    name = op.name
+    if name in ("loss.allreduce",):
+        return []
+    if name == "embed.allreduce":  # the gradient of a sum over ranks is the same on every rank: nothing to move
+        return []
+    if kind == "p2p":  # ring attention: K, V and their gradients travel back around the ring
+        bw = replace(op, name=f"{name}.bwd", bytes=2.0 * op.bytes, params={**op.params, "bytes": 2.0 * op.bytes})
+        hide = tuple(f"{h}.bwd" for h in t.hide_under)
+        return [TrainOp(bw, "backward", "comm", hide_under=hide, stride=t.stride)]
+    conj = {"all_reduce": "all_reduce", "all_gather": "reduce_scatter", "reduce_scatter": "all_gather",
+            "all_to_all": "all_to_all"}[kind]
+    bw = replace(op, name=f"{name}.bwd", kind=conj)
+    out = [TrainOp(bw, "backward", "comm", tp_comm=t.tp_comm, stride=t.stride)]
+    if kind == "all_gather" and t.tp_comm and name in gathers:
+        again = replace(op, name=f"{name}.wgrad_input")
+        out.append(TrainOp(again, "backward", "comm", tp_comm=False, hide_under=(f"{gathers[name]}.dgrad",),
+                           stride=t.stride))
+    if name == "final.allgather":  # the LM head's column-parallel input gradient
+        pass
+    return out
+
+
+def head_backward(head: list[TrainOp], ts: TrainScenario) -> list[TrainOp]:
+    out = backward(head, ts)
+    if ts.tp > 1 and not ts.sequence_parallel:
+        # the LM head's input is copied to every TP rank: its gradient is summed over them
+        act = act_dtype(ts)
+        tokens = ts.micro_batch * (ts.seq // ts.cp)
+        h = head[0].op.params.get("hidden", 0)
+        op = O.collective("lm_head.allreduce.bwd", "all_reduce", tokens * h * _b(act), ts.tp, phase="prefill",
+                          scope="model")
+        idx = next((i for i, t in enumerate(out) if t.name == "lm_head.dgrad"), len(out) - 1)
+        out.insert(idx + 1, TrainOp(op, "backward", "comm", tp_comm=True))
+    return out
+
+
+SELECTIVE = ("attn.core", "attn.core_ring", "attn.cp_kv", "attn.scores", "attn.softmax", "attn.dropout",
+             "attn.context")
+
+
+def recompute(fwd: list[TrainOp], ts: TrainScenario) -> list[TrainOp]:
+    """The forward ops run again before the backward: the whole layer (full) or its attention core
+    (selective, Korthikanti et al. 2022). Their FLOPs count in hardware FLOPs only."""
+    if ts.recompute == "none":
+        return []
+    keep = fwd if ts.recompute == "full" else [t for t in fwd if t.name in SELECTIVE]
+    return [replace(t, pass_="recompute", op=replace(t.op, name=f"{t.op.name}.recompute"),
+                    hide_under=tuple(f"{h}.recompute" for h in t.hide_under)) for t in keep]

@@ -1,0 +1,418 @@
+"""A training step: its time, tokens/s, model and hardware TFLOP/s per GPU, MFU, bubble, exposed comm, memory.
+
+Definitions (docs/training.md has them with their references):
+
+- **Step time**: one optimizer step of ``global_batch`` sequences: the pipeline of ``m`` micro-batches
+  (:mod:`.schedule`), then the exposed part of the gradient reduce (and parameter all-gather), the
+  tied-embedding gradient sync between the first and last stage, and the optimizer step.
+- **Per micro-batch, per stage**: the sum of its operators' times (:mod:`.graph`, :mod:`.cost`), forward,
+  recompute and backward, each collective counted for its *exposed* part: TP collectives are exposed
+  unless ``tp_overlap`` hides a share of them (TransformerEngine's userbuffer overlap); context-parallel
+  K/V exchanges hide under the attention they feed; sequence-parallel re-gathers hide under the
+  data-gradient GEMM; ZeRO-2/3 gathers and reduce-scatters under the layer's compute; expert all-to-alls
+  and pipeline sends are exposed. With ``dp_overlap`` the gradient reduce hides under the first stage's last
+  backward and the parameter gather under its first forward (Megatron's --overlap-grad-reduce and
+  --overlap-param-gather); without it both are exposed.
+- **Model FLOPs** (the Megatron definition, Narayanan et al. 2021, appendix): ``3 x`` the forward's matrix
+  products, attention counted over the whole sequence (no causal saving), the LM head included; for a dense
+  model ``6 x parameters x tokens`` plus attention. **Hardware FLOPs** add the recomputed forward.
+  ``model_tflops_per_gpu = model FLOPs / (step time x gpus)``; ``mfu`` divides that by the dense peak of the
+  GEMM format (bf16/fp16: the BF16 rate; fp8: the FP8 rate).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..cost import _rate, sustained_compute
+from ..models import Model
+from ..ops import collective as collective_op
+from ..ops import Op
+from ..profile import DEFAULTS, Profile
+from ..spec import HardwareSpec
+from . import graph as G
+from . import memory as M
+from .cost import time_train_op, training_params
+from .graph import TrainOp
+from .scenario import TrainScenario
+from .schedule import PipelineTime, StageTime, pipeline_time
+
+
+@dataclass
+class TimedOp:
+    top: TrainOp
+    time: float  # one run, seconds
+    exposed: float  # one run's time on the critical path (collectives after overlap)
+    bound: str
+
+    @property
+    def count(self) -> float:
+        return float(self.top.op.count)
+
+    @property
+    def total(self) -> float:
+        return self.exposed * self.count
+
+    def counted(self, n: float) -> "TimedOp":
+        return TimedOp(self.top.counted(n), self.time, self.exposed, self.bound)
+
+
+@dataclass
+class TrainProjection:
+    hardware: HardwareSpec
+    model: Model
+    scenario: TrainScenario
+    profile: Profile
+    step_time_s: float
+    tokens_per_s: float
+    model_flops: float  # per step, all GPUs
+    hardware_flops: float
+    model_tflops_per_gpu: float
+    hardware_tflops_per_gpu: float
+    mfu: float
+    hfu: float
+    bubble_fraction: float
+    exposed_comm_s: float
+    memory: M.TrainMemory
+    pipeline: PipelineTime
+    stages: list[StageTime]
+    slowest_stage: int
+    ops: list[TimedOp]  # the slowest stage's ops per micro-batch, then the once-per-step ops
+    breakdown: dict[str, float]  # seconds of the step by part
+    assumptions: list[str] = field(default_factory=list)
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.tokens_per_s / self.scenario.gpus
+
+
+# ---------------------------------------------------------------------------------------------------------
+# timing blocks of ops
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _time_block(ops: list[TrainOp], hw, prof, params, ts: TrainScenario, sustained) -> list[TimedOp]:
+    timed = []
+    for t in ops:
+        sec, bound = time_train_op(t, hw, prof, params, mode=ts.mode, sustained=sustained)
+        timed.append(TimedOp(t, sec, sec, bound))
+    return _overlap(timed, ts)
+
+
+def _overlap(timed: list[TimedOp], ts: TrainScenario) -> list[TimedOp]:
+    """Exposed time of each collective: a TP share hidden by ``tp_overlap``; one that overlaps named ops of
+    its pass (or every compute op of it: ``"*"``) shows only what exceeds them."""
+    by_name: dict[str, float] = {}
+    compute_by_pass: dict[str, float] = {}
+    for x in timed:
+        if x.top.is_comm:
+            continue
+        by_name[x.top.name] = by_name.get(x.top.name, 0.0) + x.time * x.count
+        compute_by_pass[x.top.pass_] = compute_by_pass.get(x.top.pass_, 0.0) + x.time * x.count
+    for x in timed:
+        t = x.top
+        if not t.is_comm:
+            continue
+        if t.hide_under:
+            if t.hide_under == ("*",):
+                cover = compute_by_pass.get(t.pass_, 0.0)
+            else:
+                cover = sum(by_name.get(n, 0.0) for n in t.hide_under)
+            whole = x.time * x.count
+            x.exposed = max(0.0, whole - cover) / x.count if x.count else 0.0
+        elif t.tp_comm:
+            x.exposed = x.time * (1.0 - ts.tp_overlap)
+    return timed
+
+
+def _sum(timed: list[TimedOp], pass_: str | None = None, role: str | None = None, comm: bool | None = None) -> float:
+    s = 0.0
+    for x in timed:
+        if pass_ is not None and x.top.pass_ != pass_:
+            continue
+        if role is not None and x.top.role != role:
+            continue
+        if comm is not None and x.top.is_comm != comm:
+            continue
+        s += x.total
+    return s
+
+
+# ---------------------------------------------------------------------------------------------------------
+# per-layer communication that depends on ZeRO
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _zero_layer_ops(model: Model, ts: TrainScenario) -> list[TrainOp]:
+    """ZeRO-3 gathers each layer's weights in the forward and again in the backward; ZeRO-2 and 3
+    reduce-scatter its gradients every micro-batch. All prefetched under the layer's compute."""
+    if ts.zero < 2 or ts.data_parallel * ts.cp == 1:
+        return []
+    group = ts.data_parallel * ts.cp
+    params = sum(M.layer_params(model, i, ts).total for i in range(model.layers)) / model.layers
+    wb = 2.0 * params
+    gb = G.O.bytes_per_element(ts.grad_dtype) * params
+    out = []
+    if ts.zero == 3:
+        for pass_ in ("forward", "backward"):
+            op = collective_op(f"zero3.allgather.{pass_}", "all_gather", wb, group, phase="prefill")
+            out.append(TrainOp(op, pass_, "comm", hide_under=("*",), stride=ts.tp))
+    op = collective_op("zero.reducescatter", "reduce_scatter", gb, group, phase="prefill")
+    out.append(TrainOp(op, "backward", "comm", hide_under=("*",), stride=ts.tp))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# FLOPs (layout-free: the Megatron definition over the whole model)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def forward_model_flops(model: Model, ts: TrainScenario) -> tuple[float, float, float]:
+    """(layers, attention core, LM head) forward FLOPs of one sequence, Megatron definition, whole model."""
+    ref = ts.with_(tp=1, cp=1, ep=1, sequence_parallel=False, micro_batch=1, dp=None, gpus=1, pp=1,
+                   schedule="1f1b", interleave=1)
+    layer = G.layer_forward(model, ref)
+    per_layer = sum(t.model_flops * t.op.count for t in layer)
+    attn = sum(t.model_flops * t.op.count for t in layer if t.name in G.SELECTIVE)
+    head = sum(t.model_flops * t.op.count for t in G.head_forward(model, ref))
+    return per_layer * model.layers, attn * model.layers, head
+
+
+def step_flops(model: Model, ts: TrainScenario) -> tuple[float, float]:
+    """(model FLOPs, hardware FLOPs) of one step, all GPUs."""
+    layers, attn, head = forward_model_flops(model, ts)
+    seqs = ts.global_batch
+    model_flops = 3.0 * (layers + head) * seqs
+    extra = {"none": 0.0, "selective": attn, "full": layers}[ts.recompute]
+    return model_flops, model_flops + extra * seqs
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the projection
+# ---------------------------------------------------------------------------------------------------------
+
+
+def timed_blocks(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Profile, params: dict,
+                 layers_per_stage: int) -> tuple[list[TimedOp], list[TimedOp], list[TimedOp]]:
+    """Timed ops of one micro-batch: (one decoder layer, the embedding, the final norm + LM head + loss),
+    forward, recompute and backward; the power-limited clock set by a stage of ``layers_per_stage`` layers."""
+    layer_f = G.layer_forward(model, ts)
+    zero_ops = _zero_layer_ops(model, ts)
+    layer_b = G.backward(layer_f, ts) + [t for t in zero_ops if t.pass_ == "backward"]
+    layer_f = layer_f + [t for t in zero_ops if t.pass_ == "forward"]
+    layer_r = G.recompute(layer_f, ts)
+    emb_f = G.embedding_forward(model, ts)
+    emb_b = G.backward(emb_f, ts)
+    head_f = G.head_forward(model, ts)
+    head_b = G.head_backward(head_f, ts)
+    compute_ops = [t.op for t in layer_f + layer_b + layer_r]
+    sustained = None if ts.mode == "sol" else (sustained_compute(compute_ops, hw, prof) * layers_per_stage
+                                               + sustained_compute([t.op for t in head_f + head_b], hw, prof))
+    layer_t = _time_block(layer_f + layer_r + layer_b, hw, prof, params, ts, sustained)
+    emb_t = _time_block(emb_f + emb_b, hw, prof, params, ts, sustained)
+    head_t = _time_block(head_f + head_b, hw, prof, params, ts, sustained)
+    return layer_t, emb_t, head_t
+
+
+def microbatch_time(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Profile, *,
+                    embedding: bool = True, head: bool = True) -> float:
+    """Forward + backward of one micro-batch through every layer on one GPU (no pipeline, no optimizer):
+    what the suite's ``train_step`` measures."""
+    ts = ts.validated(model)
+    params = training_params(prof)
+    layer_t, emb_t, head_t = timed_blocks(hw, model, ts, prof, params, model.layers)
+    total = model.layers * sum(x.total for x in layer_t)
+    if embedding:
+        total += sum(x.total for x in emb_t)
+    if head:
+        total += sum(x.total for x in head_t)
+    return total
+
+
+def project_training(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Profile) -> TrainProjection:
+    ts = ts.validated(model)
+    params = training_params(prof)
+    layers = M.stage_layers(model, ts)
+    p, m, v = ts.pp, ts.micro_batches, ts.chunks
+
+    layer_t, emb_t, head_t = timed_blocks(hw, model, ts, prof, params, max(layers))
+
+    lf, lr, lb = _sum(layer_t, "forward"), _sum(layer_t, "recompute"), _sum(layer_t, "backward")
+    lw = _sum(layer_t, "backward", "wgrad")
+    p2p_t = _p2p_time(model, ts, hw, prof)
+    stages: list[StageTime] = []
+    for k in range(p):
+        n = layers[k]
+        f = n * lf + (_sum(emb_t, "forward") if k == 0 else 0.0) + (_sum(head_t, "forward") if k == p - 1 else 0.0)
+        b = n * (lb + lr) + (_sum(emb_t, "backward") if k == 0 else 0.0) + (
+            _sum(head_t, "backward") if k == p - 1 else 0.0)
+        w = n * lw + (_sum(head_t, "backward", "wgrad") if k == p - 1 else 0.0)
+        if p > 1:
+            both = ts.schedule in ("interleaved", "dualpipe")
+            f += v * p2p_t * (1.0 if (k > 0 or both) else 0.0)
+            b += v * p2p_t * (1.0 if (k < p - 1 or both) else 0.0)
+        stages.append(StageTime(f, b, w))
+    pipe = pipeline_time(ts.schedule, stages, m, v)
+    slow = max(range(p), key=lambda k: stages[k].total)
+
+    step_ops, dp_exposed, emb_sync = _step_ops(model, ts, hw, prof, params, layers, stages[0])
+    opt_s = sum(x.total for x in step_ops if x.top.role in ("optimizer", "optimizer_aux"))
+    step_time = pipe.time_s + dp_exposed + emb_sync + opt_s
+
+    model_flops, hw_flops = step_flops(model, ts)
+    peak, _ = _rate(hw, ts.dtype, DEFAULTS)
+    gpus = ts.gpus
+    mtf = model_flops / (step_time * gpus)
+    htf = hw_flops / (step_time * gpus)
+
+    # the slowest stage's ops, counted per micro-batch
+    ops = [x.counted(layers[slow]) for x in layer_t]
+    if slow == 0:
+        ops = [x for x in emb_t if x.top.pass_ == "forward"] + ops + [x for x in emb_t if x.top.pass_ != "forward"]
+    if slow == p - 1:
+        ops = ops + head_t
+    ops = _ordered(ops) + step_ops
+    comm_mb = sum(x.total for x in ops if x.top.is_comm and x.top.pass_ != "step")
+    p2p_mb = (stages[slow].total - sum(x.total for x in ops if x.top.pass_ != "step")) if p > 1 else 0.0
+    exposed_comm = m * (comm_mb + max(0.0, p2p_mb)) + dp_exposed + emb_sync
+
+    breakdown = {
+        "forward": m * sum(x.total for x in ops if x.top.pass_ == "forward" and not x.top.is_comm),
+        "backward": m * sum(x.total for x in ops if x.top.pass_ == "backward" and not x.top.is_comm),
+        "recompute": m * sum(x.total for x in ops if x.top.pass_ == "recompute" and not x.top.is_comm),
+        "communication (exposed, in the pipeline)": m * (comm_mb + max(0.0, p2p_mb)),
+        "pipeline bubble": pipe.bubble_s,
+        "gradient reduce and parameter gather (exposed)": dp_exposed + emb_sync,
+        "optimizer": opt_s,
+    }
+    mem = M.memory(model, ts, hw.hbm_bytes)
+    return TrainProjection(
+        hardware=hw, model=model, scenario=ts, profile=prof, step_time_s=step_time,
+        tokens_per_s=ts.tokens_per_step / step_time, model_flops=model_flops, hardware_flops=hw_flops,
+        model_tflops_per_gpu=mtf / 1e12, hardware_tflops_per_gpu=htf / 1e12, mfu=mtf / peak, hfu=htf / peak,
+        bubble_fraction=pipe.bubble_s / step_time, exposed_comm_s=exposed_comm, memory=mem, pipeline=pipe,
+        stages=stages, slowest_stage=slow, ops=ops, breakdown=breakdown,
+        assumptions=assumptions(hw, model, ts, prof))
+
+
+def _ordered(ops: list[TimedOp]) -> list[TimedOp]:
+    order = {"forward": 0, "recompute": 1, "backward": 2}
+    return sorted(ops, key=lambda x: order.get(x.top.pass_, 3))
+
+
+def _p2p_time(model: Model, ts: TrainScenario, hw, prof) -> float:
+    """One pipeline send of a micro-batch's activations (or their gradient) between stages: each TP rank
+    sends its 1/tp share, then (without sequence parallelism) an NVLink all-gather rebuilds the whole
+    tensor (Narayanan et al. 2021, section 4.1, scatter/gather)."""
+    if ts.pp == 1:
+        return 0.0
+    act = G.act_dtype(ts)
+    full = ts.micro_batch * (ts.seq // ts.cp) * model.hidden * G.O.bytes_per_element(act)
+    stride = ts.tp * ts.cp * ts.data_parallel
+    send = TrainOp(collective_op("pp.send", "p2p", full / ts.tp, 2, phase="prefill"), "forward", "comm", stride=stride)
+    t, _ = time_train_op(send, hw, prof, {}, mode=ts.mode)
+    if ts.tp > 1 and not ts.sequence_parallel:
+        gather = TrainOp(collective_op("pp.allgather", "all_gather", full, ts.tp, phase="prefill"), "forward", "comm")
+        t += time_train_op(gather, hw, prof, {}, mode=ts.mode)[0]
+    return t
+
+
+def _step_ops(model, ts: TrainScenario, hw, prof, params, layers, first: StageTime):
+    """Once-per-step ops (gradient reduce, parameter gather, tied-embedding sync, optimizer) with counts of 1;
+    returns (ops, exposed data-parallel time, exposed embedding-sync time)."""
+    out: list[TimedOp] = []
+    group = ts.data_parallel * ts.cp
+    g_b = G.O.bytes_per_element(ts.grad_dtype)
+    p0 = M.stage_params(model, ts, 0, layers)
+    dp_exposed = 0.0
+    if group > 1 and ts.zero < 2:
+        groups = [(p0.dense, group, ts.tp)]
+        if p0.expert:
+            groups.append((p0.expert, max(1, group // ts.ep), ts.tp * ts.ep))
+        t_grad = t_param = 0.0
+        for n, grp, stride in groups:
+            if grp < 2:
+                continue
+            kind = "all_reduce" if ts.zero == 0 else "reduce_scatter"
+            top = TrainOp(collective_op(f"dp.grad_{kind}", kind, n * g_b, grp, phase="prefill", scope="model"),
+                          "step", "comm", stride=stride)
+            sec, bound = time_train_op(top, hw, prof, params, mode=ts.mode)
+            t_grad += sec
+            out.append(TimedOp(top, sec, sec, bound))
+            if ts.zero == 1:
+                top = TrainOp(collective_op("dp.param_allgather", "all_gather", n * 2.0, grp, phase="prefill",
+                                            scope="model"), "step", "comm", stride=stride)
+                sec, bound = time_train_op(top, hw, prof, params, mode=ts.mode)
+                t_param += sec
+                out.append(TimedOp(top, sec, sec, bound))
+        if ts.dp_overlap:
+            exp_grad = max(0.0, t_grad - first.backward)
+            exp_param = max(0.0, t_param - first.forward)
+        else:
+            exp_grad, exp_param = t_grad, t_param
+        for x in out:
+            share = (exp_grad / t_grad if t_grad else 0.0) if "grad" in x.top.name else (
+                exp_param / t_param if t_param else 0.0)
+            x.exposed = x.time * share
+        dp_exposed = exp_grad + exp_param
+    emb_sync = 0.0
+    if model.tied_embeddings and ts.pp > 1:
+        v = G.vocab_shard(model, ts.tp)
+        stride = ts.tp * ts.cp * ts.data_parallel * (ts.pp - 1)
+        top = TrainOp(collective_op("embedding.grad_sync", "all_reduce", v * model.hidden * g_b, 2, phase="prefill",
+                                    scope="model"), "step", "comm", stride=stride)
+        sec, bound = time_train_op(top, hw, prof, params, mode=ts.mode)
+        out.append(TimedOp(top, sec, sec, bound))
+        emb_sync = sec
+    # optimizer over the fullest stage's parameters (every rank steps together), sharded by ZeRO >= 1
+    pmax = max((M.stage_params(model, ts, k, layers) for k in {0, ts.pp - 1, layers.index(max(layers))}),
+               key=lambda x: x.total)
+    dense_shard = group if ts.zero >= 1 else 1
+    expert_shard = max(1, group // ts.ep) if ts.zero >= 1 else 1
+    n = pmax.dense / dense_shard + pmax.expert / expert_shard
+    if ts.schedule == "dualpipe":
+        n *= 2.0
+    state = 24.0 if ts.optimizer == "adamw" else 16.0  # fp32 master + states read and written
+    norm = Op("optimizer.grad_norm", "reduce", "prefill", n, n * g_b, {"elems": n}, scope="model")
+    step = Op("optimizer.step", "copy", "prefill", 10.0 * n, n * (state + g_b), {"params": n}, scope="model")
+    cast = Op("optimizer.cast", "copy", "prefill", 0.0, n * 6.0, {"params": n}, scope="model")
+    for op, role in ((norm, "optimizer_aux"), (step, "optimizer"), (cast, "optimizer_aux")):
+        top = TrainOp(op, "step", role)
+        sec, bound = time_train_op(top, hw, prof, params, mode=ts.mode)
+        out.append(TimedOp(top, sec, sec, bound))
+    return out, dp_exposed, emb_sync
+
+
+def assumptions(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Profile) -> list[str]:
+    out = []
+    if ts.mode == "sol":
+        out.append("speed of light: every operator at max(FLOPs / dense peak, bytes / bandwidth), collectives at "
+                   "link bandwidth, no overheads")
+    elif not prof.fitted:
+        out.append("efficiencies are documented defaults (uncalibrated)")
+    else:
+        carried = f", carried from {prof.carried_from} by the transfer rules" if prof.carried_from else ""
+        out.append(f"efficiencies fitted on {prof.device or prof.name}{carried}")
+    if not (prof.training or {}):
+        out.append("training kernels (backward GEMM layouts, attention backward, optimizer, loss) at documented "
+                   "default factors: no train_kernel measurements in this profile")
+    out.append("model FLOPs: Megatron definition (3 x forward matmuls, attention over the whole sequence, LM head "
+               "included); hardware FLOPs add the recomputed forward")
+    out.append(f"MFU against the dense {'FP8' if ts.dtype == 'fp8' else 'BF16'} peak "
+               f"({_rate(hw, ts.dtype, DEFAULTS)[0] / 1e12:.0f} TFLOP/s)")
+    out.append(f"attention: {'FlashAttention-style fused kernel' if ts.attention == 'flash' else 'unfused (scores in HBM)'}"
+               f"; kernels: {'fused (Megatron/TransformerEngine)' if ts.kernels == 'fused' else 'plain PyTorch'}; "
+               "every kernel issued eagerly")
+    out.append(f"TP collectives exposed{f' except {ts.tp_overlap:.0%}' if ts.tp_overlap else ''}; "
+               + ("gradient reduce overlapped with the last backward" if ts.dp_overlap
+                  else "gradient reduce exposed after the backward"))
+    if ts.pp > 1:
+        out.append(f"{ts.schedule} schedule, {ts.micro_batches} micro-batches; stage layers {M.stage_layers(model, ts)[0]}"
+                   f"..{max(M.stage_layers(model, ts))} (first and last stages also hold embedding / LM head)")
+    if ts.cp > 1:
+        out.append("context parallel: load-balanced ring attention, K/V exchange hidden under attention compute")
+    if model.moe is not None:
+        out.append("MoE: uniform routing, experts spread over ep data-parallel ranks, all-to-alls exposed")
+    if hw.scaleup_domain < ts.tp:
+        out.append(f"TP {ts.tp} spans more than one scale-up domain ({hw.scaleup_domain} GPUs)")
+    return out
+

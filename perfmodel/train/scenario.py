@@ -1,0 +1,186 @@
+"""A training scenario: the parallel layout, batch, sequence, pipeline schedule, recompute, ZeRO and formats.
+
+Layout (Megatron-LM's rank order, TP fastest): ``gpus = tp x cp x dp x pp``. TP ranks are neighbours (one
+scale-up domain when tp <= its size), CP groups stride tp, DP groups stride tp x cp, PP stages stride
+tp x cp x dp. Expert parallelism (MoE models) is carved out of the data-parallel ranks, as Megatron-Core
+does: ``ep`` divides ``dp x cp`` and each expert is split ``tp`` ways.
+
+A step consumes ``global_batch`` sequences of ``seq`` tokens: each of the ``dp`` replicas runs
+``micro_batches = global_batch / (dp x micro_batch)`` micro-batches of ``micro_batch`` sequences through the
+pipeline, then gradients are reduced over ``dp x cp`` ranks and the optimizer steps.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..dtypes import check_dtype
+from ..errors import InputError
+
+SCHEDULES = ("1f1b", "interleaved", "zero-bubble", "dualpipe")
+RECOMPUTE = ("none", "selective", "full")
+OPTIMIZERS = ("adamw", "sgd")
+TRAIN_DTYPES = ("bf16", "fp16", "fp8")
+ATTENTION_IMPLS = ("flash", "unfused")
+KERNELS = ("fused", "torch")
+
+
+@dataclass(frozen=True)
+class TrainScenario:
+    gpus: int = 8
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1  # context parallel: the sequence split over cp ranks (ring attention, load balanced)
+    ep: int = 1  # expert parallel (MoE): experts split over ep of the dp x cp ranks
+    dp: int | None = None  # data parallel; None: gpus / (tp x pp x cp)
+    global_batch: int = 512  # sequences per optimizer step
+    micro_batch: int = 1  # sequences per micro-batch
+    seq: int = 2048  # tokens per sequence
+    schedule: str = "1f1b"
+    interleave: int = 1  # model chunks per pipeline rank (interleaved schedule)
+    recompute: str = "none"  # none | selective (core attention) | full (whole layers)
+    sequence_parallel: bool = False  # Korthikanti et al. 2022: norms and dropout split over the TP ranks
+    zero: int = 1  # 0: replicated; 1: optimizer states sharded over dp x cp; 2: + gradients; 3: + weights
+    dtype: str = "bf16"  # GEMM operand format (fp8: fp8 GEMMs, bf16 activations and weights)
+    optimizer: str = "adamw"
+    # fp32 main gradients: Megatron accumulates and reduces gradients in fp32 for bf16 training
+    grad_dtype: str = "fp32"
+    attention: str = "flash"  # flash (fused, FlashAttention-style) | unfused (QK^T, softmax, dropout, AV)
+    # which fused kernel (perfmodel.attention_kernels): auto is what PyTorch dispatches to on the part (the
+    # profile's measured default); TransformerEngine on Hopper runs cuDNN's (cudnn)
+    attention_kernel: str = "auto"
+    dropout: bool = False  # hidden and attention dropout (GPT-era training); Llama-style training has none
+    kernels: str = "fused"  # fused: Megatron/TransformerEngine kernels; torch: plain PyTorch (the suite)
+    dp_overlap: bool = True  # gradient reduce overlaps the last micro-batch's backward, param gather the forward
+    tp_overlap: float = 0.0  # share of TP collective time hidden under GEMMs (TE userbuffers); 0: none
+    mode: str = "latency"  # latency (calibrated) | sol (roofline)
+    mem_reserve: float = 2.0 * 2**30  # CUDA context, NCCL buffers, allocator slack (estimate, as for inference)
+    mem_fraction: float = 0.95  # share of HBM the framework may use (estimate)
+
+    @property
+    def data_parallel(self) -> int:
+        return self.dp if self.dp is not None else self.gpus // max(1, self.tp * self.pp * self.cp)
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches each pipeline runs per step."""
+        return self.global_batch // (self.data_parallel * self.micro_batch)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch * self.seq
+
+    @property
+    def chunks(self) -> int:
+        """Model chunks per pipeline rank (virtual stages)."""
+        return self.interleave if self.schedule == "interleaved" else 1
+
+    def with_(self, **kw) -> "TrainScenario":
+        return replace(self, **kw)
+
+    def validated(self, model=None) -> "TrainScenario":
+        """Check every field (and, given a model, the fields that depend on it); one-line InputErrors."""
+        for name in ("gpus", "tp", "pp", "cp", "ep", "global_batch", "micro_batch", "seq", "interleave"):
+            _positive(getattr(self, name), name)
+        if self.dp is not None:
+            _positive(self.dp, "dp")
+        if self.schedule not in SCHEDULES:
+            raise InputError(f"expected one of {', '.join(SCHEDULES)}, got {self.schedule!r}", field="--schedule")
+        if self.recompute not in RECOMPUTE:
+            raise InputError(f"expected one of {', '.join(RECOMPUTE)}, got {self.recompute!r}", field="--recompute")
+        if self.optimizer not in OPTIMIZERS:
+            raise InputError(f"expected one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}", field="--optimizer")
+        if self.dtype not in TRAIN_DTYPES:
+            raise InputError(f"expected one of {', '.join(TRAIN_DTYPES)}, got {self.dtype!r}", field="--dtype")
+        check_dtype(self.grad_dtype, where="--grad-dtype")
+        if self.grad_dtype not in ("fp32", "bf16", "fp16"):
+            raise InputError(f"expected fp32, bf16 or fp16, got {self.grad_dtype!r}", field="--grad-dtype")
+        if self.attention not in ATTENTION_IMPLS:
+            raise InputError(f"expected one of {', '.join(ATTENTION_IMPLS)}, got {self.attention!r}",
+                             field="--attention")
+        _check_attention_kernel(self.attention_kernel)
+        if self.kernels not in KERNELS:
+            raise InputError(f"expected one of {', '.join(KERNELS)}, got {self.kernels!r}", field="--kernels")
+        if self.mode not in ("latency", "sol"):
+            raise InputError(f"expected latency or sol, got {self.mode!r}", field="--mode")
+        if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
+            raise InputError(f"expected 0, 1, 2 or 3, got {self.zero!r}", field="--zero")
+        if not 0.0 <= self.tp_overlap <= 1.0:
+            raise InputError(f"expected a fraction in [0, 1], got {self.tp_overlap!r}", field="--tp-overlap")
+        if self.sequence_parallel and self.tp == 1:
+            raise InputError("sequence parallelism splits activations over the TP ranks; it needs --tp > 1",
+                             field="--sequence-parallel")
+        inner = self.tp * self.pp * self.cp
+        if self.dp is None and self.gpus % inner:
+            raise InputError(f"--gpus {self.gpus} is not a multiple of tp x pp x cp = {inner}", field="--gpus")
+        dp = self.data_parallel
+        if inner * dp != self.gpus:
+            raise InputError(f"tp x pp x cp x dp = {inner} x {dp} = {inner * dp}, expected --gpus {self.gpus}",
+                             field="--dp")
+        if self.global_batch % (dp * self.micro_batch):
+            raise InputError(f"--global-batch {self.global_batch} is not a multiple of dp x micro-batch = "
+                             f"{dp} x {self.micro_batch}", field="--global-batch")
+        m = self.micro_batches
+        if self.interleave > 1 and self.schedule != "interleaved":
+            raise InputError("--interleave needs --schedule interleaved", field="--interleave")
+        if self.schedule == "interleaved":
+            if self.pp == 1:
+                raise InputError("the interleaved schedule needs --pp > 1", field="--schedule")
+            if self.interleave < 2:
+                raise InputError("the interleaved schedule needs --interleave 2 or more (model chunks per rank)",
+                                 field="--interleave")
+            if m % self.pp:
+                raise InputError(f"the interleaved schedule needs micro-batches ({m}) to be a multiple of --pp "
+                                 f"{self.pp}", field="--global-batch")
+        if self.schedule == "zero-bubble" and self.pp == 1:
+            raise InputError("the zero-bubble schedule needs --pp > 1", field="--schedule")
+        if self.schedule == "dualpipe":
+            if self.pp < 2 or self.pp % 2:
+                raise InputError(f"DualPipe needs an even --pp of 2 or more, got {self.pp}", field="--pp")
+            if m < self.pp or m % 2:
+                raise InputError(f"DualPipe needs an even number of micro-batches of at least --pp {self.pp}, "
+                                 f"got {m}", field="--global-batch")
+        if self.cp > 1 and self.seq % (2 * self.cp):
+            raise InputError(f"--seq {self.seq} must be a multiple of 2 x cp = {2 * self.cp} (load-balanced "
+                             f"context parallelism cuts each sequence into 2 x cp chunks)", field="--seq")
+        if (dp * self.cp) % self.ep:
+            raise InputError(f"--ep {self.ep} must divide dp x cp = {dp * self.cp} (experts are spread over the "
+                             f"data-parallel ranks)", field="--ep")
+        if not 0.0 < self.mem_fraction <= 1.0:
+            raise InputError(f"expected a fraction in (0, 1], got {self.mem_fraction!r}", field="mem_fraction")
+        if model is not None:
+            self._check_model(model)
+        return self
+
+    def _check_model(self, model) -> None:
+        if model.heads % self.tp:
+            raise InputError(f"--tp {self.tp} must divide the {model.heads} attention heads of {model.name}",
+                             field="--tp")
+        if self.pp > model.layers:
+            raise InputError(f"--pp {self.pp} exceeds the {model.layers} layers of {model.name}", field="--pp")
+        if self.chunks > -(-model.layers // self.pp):
+            raise InputError(f"--interleave {self.chunks} exceeds the {-(-model.layers // self.pp)} layers a pipeline "
+                             f"rank holds ({model.name}, pp {self.pp})", field="--interleave")
+        if self.ep > 1:
+            if model.moe is None:
+                raise InputError(f"{model.name} has no experts; --ep needs a mixture-of-experts model", field="--ep")
+            if model.moe.num_experts % self.ep:
+                raise InputError(f"--ep {self.ep} must divide the {model.moe.num_experts} experts of {model.name}",
+                                 field="--ep")
+        if model.mla is not None and self.attention == "unfused":
+            raise InputError("unfused attention is modelled for multi-head and grouped-query attention only",
+                             field="--attention")
+
+
+def _check_attention_kernel(name: str) -> None:
+    try:
+        from ..attention_kernels import canonical
+    except ImportError:  # a tree without per-backend attention kernels: only the flash model exists
+        if name not in ("auto", "flash"):
+            raise InputError(f"expected auto or flash, got {name!r}", field="--attention-kernel") from None
+        return
+    canonical(name)
+
+
+def _positive(v, name: str) -> None:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise InputError(f"expected a positive integer, got {v!r}", field=f"--{name.replace('_', '-')}")
