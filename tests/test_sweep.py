@@ -4,7 +4,6 @@ from __future__ import annotations
 import csv
 import io
 import math
-import time
 
 import numpy as np
 import pytest
@@ -111,18 +110,19 @@ def test_structural_and_tensor_fields(b200):
         assert math.isclose(row["throughput_tok_s_per_gpu"], p.throughput_tok_s_per_gpu, rel_tol=1e-9)
 
 
-def test_ten_thousand_points_in_a_couple_of_seconds(b200):
+def test_ten_thousand_point_grid(b200):
+    """The grid the speed goal is about (timed in benchmarks/bench_outputs.py, not here)."""
     hw, model, prof = b200
     sc = Scenario().validated()
     axes = [parse_vary("hbm_bandwidth=2TB/s:16TB/s:100"), parse_vary("batch=1:64:100")]
     assert len(axes[1].values) == 64  # integer ranges are rounded and deduplicated
+    assert axes[1].values == list(range(1, 65))
     axes[1] = Axis("batch", list(range(1, 101)))
-    t = time.perf_counter()
     res = run_sweep(hw, model, sc, prof, axes)
-    dt = time.perf_counter() - t
     assert len(res) == 10_000
     assert np.isfinite(res.metrics["tpot_ms"]).all()
-    assert dt < 5.0, dt
+    # faster memory, same batch: never slower
+    assert (np.diff(res.metrics["tpot_ms"], axis=0) <= 1e-12).all()
 
 
 def test_csv_and_plot(b200, tmp_path):

@@ -140,12 +140,32 @@ def hoist(text: str, new_ref, limit: int = MAX_FORMULA) -> tuple[str, list[tuple
     return text, helpers
 
 
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+
+
 def _occurrences(text: str, group: str, ref: str | None = None):
     """Occurrences of ``group`` in ``text`` that are whole expressions (a parenthesised group right after a
-    function name is that call's argument list, not an expression). With ``ref``: the text with them replaced."""
-    lead = r"(?<![A-Za-z0-9_])" if group.startswith("(") else r"(?<![A-Za-z0-9_$!])"
-    pat = re.compile(lead + re.escape(group))
-    return pat.findall(text) if ref is None else pat.sub(lambda _m: ref, text)
+    function name is that call's argument list, not an expression; a name right after a letter, digit, $ or
+    ! is part of a longer reference). With ``ref``: the text with them replaced. Plain string search: the
+    groups are thousands of characters long, too long to compile as patterns quickly."""
+    bad = _NAME_CHARS if group.startswith("(") else _NAME_CHARS | {"$", "!"}
+    found = []
+    i = text.find(group)
+    while i >= 0:
+        if i == 0 or text[i - 1] not in bad:
+            found.append(i)
+            i = text.find(group, i + len(group))
+        else:
+            i = text.find(group, i + 1)
+    if ref is None:
+        return [group] * len(found)
+    out, last = [], 0
+    for i in found:
+        out.append(text[last:i])
+        out.append(ref)
+        last = i + len(group)
+    out.append(text[last:])
+    return "".join(out)
 
 
 # ---------------------------------------------------------------------------------------------------
