@@ -1,0 +1,433 @@
+"""Discrete-event simulation of one serving instance (a tp x pp replica) under continuous batching.
+
+The scheduler follows vLLM's (V1) as documented in its source and docs:
+
+- every step has a token budget (``--prefill-chunk``, vLLM's ``max_num_batched_tokens``) and at most
+  ``max_seqs`` running sequences (``--batch``, vLLM's ``max_num_seqs``);
+- running requests go first: every decoding sequence gets its one token, then requests part-way through
+  their prompt continue (chunked prefill), then waiting requests are admitted first come, first served,
+  while the budget, a free sequence slot and KV-cache blocks for the chunk they would run last;
+- the KV cache is paged: blocks of ``block_size`` tokens (vLLM's default 16) out of a pool sized from
+  HBM by :mod:`perfmodel.capacity`; a request holds ceil(tokens / block_size) blocks; new admissions
+  keep a watermark of 1% of the pool free (vLLM's block manager default);
+- when a decoding sequence needs a block and none is free, the most recently admitted running request is
+  preempted (recompute: its blocks are freed, it rejoins the head of the queue and later recomputes its
+  prompt and the tokens it had generated as one longer prompt);
+- prefix caching (optional): a request whose shared prefix is resident reuses its full blocks (at least
+  one token is always computed); a prefix becomes resident when a request carrying it finishes its
+  prefill, stays while referenced, and is evicted least recently used when blocks run short;
+- the step that completes a request's prompt produces its first token; each later step one more.
+
+Roles: ``mixed`` (aggregated serving), ``prefill`` (a disaggregated prefill instance: requests leave when
+their first token is out) and ``decode`` (a disaggregated decode instance: requests arrive with their
+prompt's KV cache and first token, and only decode).
+
+Runs of steps that only decode, with nothing to admit, are advanced in one go until the next completion,
+arrival or block shortage (the step time is linear in the context over such a run), which is what makes
+10,000 requests take well under a second.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import InputError
+
+BLOCK_SIZE = 16  # vLLM's default --block-size
+WATERMARK = 0.01  # vLLM's block manager default watermark (share of blocks new admissions leave free)
+
+
+@dataclass
+class EngineConfig:
+    max_seqs: int
+    token_budget: int
+    kv_blocks: int
+    block_size: int = BLOCK_SIZE
+    prefix_caching: bool = False
+    role: str = "mixed"  # mixed | prefill | decode
+
+
+@dataclass
+class InstanceResult:
+    first_token: np.ndarray  # time of each request's first token (prefill role: when its prompt is done)
+    finish: np.ndarray  # time of its last token
+    preemptions: np.ndarray
+    itl_spans: list  # (first step time, last step time, steps, sequences) of decode steps
+    itl_extra: list  # inter-token gaps across a preemption
+    busy_s: float = 0.0
+    idle_s: float = 0.0
+    dynamic_j: float = 0.0  # one TP rank's ops, summed over steps (the caller scales to the replica)
+    in_system_s: float = 0.0  # integral over time of the number of requests in the system
+    prefill_s: float = 0.0  # busy time attributed to prefill (each step split by its tokens)
+    prefill_dynamic_j: float = 0.0
+    steps: int = 0
+    cached_tokens: int = 0
+    end: float = 0.0
+    stats: dict = field(default_factory=dict)
+
+
+def check_fits(reqs, cfg: EngineConfig) -> None:
+    """Every request must fit the KV pool on its own, or it could never run."""
+    longest = int((reqs.isl + reqs.osl).max())
+    need = -(-longest // cfg.block_size)
+    if need > cfg.kv_blocks:
+        raise InputError(f"a request of {longest} tokens needs {need} KV blocks of {cfg.block_size} tokens but "
+                         f"the cache holds {cfg.kv_blocks} ({cfg.kv_blocks * cfg.block_size} tokens); shorten "
+                         "the requests or raise --tp", field="--isl-dist")
+
+
+def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa: C901 (one event loop)
+    """Run the requests ``reqs`` (arrival times as given) through one instance (module doc)."""
+    n_req = len(reqs)
+    arrival = reqs.arrival.tolist()
+    isl = reqs.isl.tolist()
+    osl = reqs.osl.tolist()
+    pgroup = reqs.prefix_group.tolist()
+    plen = reqs.prefix_len.tolist()
+    role = cfg.role
+    bs = cfg.block_size
+    pool = cfg.kv_blocks
+    watermark = int(WATERMARK * pool)
+    m = max(int(cfg.max_seqs), 1)
+    budget_max = max(int(cfg.token_budget), m if role == "decode" else 1)
+
+    # per request
+    gen = [1 if role == "decode" else 0] * n_req  # tokens generated (decoding ones: as of their last sync)
+    first = [-1.0] * n_req  # first token (decode role: the first token this instance produces)
+    finish = [-1.0] * n_req
+    last_tok = [0.0] * n_req
+    npre = [0] * n_req
+    epoch = [0] * n_req
+    # slots: numpy for what runs of decode steps need vectorised, lists for the rest
+    kv0 = np.zeros(m, dtype=np.int64)
+    base = np.zeros(m, dtype=np.int64)
+    shared_v = np.zeros(m, dtype=np.int64)
+    is_dec = np.zeros(m, dtype=np.int64)
+    order_v = np.full(m, -1, dtype=np.int64)
+    s_req = [-1] * m
+    s_gen0 = [0] * m
+    s_prompt = [0] * m
+    s_done = [0] * m
+    s_palloc = [0] * m
+    s_shared = [0] * m
+    free_slots = list(range(m - 1, -1, -1))
+    prefilling: list[int] = []  # slots part-way through their prompt, in admission order
+    heap: list = []  # (decode counter at completion, epoch, request, slot)
+    waiting: deque = deque()
+    groups: dict[int, list] = {}  # shared prefix -> [blocks, references, last use]
+
+    st = {"d": 0, "n_dec": 0, "ctx": 0, "a_dec": 0, "p_alloc": 0, "resident": 0, "reserved": 0,
+          "admitted": 0, "cached": 0}
+    res = InstanceResult(np.zeros(0), np.zeros(0), np.zeros(0), [], [])
+    next_arr = 0
+    now = arrival[0] if n_req else 0.0
+    done_count = 0
+    steps_run = 0
+    guard = 200 * n_req + 100000
+
+    def dec_blocks(at: int) -> int:
+        return int(np.dot((kv0 + (at - base) + (bs - 1)) // bs - shared_v, is_dec))
+
+    def evictable() -> int:
+        return sum(g[0] for g in groups.values() if g[1] == 0)
+
+    def free_blocks() -> int:
+        return pool - st["a_dec"] - st["p_alloc"] - st["resident"] - st["reserved"]
+
+    def evict(need: int) -> None:
+        for key in sorted((k for k, g in groups.items() if g[1] == 0), key=lambda k: groups[k][2]):
+            if free_blocks() >= need:
+                return
+            st["resident"] -= groups.pop(key)[0]
+
+    def release(slot: int) -> None:
+        r = s_req[slot]
+        if is_dec[slot]:
+            held = -(-(int(kv0[slot]) + st["d"] - int(base[slot])) // bs) - int(shared_v[slot])
+            st["a_dec"] -= held
+            st["n_dec"] -= 1
+            st["ctx"] -= int(kv0[slot]) - int(base[slot])
+            is_dec[slot] = 0
+        else:
+            st["p_alloc"] -= s_palloc[slot]
+            prefilling.remove(slot)
+        if s_shared[slot]:
+            g = groups.get(pgroup[r])
+            if g is not None:
+                g[1] -= 1
+        s_req[slot] = -1
+        s_palloc[slot] = 0
+        s_shared[slot] = 0
+        shared_v[slot] = 0
+        order_v[slot] = -1
+        free_slots.append(slot)
+
+    def preempt_latest() -> None:
+        slot = int(np.argmax(order_v))
+        r = s_req[slot]
+        if is_dec[slot]:
+            gen[r] = s_gen0[slot] + st["d"] - int(base[slot])
+            epoch[r] += 1
+            last_tok[r] = now
+        npre[r] += 1
+        release(slot)
+        waiting.appendleft(r)
+
+    def start_decode(slot: int, r: int, kv: int, g: int) -> None:
+        d = st["d"]
+        is_dec[slot] = 1
+        kv0[slot] = kv
+        base[slot] = d
+        s_gen0[slot] = g
+        st["n_dec"] += 1
+        st["ctx"] += kv - d
+        st["a_dec"] += -(-kv // bs) - s_shared[slot]
+        heapq.heappush(heap, (d + osl[r] - g, epoch[r], r, slot))
+
+    def take_slot(r: int) -> int:
+        slot = free_slots.pop()
+        s_req[slot] = r
+        order_v[slot] = st["admitted"]
+        st["admitted"] += 1
+        return slot
+
+    def admit(r: int, budget: int, wm: int):
+        """Admit request r if the blocks for what it would run now are free: (slot, piece, cached), or None.
+        piece 0: it joins the decoding sequences directly (decode role, KV cache transferred in)."""
+        if role == "decode" and npre[r] == 0:
+            need = -(-(isl[r] + 1) // bs)
+            if free_blocks() - wm < need:
+                evict(need + wm)
+                if free_blocks() - wm < need:
+                    return None
+            slot = take_slot(r)
+            start_decode(slot, r, isl[r], gen[r])
+            st["reserved"] += need - (-(-isl[r] // bs))  # its first step writes one more token
+            return slot, 0, 0
+        prompt = isl[r] + gen[r]
+        cb = 0
+        g = groups.get(pgroup[r]) if cfg.prefix_caching and pgroup[r] >= 0 else None
+        if g is not None:
+            cb = min(g[0], (prompt - 1) // bs)
+            g[1] += 1  # hold it while checking, so that it is not evicted
+        cached = cb * bs
+        piece = min(prompt - cached, budget)
+        need = -(-(cached + piece) // bs) - cb
+        if free_blocks() - wm < need:
+            evict(need + wm)
+            if free_blocks() - wm < need:
+                if g is not None:
+                    g[1] -= 1
+                return None
+        if g is not None and not cb:
+            g[1] -= 1
+        slot = take_slot(r)
+        s_prompt[slot] = prompt
+        s_done[slot] = cached
+        s_palloc[slot] = need
+        s_shared[slot] = cb
+        shared_v[slot] = cb
+        st["p_alloc"] += need
+        if cb:
+            g[2] = now
+            st["cached"] += cached
+        prefilling.append(slot)
+        return slot, piece, cached
+
+    def make_resident(slot: int, r: int) -> None:
+        if not cfg.prefix_caching or pgroup[r] < 0 or s_shared[slot] or pgroup[r] in groups:
+            return
+        gb = min(plen[r] // bs, s_palloc[slot])
+        if gb <= 0:
+            return
+        groups[pgroup[r]] = [gb, 1, now]
+        st["resident"] += gb
+        s_palloc[slot] -= gb
+        st["p_alloc"] -= gb
+        s_shared[slot] = gb
+        shared_v[slot] = gb
+
+    while done_count < n_req:
+        guard -= 1
+        if guard < 0:
+            raise RuntimeError("serving simulation made no progress (a bug): stopped")
+        while next_arr < n_req and arrival[next_arr] <= now:
+            waiting.append(next_arr)
+            next_arr += 1
+        if not waiting and st["n_dec"] == 0 and not prefilling:
+            if next_arr >= n_req:
+                break
+            res.idle_s += arrival[next_arr] - now
+            now = arrival[next_arr]
+            continue
+
+        # 1. every decoding sequence needs room for one more token
+        need = dec_blocks(st["d"] + 1) - st["a_dec"] if st["n_dec"] else 0
+        while st["n_dec"] and need > free_blocks():
+            evict(need)
+            if need <= free_blocks():
+                break
+            preempt_latest()
+            need = dec_blocks(st["d"] + 1) - st["a_dec"] if st["n_dec"] else 0
+        st["reserved"] = max(need, 0)
+        budget = budget_max - st["n_dec"]
+
+        # 2. prompts part-way through first, then admissions, first come first served
+        pieces = []  # (slot, new tokens, tokens already cached)
+        entrants = []  # decode role: requests joining the decoding sequences this step
+        for slot in list(prefilling):
+            if budget <= 0:
+                break
+            piece = min(s_prompt[slot] - s_done[slot], budget)
+            want = -(-(s_done[slot] + piece) // bs) - s_shared[slot] - s_palloc[slot]
+            if want > free_blocks():
+                evict(want)
+                if want > free_blocks():
+                    piece = (s_palloc[slot] + s_shared[slot] + free_blocks()) * bs - s_done[slot]
+                    piece = min(piece, s_prompt[slot] - s_done[slot], budget)
+                    want = -(-(s_done[slot] + piece) // bs) - s_shared[slot] - s_palloc[slot]
+            if piece <= 0:
+                continue
+            s_palloc[slot] += max(want, 0)
+            st["p_alloc"] += max(want, 0)
+            pieces.append((slot, piece, s_done[slot]))
+            budget -= piece
+        wm = watermark if (st["n_dec"] or prefilling) else 0
+        while waiting and free_slots and budget > 0:
+            got = admit(waiting[0], budget, wm)
+            if got is None:
+                break
+            r = waiting.popleft()
+            slot, piece, cached = got
+            if piece:
+                pieces.append((slot, piece, cached))
+                budget -= piece
+            else:
+                entrants.append(r)
+                budget -= 1
+        st["reserved"] = 0
+
+        n_dec = st["n_dec"]
+        if not pieces and n_dec == 0:
+            if prefilling:
+                preempt_latest()  # every block is held by stalled prompts: free the latest, retry
+                continue
+            if next_arr < n_req:
+                res.idle_s += max(arrival[next_arr] - now, 0.0)
+                now = max(now, arrival[next_arr])
+                continue
+            raise RuntimeError("serving simulation stalled with requests waiting (a bug)")
+
+        # 3. how many steps to run as one: pure decode, nothing to admit, until the next event
+        k = 1
+        ctx0 = st["ctx"] / n_dec + st["d"] if n_dec else 0.0
+        if not pieces and not prefilling and not entrants:
+            while heap and heap[0][1] != epoch[heap[0][2]]:
+                heapq.heappop(heap)
+            k = max(heap[0][0] - st["d"], 1) if heap else 1
+            spare = free_blocks()
+            room = spare + evictable()
+            if n_dec * (k // bs + 2) > spare:
+                lo, hi = 1, k
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if dec_blocks(st["d"] + mid) - st["a_dec"] <= room:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                k = lo
+                grow = dec_blocks(st["d"] + k) - st["a_dec"]
+                if grow > spare:
+                    evict(grow)
+            t_first, t_last, e_first, e_last = steps.decode_span(n_dec, ctx0, k)
+            dur = k * (t_first + t_last) / 2.0
+            if k > 1 and not waiting and free_slots and next_arr < n_req and now + dur > arrival[next_arr]:
+                gap = arrival[next_arr] - now
+                slope = (t_last - t_first) / (k - 1)
+                # the step during which the next request arrives: least j with j t0 + slope j (j-1) / 2 >= gap
+                if slope > 1e-15:
+                    a, b = slope / 2.0, t_first - slope / 2.0
+                    j = math.ceil((-b + math.sqrt(b * b + 4.0 * a * gap)) / (2.0 * a))
+                else:
+                    j = math.ceil(gap / t_first) if t_first > 0 else 1
+                j = min(k, max(j, 1))
+                if j < k:  # linear in the step index: cut the run at step j
+                    t_last = t_first + slope * (j - 1)
+                    e_last = e_first + (e_last - e_first) * (j - 1) / (k - 1)
+                    k = j
+                    dur = k * (t_first + t_last) / 2.0
+            dyn = k * (e_first + e_last) / 2.0
+        else:
+            dur, dyn = steps.step(n_dec, ctx0, [(p, x) for _, p, x in pieces])
+            t_first = t_last = dur
+            ptok = sum(p for _, p, _ in pieces)
+            share = ptok / (ptok + n_dec)  # the step's energy split between prefill and decode by tokens
+            res.prefill_s += dur * share
+            res.prefill_dynamic_j += dyn * share
+
+        # 4. advance the clock; requests arriving meanwhile are in the system from their arrival
+        end = now + dur
+        res.in_system_s += (next_arr - done_count) * dur
+        while next_arr < n_req and arrival[next_arr] <= end:
+            res.in_system_s += end - arrival[next_arr]
+            waiting.append(next_arr)
+            next_arr += 1
+        res.busy_s += dur
+        res.dynamic_j += dyn
+        steps_run += k
+        now = end
+        if n_dec:
+            if len(entrants) < n_dec:
+                res.itl_spans.append((t_first, t_last, k, n_dec - len(entrants)))
+            st["d"] += k
+            st["a_dec"] = dec_blocks(st["d"])
+        for r in entrants:  # decode role: the first token this instance produces
+            first[r] = now
+            last_tok[r] = now
+
+        # 5. prompts completed this step produce their first (or, after a preemption, next) token
+        for slot, piece, _ in pieces:
+            s_done[slot] += piece
+            if s_done[slot] < s_prompt[slot]:
+                continue
+            r = s_req[slot]
+            g = gen[r] + 1
+            gen[r] = g
+            if first[r] < 0:
+                first[r] = now
+            else:
+                res.itl_extra.append(now - last_tok[r])
+            last_tok[r] = now
+            make_resident(slot, r)
+            if role == "prefill" or g >= osl[r]:
+                finish[r] = now
+                release(slot)
+                done_count += 1
+                continue
+            prefilling.remove(slot)
+            st["p_alloc"] -= s_palloc[slot]
+            s_palloc[slot] = 0
+            start_decode(slot, r, s_prompt[slot], g)
+
+        # 6. sequences that produced their last token
+        while heap and heap[0][0] <= st["d"]:
+            _, ep, r, slot = heapq.heappop(heap)
+            if ep != epoch[r] or s_req[slot] != r:
+                continue
+            gen[r] = osl[r]
+            finish[r] = now
+            last_tok[r] = now
+            release(slot)
+            done_count += 1
+
+    res.first_token = np.asarray(first)
+    res.finish = np.asarray(finish)
+    res.preemptions = np.asarray(npre)
+    res.steps = steps_run
+    res.cached_tokens = st["cached"]
+    res.end = now
+    return res

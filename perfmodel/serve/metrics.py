@@ -1,0 +1,118 @@
+"""Serving metrics as vLLM's benchmark (benchmarks/benchmark_serving.py) defines them.
+
+- **TTFT**: from a request's arrival to its first output token.
+- **TPOT**: per request, (end-to-end latency - TTFT) / (output tokens - 1), for requests with more than
+  one output token; percentiles are over requests.
+- **ITL**: every gap between consecutive output tokens of a request, pooled over all requests;
+  percentiles are over the pooled gaps (a preemption shows as one long gap).
+- **E2E**: from arrival to the last output token.
+- **Duration**: from the first arrival to the last token of the run; throughputs are totals over it.
+- **Goodput**: requests per second that met every SLO given (TTFT, TPOT, E2E); **SLO attainment** is the
+  share of requests that did.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+QUANTILES = (50, 90, 99)
+
+
+def _clean(x: float) -> float | None:
+    return float(x) if x is not None and math.isfinite(x) else None
+
+
+def summary_ms(values_s: np.ndarray) -> dict:
+    """p50/p90/p99 and mean of seconds, in milliseconds (None where there are no values)."""
+    v = np.asarray(values_s, dtype=float)
+    if v.size == 0:
+        return {f"p{q}": None for q in QUANTILES} | {"mean": None}
+    out = {f"p{q}": _clean(np.percentile(v, q) * 1e3) for q in QUANTILES}
+    out["mean"] = _clean(v.mean() * 1e3)
+    return out
+
+
+def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs=QUANTILES) -> list[float]:
+    """np.percentile (linear interpolation) of the array where each value is repeated ``weight`` times."""
+    order = np.argsort(values, kind="stable")
+    v = values[order]
+    cw = np.cumsum(weights[order])
+    total = cw[-1]
+    out = []
+    for q in qs:
+        pos = q / 100.0 * (total - 1)
+        lo = math.floor(pos)
+        i0 = int(np.searchsorted(cw, lo + 1))
+        i1 = int(np.searchsorted(cw, min(lo + 2, total)))
+        frac = pos - lo
+        out.append(float(v[i0] + (v[i1] - v[i0]) * frac))
+    return out
+
+
+def itl_summary_ms(spans: list, extra: list) -> dict:
+    """ITL from runs of decode steps [(first step s, last step s, steps, sequences)] and single gaps."""
+    vals, wts = [], []
+    for t0, t1, k, n in spans:
+        if n <= 0:
+            continue
+        if k == 1:
+            vals.append(np.array([t0]))
+        else:
+            vals.append(t0 + (t1 - t0) * np.arange(k) / (k - 1))
+        wts.append(np.full(k, n, dtype=np.int64))
+    if extra:
+        vals.append(np.asarray(extra, dtype=float))
+        wts.append(np.ones(len(extra), dtype=np.int64))
+    if not vals:
+        return {f"p{q}": None for q in QUANTILES} | {"mean": None}
+    v = np.concatenate(vals)
+    w = np.concatenate(wts)
+    ps = weighted_percentiles(v, w)
+    out = {f"p{q}": _clean(p * 1e3) for q, p in zip(QUANTILES, ps)}
+    out["mean"] = _clean(float(np.dot(v, w) / w.sum()) * 1e3)
+    return out
+
+
+def request_metrics(arrival, first, finish, isl, osl, itl_spans, itl_extra, *, slo_ttft_s=None, slo_tpot_s=None,
+                    slo_e2e_s=None, in_system_s: float | None = None) -> dict:
+    """Latency percentiles, throughputs, goodput and Little's-law quantities of one run (module doc)."""
+    arrival = np.asarray(arrival, dtype=float)
+    ttft = first - arrival
+    e2e = finish - arrival
+    multi = osl > 1
+    tpot = np.where(multi, (finish - first) / np.maximum(osl - 1, 1), 0.0)
+    start = float(arrival.min())
+    end = float(finish.max())
+    duration = max(end - start, 1e-12)
+    good = np.ones(arrival.size, dtype=bool)
+    slo = {}
+    if slo_ttft_s is not None:
+        good &= ttft <= slo_ttft_s
+        slo["ttft_ms"] = slo_ttft_s * 1e3
+    if slo_tpot_s is not None:
+        good &= ~multi | (tpot <= slo_tpot_s)
+        slo["tpot_ms"] = slo_tpot_s * 1e3
+    if slo_e2e_s is not None:
+        good &= e2e <= slo_e2e_s
+        slo["e2e_ms"] = slo_e2e_s * 1e3
+    n = arrival.size
+    out = {
+        "requests": int(n),
+        "duration_s": duration,
+        "ttft_ms": summary_ms(ttft),
+        "tpot_ms": summary_ms(tpot[multi]),
+        "itl_ms": itl_summary_ms(itl_spans, itl_extra),
+        "e2e_ms": summary_ms(e2e),
+        "throughput_tok_s": float(osl.sum()) / duration,
+        "input_throughput_tok_s": float(isl.sum()) / duration,
+        "request_throughput_req_s": n / duration,
+        "goodput_req_s": float(good.sum()) / duration if slo else None,
+        "slo_attainment": float(good.mean()) if slo else None,
+        "slo": slo or None,
+    }
+    if in_system_s is not None:
+        out["littles_law"] = {"mean_in_system": in_system_s / duration, "arrival_rate_req_s": n / duration,
+                              "mean_e2e_s": float(e2e.mean()),
+                              "arrival_rate_x_mean_e2e": n / duration * float(e2e.mean())}
+    return out

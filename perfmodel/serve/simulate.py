@@ -1,0 +1,284 @@
+"""A serving run: requests through one or more instances, aggregated or disaggregated (xPyD), with
+latency percentiles, throughput, goodput, Little's-law check, energy and cost.
+
+- **Aggregated**: ``replicas`` identical instances (data parallel), requests dealt round-robin.
+- **Disaggregated xPyD**: x prefill instances (requests dealt round-robin) produce each request's first
+  token and its prompt's KV cache; the cache goes to a decode instance over the scale-up link (NVLink) when
+  all x + y instances fit one scale-up domain, else over the scale-out network (``kv_link`` forces one),
+  timed by :func:`perfmodel.cost.comm.collective_time` as a point-to-point transfer, each GPU sending its
+  share in parallel, transfers from one prefill instance one after another; decode instances take the
+  requests round-robin in the order their caches arrive. The prefill instance frees the blocks when the
+  prompt is done (the transfer is not held against its cache).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ..errors import InputError
+from .engine import BLOCK_SIZE, EngineConfig, check_fits, simulate_instance
+from .metrics import request_metrics
+from .steptime import StepModel, kv_pool_blocks
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    block_size: int = BLOCK_SIZE
+    prefix_caching: bool = False
+    replicas: int = 1
+    disagg: tuple[int, int] | None = None  # (prefill instances, decode instances)
+    prefill_tp: int | None = None
+    decode_tp: int | None = None
+    kv_link: str = "auto"  # auto | scaleup | scaleout
+    slo_ttft_s: float | None = None
+    slo_tpot_s: float | None = None
+    slo_e2e_s: float | None = None
+    gpu_hour_usd: float | None = None
+
+
+@dataclass
+class Instance:
+    sc: object
+    steps: StepModel
+    cfg: EngineConfig
+
+
+def for_hardware(sc, hw):
+    """The scenario with its engine's preset filled in for ``hw`` (perfmodel.engines)."""
+    return sc.for_hardware(hw) if hasattr(sc, "for_hardware") else sc
+
+
+def parse_disagg(text: str | None) -> tuple[int, int] | None:
+    """'2p4d' -> (2, 4); None or '' -> None."""
+    if not text:
+        return None
+    t = text.strip().lower()
+    import re
+
+    m = re.fullmatch(r"(\d+)p(\d+)d", t)
+    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
+        raise InputError(f"expected XpYd with X, Y >= 1 (e.g. 1p2d), got {text!r}", field="--disagg")
+    return int(m.group(1)), int(m.group(2))
+
+
+def max_seqs_for(model, sc, hw, reqs) -> int:
+    """Running-sequence cap: ``--batch`` N, or with ``max`` the largest batch whose KV cache for the mean
+    request fits (perfmodel.capacity.max_batch), never above the token budget."""
+    from .. import capacity
+
+    mean = sc.with_(isl=max(int(round(float(reqs.isl.mean()))), 1), osl=max(int(round(float(reqs.osl.mean()))), 1))
+    if sc.batch == "max":
+        b = int(capacity.max_batch(model, mean, hw))
+        if b < 1:
+            capacity.check_fits(model, mean, hw, b)
+    else:
+        b = int(sc.batch)
+    return max(1, min(b, sc.prefill_chunk))
+
+
+def build_instance(hw, model, sc, prof, reqs, role: str, opts: ServeOptions, power: dict | None, *,
+                   max_seqs: int | None = None, steps: StepModel | None = None) -> Instance:
+    """Step-time tables and engine limits of one instance of layout ``sc`` serving ``reqs``. ``max_seqs``
+    overrides the running-sequence cap; ``steps`` reuses tables built for a cap at least as large."""
+    cap = max_seqs_for(model, sc, hw, reqs)
+    max_seqs = cap if max_seqs is None else max(1, min(int(max_seqs), sc.prefill_chunk))
+    blocks = kv_pool_blocks(model, hw, sc, max_seqs, opts.block_size)
+    if blocks < 1:
+        from .. import capacity
+
+        capacity.check_fits(model, sc, hw, 0)
+    cfg = EngineConfig(max_seqs=max_seqs, token_budget=sc.prefill_chunk, kv_blocks=blocks,
+                       block_size=opts.block_size, prefix_caching=opts.prefix_caching, role=role)
+    check_fits(reqs, cfg)
+    if steps is None or steps.max_seqs < max_seqs:
+        lengths = np.unique(reqs.isl)
+        hint = tuple(int(x) for x in lengths[:16]) if lengths.size <= 16 else ()
+        steps = StepModel(model, hw, sc, prof, max_tokens=sc.prefill_chunk if role != "decode" else max_seqs,
+                          max_seqs=max_seqs, max_context=int((reqs.isl + reqs.osl).max()) + 1, piece_hint=hint,
+                          power=power)
+    return Instance(sc, steps, cfg)
+
+
+def _deal(n: int, k: int) -> list[np.ndarray]:
+    idx = np.arange(n)
+    return [idx[i::k] for i in range(k)]
+
+
+def _kv_transfer_s(model, hw, prof, sc_p, sc_d, tokens: np.ndarray, link: str, world: int) -> np.ndarray:
+    from .. import capacity
+    from ..cost.comm import collective_time
+
+    per_token = max(capacity.kv_bytes_per_token(model, sc_p), capacity.kv_bytes_per_token(model, sc_d))
+    if link == "scaleup":
+        world = 1
+    elif link == "scaleout":
+        world = hw.scaleup_domain + 1
+    return np.asarray(collective_time("p2p", per_token * tokens.astype(float), 2, world, hw, prof,
+                                      sol=sc_p.mode == "sol"), dtype=float)
+
+
+def simulate(hw, model, sc, prof, reqs, opts: ServeOptions = ServeOptions()) -> dict:
+    """Simulate ``reqs`` on the layout (module doc); the result as a JSON-ready dict."""
+    from ..energy.model import power_params
+
+    if opts.kv_link not in ("auto", "scaleup", "scaleout"):
+        raise InputError(f"expected auto, scaleup or scaleout, got {opts.kv_link!r}", field="--kv-link")
+    if opts.replicas < 1:
+        raise InputError(f"expected a positive number of replicas, got {opts.replicas}", field="--replicas")
+    power = power_params(prof, hw)
+    t0 = time.perf_counter()
+    if opts.disagg:
+        out = _disaggregated(hw, model, sc, prof, reqs, opts, power, t0)
+    else:
+        out = _aggregated(hw, model, sc, prof, reqs, opts, power, t0)
+    return out
+
+
+def _aggregated(hw, model, sc, prof, reqs, opts, power, t0) -> dict:
+    sc = for_hardware(sc, hw).validated()
+    inst = build_instance(hw, model, sc, prof, reqs, "mixed", opts, power)
+    t_build = time.perf_counter() - t0
+    n = len(reqs)
+    first = np.zeros(n)
+    finish = np.zeros(n)
+    pre = np.zeros(n, dtype=int)
+    spans, extra, runs = [], [], []
+    in_sys = 0.0
+    for idx in _deal(n, opts.replicas):
+        if idx.size == 0:
+            continue
+        r = simulate_instance(inst.steps, inst.cfg, reqs.subset(idx))
+        first[idx], finish[idx], pre[idx] = r.first_token, r.finish, r.preemptions
+        spans += r.itl_spans
+        extra += r.itl_extra
+        in_sys += r.in_system_s
+        runs.append((inst, r))
+    t_sim = time.perf_counter() - t0 - t_build
+    out = request_metrics(reqs.arrival, first, finish, reqs.isl, reqs.osl, spans, extra,
+                          slo_ttft_s=opts.slo_ttft_s, slo_tpot_s=opts.slo_tpot_s, slo_e2e_s=opts.slo_e2e_s,
+                          in_system_s=in_sys)
+    gpus = sc.gpus * opts.replicas
+    out["scenario"] = scenario_dict(sc)
+    out["layout"] = {"mode": "aggregated", "replicas": opts.replicas, "gpus": gpus,
+                     "instance": _instance_info(inst)}
+    out["preemptions"] = int(pre.sum())
+    out["prefix_cache_hit_tokens"] = int(sum(r.cached_tokens for _, r in runs))
+    out["energy"] = _energy(runs, power, reqs, out, opts, gpus)
+    out["simulation"] = {"steps": int(sum(r.steps for _, r in runs)), "build_s": t_build, "simulate_s": t_sim}
+    return out
+
+
+def _disaggregated(hw, model, sc, prof, reqs, opts, power, t0) -> dict:
+    x, y = opts.disagg
+    sc_p = for_hardware(sc.with_(tp=opts.prefill_tp or sc.tp), hw).validated()
+    sc_d = for_hardware(sc.with_(tp=opts.decode_tp or sc.tp), hw).validated()
+    ip = build_instance(hw, model, sc_p, prof, reqs, "prefill", opts, power)
+    idn = build_instance(hw, model, sc_d, prof, reqs, "decode", opts, power)
+    t_build = time.perf_counter() - t0
+    n = len(reqs)
+    first = np.zeros(n)
+    finish = np.zeros(n)
+    pre = np.zeros(n, dtype=int)
+    spans, extra, runs = [], [], []
+    ready = np.zeros(n)
+    world = x * sc_p.gpus + y * sc_d.gpus
+    link = opts.kv_link if opts.kv_link != "auto" else ("scaleup" if world <= hw.scaleup_domain else "scaleout")
+    xfer = _kv_transfer_s(model, hw, prof, sc_p, sc_d, reqs.isl, link, world)
+    for idx in _deal(n, x):
+        if idx.size == 0:
+            continue
+        r = simulate_instance(ip.steps, ip.cfg, reqs.subset(idx))
+        first[idx], pre[idx] = r.first_token, r.preemptions
+        spans += r.itl_spans
+        extra += r.itl_extra
+        runs.append((ip, r))
+        busy = 0.0  # the instance's link sends one cache after another, in the order prompts finish
+        for j in idx[np.argsort(r.first_token, kind="stable")]:
+            start = max(first[j], busy)
+            busy = start + xfer[j]
+            ready[j] = busy
+    finish[:] = first
+    dec = np.nonzero(reqs.osl > 1)[0]
+    dec = dec[np.argsort(ready[dec], kind="stable")]
+    for k in range(y):
+        idx = dec[k::y]
+        if idx.size == 0:
+            continue
+        sub = reqs.subset(idx).with_arrival(ready[idx])
+        r = simulate_instance(idn.steps, idn.cfg, sub)
+        finish[idx] = r.finish
+        pre[idx] += r.preemptions
+        spans += r.itl_spans
+        extra += r.itl_extra
+        extra += (r.first_token - first[idx]).tolist()  # first token (prefill) to the second (decode)
+        runs.append((idn, r))
+    t_sim = time.perf_counter() - t0 - t_build
+    out = request_metrics(reqs.arrival, first, finish, reqs.isl, reqs.osl, spans, extra,
+                          slo_ttft_s=opts.slo_ttft_s, slo_tpot_s=opts.slo_tpot_s, slo_e2e_s=opts.slo_e2e_s)
+    gpus = x * sc_p.gpus + y * sc_d.gpus
+    out["scenario"] = scenario_dict(sc_p)
+    out["layout"] = {"mode": "disaggregated", "prefill_instances": x, "decode_instances": y, "gpus": gpus,
+                     "prefill": _instance_info(ip), "decode": _instance_info(idn),
+                     "kv_transfer": {"link": link, "mean_ms": float(xfer.mean() * 1e3),
+                                     "p99_ms": float(np.percentile(xfer, 99) * 1e3)}}
+    out["preemptions"] = int(pre.sum())
+    out["prefix_cache_hit_tokens"] = int(sum(r.cached_tokens for _, r in runs))
+    out["energy"] = _energy(runs, power, reqs, out, opts, gpus)
+    out["simulation"] = {"steps": int(sum(r.steps for _, r in runs)), "build_s": t_build, "simulate_s": t_sim}
+    return out
+
+
+def _instance_info(inst: Instance) -> dict:
+    c = inst.cfg
+    return {"engine": getattr(inst.sc, "engine", None), "tp": inst.sc.tp, "pp": inst.sc.pp, "ep": inst.sc.ep, "gpus": inst.sc.gpus, "max_seqs": c.max_seqs,
+            "token_budget": c.token_budget, "kv_blocks": c.kv_blocks, "block_size": c.block_size,
+            "kv_tokens": c.kv_blocks * c.block_size, "prefix_caching": c.prefix_caching, "role": c.role}
+
+
+def _energy(runs, power: dict, reqs, metrics: dict, opts: ServeOptions, gpus: int) -> dict:
+    """Energy over the run: every GPU at static power while its instance runs a step, at idle power
+    otherwise, plus the steps' dynamic energy (once per TP rank and pipeline micro-batch)."""
+    window = metrics["duration_s"]
+    total = idle = pre = 0.0
+    for inst, r in runs:
+        g = inst.sc.gpus
+        copies = inst.sc.tp * inst.sc.pp
+        idle_s = max(window - r.busy_s, 0.0)
+        busy_j = g * power["static_w"] * r.busy_s + copies * r.dynamic_j
+        pre_j = g * power["static_w"] * r.prefill_s + copies * r.prefill_dynamic_j
+        if inst.cfg.role == "prefill":
+            pre_j = busy_j
+        elif inst.cfg.role == "decode":
+            pre_j = 0.0
+        total += busy_j + g * power["idle_w"] * idle_s
+        idle += g * power["idle_w"] * idle_s
+        pre += pre_j
+    # instances with no requests still idle through the window
+    used = sum(inst.sc.gpus for inst, _ in runs)
+    if gpus > used:
+        idle += (gpus - used) * power["idle_w"] * window
+        total += (gpus - used) * power["idle_w"] * window
+    out_tokens = float(reqs.osl.sum())
+    in_tokens = float(reqs.isl.sum())
+    decode_j = total - idle - pre
+    e = {
+        "total_j": total, "idle_j": idle,
+        "joules_per_token": {"prefill": pre / in_tokens, "decode": decode_j / out_tokens, "output": total / out_tokens},
+        "avg_power_w": total / (window * gpus),
+        "tokens_per_joule": out_tokens / total if total > 0 else None,
+        "tokens_s_per_mw": metrics["throughput_tok_s"] / (total / window) * 1e6 if total > 0 else None,
+        "usd_per_million_tokens": None,
+    }
+    if opts.gpu_hour_usd is not None:
+        e["usd_per_million_tokens"] = gpus * opts.gpu_hour_usd / 3600.0 * window / out_tokens * 1e6
+        e["gpu_hour_usd"] = opts.gpu_hour_usd
+    return e
+
+
+def scenario_dict(sc) -> dict:
+    d = asdict(sc)
+    d["kv_dtype"] = sc.kv
+    d["gpus"] = sc.gpus
+    return d

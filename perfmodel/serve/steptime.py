@@ -1,0 +1,322 @@
+"""Step time (and energy) of a continuous-batching step, from the calibrated model, fast enough for a
+request-level simulation.
+
+A continuous-batching step runs ``n`` decode sequences (one new token each, over their own cached
+contexts) together with a prefill chunk of pieces (``p`` new prompt tokens of a request over ``x`` tokens
+it already has cached). Structurally it is one forward pass over T = n + sum(p) tokens:
+
+- **token ops** (QKV, output and FFN projections, norms, activations, the embedding, TP all-reduces): one
+  pass over T tokens, the weights read once for decode and prefill tokens alike;
+- **per-sequence ops** (final norm, LM head, its all-gather): R = n + pieces rows of logits;
+- **decode attention** (and any op only decode runs, e.g. MLA's absorbed projections): the n sequences
+  over their contexts, taken at their mean context (the KV bytes read are exact);
+- **prefill attention** (and ops only prefill runs, e.g. MLA's latent expansion): each piece's causal
+  attention over its cached prefix plus itself.
+
+Which op belongs to which class is read off the operator graph (:func:`perfmodel.graph.build_ops`): an op
+whose FLOPs or bytes change with the context is attention-like, one that changes with the number of
+sequences at a fixed token count is per-sequence, the rest are token ops. Each class is timed by the cost
+model on a grid, once per scenario, with the same per-op accounting as
+:func:`perfmodel.projection.evaluate_step` (collective overlap, eager host floor, graph launch gaps):
+exact tables over every token count and sequence count, bilinear tables over (sequences, context) and
+(piece, prefix). A step with no prefill runs with the decode launch mode (CUDA graph under
+``--launch auto``), one with prefill with the prefill mode.
+
+With pipeline parallelism the running sequences are cut into ``pp`` micro-batches that fill the stages (as
+the projection's TPOT assumes): a step advancing every sequence by one token takes one micro-batch's pass
+through all stages; a prefill piece is not split.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..cost import sustained_compute, time_op, time_ops
+from ..graph import Step, build_ops
+from ..ops import COMM_KINDS
+from ..projection import host_cost
+
+
+def _key_list(ops) -> list[tuple[str, int]]:
+    seen: dict[str, int] = {}
+    out = []
+    for op in ops:
+        k = seen.get(op.name, 0)
+        seen[op.name] = k + 1
+        out.append((op.name, k))
+    return out
+
+
+def _differs(a, b) -> set:
+    ka, kb = _key_list(a), _key_list(b)
+    mb = dict(zip(kb, b))
+    out = set()
+    for k, op in zip(ka, a):
+        other = mb.get(k)
+        if other is None or not (np.allclose(op.flops, other.flops) and np.allclose(op.bytes, other.bytes)):
+            out.add(k)
+    return out
+
+
+@dataclass(frozen=True)
+class OpClasses:
+    """Keys (name, occurrence) of the ops in each class (module doc)."""
+
+    token: frozenset
+    per_seq: frozenset
+    decode_attn: frozenset
+    prefill_attn: frozenset
+
+
+def classify_ops(model, sc) -> OpClasses:
+    pre = build_ops(model, Step("prefill", 1, 8, 0), sc)
+    pre_ctx = _differs(pre, build_ops(model, Step("prefill", 1, 8, 16), sc))
+    pre_seq = _differs(pre, build_ops(model, Step("prefill", 2, 4, 0), sc)) - pre_ctx
+    dec = build_ops(model, Step("decode", 4, 1, 8), sc)
+    dec_ctx = _differs(dec, build_ops(model, Step("decode", 4, 1, 16), sc))
+    kp, kd = set(_key_list(pre)), set(_key_list(dec))
+    decode_attn = dec_ctx | (kd - kp)
+    prefill_attn = pre_ctx | (kp - kd)
+    per_seq = pre_seq - decode_attn - prefill_attn
+    token = (kp & kd) - decode_attn - prefill_attn - per_seq
+    return OpClasses(frozenset(token), frozenset(per_seq), frozenset(decode_attn), frozenset(prefill_attn))
+
+
+def run_times(times, launch: str, sc, prof) -> list:
+    """Each timed op's share of the step time, as evaluate_step accounts it (count runs, overlap, host
+    floor when eager, launch gap when replayed from a graph)."""
+    sol = sc.mode == "sol"
+    gap = 0.0 if sol or launch != "graph" else prof.launch_graph_s
+    out = []
+    for t in times:
+        run = t.time
+        if t.op.kind in COMM_KINDS:
+            run = run * (1.0 - sc.overlap)
+        elif launch == "eager" and not sol:
+            run = np.maximum(run, host_cost(t.op, prof))
+        out.append((run + gap * t.op.kernels) * t.op.count)
+    return out
+
+
+def _class_sum(times, runs, keys, wanted, power):
+    """(time, dynamic joules before the power limit) of the ops whose key is in ``wanted``."""
+    from ..energy.model import op_energy
+
+    t_sum = 0.0
+    e_sum = 0.0
+    for t, r, k in zip(times, runs, keys):
+        if k in wanted:
+            t_sum = t_sum + r
+            if power is not None:
+                e_sum = e_sum + op_energy(t.op, power) * t.op.count
+    return t_sum, e_sum
+
+
+def _time_class(model, hw, sc, prof, step: Step, wanted, launch: str, power):
+    """Time only the ops of one class, at the power-limited clock of the whole step they belong to."""
+    ops = build_ops(model, step, sc)
+    keys = _key_list(ops)
+    sustained = None if sc.mode == "sol" else sustained_compute(ops, hw, prof)
+    times = []
+    sel_keys = []
+    from ..ops import COMPUTE_KINDS
+
+    for op, k in zip(ops, keys):
+        if k in wanted:
+            times.append(time_op(op, hw, prof, mode=sc.mode, world=sc.gpus,
+                                 sustained=sustained if op.kind in COMPUTE_KINDS else None))
+            sel_keys.append(k)
+    runs = run_times(times, launch, sc, prof)
+    return _class_sum(times, runs, sel_keys, wanted, power)
+
+
+def _geom_grid(lo: int, hi: int, n: int, exact_below: int = 0, extra=()) -> np.ndarray:
+    pts = set(range(lo, min(hi, exact_below) + 1))
+    pts.update(int(round(v)) for v in np.geomspace(max(lo, 1), max(hi, lo, 1), n))
+    pts.update(int(v) for v in extra if lo <= v <= hi)
+    pts.add(hi)
+    pts.add(hi + 1)  # at least two points on every axis
+    return np.array(sorted(p for p in pts if p >= lo), dtype=float)
+
+
+def _interp2(xs: list, ys: list, t_table, e_table, x: float, y: float) -> tuple[float, float]:
+    """Bilinear interpolation of two tables on one rectilinear grid (clamped at the edges); each axis has
+    at least two points."""
+    nx, ny = len(xs) - 2, len(ys) - 2
+    i = bisect.bisect_right(xs, x) - 1
+    i = 0 if i < 0 else (nx if i > nx else i)
+    j = bisect.bisect_right(ys, y) - 1
+    j = 0 if j < 0 else (ny if j > ny else j)
+    x0 = xs[i]
+    fx = (x - x0) / (xs[i + 1] - x0)
+    fx = 0.0 if fx < 0.0 else (1.0 if fx > 1.0 else fx)
+    y0 = ys[j]
+    fy = (y - y0) / (ys[j + 1] - y0)
+    fy = 0.0 if fy < 0.0 else (1.0 if fy > 1.0 else fy)
+    out = []
+    for table in (t_table, e_table):
+        r0, r1 = table[i], table[i + 1]
+        a = r0[j] + (r0[j + 1] - r0[j]) * fy
+        b = r1[j] + (r1[j + 1] - r1[j]) * fy
+        out.append(a + (b - a) * fx)
+    return out[0], out[1]
+
+
+class StepModel:
+    """Step-time and step-energy surrogate for one scenario (module doc). Build once, query per step.
+
+    ``max_tokens``: the largest step (token budget); ``max_seqs``: the most running sequences;
+    ``max_context``: the longest sequence (prompt + output); ``piece_hint``: prompt lengths worth having
+    exactly on the grid (a fixed prompt length makes the unloaded prefill exact). ``power``: parameters of
+    :mod:`perfmodel.energy` (None: no energy)."""
+
+    def __init__(self, model, hw, sc, prof, *, max_tokens: int, max_seqs: int, max_context: int,
+                 piece_hint=(), power: dict | None = None):
+        self.model, self.hw, self.sc, self.prof = model, hw, sc, prof
+        self.pp = sc.pp
+        self.max_tokens = int(max(max_tokens, max_seqs, 1))
+        self.max_seqs = int(max(max_seqs, 1))
+        self.max_context = int(max(max_context, 2))
+        self.power = power
+        from ..energy.model import limit_w
+
+        self.headroom = max(limit_w(power, hw) - power["static_w"], 0.0) if power else 0.0
+        self.classes = classify_ops(model, sc)
+        self.mixed_launch = sc.launch_for("prefill")
+        self.decode_launch = sc.launch_for("decode")
+        self._build(piece_hint)
+
+    # -- tables ------------------------------------------------------------------------------------
+    def _tables_1d(self, phase: str, n: int, wanted, launch: str):
+        idx = np.arange(1, n + 1, dtype=float)
+        if phase == "prefill":
+            step = Step("prefill", 1, idx, 0) if wanted is self.classes.token else Step("prefill", idx, 1, 0)
+        else:
+            step = Step("decode", idx, 1, 1)
+        ops = build_ops(self.model, step, self.sc)
+        times = time_ops(ops, self.hw, self.prof, mode=self.sc.mode, world=self.sc.gpus)
+        runs = run_times(times, launch, self.sc, self.prof)
+        t, e = _class_sum(times, runs, _key_list(ops), wanted, self.power)
+        t = np.concatenate([[0.0], np.broadcast_to(t, idx.shape)])
+        e = np.concatenate([[0.0], np.broadcast_to(e, idx.shape)])
+        return t.tolist(), e.tolist()
+
+    def _build(self, piece_hint) -> None:
+        c, sc = self.classes, self.sc
+        modes = {self.mixed_launch, self.decode_launch}
+        self.token_t, self.token_e, self.seq_t, self.seq_e = {}, {}, {}, {}
+        for launch in modes:
+            phase = "prefill" if launch == self.mixed_launch else "decode"
+            n_tok = self.max_tokens if phase == "prefill" else self.max_seqs
+            self.token_t[launch], self.token_e[launch] = self._tables_1d(phase, n_tok, c.token, launch)
+            self.seq_t[launch], self.seq_e[launch] = self._tables_1d(phase, self.max_seqs, c.per_seq, launch)
+        # decode attention over (sequences, mean context)
+        n_grid = _geom_grid(1, self.max_seqs, 40, exact_below=16)
+        c_grid = _geom_grid(1, self.max_context, 40, exact_below=4)
+        self.dec_n, self.dec_c = n_grid.tolist(), c_grid.tolist()
+        self.dec_t, self.dec_e = {}, {}
+        for launch in modes:
+            t, e = _time_class(self.model, self.hw, sc, self.prof, Step("decode", n_grid[:, None], 1, c_grid[None, :]),
+                               c.decode_attn, launch, self.power)
+            shape = (len(n_grid), len(c_grid))
+            self.dec_t[launch] = np.broadcast_to(t, shape).tolist()
+            self.dec_e[launch] = np.broadcast_to(e, shape).tolist()
+        # prefill attention of one piece: p new tokens over x cached ones
+        p_grid = _geom_grid(1, self.max_tokens, 48, exact_below=16, extra=piece_hint)
+        x_grid = np.concatenate([[0.0], _geom_grid(1, self.max_context, 32, exact_below=2)])
+        self.pre_p, self.pre_x = p_grid.tolist(), x_grid.tolist()
+        t, e = _time_class(self.model, self.hw, sc, self.prof, Step("prefill", 1, p_grid[:, None], x_grid[None, :]),
+                           c.prefill_attn, self.mixed_launch, self.power)
+        shape = (len(p_grid), len(x_grid))
+        self.pre_t = np.broadcast_to(t, shape).tolist()
+        self.pre_e = np.broadcast_to(e, shape).tolist()
+
+    # -- queries -----------------------------------------------------------------------------------
+    def piece(self, p: int, x: int) -> tuple[float, float]:
+        """(time, dynamic joules) of one prefill piece's attention-like ops."""
+        return _interp2(self.pre_p, self.pre_x, self.pre_t, self.pre_e, p, x)
+
+    def decode_attn(self, launch: str, n: int, ctx: float) -> tuple[float, float]:
+        return _interp2(self.dec_n, self.dec_c, self.dec_t[launch], self.dec_e[launch], n, ctx)
+
+    def step(self, n_dec: int, ctx_mean: float, pieces: list[tuple[int, int]]) -> tuple[float, float]:
+        """(seconds, dynamic joules of one TP rank's ops, held to the power limit) of one step: ``n_dec``
+        decode sequences at mean context ``ctx_mean`` and prefill ``pieces`` [(new tokens, cached tokens)]."""
+        pp = self.pp
+        launch = self.mixed_launch if pieces else self.decode_launch
+        tokens = n_dec + sum(p for p, _ in pieces)
+        rows = n_dec + len(pieces)
+        if pp > 1:
+            biggest = max((p for p, _ in pieces), default=0)
+            tokens = max(-(-tokens // pp), biggest)
+            rows = -(-rows // pp)
+            n_dec = -(-n_dec // pp)
+        tokens = min(tokens, len(self.token_t[launch]) - 1)
+        rows = min(rows, len(self.seq_t[launch]) - 1)
+        t = self.token_t[launch][tokens] + self.seq_t[launch][rows]
+        e = self.token_e[launch][tokens] + self.seq_e[launch][rows]
+        if n_dec:
+            ta, ea = self.decode_attn(launch, n_dec, ctx_mean)
+            t += ta
+            e += ea
+        if pieces:
+            pt = pe = 0.0
+            top_t = top_e = 0.0
+            for p, x in pieces:
+                a, b = self.piece(p, x)
+                pt += a
+                pe += b
+                top_t = max(top_t, a)
+                top_e = max(top_e, b)
+            if pp > 1:
+                pt, pe = max(pt / pp, top_t), max(pe / pp, top_e)
+            t += pt
+            e += pe
+        return t, min(e, self.headroom * t)  # the power limit holds over the step
+
+    def decode_span(self, n: int, ctx0: float, k: int) -> tuple[float, float, float, float]:
+        """k pure-decode steps of n sequences whose mean context starts at ``ctx0`` and grows by one a step:
+        (first step's seconds, last step's seconds, first step's joules, last step's joules). Over the run
+        both are taken linear in the step index (attention reads the KV cache, linear in its length)."""
+        t0, e0 = self.step(n, ctx0, ())
+        if k <= 1:
+            return t0, t0, e0, e0
+        t1, e1 = self.step(n, ctx0 + k - 1, ())
+        return t0, t1, e0, e1
+
+
+def exact_step(model, hw, sc, prof, n_dec: int, ctx_mean: float, pieces: list[tuple[int, int]]) -> float:
+    """The same mixed step timed directly from one op list (one power-limited clock for all of it); slow,
+    for checking the surrogate."""
+    c = classify_ops(model, sc)
+    launch = sc.launch_for("prefill") if pieces else sc.launch_for("decode")
+    tokens = n_dec + sum(p for p, _ in pieces)
+    rows = n_dec + len(pieces)
+    parts = []
+
+    def take(step, wanted):
+        ops = build_ops(model, step, sc)
+        parts.extend(op for op, k in zip(ops, _key_list(ops)) if k in wanted)
+
+    take(Step("prefill", 1, tokens, 0), c.token)
+    take(Step("prefill", rows, 1, 0), c.per_seq)
+    if n_dec:
+        take(Step("decode", n_dec, 1, ctx_mean), c.decode_attn)
+    for p, x in pieces:
+        take(Step("prefill", 1, p, x), c.prefill_attn)
+    times = time_ops(parts, hw, prof, mode=sc.mode, world=sc.gpus)
+    return float(sum(run_times(times, launch, sc, prof)))
+
+
+def kv_pool_blocks(model, hw, sc, max_seqs: int, block_size: int) -> int:
+    """KV-cache blocks of ``block_size`` tokens in the engine's KV budget (perfmodel.capacity.memory: the
+    engine's memory policy after the weights, a full prefill chunk of activations, ``max_seqs`` rows of
+    logits and the reserve)."""
+    from .. import capacity
+
+    mem = capacity.memory(model, sc.with_(isl=sc.prefill_chunk), max_seqs, hw)
+    per_block = capacity.kv_bytes_per_token(model, sc) * block_size
+    return max(int(math.floor(float(mem.kv_budget) / per_block)), 0)

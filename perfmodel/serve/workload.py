@@ -1,0 +1,152 @@
+"""Requests for the serving simulation: arrival times, prompt and output lengths, shared prefixes.
+
+Arrivals: ``poisson`` (exponential gaps at ``rate`` requests/s, as vLLM's benchmark_serving sends them with
+``--request-rate R``), ``constant`` (gaps of exactly 1/rate), or a trace file (:mod:`.trace`).
+
+Length distributions (``--isl-dist``, ``--osl-dist``), each drawn independently per request, rounded to
+whole tokens and at least 1:
+
+- ``N`` or ``fixed:N``: always N;
+- ``uniform:A:B``: integers A..B inclusive, equally likely;
+- ``normal:MU:SIGMA``: a normal, rounded, clipped below at 1;
+- ``lognormal:MEDIAN:SIGMA``: exp(N(ln MEDIAN, SIGMA)), SIGMA the standard deviation of the log;
+- ``exponential:MEAN``: an exponential of that mean (geometric after rounding).
+
+Shared prefixes (``--prefix-len L --prefix-groups G``): each request picks one of G groups uniformly; its
+first min(L, prompt - 1) tokens are that group's (a system prompt, a few-shot header); prefix caching can
+reuse their KV cache.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InputError
+
+DIST_HELP = ("N | fixed:N | uniform:A:B | normal:MU:SIGMA | lognormal:MEDIAN:SIGMA | exponential:MEAN "
+             "(tokens; docs/serving.md)")
+
+
+@dataclass
+class Requests:
+    arrival: np.ndarray  # seconds, non-decreasing
+    isl: np.ndarray  # prompt tokens
+    osl: np.ndarray  # output tokens
+    prefix_group: np.ndarray  # -1: no shared prefix
+    prefix_len: np.ndarray  # tokens of the shared prefix
+
+    def __len__(self) -> int:
+        return int(self.arrival.size)
+
+    def subset(self, idx) -> "Requests":
+        idx = np.asarray(idx, dtype=int)
+        return Requests(self.arrival[idx], self.isl[idx], self.osl[idx], self.prefix_group[idx], self.prefix_len[idx])
+
+    def with_arrival(self, arrival) -> "Requests":
+        return Requests(np.asarray(arrival, dtype=float), self.isl, self.osl, self.prefix_group, self.prefix_len)
+
+
+@dataclass(frozen=True)
+class LengthDist:
+    kind: str
+    a: float
+    b: float = 0.0
+    text: str = ""
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        if self.kind == "fixed":
+            x = np.full(n, self.a)
+        elif self.kind == "uniform":
+            x = rng.integers(int(self.a), int(self.b) + 1, size=n)
+        elif self.kind == "normal":
+            x = rng.normal(self.a, self.b, size=n)
+        elif self.kind == "lognormal":
+            x = np.exp(rng.normal(np.log(self.a), self.b, size=n))
+        else:  # exponential
+            x = rng.exponential(self.a, size=n)
+        return np.maximum(np.rint(x), 1).astype(np.int64)
+
+    @property
+    def mean(self) -> float:
+        if self.kind == "fixed":
+            return self.a
+        if self.kind == "uniform":
+            return (self.a + self.b) / 2.0
+        if self.kind == "lognormal":
+            return self.a * float(np.exp(self.b ** 2 / 2.0))
+        return self.a
+
+    def upper(self) -> int:
+        """A length that almost every draw stays below (the simulation sizes its tables to the real maximum)."""
+        if self.kind == "fixed":
+            return int(self.a)
+        if self.kind == "uniform":
+            return int(self.b)
+        if self.kind == "normal":
+            return int(self.a + 5 * self.b)
+        if self.kind == "lognormal":
+            return int(self.a * np.exp(5 * self.b))
+        return int(self.a * 12)
+
+
+def parse_dist(text: str, *, field: str) -> LengthDist:
+    """A length distribution from its text (module doc)."""
+    t = str(text).strip()
+    parts = t.split(":")
+    kind = parts[0].lower() if not parts[0].strip().lstrip("+").isdigit() else "fixed"
+    if kind == "fixed" and parts[0].lower() != "fixed":
+        parts = ["fixed"] + parts
+    want = {"fixed": 1, "uniform": 2, "normal": 2, "lognormal": 2, "exponential": 1}
+    if kind not in want:
+        raise InputError(f"unknown distribution {parts[0]!r}; expected {DIST_HELP}", field=field)
+    if len(parts) != want[kind] + 1:
+        raise InputError(f"{kind} takes {want[kind]} number(s), got {t!r}; expected {DIST_HELP}", field=field)
+    try:
+        nums = [float(x) for x in parts[1:]]
+    except ValueError:
+        raise InputError(f"expected numbers in {t!r}; {DIST_HELP}", field=field) from None
+    if not all(np.isfinite(nums)):
+        raise InputError(f"expected finite numbers, got {t!r}", field=field)
+    a = nums[0]
+    b = nums[1] if len(nums) > 1 else 0.0
+    if kind in ("fixed", "uniform") and any(x != int(x) or x < 1 for x in nums):
+        raise InputError(f"expected positive whole token counts, got {t!r}", field=field)
+    if kind == "uniform" and b < a:
+        raise InputError(f"uniform:A:B needs A <= B, got {t!r}", field=field)
+    if kind in ("normal", "lognormal", "exponential") and a <= 0:
+        raise InputError(f"expected a positive {'median' if kind == 'lognormal' else 'mean'}, got {t!r}", field=field)
+    if kind in ("normal", "lognormal") and b < 0:
+        raise InputError(f"expected a non-negative sigma, got {t!r}", field=field)
+    return LengthDist(kind, a, b, t)
+
+
+def synthetic_requests(n: int, rate: float, isl: LengthDist, osl: LengthDist, *, arrival: str = "poisson",
+                       seed: int = 0, prefix_len: int = 0, prefix_groups: int = 0) -> Requests:
+    """``n`` requests arriving at ``rate`` per second (module doc)."""
+    if n < 1:
+        raise InputError(f"expected a positive number of requests, got {n}", field="--requests")
+    if not (rate > 0 and np.isfinite(rate)):
+        raise InputError(f"expected a positive finite request rate (requests/s), got {rate}", field="--rate")
+    rng = np.random.default_rng(seed)
+    if arrival == "poisson":
+        gaps = rng.exponential(1.0 / rate, size=n)
+    elif arrival == "constant":
+        gaps = np.full(n, 1.0 / rate)
+    else:
+        raise InputError(f"expected poisson, constant or trace FILE, got {arrival!r}", field="--arrival")
+    t = np.cumsum(gaps) - gaps[0]  # the first request at t = 0
+    i = isl.sample(rng, n)
+    o = osl.sample(rng, n)
+    group, plen = _prefixes(rng, i, prefix_len, prefix_groups)
+    return Requests(t, i, o, group, plen)
+
+
+def _prefixes(rng, isl: np.ndarray, prefix_len: int, groups: int) -> tuple[np.ndarray, np.ndarray]:
+    n = isl.size
+    if prefix_len < 0 or groups < 0:
+        raise InputError("expected non-negative --prefix-len and --prefix-groups", field="--prefix-len")
+    if prefix_len == 0 or groups == 0:
+        return np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    g = rng.integers(0, groups, size=n).astype(np.int64)
+    return g, np.minimum(prefix_len, np.maximum(isl - 1, 0)).astype(np.int64)

@@ -1,0 +1,209 @@
+"""Serving simulation: the issue's invariants (unloaded TTFT, unbounded queueing past saturation, Little's
+law, saturation throughput against `project --batch max`) and the mechanisms behind them."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from perfmodel.graph import Step
+from perfmodel.projection import evaluate_step, project_resolved
+from perfmodel.resolve import resolve_hardware, resolve_model, resolve_profile
+from perfmodel.scenario import Scenario
+from perfmodel.serve.engine import EngineConfig, simulate_instance
+from perfmodel.serve.metrics import itl_summary_ms, weighted_percentiles
+from perfmodel.serve.simulate import ServeOptions, for_hardware, simulate
+from perfmodel.serve.steptime import StepModel, exact_step
+from perfmodel.serve.workload import parse_dist, synthetic_requests
+
+
+@pytest.fixture(scope="module")
+def h200():
+    hw = resolve_hardware("h200")
+    return hw, resolve_profile(None, hw)
+
+
+def _reqs(n, rate, isl="1024", osl="128", seed=0, **kw):
+    return synthetic_requests(n, rate, parse_dist(isl, field="isl"), parse_dist(osl, field="osl"), seed=seed, **kw)
+
+
+def _sc(hw, **kw):
+    return for_hardware(Scenario(**{"batch": "max", **kw}), hw).validated()
+
+
+# --- invariants --------------------------------------------------------------------------------------
+
+def test_low_rate_p50_ttft_is_the_unloaded_prefill(h200):
+    hw, prof = h200
+    model = resolve_model("llama8b")
+    sc = _sc(hw)
+    out = simulate(hw, model, sc, prof, _reqs(300, 0.02, osl="64"))
+    unloaded = evaluate_step(model, hw, sc, prof, Step("prefill", 1, 1024, 0)).time_s
+    assert out["ttft_ms"]["p50"] == pytest.approx(unloaded * 1e3, rel=2e-3)
+
+
+def test_past_saturation_queueing_grows_without_bound(h200):
+    hw, prof = h200
+    model = resolve_model("llama8b")
+    sc = _sc(hw)
+    sat = project_resolved(hw, model, sc.with_(isl=1024, osl=128), prof).throughput_tok_s / 128  # requests/s
+    over = [simulate(hw, model, sc, prof, _reqs(n, 2.0 * sat))["ttft_ms"]["mean"] for n in (500, 1000, 2000)]
+    under = [simulate(hw, model, sc, prof, _reqs(n, 0.5 * sat))["ttft_ms"]["mean"] for n in (500, 1000, 2000)]
+    # past saturation the wait grows with every request admitted: about linearly in the run's length
+    assert over[1] > 1.7 * over[0] and over[2] > 1.7 * over[1]
+    # below it, it settles
+    assert under[2] < 1.5 * under[0]
+
+
+@pytest.mark.parametrize("rate", [2.0, 20.0, 60.0])
+def test_littles_law(h200, rate):
+    hw, prof = h200
+    out = simulate(hw, resolve_model("llama8b"), _sc(hw), prof,
+                   _reqs(1500, rate, isl="uniform:100:3000", osl="lognormal:150:0.7", seed=3))
+    law = out["littles_law"]
+    # the time-average number in the system (integrated from the engine's state) = arrival rate x mean E2E
+    assert law["mean_in_system"] == pytest.approx(law["arrival_rate_x_mean_e2e"], rel=1e-6)
+    assert law["mean_in_system"] > 0
+
+
+@pytest.mark.parametrize("model,tp,isl,osl", [("llama8b", 1, 1024, 128), ("llama8b", 1, 128, 1024),
+                                              ("llama70b", 4, 2048, 256), ("mixtral-8x7b", 2, 1024, 1024)])
+def test_saturation_throughput_matches_project_batch_max(h200, model, tp, isl, osl):
+    hw, prof = h200
+    m = resolve_model(model)
+    sc = _sc(hw, tp=tp, isl=isl, osl=osl)
+    proj = project_resolved(hw, m, sc, prof)
+    out = simulate(hw, m, sc, prof, _reqs(4000, 1e5, isl=str(isl), osl=str(osl)))
+    assert out["layout"]["instance"]["max_seqs"] == proj.batch
+    assert out["throughput_tok_s"] == pytest.approx(proj.throughput_tok_s, rel=0.05)
+
+
+# --- the step-time surrogate --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("model,kw", [("llama8b", {}), ("llama70b", {"tp": 4}), ("deepseek-v3", {"tp": 8, "dtype": "fp8"}),
+                                      ("mixtral-8x7b", {"tp": 2, "ep": 2})])
+def test_surrogate_matches_the_direct_step(h200, model, kw):
+    hw, prof = h200
+    m = resolve_model(model)
+    sc = _sc(hw, **kw)
+    sm = StepModel(m, hw, sc, prof, max_tokens=8192, max_seqs=512, max_context=8192, piece_hint=(1000,))
+    for isl in (1000, 1777, 5000):
+        ref = evaluate_step(m, hw, sc, prof, Step("prefill", 1, isl, 0)).time_s
+        assert sm.step(0, 0.0, [(isl, 0)])[0] == pytest.approx(ref, rel=0.01)
+    for n, c in ((1, 1000), (37, 1500), (512, 6000)):
+        ref = evaluate_step(m, hw, sc, prof, Step("decode", n, 1, c)).time_s
+        assert sm.step(n, c, ())[0] == pytest.approx(ref, rel=0.01)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        n = int(rng.integers(1, 400))
+        pieces = [(int(rng.integers(1, 3000)), int(rng.integers(0, 3000))) for _ in range(int(rng.integers(1, 4)))]
+        c = float(rng.uniform(10, 6000))
+        assert sm.step(n, c, pieces)[0] == pytest.approx(exact_step(m, hw, sc, prof, n, c, pieces), rel=0.01)
+
+
+def test_mixed_step_reads_the_weights_once(h200):
+    """A decode token riding along a prefill chunk costs less than a decode step of its own."""
+    hw, prof = h200
+    m = resolve_model("llama70b")
+    sc = _sc(hw, tp=4)
+    sm = StepModel(m, hw, sc, prof, max_tokens=8192, max_seqs=64, max_context=4096)
+    mixed = sm.step(32, 2000, [(2048, 0)])[0]
+    apart = sm.step(32, 2000, ())[0] + sm.step(0, 0, [(2048, 0)])[0]
+    assert mixed < apart
+
+
+# --- the engine ----------------------------------------------------------------------------------------
+
+def test_preemption_recomputes_and_every_request_finishes(h200):
+    hw, prof = h200
+    model = resolve_model("llama8b")
+    sc = _sc(hw, batch=512)
+    reqs = _reqs(600, 1e4, isl="2000", osl="uniform:200:3000", seed=4)
+    sm = StepModel(model, hw, sc, prof, max_tokens=8192, max_seqs=512, max_context=5001)
+    cfg = EngineConfig(max_seqs=512, token_budget=8192, kv_blocks=2000)  # 32k tokens: far less than 512 sequences
+    r = simulate_instance(sm, cfg, reqs)
+    assert r.preemptions.sum() > 0
+    assert np.all(r.finish > 0) and np.all(r.first_token > 0)
+    assert np.all(r.finish >= r.first_token) and np.all(r.first_token >= reqs.arrival)
+    assert len(r.itl_extra) >= 1  # a preempted request's stall shows as one long inter-token gap
+
+
+def test_prefix_caching_skips_cached_prompt_tokens(h200):
+    hw, prof = h200
+    model = resolve_model("llama8b")
+    sc = _sc(hw)
+    reqs = _reqs(800, 10, isl="3000", osl="64", prefix_len=2500, prefix_groups=3, seed=5)
+    off = simulate(hw, model, sc, prof, reqs)
+    on = simulate(hw, model, sc, prof, reqs, ServeOptions(prefix_caching=True))
+    assert off["prefix_cache_hit_tokens"] == 0
+    assert on["prefix_cache_hit_tokens"] > 0.7 * 800 * 2496  # nearly every request hits its group's prefix
+    assert on["ttft_ms"]["p50"] < 0.5 * off["ttft_ms"]["p50"]
+
+
+def test_disaggregated_layout_moves_the_kv_cache(h200):
+    hw, prof = h200
+    model = resolve_model("llama70b")
+    sc = Scenario(batch="max", tp=4)
+    reqs = _reqs(400, 3, isl="2048", osl="256")
+    up = simulate(hw, model, sc, prof, reqs, ServeOptions(disagg=(1, 1)))
+    out = simulate(hw, model, sc, prof, reqs, ServeOptions(disagg=(1, 1), kv_link="scaleout"))
+    assert up["layout"]["kv_transfer"]["link"] == "scaleup" and up["layout"]["gpus"] == 8
+    assert out["layout"]["kv_transfer"]["mean_ms"] > 4 * up["layout"]["kv_transfer"]["mean_ms"]
+    assert out["tpot_ms"]["mean"] > up["tpot_ms"]["mean"]
+    assert up["ttft_ms"]["p50"] == out["ttft_ms"]["p50"]  # the first token comes from the prefill instance
+
+
+def test_run_is_deterministic_and_finite(h200):
+    import json
+
+    hw, prof = h200
+    model = resolve_model("llama8b")
+    a = simulate(hw, model, _sc(hw), prof, _reqs(300, 15, isl="normal:800:300", osl="exponential:100", seed=9),
+                 ServeOptions(slo_ttft_s=0.2, slo_tpot_s=0.02, gpu_hour_usd=2.0))
+    b = simulate(hw, model, _sc(hw), prof, _reqs(300, 15, isl="normal:800:300", osl="exponential:100", seed=9),
+                 ServeOptions(slo_ttft_s=0.2, slo_tpot_s=0.02, gpu_hour_usd=2.0))
+    for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "throughput_tok_s", "goodput_req_s", "slo_attainment"):
+        assert a[key] == b[key]
+    json.dumps({k: v for k, v in a.items() if k != "simulation"}, allow_nan=False)
+    e = a["energy"]
+    assert 0 < e["avg_power_w"] <= hw.tdp_w
+    assert e["usd_per_million_tokens"] > 0 and 0 <= a["slo_attainment"] <= 1
+
+
+def test_energy_between_idle_and_the_limit(h200):
+    from perfmodel.energy import power_params
+
+    hw, prof = h200
+    p = power_params(prof, hw)
+    model = resolve_model("llama8b")
+    low = simulate(hw, model, _sc(hw), prof, _reqs(200, 0.05))["energy"]
+    high = simulate(hw, model, _sc(hw), prof, _reqs(2000, 1e4))["energy"]
+    assert p["idle_w"] <= low["avg_power_w"] < high["avg_power_w"] <= hw.tdp_w + 1e-6
+    assert high["joules_per_token"]["output"] < low["joules_per_token"]["output"]
+
+
+# --- metrics -------------------------------------------------------------------------------------------
+
+def test_weighted_percentiles_equal_the_repeated_array():
+    rng = np.random.default_rng(2)
+    v, w = rng.random(40), rng.integers(1, 6, 40)
+    assert weighted_percentiles(v, w) == pytest.approx(list(np.percentile(np.repeat(v, w), [50, 90, 99])))
+
+
+def test_itl_of_a_linear_run_expands_every_step():
+    s = itl_summary_ms([(0.010, 0.020, 11, 3)], [0.5])
+    steps = np.repeat(np.linspace(0.010, 0.020, 11), 3)
+    allv = np.concatenate([steps, [0.5]])
+    assert s["p50"] == pytest.approx(np.percentile(allv, 50) * 1e3)
+    assert s["p99"] == pytest.approx(np.percentile(allv, 99) * 1e3)
+    assert s["mean"] == pytest.approx(allv.mean() * 1e3)
+
+
+def test_length_distributions():
+    rng = np.random.default_rng(0)
+    assert set(parse_dist("77", field="x").sample(rng, 10)) == {77}
+    u = parse_dist("uniform:10:20", field="x").sample(rng, 5000)
+    assert u.min() == 10 and u.max() == 20
+    ln = parse_dist("lognormal:300:0.5", field="x").sample(rng, 20000)
+    assert np.median(ln) == pytest.approx(300, rel=0.05)
+    assert parse_dist("normal:5:100", field="x").sample(rng, 1000).min() >= 1
+    assert parse_dist("exponential:50", field="x").sample(rng, 20000).mean() == pytest.approx(50, rel=0.05)
