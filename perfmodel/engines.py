@@ -29,6 +29,7 @@ class Engine:
     fp8_kv: bool  # fp8 weights imply an fp8 KV cache
     fp8_attention: bool  # with an fp8 KV cache, attention's matrix products run in fp8
     prefill_chunk: int  # prefill tokens per scheduler step
+    max_batch: int  # most sequences the scheduler runs at once (``--batch max`` is also capped by memory)
     mem_policy: str  # free: the KV cache takes mem_fraction of what is free after weights and activations;
     # total: weights, activations and KV cache together take mem_fraction of the device
     mem_fraction: float | dict[int, float]  # one share, or one per TP degree (the largest key <= tp applies)
@@ -53,7 +54,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         "trtllm", "TensorRT-LLM",
         attention={"*": "trtllm", "ampere": "flash"},
         kernels="fused", rotary="kv_write", launch="auto", fp8_kv=True, fp8_attention=True,
-        prefill_chunk=8192, mem_policy="free", mem_fraction=0.9, mem_reserve=2 * GiB,
+        prefill_chunk=8192, max_batch=2048, mem_policy="free", mem_fraction=0.9, mem_reserve=2 * GiB,
         sources={
             "attention": "TensorRT-LLM docs, advanced/gpt-attention.md: context FMHA and XQA generation kernels",
             "kernels": "TensorRT-LLM fuses residual + RMSNorm, SwiGLU and RoPE into the attention preprocessing "
@@ -63,6 +64,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
             "fp8_attention": "estimate: TensorRT-LLM runs FP8 context FMHA when the KV cache is FP8 "
                              "(use_fp8_context_fmha); whether a given build enables it is not published per row",
             "prefill_chunk": "TensorRT-LLM max_num_tokens default 8192 (trtllm-serve / LLM API BuildConfig)",
+            "max_batch": "TensorRT-LLM max_batch_size default 2048 (trtllm-serve / LLM API BuildConfig)",
             "mem_fraction": "TensorRT-LLM KvCacheConfig.free_gpu_memory_fraction default 0.9 (of the memory free "
                             "after weights and activations)",
             "mem_reserve": _RESERVE_NOTE,
@@ -71,13 +73,15 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         "vllm", "vLLM",
         attention={"*": "flash", "hopper": "fa3", "blackwell": "flashinfer", "blackwell-ultra": "flashinfer"},
         kernels="fused", rotary="kernel", launch="auto", fp8_kv=False, fp8_attention=False,
-        prefill_chunk=8192, mem_policy="total", mem_fraction=0.9, mem_reserve=2 * GiB,
+        prefill_chunk=8192, max_batch=1024, mem_policy="total", mem_fraction=0.9, mem_reserve=2 * GiB,
         sources={
             "attention": "vLLM V1 FLASH_ATTN backend runs vllm-flash-attn's FA3 on Hopper (FA2 elsewhere); "
                          "FlashInfer on Blackwell (vLLM docs, attention backends)",
             "kernels": "vLLM custom ops fused_add_rms_norm and silu_and_mul; rotary_embedding is its own kernel "
                        "before reshape_and_cache",
             "fp8_kv": "vLLM kv_cache_dtype default 'auto': the model's activation dtype",
+            "max_batch": "vLLM V1 max_num_seqs default 1024 on GPUs with 70 GiB or more (vllm/engine/arg_utils.py, "
+                         "256 on smaller ones); estimate: it depends on the version",
             "prefill_chunk": "vLLM V1 max_num_batched_tokens default 8192 for the OpenAI server on large-memory "
                              "GPUs (vllm/engine/arg_utils.py); estimate: it depends on the version and GPU",
             "mem_fraction": "vLLM gpu_memory_utilization default 0.9 of the device's memory",
@@ -87,12 +91,13 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         "sglang", "SGLang",
         attention={"*": "flash", "hopper": "fa3", "blackwell": "flashinfer", "blackwell-ultra": "flashinfer"},
         kernels="fused", rotary="kernel", launch="auto", fp8_kv=False, fp8_attention=False,
-        prefill_chunk=8192, mem_policy="total", mem_fraction={1: 0.88, 2: 0.87, 4: 0.85, 8: 0.81},
+        prefill_chunk=8192, max_batch=4096, mem_policy="total", mem_fraction={1: 0.88, 2: 0.87, 4: 0.85, 8: 0.81},
         mem_reserve=2 * GiB,
         sources={
             "attention": "SGLang docs (attention backends): FA3 is the default on Hopper, FlashInfer on Blackwell",
             "kernels": "sgl-kernel fused_add_rmsnorm and silu_and_mul; rotary applied by its own kernel",
             "fp8_kv": "SGLang kv_cache_dtype default 'auto': the model's dtype",
+            "max_batch": "estimate: SGLang sizes max_running_requests from the KV pool; 4096 as an upper bound",
             "prefill_chunk": "SGLang chunked_prefill_size 8192 on large-memory GPUs (server_args.py); estimate: "
                              "the default depends on the GPU's memory",
             "mem_fraction": "SGLang mem_fraction_static default by TP size: 0.88 (tp 1), 0.87 (2), 0.85 (4), "
@@ -103,12 +108,13 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         "torch", "plain PyTorch",
         attention={"*": "auto"},
         kernels="torch", rotary="eager", launch="eager", fp8_kv=False, fp8_attention=False,
-        prefill_chunk=1 << 30, mem_policy="total", mem_fraction=1.0, mem_reserve=2 * GiB,
+        prefill_chunk=1 << 30, max_batch=1 << 30, mem_policy="total", mem_fraction=1.0, mem_reserve=2 * GiB,
         sources={
             "attention": "F.scaled_dot_product_attention with no backend forced: what the calibration profile "
                          "saw PyTorch dispatch to on the part",
             "kernels": "the decoder layer as the calibration suite writes it: eager rotary, silu(g) * u, SDPA",
             "prefill_chunk": "no chunking: a request's prompt is one forward pass",
+            "max_batch": "no scheduler: memory alone caps the batch",
             "mem_fraction": "no pool: the whole device less the reserve",
             "mem_reserve": _RESERVE_NOTE,
         }),

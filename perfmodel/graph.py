@@ -103,9 +103,11 @@ def _norm(model: Model, fused: bool):
         return base
 
     def fused_norm(name, tokens, hidden, dtype, **kw):
+        # a serving engine's add + RMSNorm kernel: vectorised over the row, timed as one simple kernel
+        # ("fused" class), not as PyTorch's F.rms_norm, whose one CTA a row walks it serially
         op = base(name, tokens, hidden, dtype, **kw)
         return O.Op(op.name, op.kind, op.phase, op.flops + tokens * hidden, op.bytes + 2 * tokens * hidden * _b(dtype),
-                    {**op.params, "fused_residual": True}, op.count, op.scope, op.kernels)
+                    {**op.params, "fused_residual": True, "fused": True}, op.count, op.scope, op.kernels)
 
     return fused_norm
 

@@ -45,6 +45,7 @@ def choices(hw: HardwareSpec, sc: Scenario, prof: Profile) -> dict:
     out["kv_cache"] = sc.kv
     out["memory"] = (f"KV cache gets {sc.mem_fraction:.0%} of the memory free after weights and activations"
                      if sc.mem_policy == "free" else f"{sc.mem_fraction:.0%} of device-visible memory in all")
+    out["scheduler"] = {"prefill_chunk": sc.prefill_chunk, "max_batch": sc.max_batch}
     return out
 
 
@@ -67,8 +68,11 @@ def assumption_lines(ch: dict) -> list[str]:
     for phase in ("prefill", "decode"):
         a = ch["attention"][phase]
         line = f"{phase} attention: {a['name']}"
-        if a["carried"]:
-            line += f", timed with the {a['timed_as']} backend's fitted efficiencies (carried: {a['source']})"
+        if a["carried"] and a["source"] != "documented default":
+            line += (f", timed with the {a['timed_as']} backend's efficiencies (carried: the rule and its source "
+                     f"are in perfmodel/attention_kernels.py and the JSON's kernels.attention)")
+        elif a["carried"]:
+            line += " (documented default efficiencies: not measured)"
         if a["note"]:
             line += f"; {a['note']}"
         out.append(line)
@@ -80,4 +84,7 @@ def assumption_lines(ch: dict) -> list[str]:
     out.append(f"kernels: {ch['norm']}; {ch['activation']}; rotary {ch['rotary']}; KV cache {ch['kv_cache']}")
     out.append(f"kernel launches: {ch['launch']}")
     out.append(f"memory: {ch['memory']}")
+    if ch["scheduler"]["max_batch"] < 1 << 30:
+        out.append(f"scheduler: at most {ch['scheduler']['max_batch']} sequences at once, "
+                   f"{ch['scheduler']['prefill_chunk']} prefill tokens a step")
     return out

@@ -146,7 +146,7 @@ def project_resolved(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile
     if sc.batch == "max":
         b = capacity.max_batch(model, sc, hw)
         capacity.check_fits(model, sc, hw, b)
-        sc = sc.with_(batch=int(b))
+        sc = sc.with_(batch=int(min(b, sc.max_batch)))  # memory, and the engine's scheduler limit
     else:
         capacity.check_fits(model, sc, hw, capacity.max_batch(model, sc, hw), batch=int(sc.batch))
     batch = int(sc.batch)

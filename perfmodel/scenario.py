@@ -7,8 +7,8 @@ from .dtypes import check_dtype
 from .errors import InputError
 
 
-ENGINE_FIELDS = ("kernels", "rotary", "launch", "attention_kernel", "fp8_attention", "prefill_chunk", "mem_policy",
-                 "mem_fraction", "mem_reserve")
+ENGINE_FIELDS = ("kernels", "rotary", "launch", "attention_kernel", "fp8_attention", "prefill_chunk", "max_batch",
+                 "mem_policy", "mem_fraction", "mem_reserve")
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ class Scenario:
     attention_kernel: str | None = None  # perfmodel.attention_kernels: auto (PyTorch's dispatch), fa3, ...
     fp8_attention: bool | None = None  # attention's products in fp8 when the KV cache is fp8
     prefill_chunk: int | None = None  # prefill token budget per step in continuous batching
+    max_batch: int | None = None  # most sequences the engine's scheduler runs at once (caps --batch max)
     mem_policy: str | None = None  # free: KV takes mem_fraction of what is free after weights; total: all of it
     mem_fraction: float | None = None  # share of device-visible memory (policy total) or of the free memory
     mem_reserve: float | None = None  # bytes per GPU outside the engine's pool (context, workspaces, graphs)
@@ -79,6 +80,7 @@ class Scenario:
             "attention_kernel": eng.attention_for(getattr(hw, "generation", "")),
             "fp8_attention": eng.fp8_attention,
             "prefill_chunk": eng.prefill_chunk,
+            "max_batch": eng.max_batch,
             "mem_policy": eng.mem_policy,
             "mem_fraction": eng.fraction_for(self.tp),
             "mem_reserve": eng.mem_reserve,
@@ -101,8 +103,10 @@ class Scenario:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise InputError(f"expected a positive integer, got {v!r}", field=f"--{name.replace('_', '-')}")
-        if self.prefill_chunk is not None and (not isinstance(self.prefill_chunk, int) or self.prefill_chunk < 1):
-            raise InputError(f"expected a positive integer, got {self.prefill_chunk!r}", field="--prefill-chunk")
+        for name in ("prefill_chunk", "max_batch"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise InputError(f"expected a positive integer, got {v!r}", field=f"--{name.replace('_', '-')}")
         if self.batch != "max" and (not isinstance(self.batch, int) or isinstance(self.batch, bool) or self.batch < 1):
             raise InputError(f"expected a positive integer or 'max', got {self.batch!r}", field="--batch")
         check_dtype(self.dtype, where="--dtype")

@@ -65,8 +65,8 @@ def _mem_kind(op: Op) -> str:
 
 
 def _rows(op: Op) -> dict:
-    """Rows and row length of a row-wise kernel (norms), else nothing."""
-    if op.kind in ("rmsnorm", "layernorm"):
+    """Rows and row length of a row-wise kernel (PyTorch's norms), else nothing."""
+    if op.kind in ("rmsnorm", "layernorm") and not op.params.get("fused"):
         return {"rows": op.params["tokens"], "row_len": op.params["hidden"]}
     return {}
 
