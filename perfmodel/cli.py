@@ -180,7 +180,7 @@ def cmd_show(args) -> int:
 def cmd_validate(args) -> int:
     from .validate import run_validation, validation_table
 
-    rows = run_validation(args.csv, calibration=args.calibration, mode=args.mode)
+    rows = run_validation(args.csv, calibration=args.calibration, mode=args.mode, engine=args.engine)
     if args.format == "json":
         _emit(json.dumps(rows, indent=2) + "\n", args.out)
     elif args.format == "csv":
@@ -262,7 +262,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("validate", help="predicted against published results")
-    p.add_argument("--csv", default=None, help="validation table (default ../shared/reference/public_validation.csv)")
+    p.add_argument("--csv", default=None,
+                   help="validation table (default workloads/validation/public_validation.csv)")
+    p.add_argument("--engine", default="auto",
+                   help="engine preset for every row (default: read off each row's source, e.g. TensorRT-LLM)")
     p.add_argument("--calibration", default=None)
     p.add_argument("--mode", choices=("latency", "sol"), default="latency")
     p.add_argument("--format", choices=("table", "json", "csv"), default="table")
