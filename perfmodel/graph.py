@@ -38,6 +38,46 @@ def heads_per_gpu(model: Model, tp: int) -> tuple[int, int]:
     return hq, hkv
 
 
+def check_layout(model: Model, sc: Scenario) -> list[str]:
+    """Refuse a parallel layout or sequence length no engine runs (one-line InputError); return notes on
+    what engines do where they pad or replicate, for the projection's assumptions."""
+    from .errors import InputError
+
+    notes: list[str] = []
+    tp, name = sc.tp, model.name
+    if model.heads % tp:
+        raise InputError(f"--tp {tp} does not divide the {model.heads} attention heads of {name} "
+                         "(engines shard heads evenly)", field="--tp")
+    if model.mla is None:
+        if model.kv_heads >= tp and model.kv_heads % tp:
+            raise InputError(f"--tp {tp} does not divide the {model.kv_heads} KV heads of {name}", field="--tp")
+        if model.kv_heads < tp and tp % model.kv_heads:
+            raise InputError(f"--tp {tp} is not a multiple of the {model.kv_heads} KV heads of {name}: they "
+                             "cannot be replicated evenly", field="--tp")
+    if sc.pp > model.layers:
+        raise InputError(f"--pp {sc.pp} is more stages than the {model.layers} layers of {name}", field="--pp")
+    if sc.pp > 1 and model.layers % sc.pp:
+        notes.append(f"{model.layers} layers over {sc.pp} stages: the fullest stage has "
+                     f"{_ceil_div(model.layers, sc.pp)} and sets the pace")
+    if model.max_position and sc.isl + sc.osl > model.max_position:
+        raise InputError(f"--isl {sc.isl} + --osl {sc.osl} exceeds the {model.max_position}-token context of {name}",
+                         field="--isl")
+    if model.moe is None:
+        if sc.ep > 1:
+            raise InputError(f"--ep {sc.ep} on {name}, which has no experts", field="--ep")
+    else:
+        moe = model.moe
+        if moe.top_k > moe.num_experts:
+            raise InputError(f"top_k {moe.top_k} is more than the {moe.num_experts} experts of {name}",
+                             field="moe.top_k")
+        if moe.num_experts % sc.ep:
+            raise InputError(f"--ep {sc.ep} does not divide the {moe.num_experts} experts of {name}", field="--ep")
+    if model.intermediate % tp:
+        notes.append(f"FFN width {model.intermediate} is not a multiple of TP {tp}: shards padded to "
+                     f"{_ceil_div(model.intermediate, tp)}")
+    return notes
+
+
 def layer_counts(model: Model) -> dict[str, int]:
     """How many layers of each block type the model has (dense FFN or MoE FFN)."""
     moe = sum(1 for i in range(model.layers) if is_moe_layer(model, i))

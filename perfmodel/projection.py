@@ -24,7 +24,8 @@ import numpy as np
 
 from . import capacity
 from .cost import OpTime, family, time_ops
-from .graph import Step, build_ops
+from .errors import InputError
+from .graph import Step, build_ops, check_layout
 from .models import Model
 from .ops import COMM_KINDS
 from .profile import Profile
@@ -143,6 +144,7 @@ def project(hardware, model, scenario: Scenario | None = None, *, profile: Profi
 
 def project_resolved(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> Projection:
     sc = sc.for_hardware(hw)
+    layout_notes = check_layout(model, sc)
     if sc.batch == "max":
         b = capacity.max_batch(model, sc, hw)
         capacity.check_fits(model, sc, hw, b)
@@ -157,8 +159,21 @@ def project_resolved(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile
     mem = capacity.memory(model, sc, batch, hw)
     mfu, mbu = _utilisation(hw, sc, prefill if decode is None else decode, tpot or ttft)
     bands = _bands(prof, prefill, decode, ttft, tpot, thr)
-    return Projection(hw, model, sc, prof, prefill, decode, ttft, tpot, e2e, thr, mem, mfu, mbu, bands,
-                      assumptions(hw, model, sc, prof), n_pre)
+    proj = Projection(hw, model, sc, prof, prefill, decode, ttft, tpot, e2e, thr, mem, mfu, mbu, bands,
+                      assumptions(hw, model, sc, prof) + layout_notes, n_pre)
+    _check_finite(proj)
+    return proj
+
+
+def _check_finite(p: Projection) -> None:
+    """Nothing non-finite leaves the tool: an overflow or underflow in the inputs stops with one line."""
+    values = {"TTFT": p.ttft_s, "TPOT": p.tpot_s, "throughput": p.throughput_tok_s, "MFU": p.mfu, "MBU": p.mbu}
+    values.update({f"band {k}": x for k, v in p.bands.items() for x in v})
+    bad = [k for k, v in values.items() if not math.isfinite(float(v)) or float(v) < 0]
+    if bad:
+        raise InputError(f"the projection of {p.model.name} on {p.hardware.name} is not finite ({', '.join(bad[:3])}): "
+                         "a spec figure or profile parameter is out of any physical range", file=p.hardware.files[0]
+                         if p.hardware.files else None)
 
 
 @dataclass

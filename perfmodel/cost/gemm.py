@@ -17,7 +17,8 @@ The model follows how cuBLAS/CUTLASS kernels run on NVIDIA parts:
 - operands whose rows are not 16-byte aligned (N or K not a multiple of 8 bf16 elements) force a slower
   kernel family: both rates scale by ``gemm_misaligned_eta``;
 - streaming the operands reaches ``gemm_mem_eta`` of HBM bandwidth only with ``gemm_mem_ctas`` CTAs per
-  SM in flight; fewer CTAs stream proportionally slower;
+  SM in flight, counting the CTAs that read distinct parts of the larger operand (split-K multiplies
+  them; padded row tiles of a skinny product do not); fewer stream proportionally slower;
 - compute and streaming time are joined by a p-norm (a soft max), plus a fixed overhead.
 
 The library is taken to pick the fastest tile. Written against a math backend (:mod:`.backend`):
@@ -68,7 +69,10 @@ def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof, eta, xp=NP, elem_byt
         t_c0 = waves * t_tile / slow
         t_c = power_limited(t_c0, prof, sustained, xp)
         partials = (split - 1.0) * m * n * groups * 8.0  # fp32 partial sums written and read back
-        streams = xp.minimum(1.0, units / (sms * prof.gemm_mem_ctas))
+        # CTAs that stream distinct data of the larger operand: padding rows onto a skinny product adds
+        # CTAs that re-read the same weights from L2, not bandwidth
+        distinct = xp.where(m >= n, xp.ceil(m / tm), xp.ceil(n / tn)) * groups * split
+        streams = xp.minimum(1.0, distinct / (sms * prof.gemm_mem_ctas))
         t_m = (nbytes + partials) / (bw * prof.gemm_mem_eta * streams * slow)
         t = (t_c**p + t_m**p) ** (1.0 / p)
         if not xp.numeric:  # a formula: one flat MIN over the tiles (a running IF chain nests exponentially)
