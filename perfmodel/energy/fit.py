@@ -247,3 +247,65 @@ def _validate_held_out(held: list[_Row], params: dict, limit_w: float, hw, prof)
 
 def _summary(report: dict) -> dict:
     return {k: report[k] for k in ("rows", "train", "held_out", "held_out_end_to_end") if k in report}
+
+
+def report_text(report: dict) -> str:
+    """The fit as a short text table: parameters, then every row measured against predicted."""
+    p = report["parameters"]
+    lines = [f"idle {p['idle_w']:.1f} W, static {p['static_w']:.1f} W, {p['j_per_byte'] * 1e12:.1f} pJ/byte, "
+             + ", ".join(f"{f} {v * 1e12:.3f} pJ/FLOP" for f, v in p["j_per_flop"].items())
+             + f"; limit {p['limit_w_measured']:.0f} W"]
+    for split in ("train", "held_out", "held_out_end_to_end"):
+        s = report.get(split) or {}
+        if s.get("n"):
+            lines.append(f"{split}: {s['n']} rows, median |error| {100 * s['median_abs_error']:.1f}%, "
+                         f"P90 {100 * s['p90_abs_error']:.1f}%")
+    lines.append(f"{'row':<96} {'W':>5} {'meas. J':>9} {'pred. J':>9} {'error':>7} {'end-to-end':>10}")
+    for r in report.get("train_rows", []) + report.get("held_out_rows", []):
+        e2e = f"{100 * r['error_end_to_end']:+.1f}%" if "error_end_to_end" in r else ""
+        lines.append(f"{r['id'][:96]:<96} {r['measured_w']:>5.0f} {r['measured_j']:>9.4g} {r['predicted_j']:>9.4g} "
+                     f"{100 * r['error']:>+6.1f}% {e2e:>10}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    """python -m perfmodel.energy DIR [--arch SPEC]: fit the power model to DIR/measurements.jsonl and
+    print it (writes nothing; `perfmodel fit` stores it in the profile)."""
+    import argparse
+    import json
+    from pathlib import Path
+
+    ap = argparse.ArgumentParser(prog="python -m perfmodel.energy")
+    ap.add_argument("dir")
+    ap.add_argument("--arch", default=None)
+    ap.add_argument("--json", action="store_true", help="the whole report as JSON")
+    a = ap.parse_args(argv)
+    path = Path(a.dir) / "measurements.jsonl"
+    try:
+        if not path.is_file():
+            raise InputError("no measurements.jsonl here", file=str(a.dir))
+        try:
+            rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        except json.JSONDecodeError as e:
+            raise InputError(f"not valid JSON lines ({e.msg})", file=str(path)) from None
+        return _print_fit(a, rows)
+    except InputError as e:
+        import sys
+
+        print(f"perfmodel: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _print_fit(a, rows) -> int:
+    import json
+    from pathlib import Path
+
+    from ..calibrate.fit import match_spec
+    from ..profile import DEFAULTS, load_profile
+
+    env = next((r.get("env") for r in rows if r.get("env")), {})
+    hw = match_spec(env, a.arch)
+    prof = load_profile(a.dir) if (Path(a.dir) / "profile.json").is_file() else DEFAULTS
+    _, report = fit_power(prof, rows, hw)
+    print(json.dumps(report, indent=2) if a.json else report_text(report))
+    return 0

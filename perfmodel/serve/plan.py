@@ -138,20 +138,19 @@ def plan(hw, model, sc, prof, base, space: PlanSpace, opts: ServeOptions) -> lis
 
 
 def _collapse(rows: list[dict]) -> list[dict]:
-    """Caps that do not bind give the same run: keep the smallest such cap, marked "or more"."""
-    keep: dict = {}
+    """A cap above what the load reaches changes nothing: of caps of one layout whose goodput is within
+    0.5% of a smaller cap's, keep the smallest, marked "or more"."""
+    groups: dict = {}
     for r in sorted(rows, key=lambda r: r["batch"]):
         key = (r["layout"], r.get("engine"), r["tp"], r.get("decode_tp"), r["pp"], r.get("instances"),
-               r.get("prefill_instances"), r.get("decode_instances"), round(r["rate_req_s"], 9),
-               r["goodput_req_s"], r["ttft_p90_ms"], r["tpot_p90_ms"])
-        if key in keep:
-            first = keep[key]
-            if not first["describe"].endswith(" or more"):
-                first["describe"] += " or more"
-            first["batch_max_same"] = r["batch"]
+               r.get("prefill_instances"), r.get("decode_instances"))
+        kept = groups.setdefault(key, [])
+        if kept and abs(r["goodput_req_s"] - kept[-1]["goodput_req_s"]) <= 0.005 * max(kept[-1]["goodput_req_s"], 1e-12):
+            if not kept[-1]["describe"].endswith(" or more"):
+                kept[-1]["describe"] += " or more"
             continue
-        keep[key] = r
-    return list(keep.values())
+        kept.append(r)
+    return [r for kept in groups.values() for r in kept]
 
 
 def _batches(model, sc, hw, base, space: PlanSpace) -> list[int]:
@@ -217,6 +216,7 @@ def _disaggregated(hw, model, sc, layouts, prof, base, space, opts, power) -> li
         steps = None
         xfer = _kv_transfer_s(model, hw, prof, lay, lay, base.isl, opts.kv_link if opts.kv_link != "auto"
                               else "scaleup", 1)
+        found = []
         for b in reversed(_batches(model, lay, hw, base, space)):
             inst = build_instance(hw, model, lay.with_(batch=b), prof, base, "decode", opts, power, max_seqs=b,
                                   steps=steps)
@@ -234,7 +234,10 @@ def _disaggregated(hw, model, sc, layouts, prof, base, space, opts, power) -> li
             t, _ = inst.steps.step(b, float(base.isl.mean() + base.osl.mean() / 2), ())
             r, _ = max_rate(attain, 1.3 * b / (t * float(base.osl.mean())), space.attainment)
             if r > 0:
-                decode.append((lay, b, r))
+                found.append((lay, b, r))
+        if found:  # the smallest cap within 0.5% of the best rate
+            top = max(r for _, _, r in found)
+            decode.append(min((f for f in found if f[2] >= 0.995 * top), key=lambda f: f[1]))
     combos = []
     for lp, rp in prefill:
         for ld, b, rd in decode:
