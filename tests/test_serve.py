@@ -127,6 +127,14 @@ def test_preemption_recomputes_and_every_request_finishes(h200):
     assert len(r.itl_extra) >= 1  # a preempted request's stall shows as one long inter-token gap
 
 
+def test_a_request_larger_than_the_cache_is_refused():
+    from perfmodel.errors import InputError
+    from perfmodel.serve.engine import check_fits
+
+    with pytest.raises(InputError, match="KV blocks"):
+        check_fits(_reqs(3, 1.0, isl="1000", osl="100"), EngineConfig(max_seqs=4, token_budget=8192, kv_blocks=10))
+
+
 def test_prefix_caching_skips_cached_prompt_tokens(h200):
     hw, prof = h200
     model = resolve_model("llama8b")

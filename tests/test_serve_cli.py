@@ -90,7 +90,8 @@ def _trace(tmp_path, text, name="t.csv"):
     (["--rate", "1", "--gpu-hour-usd", "inf"], "--gpu-hour-usd"),
     (["--rate", "1", "--replicas", "0"], "--replicas"),
     (["--arrival", "trace", "/no/such/trace.csv"], "trace.csv"),
-    (["--rate", "1", "--isl-dist", "2000000"], "KV cache"),
+    (["--rate", "1", "--isl-dist", "uniform:1000:140000"], "context"),
+    (["--rate", "1", "--model", "llama405b"], "--tp 8 would fit"),
 ])
 def test_serve_bad_input_is_one_line(extra, needle, capsys):
     rc, _, err = run(SERVE + extra, capsys)

@@ -91,6 +91,17 @@ def _saturation_rate(hw, model, sc, prof, reqs) -> float:
     return max(p.throughput_tok_s / mean.osl, 1e-6)
 
 
+def _runs(model, sc, reqs) -> bool:
+    """Whether an engine runs the layout at all (TP dividing the heads, PP within the layers...)."""
+    from ..graph import check_layout
+
+    try:
+        check_layout(model, sc.with_(isl=1, osl=1))
+    except InputError:
+        return False
+    return True
+
+
 def _fits(model, sc, hw, reqs) -> bool:
     from .. import capacity
 
@@ -118,7 +129,7 @@ def plan(hw, model, sc, prof, base, space: PlanSpace, opts: ServeOptions) -> lis
                     continue
                 ep = sc.ep if tp % sc.ep == 0 else 1
                 trial = for_hardware(sc.with_(tp=tp, pp=pp, ep=ep, engine=engine), hw).validated()
-                if _fits(model, trial, hw, base):
+                if _runs(model, trial, base) and _fits(model, trial, hw, base):
                     layouts.append(trial)
         found = []
         for lay in layouts:

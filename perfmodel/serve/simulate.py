@@ -82,6 +82,10 @@ def build_instance(hw, model, sc, prof, reqs, role: str, opts: ServeOptions, pow
                    max_seqs: int | None = None, steps: StepModel | None = None) -> Instance:
     """Step-time tables and engine limits of one instance of layout ``sc`` serving ``reqs``. ``max_seqs``
     overrides the running-sequence cap; ``steps`` reuses tables built for a cap at least as large."""
+    from ..graph import check_layout
+
+    longest = int(np.argmax(reqs.isl + reqs.osl))
+    check_layout(model, sc.with_(isl=int(reqs.isl[longest]), osl=int(reqs.osl[longest])))  # one line if no engine runs it
     cap = max_seqs_for(model, sc, hw, reqs)
     max_seqs = cap if max_seqs is None else max(1, min(int(max_seqs), sc.prefill_chunk))
     blocks = kv_pool_blocks(model, hw, sc, max_seqs, opts.block_size)
