@@ -68,7 +68,8 @@ def test_grid_size_values_and_points_equal_project(b200):
     assert [r["hbm_bandwidth"] for r in rows[::4]] == pytest.approx(list(np.linspace(4e12, 12e12, 9)))
     assert [r["batch_requested"] for r in rows[:4]] == [1, 8, 64, "max"]
     # 'max' resolves per hardware point (HBM capacity is not swept, so it is the same here)
-    assert rows[3]["batch"] == capacity.max_batch(model, sc, hw.hbm_bytes)
+    assert rows[3]["batch"] == capacity.max_batch(model, sc, hw)
+    assert rows[3]["batch"] == project_resolved(hw, model, sc.with_(batch="max"), prof).batch
     for i, j in ((0, 0), (4, 2), (8, 3), (2, 1)):
         bw = axes[0].values[i]
         b = axes[1].values[j]

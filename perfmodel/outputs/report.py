@@ -177,7 +177,8 @@ def _best_at_latency(part: Part, target_s: float, metric: str):
     from ..projection import serving_times
 
     sc = part.proj.scenario
-    cap = int(capacity.max_batch(part.proj.model, sc, part.hw.hbm_bytes))
+    cap = int(capacity.max_batch(part.proj.model, sc, part.hw))
+    cap = min(cap, sc.max_batch) if sc.max_batch else cap  # the engine's scheduler limit
     if cap < 1:
         return None
     batches = np.arange(1, cap + 1) if cap <= 4096 else np.unique(np.round(np.geomspace(1, cap, 4096)).astype(int))
@@ -291,7 +292,8 @@ def _curve_chart(parts: list[Part]):
     for part in parts:
         p = part.proj
         sc = p.scenario
-        cap = int(capacity.max_batch(p.model, sc, part.hw.hbm_bytes))
+        cap = int(capacity.max_batch(p.model, sc, part.hw))
+        cap = min(cap, sc.max_batch) if sc.max_batch else cap  # the engine's scheduler limit
         if cap < 1 or p.decode is None:
             continue
         b = np.unique(np.round(np.geomspace(1, cap, min(cap, 48))).astype(int))
@@ -427,7 +429,7 @@ def smallest_fitting_tp(hw, model, sc, prof):
         try:
             trial = sc.with_(tp=tp).validated()
             # raises (one line) when it does not fit; the projection may refuse a layout too
-            capacity.check_fits(model, trial, hw, capacity.max_batch(model, trial, hw.hbm_bytes), batch=want)
+            capacity.check_fits(model, trial, hw, capacity.max_batch(model, trial, hw), batch=want)
             return trial, project_resolved(hw, model, trial, prof)
         except InputError as e:
             last = e

@@ -22,7 +22,7 @@ from ..spec import SPEC_FIELDS
 METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "throughput_tok_s", "throughput_tok_s_per_gpu")
 SCENARIO_INT = ("isl", "osl", "tp", "pp", "ep", "prefill_chunk")
 SCENARIO_FLOAT = ("overlap", "mem_fraction")
-SCENARIO_TEXT = ("dtype", "kv_dtype", "act_dtype", "batching", "launch", "mode")
+SCENARIO_TEXT = ("dtype", "kv_dtype", "act_dtype", "batching", "launch", "mode", "engine")
 _SPEC = {f.attr: f for f in SPEC_FIELDS}
 LOOPED_SPEC = ("scaleup_domain",)  # decides which collective formula applies: a plain number
 FIELDS = tuple(_SPEC) + ("batch",) + SCENARIO_INT + SCENARIO_FLOAT + SCENARIO_TEXT
@@ -205,7 +205,7 @@ def run_sweep(hw, model, sc, prof, axes: list[Axis], *, description: str = "") -
             else:
                 overrides[a.field] = np.asarray(a.values, dtype=float)[g]
         hwa = spec_with(hw2, **overrides) if overrides else hw2
-        cap = capacity.max_batch(model, sc2, hwa.hbm_bytes)
+        cap = capacity.max_batch(model, sc2, hwa)
         sub_shape = tuple(shape[i] for i in vec)
         cap = np.broadcast_to(np.asarray(cap), sub_shape)
         if batch_idx is None:
@@ -213,7 +213,10 @@ def run_sweep(hw, model, sc, prof, axes: list[Axis], *, description: str = "") -
         else:
             vals = [(-1 if v == "max" else int(v)) for v in axes[[a.field for a in axes].index("batch")].values]
             want = np.asarray(vals)[batch_idx]
-        batch = np.where(want < 0, cap, want).astype(int)
+        # 'max': what memory holds, and no more than the engine's scheduler runs at once (as project_resolved)
+        sched = sc2.for_hardware(hw2).max_batch
+        largest = np.minimum(cap, sched) if sched else cap
+        batch = np.where(want < 0, largest, want).astype(int)
         fits = (batch >= 1) & (batch <= cap)
         b_eval = np.maximum(batch, 1)
         st = serving_times(model, hwa, sc2 if sc2.batch != "max" else sc2.with_(batch=1), prof,
@@ -260,7 +263,7 @@ def default_batch_sweep(hw, model, sc, prof) -> SweepResult:
     """Batch 1, 2, 4, ... up to the largest that fits (and that largest)."""
     from .. import capacity
 
-    cap = int(capacity.max_batch(model, sc.with_(batch=1) if sc.batch == "max" else sc, hw.hbm_bytes))
+    cap = int(capacity.max_batch(model, sc.with_(batch=1) if sc.batch == "max" else sc, hw))
     vals: list = []
     b = 1
     while b <= max(cap, 1):

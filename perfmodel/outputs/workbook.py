@@ -343,19 +343,34 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
     inputs.add("osl", sc_r.osl, "tokens", "scenario", "output tokens per request")
     inputs.add("prefill_chunk", sc_r.prefill_chunk, "tokens", "scenario", "prefill token budget per step (continuous)")
     inputs.add("overlap", sc_r.overlap, "fraction", "scenario", "share of collective time hidden under compute")
-    inputs.add("mem_fraction", sc_r.mem_fraction, "fraction", "scenario", "share of HBM the engine may use")
-    inputs.add("mem_reserve", sc_r.mem_reserve, "B", "scenario", "bytes per GPU for context, allocator, workspace")
+    total_policy = sc_r.mem_policy != "free"
+    inputs.add("mem_fraction", sc_r.mem_fraction, "fraction", "engine",
+               "share of device-visible memory the engine uses" if total_policy else
+               "share of the memory free after weights, activations and reserve that the KV cache takes")
+    inputs.add("mem_reserve", sc_r.mem_reserve, "B", "engine",
+               "bytes per GPU outside the engine's pool: CUDA context, workspaces, CUDA graphs")
+    if sc_r.max_batch:
+        inputs.add("max_batch", sc_r.max_batch, "sequences", "engine", "most sequences the engine's scheduler runs "
+                   "at once (caps a 'max' batch)")
     if batch_max:
-        inputs.add("batch", None, "sequences", "derived", "largest batch that fits ('max'): formula of hbm_bytes, "
-                   "isl, osl and the memory rows below; type a number to fix it", editable=True)
+        inputs.add("batch", None, "sequences", "derived", "largest batch that fits ('max'): formula of the "
+                   "device-visible memory, isl, osl and the memory rows below, as perfmodel.capacity.max_batch; "
+                   "type a number to fix it", editable=True)
     else:
         inputs.add("batch", sc_r.batch, "sequences", "scenario", "concurrent sequences per model replica")
     for name, value, note in (("model", model.name, "model (structure of every formula)"),
+                              ("engine", sc_r.engine, "serving engine whose preset filled the engine fields"),
+                              ("mem_policy", sc_r.mem_policy, "engine memory policy: total (everything within "
+                               "mem_fraction of the device) or free (the KV cache takes mem_fraction of what is free)"),
                               ("tp", sc_r.tp, "tensor parallel"), ("pp", sc_r.pp, "pipeline parallel"),
                               ("ep", sc_r.ep, "expert parallel"), ("gpus", sc_r.gpus, "GPUs per replica (tp x pp)"),
                               ("dtype", sc_r.dtype, "weights and GEMM format"), ("kv_dtype", sc_r.kv, "KV-cache format"),
                               ("act_dtype", sc_r.act_dtype, "activations"), ("mode", sc_r.mode, "latency model or sol"),
-                              ("launch", sc_r.launch, "kernel launch model"), ("batching", sc_r.batching, "batching")):
+                              ("launch", sc_r.launch, "kernel launch model"), ("batching", sc_r.batching, "batching"),
+                              ("kernels", sc_r.kernels, "fused (an engine's kernels) or torch (plain PyTorch)"),
+                              ("rotary", sc_r.rotary, "where the rotary embedding runs"),
+                              ("attention_kernel", sc_r.attention_kernel, "attention kernel library"),
+                              ("fp8_attention", sc_r.fp8_attention, "attention products in fp8 with an fp8 KV cache")):
         inputs.add(name, value, "", "scenario", note + " (fixed at export)", editable=False)
 
     # -- memory helpers (structure-only numbers from perfmodel.capacity) -----------------------
@@ -396,13 +411,8 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
                    (prof.description if not fixed else "used as a plain number by the cost code (fixed at export)"),
                    editable=not fixed)
 
-    # max batch formula (from perfmodel.capacity.max_batch's definition)
     if batch_max:
-        r = inputs.by_name["batch"]
-        I = inputs.ref
-        fixed_b = I("weights_bytes") + I("mem_reserve") + I("prefill_chunk") * I("act_bytes_per_token")
-        per_seq = I("kv_bytes_per_token") * (I("isl") + I("osl")) + I("logit_bytes_per_seq")
-        r.value = XL.maximum(0, XL.floor((I("hbm_bytes") * I("mem_fraction") - fixed_b) / per_seq))
+        inputs.by_name["batch"].value = _max_batch_formula(inputs.ref, total_policy, bool(sc_r.max_batch))
 
     hw_view, prof_view = _views(hw, prof, inputs, plain)
 
@@ -503,8 +513,19 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
     srow("mem_workspace", "memory: workspace", I("mem_reserve"), "B", m.workspace)
     srow("mem_total", "memory: total per GPU", S["mem_weights"] + S["mem_kv"] + S["mem_act"] + S["mem_workspace"],
          "B", m.total)
-    srow("mem_capacity", "memory: usable per GPU", I("hbm_bytes") * I("mem_fraction"), "B", m.capacity)
-    srow("fits", "fits in memory", S["mem_total"] <= S["mem_capacity"], "", bool(m.fits))
+    fixed_mem = S["mem_weights"] + S["mem_act"] + S["mem_workspace"]
+    if total_policy:
+        usable = I("hbm_visible_bytes") * I("mem_fraction")
+        kv_budget = XL.maximum(usable - fixed_mem, 0.0)
+        pool_note = "total policy: mem_fraction x device-visible memory; the KV cache gets what the rest leaves"
+    else:
+        kv_budget = I("mem_fraction") * XL.maximum(I("hbm_visible_bytes") - fixed_mem, 0.0)
+        usable = fixed_mem + kv_budget
+        pool_note = "free policy: weights, activations and reserve, plus the KV cache's mem_fraction of what is free"
+    srow("mem_kv_budget", "memory: KV-cache budget per GPU", kv_budget, "B", m.kv_budget, pool_note)
+    srow("mem_capacity", "memory: usable per GPU", usable, "B", m.capacity, pool_note)
+    srow("fits", "fits in memory", S["mem_kv"] <= S["mem_kv_budget"], "", bool(m.fits),
+         "the KV cache within its budget")
 
     set_text(ws_s, "A1", f"Summary: {model.name} on {hw.name}")
     ws_s["A1"].font = title_font
@@ -644,6 +665,28 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
 
     wb.active = 1  # open on the Summary
     return wb
+
+
+def _max_batch_formula(I, total_policy: bool, capped: bool):
+    """The largest batch that fits, as :func:`perfmodel.capacity.max_batch` finds it, as a formula of the
+    Inputs sheet: solved for a prefill chunk not yet full (activations grow with the batch) and for a full
+    one, the larger consistent answer kept, then the engine's scheduler limit."""
+    V, f = I("hbm_visible_bytes"), I("mem_fraction")
+    kv_seq = I("kv_bytes_per_token") * (I("isl") + I("osl"))
+    base = I("weights_bytes") + I("mem_reserve")
+    widest, logits, chunk = I("act_bytes_per_token"), I("logit_bytes_per_seq"), I("prefill_chunk")
+
+    def solve(fixed, per_seq_act):
+        if total_policy:
+            return XL.floor(XL.maximum(V * f - fixed, 0.0) / (kv_seq + per_seq_act))
+        return XL.floor(XL.maximum(f * (V - fixed), 0.0) / (kv_seq + f * per_seq_act))
+
+    filling = solve(base, logits + I("isl") * widest)
+    filling = XL.where(filling * I("isl") <= chunk, filling, 0.0)
+    full = solve(base + chunk * widest, logits)
+    full = XL.where(full * I("isl") >= chunk, full, 0.0)
+    best = XL.maximum(filling, full)
+    return XL.minimum(best, I("max_batch")) if capped else best
 
 
 def _write_long(ws, r: int, col: int, t, helper_col: list[int]) -> None:
