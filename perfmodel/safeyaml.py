@@ -1,4 +1,5 @@
-"""YAML for files a user hands the tool (hardware specs, model descriptors), with hard limits.
+"""YAML (and JSON) for files a user hands the tool (hardware specs, model descriptors, config.json), with
+hard limits.
 
 ``yaml.safe_load`` builds no arbitrary objects, but it still:
 
@@ -200,3 +201,32 @@ def _yaml_message(e) -> str:
         context = f"{context} started at line {cmark.line + 1}"
     msg = f"YAML syntax error: {problem}" + (f" ({context})" if context else "")
     return " ".join(msg.split())
+
+
+def load_json(data: bytes | str, *, file: str, what: str = "JSON file", max_bytes: int = MAX_BYTES):
+    """Parse a JSON document (a Hugging Face ``config.json``) with the same promises as :func:`load`: a size
+    limit, one-line errors naming the line, no RecursionError on deep nesting, and no NaN or Infinity
+    (which Python's json module accepts and no JSON file should hold)."""
+    import json
+
+    if isinstance(data, bytes):
+        if len(data) > max_bytes:
+            raise InputError(f"larger than {max_bytes // 1024} KiB; a {what} is a few KB", file=file)
+        try:
+            data = data.decode("utf-8-sig")
+        except UnicodeDecodeError as e:
+            raise InputError(f"not UTF-8 text (byte {e.start}); expected a {what}", file=file) from None
+    elif len(data) > max_bytes:
+        raise InputError(f"larger than {max_bytes // 1024} KiB; a {what} is a few KB", file=file)
+
+    def no_constant(name):
+        raise ValueError(f"{name} is not a JSON number")
+
+    try:
+        return json.loads(data, parse_constant=no_constant)
+    except json.JSONDecodeError as e:
+        raise InputError(f"not valid JSON: {e.msg}", file=file, field=f"line {e.lineno}, column {e.colno}") from None
+    except ValueError as e:  # NaN / Infinity
+        raise InputError(f"not valid JSON: {e}", file=file) from None
+    except RecursionError:
+        raise InputError(f"nested too deeply; expected a {what}", file=file) from None

@@ -467,3 +467,16 @@ def test_safe_loader_limits_directly():
     assert math.isfinite(safeyaml.load("a: 1.5\n", file="f")["a"])
     with pytest.raises(InputError, match="could not determine a constructor"):
         safeyaml.load("a: !!python/object:os.system x\n", file="f")
+
+
+def test_safe_json_for_config_files():
+    """safeyaml.load_json, for config.json readers: deep nesting, NaN/Infinity, size, syntax: one line each."""
+    from perfmodel import safeyaml
+
+    assert safeyaml.load_json('{"hidden_size": 4096}', file="c.json") == {"hidden_size": 4096}
+    for text, words in (("[" * 100_000 + "]" * 100_000, "nested too deeply"), ('{"a": NaN}', "NaN"),
+                        ('{"a": -Infinity}', "Infinity"), ('{"a": 1', "line 1, column 8"),
+                        ('{"a": "' + "x" * 300_000 + '"}', "larger than 256 KiB")):
+        with pytest.raises(InputError) as e:
+            safeyaml.load_json(text, file="c.json")
+        assert str(e.value).startswith("c.json: ") and words in str(e.value) and "\n" not in str(e.value)
