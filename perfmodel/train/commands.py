@@ -102,7 +102,6 @@ def cmd_train(args, emit) -> int:
 
 
 def _search(args, emit, hw, model, ts, prof) -> int:
-    from .scenario import TrainScenario  # noqa: F401  (validation of the shared fields happens per candidate)
     from .search import search
     from .serialize import CSV_FIELDS, csv_row, search_table, train_dict
 

@@ -4,12 +4,13 @@ Each factor is the median ratio of measured time to the inference cost model's t
 the fitted profile's own GEMM, attention and memory-kernel parameters stay the base and the training rows
 only say how training kernels differ (:mod:`perfmodel.train.cost` has what each factor means):
 
-- ``gemm_dgrad_scale`` / ``gemm_wgrad_scale`` (and ``gemm_fwd_scale``, reported, not applied: the forward
-  ``F.linear`` against the suite's ``matmul``): measured over ``time_op`` of the GEMM of the same
-  (m, n, k) as the backward computes it, timed standalone as the suite times it;
-- ``attn_bwd_ratio[backend]``: measured backward over the model's standalone forward of the same shape on
-  the backend that ran (``backend_ran``, read from the autograd node: a plain-dispatch row counts for the
-  backend it dispatched to; a math fallback is not used);
+- ``gemm_dgrad_scale`` / ``gemm_wgrad_scale``: per forward shape, (measured / model) of the backward GEMM
+  (the model timing the product the backward computes, standalone as the suite times it) over
+  (measured / model) of the forward ``F.linear`` of the same shape: how the backward layouts differ from the
+  forward's, leaving the inference GEMM model's own error on these shapes (reported as a check) to it;
+- ``attn_bwd_ratio[backend]``: measured backward over measured forward of the same inputs on the backend
+  that ran (``backend_ran``, read from the autograd node: a plain-dispatch row counts for the backend it
+  dispatched to; a math fallback is not used); the projection multiplies the model's forward time by it;
 - ``mem_bwd_scale[rmsnorm|swiglu]``: measured over the model's time for the backward's bytes;
 - ``loss_scale``: measured cross-entropy forward + backward over the model's loss ops;
 - ``adamw_eta`` and ``adamw_alpha_s``: least squares of ``t = alpha + bytes / (eta x bandwidth)`` over sizes.
@@ -49,14 +50,15 @@ def _standalone(op: Op, hw: HardwareSpec, prof: Profile, role: str = "fwd", para
 
 
 def kernel_prediction(row: dict, hw: HardwareSpec, prof: Profile) -> tuple[str, float] | None:
-    """(factor name, the cost model's base time) for one ``train_kernel`` row; None for AdamW rows."""
+    """(factor name, the cost model's base time) for one ``train_kernel`` row (GEMMs: the op's name, paired
+    by :func:`fit_training`); None for AdamW rows and attention run on the math fallback."""
     p = row["params"]
     op = p.get("op")
     dt = p.get("dtype", "bf16")
     if op in ("gemm_fwd", "gemm_dgrad", "gemm_wgrad"):
         m, n, k = p["m"], p["n"], p["k"]
         shape = {"gemm_fwd": (m, n, k), "gemm_dgrad": (m, k, n), "gemm_wgrad": (n, k, m)}[op]
-        return f"{op}_scale", _standalone(gemm_op(op, *shape, dt), hw, prof)
+        return op, _standalone(gemm_op(op, *shape, dt), hw, prof)
     if op == "sdpa_bwd":
         ran = str(row.get("backend_ran") or "").split()[0]
         if ran not in ("flash", "cudnn", "efficient"):
@@ -74,9 +76,7 @@ def kernel_prediction(row: dict, hw: HardwareSpec, prof: Profile) -> tuple[str, 
         bw = Op(base.name, base.kind, base.phase, base.flops, base.bytes * BWD_STREAMS["swiglu"], base.params)
         return "mem_bwd_scale.swiglu", _standalone(bw, hw, prof)
     if op == "cross_entropy":
-        from .graph import act_dtype  # noqa: F401  (documentation: the loss ops are graph.head_forward's)
-
-        t, v = p["tokens"], p["vocab"]
+        t, v = p["tokens"], p["vocab"]  # the loss ops of graph.head_forward and its backward
         e = 2.0
         fwd = Op("loss.xent", "reduce", "prefill", 5.0 * t * v, t * v * (e + 4.0), {"elems": t * v})
         bwd = Op("loss.xent.bwd", "reduce", "prefill", t * v, t * v * (4.0 + e), {"elems": t * v})
@@ -125,8 +125,16 @@ def fit_training(prof: Profile, rows: list[dict], hw: HardwareSpec) -> tuple[Pro
     kernels = [r for r in rows if r.get("kind") == "train_kernel" and _usable(r)]
     steps = [r for r in rows if r.get("kind") == "train_step" and _usable(r)]
     groups: dict[str, list[tuple[float, float]]] = {}
+    gemm: dict[tuple, dict[str, float]] = {}  # forward shape -> op -> measured / model
     for r in kernels:
-        if r["params"].get("op") == "adamw":
+        op = r["params"].get("op")
+        if op == "adamw":
+            continue
+        if op == "sdpa_bwd":  # the kernels' own backward / forward ratio, both measured
+            ran = str(r.get("backend_ran") or "").split()[0]
+            fwd = r.get("fwd_s")
+            if ran in ("flash", "cudnn", "efficient") and isinstance(fwd, (int, float)) and fwd > 0:
+                groups.setdefault(f"attn_bwd_ratio.{ran}", []).append((float(r["time_s"]), float(fwd)))
             continue
         try:
             got = kernel_prediction(r, hw, prof)
@@ -134,7 +142,18 @@ def fit_training(prof: Profile, rows: list[dict], hw: HardwareSpec) -> tuple[Pro
             continue
         if got is None or not got[1] > 0:
             continue
+        if op.startswith("gemm_"):
+            p = r["params"]
+            gemm.setdefault((p["m"], p["n"], p["k"], p.get("dtype")), {})[op] = float(r["time_s"]) / got[1]
+            continue
         groups.setdefault(got[0], []).append((float(r["time_s"]), got[1]))
+    # backward GEMM layouts relative to the forward F.linear of the same shape, both against the model: the
+    # factor says how the layout differs, not how far the base GEMM model is off for these shapes
+    for op in ("gemm_dgrad", "gemm_wgrad"):
+        pairs = [(v[op], v["gemm_fwd"]) for v in gemm.values() if op in v and "gemm_fwd" in v]
+        if pairs:
+            groups[f"{op}_scale"] = pairs
+    base = [(v["gemm_fwd"], 1.0) for v in gemm.values() if "gemm_fwd" in v]
     fitted: dict = {}
     spread: dict = {}
     for key, pairs in sorted(groups.items()):
@@ -147,6 +166,11 @@ def fit_training(prof: Profile, rows: list[dict], hw: HardwareSpec) -> tuple[Pro
             fitted.setdefault(top, {})[sub] = ratio
         else:
             fitted[key] = ratio
+    if base:  # reported, not applied: the inference GEMM model's own error on these forward shapes
+        ratio = _median_ratio(base)
+        spread["gemm_fwd (model check, not applied)"] = {
+            "n": len(base), "ratio": ratio,
+            "median_abs_error": statistics.median(abs(m / ratio - 1.0) for m, _ in base)}
     adam = _fit_adamw([r for r in kernels if r["params"].get("op") == "adamw"], hw)
     fitted.update(adam)
     if adam:
@@ -186,7 +210,6 @@ def step_scenario(p: dict):
 
 
 def validate_steps(steps: list[dict], hw: HardwareSpec, prof: Profile) -> list[dict]:
-    from .graph import VOCAB_MULTIPLE  # noqa: F401  (the step's vocabulary is a multiple of 128: no padding)
     from .project import microbatch_time
 
     out = []

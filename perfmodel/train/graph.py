@@ -451,8 +451,6 @@ def _comm_backward(t: TrainOp, ts: TrainScenario, gathers: dict[str, str]) -> li
         again = replace(op, name=f"{name}.wgrad_input")
         out.append(TrainOp(again, "backward", "comm", tp_comm=False, hide_under=(f"{gathers[name]}.dgrad",),
                            stride=t.stride))
-    if name == "final.allgather":  # the LM head's column-parallel input gradient
-        pass
     return out
 
 

@@ -179,6 +179,30 @@ def default_tables() -> list:
     return out
 
 
+def with_training_rows(path, calibration=None):
+    """The profile (``calibration``, or the measured part's own) with training factors fitted from ``path``."""
+    import json
+    from pathlib import Path
+
+    from ..calibrate.store import read_rows
+    from ..resolve import resolve_hardware, resolve_profile
+    from .fit import fit_training
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("no such file", file=str(p))
+    rows = read_rows(p)
+    env_file = p.with_name("environment.json")
+    device = ""
+    if env_file.is_file():
+        device = str(json.loads(env_file.read_text()).get("env", {}).get("device_name", ""))
+    from ..calibrate.fit import match_spec
+
+    hw = match_spec({"device_name": device}, None) if device else resolve_hardware("h200-sxm")
+    prof, _ = fit_training(resolve_profile(calibration, hw), rows, hw)
+    return prof
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m perfmodel.train.validate [--csv FILE ...] [--calibration DIR|none]``: the training rows'
     table with the median absolute error."""
@@ -188,11 +212,18 @@ def main(argv: list[str] | None = None) -> int:
     from ..validate import validation_table
 
     ap = argparse.ArgumentParser(prog="python -m perfmodel.train.validate")
-    ap.add_argument("--csv", action="append", default=None)
-    ap.add_argument("--calibration", default=None)
+    ap.add_argument("--csv", action="append", default=None, help="validation table(s) (default: the shared table "
+                                                                   "and workloads/validation/training_public.csv)")
+    ap.add_argument("--calibration", default=None, help="profile folder or profile.json; 'none' for defaults")
+    ap.add_argument("--training-rows", default=None, metavar="MEASUREMENTS.jsonl",
+                    help="fit the training factors from these train_kernel rows first (on the profile of the "
+                         "part they were measured on, then carried like the rest of the profile)")
     args = ap.parse_args(argv)
     try:
-        rows = run_training_validation(args.csv or default_tables(), args.calibration)
+        calibration = args.calibration
+        if args.training_rows:
+            calibration = with_training_rows(args.training_rows, args.calibration)
+        rows = run_training_validation(args.csv or default_tables(), calibration)
     except InputError as e:
         print(f"perfmodel: error: {e}", file=sys.stderr)
         return 2
