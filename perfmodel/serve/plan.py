@@ -215,8 +215,9 @@ def _disaggregated(hw, model, sc, layouts, prof, base, space, opts, power) -> li
             return _attained(r.first_token, r.first_token, reqs.arrival, reqs.osl, opts.slo_ttft_s, None)
 
         isl = max(int(round(float(base.isl.mean()))), 1)
-        per_step = max(1, lay.prefill_chunk // isl)
-        t, _ = inst.steps.step(0, 0.0, [(min(isl, lay.prefill_chunk), 0)] * per_step)
+        budget = inst.cfg.token_budget
+        per_step = max(1, min(budget // isl, inst.cfg.max_seqs))
+        t, _ = inst.steps.step(0, 0.0, [(min(isl, budget), 0)] * per_step)
         r, _ = max_rate(attain, 1.3 * per_step / t, space.attainment)
         if r > 0:
             prefill.append((lay, r))

@@ -73,9 +73,17 @@ def max_seqs_for(model, sc, hw, reqs) -> int:
         b = int(capacity.max_batch(model, mean, hw))
         if b < 1:
             capacity.check_fits(model, mean, hw, b)
+        b = min(b, getattr(sc, "max_batch", None) or b)  # memory, and the engine's scheduler limit
     else:
         b = int(sc.batch)
     return max(1, min(b, sc.prefill_chunk))
+
+
+def step_budget(sc, max_seqs: int, reqs) -> int:
+    """Tokens a step may carry: the engine's chunk, or, for an engine that does not chunk (torch), as many
+    as ``max_seqs`` mean prompts, the step ``--batch max`` was sized for (perfmodel.capacity)."""
+    mean_isl = max(int(np.ceil(float(reqs.isl.mean()))), 1)
+    return int(max(min(sc.prefill_chunk, max_seqs * mean_isl), max_seqs, 1))
 
 
 def build_instance(hw, model, sc, prof, reqs, role: str, opts: ServeOptions, power: dict | None, *,
@@ -88,6 +96,7 @@ def build_instance(hw, model, sc, prof, reqs, role: str, opts: ServeOptions, pow
     check_layout(model, sc.with_(isl=int(reqs.isl[longest]), osl=int(reqs.osl[longest])))  # one line if no engine runs it
     cap = max_seqs_for(model, sc, hw, reqs)
     max_seqs = cap if max_seqs is None else max(1, min(int(max_seqs), sc.prefill_chunk))
+    sc = sc.with_(prefill_chunk=step_budget(sc, max_seqs, reqs))
     blocks = kv_pool_blocks(model, hw, sc, max_seqs, opts.block_size)
     if blocks < 1:
         from .. import capacity

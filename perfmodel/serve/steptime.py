@@ -165,6 +165,23 @@ def _interp2(xs: list, ys: list, t_table, e_table, x: float, y: float) -> tuple[
     return out[0], out[1]
 
 
+EXACT_MAX = 32768  # token and sequence counts tabulated one by one; a geometric grid above
+
+
+def _lookup(table, n: int) -> tuple[float, float]:
+    """(time, joules) at count n from a (counts, times, joules) table: exact below EXACT_MAX, linear
+    between grid points above, clamped at the last point."""
+    counts, times, joules = table
+    if n <= EXACT_MAX and n < len(counts):
+        return times[n], joules[n]
+    last = len(counts) - 1
+    if n >= counts[last]:
+        return times[last], joules[last]
+    i = bisect.bisect_right(counts, n) - 1
+    f = (n - counts[i]) / (counts[i + 1] - counts[i])
+    return times[i] + (times[i + 1] - times[i]) * f, joules[i] + (joules[i + 1] - joules[i]) * f
+
+
 class StepModel:
     """Step-time and step-energy surrogate for one scenario (module doc). Build once, query per step.
 
@@ -191,7 +208,11 @@ class StepModel:
 
     # -- tables ------------------------------------------------------------------------------------
     def _tables_1d(self, phase: str, n: int, wanted, launch: str):
-        idx = np.arange(1, n + 1, dtype=float)
+        """(counts, times, joules) of one op class over 1..n tokens (or sequences): every count up to
+        EXACT_MAX, a geometric grid above (interpolated linearly: these ops are smooth there)."""
+        idx = np.arange(1, min(n, EXACT_MAX) + 1, dtype=float)
+        if n > EXACT_MAX:
+            idx = np.concatenate([idx, np.unique(np.round(np.geomspace(EXACT_MAX, n, 64)[1:]))])
         if phase == "prefill":
             step = Step("prefill", 1, idx, 0) if wanted is self.classes.token else Step("prefill", idx, 1, 0)
         else:
@@ -202,17 +223,17 @@ class StepModel:
         t, e = _class_sum(times, runs, _key_list(ops), wanted, self.power)
         t = np.concatenate([[0.0], np.broadcast_to(t, idx.shape)])
         e = np.concatenate([[0.0], np.broadcast_to(e, idx.shape)])
-        return t.tolist(), e.tolist()
+        return np.concatenate([[0.0], idx]).tolist(), t.tolist(), e.tolist()
 
     def _build(self, piece_hint) -> None:
         c, sc = self.classes, self.sc
         modes = {self.mixed_launch, self.decode_launch}
-        self.token_t, self.token_e, self.seq_t, self.seq_e = {}, {}, {}, {}
+        self.token, self.seq = {}, {}  # launch -> (counts, times, joules)
         for launch in modes:
             phase = "prefill" if launch == self.mixed_launch else "decode"
             n_tok = self.max_tokens if phase == "prefill" else self.max_seqs
-            self.token_t[launch], self.token_e[launch] = self._tables_1d(phase, n_tok, c.token, launch)
-            self.seq_t[launch], self.seq_e[launch] = self._tables_1d(phase, self.max_seqs, c.per_seq, launch)
+            self.token[launch] = self._tables_1d(phase, n_tok, c.token, launch)
+            self.seq[launch] = self._tables_1d(phase, self.max_seqs, c.per_seq, launch)
         # decode attention over (sequences, mean context)
         n_grid = _geom_grid(1, self.max_seqs, 40, exact_below=16)
         c_grid = _geom_grid(1, self.max_context, 40, exact_below=4)
@@ -254,10 +275,10 @@ class StepModel:
             tokens = max(-(-tokens // pp), biggest)
             rows = -(-rows // pp)
             n_dec = -(-n_dec // pp)
-        tokens = min(tokens, len(self.token_t[launch]) - 1)
-        rows = min(rows, len(self.seq_t[launch]) - 1)
-        t = self.token_t[launch][tokens] + self.seq_t[launch][rows]
-        e = self.token_e[launch][tokens] + self.seq_e[launch][rows]
+        t1, e1 = _lookup(self.token[launch], tokens)
+        t2, e2 = _lookup(self.seq[launch], rows)
+        t = t1 + t2
+        e = e1 + e2
         if n_dec:
             ta, ea = self.decode_attn(launch, n_dec, ctx_mean)
             t += ta
