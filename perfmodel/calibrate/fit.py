@@ -32,6 +32,9 @@ from ..io import write_text_atomic
 from ..predict import op_from_params
 from ..profile import DEFAULTS, MEMORY_OP_KINDS, Profile, save_profile
 from ..spec import HardwareSpec
+from ..energy.fit import fit_power
+from ..energy.fit import report_text as power_text
+from ..train.fit import fit_training, training_markdown
 from .store import ENVIRONMENT, MEASUREMENTS, read_rows
 
 FIT_KINDS = ("gemm", "attention") + MEMORY_OP_KINDS
@@ -72,12 +75,21 @@ def row_backend(r: dict) -> str | None:
     return backend if backend in KERNELS else None
 
 
+def well_formed(r) -> bool:
+    """A row the fitter can use: an object with a string id and kind, a params object, and a positive finite
+    time in seconds (a measured row; error rows carry none)."""
+    t = r.get("time_s") if isinstance(r, dict) else None
+    return (isinstance(r, dict) and isinstance(r.get("id"), str) and isinstance(r.get("kind"), str)
+            and isinstance(r.get("params"), dict) and isinstance(t, (int, float)) and not isinstance(t, bool)
+            and math.isfinite(t) and t > 0)
+
+
 def load_cases(rows: list[dict], holdout: float, seed: int) -> tuple[list[Case], list[dict], list[dict], list[dict]]:
     """(fit/holdout cases, layer rows, launch rows, collective rows), skipping failed measurements."""
     cases, layers, launches, comms = [], [], [], []
     seen = set()
     for r in rows:
-        if r.get("error") or not r.get("time_s") or r.get("time_s", 0) <= 0:
+        if not well_formed(r) or r.get("error"):
             continue
         if str(r.get("check", "ok")).startswith("FAIL"):
             continue
@@ -446,11 +458,12 @@ def dispatch_defaults(rows: list[dict], base: Profile) -> tuple[dict, dict]:
 
     seen: dict[str, dict[str, int]] = {}
     for r in rows:
-        if r.get("kind") not in ("attention", "instream") or r.get("error") or "dispatched" not in r:
+        if not well_formed(r) or r["kind"] not in ("attention", "instream") or r.get("error"):
             continue
-        if r["params"].get("backend", "default") != "default":
+        if not isinstance(r.get("dispatched"), str) or r["params"].get("backend", "default") != "default":
             continue
-        phase = "decode" if r["params"].get("seq_q", 1) <= 1 else "prefill"
+        seq_q = r["params"].get("seq_q", 1)
+        phase = "decode" if isinstance(seq_q, (int, float)) and seq_q <= 1 else "prefill"
         seen.setdefault(phase, {}).setdefault(r["dispatched"], 0)
         seen[phase][r["dispatched"]] += 1
     chosen = dict(base.attn_default)
@@ -462,6 +475,24 @@ def dispatch_defaults(rows: list[dict], base: Profile) -> tuple[dict, dict]:
 
 
 # --- the command ------------------------------------------------------------------------------------
+
+def _environment(path: Path) -> dict:
+    """The device description of environment.json; empty when the file is missing or unreadable (a run
+    killed while writing it): the rows carry the same description."""
+    import sys
+
+    if not path.is_file():
+        return {}
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+        print(f"perfmodel: warning: {path} is not readable JSON; using the rows' environment", file=sys.stderr)
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    env = doc.get("env", doc)  # the suite nests the device description under "env"
+    return env if isinstance(env, dict) else {}
+
 
 def match_spec(env: dict, arch: str | None) -> HardwareSpec:
     from ..spec import list_specs, load_spec
@@ -485,12 +516,12 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
     path = d / MEASUREMENTS
     if not path.is_file():
         raise InputError(f"no {MEASUREMENTS} here; run `perfmodel calibrate --out {d}` first", file=str(d))
+    if not (isinstance(holdout, (int, float)) and math.isfinite(holdout) and 0.0 <= holdout < 1.0):
+        raise InputError(f"expected a share in [0, 1), got {holdout!r}", field="--holdout")
     rows = read_rows(path)
-    env_path = d / ENVIRONMENT
-    env = json.loads(env_path.read_text()) if env_path.is_file() else {}
-    env = env.get("env", env)  # the suite nests the device description under "env"
-    if not env and rows:
-        env = rows[0].get("env", {})
+    env = _environment(d / ENVIRONMENT)
+    if not env:
+        env = next((r["env"] for r in rows if isinstance(r, dict) and isinstance(r.get("env"), dict)), {})
     hw = match_spec(env, spec)
     started = time.time()
     cases, layers, launches, comms = load_cases(rows, holdout, seed)
@@ -502,8 +533,15 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
     prof, comm_info = fit_collectives(prof, comms)
     summary, val_rows = validate_cases(cases, hw, prof)
     layer_summary, layer_rows = validate_layers(layers, hw, prof)
+    prof, training = fit_training(prof, rows, hw)
+    power = None
+    if any(r.get("kind") == "power" for r in rows if isinstance(r, dict)):
+        prof, power = fit_power(prof, rows, hw)
     formats = sorted({c.params["dtype"] for c in cases if c.kind == "gemm"})
-    validation = {"ops": summary, "layers": layer_summary, "holdout_share": holdout, "seed": seed}
+    validation = {"ops": summary, "layers": layer_summary, "holdout_share": holdout, "seed": seed,
+                  "training": {k: v for k, v in training.items() if k in ("rows", "train_step_summary")}}
+    if power is not None:
+        validation["power"] = prof.validation["power"]
     prof = prof.with_(
         name=d.name, fitted=True, device=str(env.get("device_name", "")), spec_key=hw.key,
         description=f"fitted to {len(cases)} measured shapes ({sum(c.held_out for c in cases)} held out) "
@@ -517,9 +555,12 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
                     "command": f"perfmodel fit {d}" + (f" --arch {spec}" if spec else "")},
     )
     save_profile(prof, d / "profile.json")
-    write_text_atomic(d / "validation.json", json.dumps({"summary": validation, "ops": val_rows, "layers": layer_rows},
-                                                        indent=1) + "\n")
-    text = validation_markdown(prof, hw)
+    write_text_atomic(d / "validation.json", json.dumps({"summary": validation, "ops": val_rows, "layers": layer_rows,
+                                                         "training": training, "power": power},
+                                                        indent=1, allow_nan=False) + "\n")
+    text = validation_markdown(prof, hw) + "\n" + training_markdown(training)
+    if power is not None:
+        text += "\n## Power\n\n```\n" + power_text(power) + "\n```\n"
     write_text_atomic(d / "validation.md", text)
     return text
 

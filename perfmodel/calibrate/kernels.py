@@ -131,6 +131,10 @@ def counts(kind: str, p: dict[str, Any]) -> tuple[float | None, float | None]:
         from .layers import layer_counts
 
         return layer_counts(p)
+    if kind in ("train_kernel", "train_step"):
+        from .training import training_counts
+
+        return training_counts(Case(kind, p, ""))
     if kind == "power":  # counts of one iteration of the workload
         inner = {k: v for k, v in p.items() if k not in ("workload", "held_out")}
         return (0.0, 0.0) if p["workload"] == "idle" else counts(p["workload"], inner)
@@ -478,6 +482,12 @@ def run_layer(case: Case, ctx: Context) -> dict[str, Any]:
     return _run(case, ctx)
 
 
+def run_training(case: Case, ctx: Context) -> dict[str, Any]:
+    from .training import run_training_case
+
+    return run_training_case(case, ctx)
+
+
 # ---------------------------------------------------------------------------------------------
 # power: energy of sustained loops (perfmodel.calibrate.power)
 # ---------------------------------------------------------------------------------------------
@@ -522,6 +532,8 @@ KERNELS: dict[str, Callable[[Case, Context], dict[str, Any]]] = {
     "instream": run_instream,
     "layer": run_layer,
     "power": run_power,
+    "train_kernel": run_training,
+    "train_step": run_training,
 }
 
 __all__ = ["KERNELS", "Context", "counts", "fp8_supported", "kv_cache_bytes"]

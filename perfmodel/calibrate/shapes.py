@@ -15,7 +15,7 @@ from typing import Any
 from .store import make_id
 
 FAMILIES = ("launch", "copy", "reduce", "gemm", "attention", "rmsnorm", "swiglu", "rotary",
-            "residual", "instream", "layer", "power", "collective")
+            "residual", "instream", "layer", "power", "train", "collective")
 
 MB = 1 << 20
 GB = 1 << 30
@@ -581,8 +581,15 @@ def collective_sizes(suite: str, device: str) -> list[int]:
 # share of the total time budget (full suite); unused time rolls over to later families
 BUDGET_WEIGHTS = {
     "launch": 1, "copy": 2, "reduce": 2, "gemm": 30, "attention": 40, "rmsnorm": 2, "swiglu": 2,
-    "rotary": 2, "residual": 2, "instream": 5, "layer": 5, "power": 6, "collective": 10,
+    "rotary": 2, "residual": 2, "instream": 5, "layer": 5, "power": 6, "train": 8, "collective": 10,
 }
+
+
+def _training_cases(suite: str, device: str) -> list[Case]:
+    """Backward kernels, the optimizer, the loss and whole training steps (perfmodel.calibrate.training)."""
+    from .training import training_cases
+
+    return training_cases(suite, device)
 
 
 def plan(suite: str, device: str, *, fp8: bool = True, sm_count: int = 132) -> dict[str, list[Case]]:
@@ -601,6 +608,7 @@ def plan(suite: str, device: str, *, fp8: bool = True, sm_count: int = 132) -> d
         "instream": instream_cases(suite),
         "layer": layer_cases(suite, device),
         "power": power_cases(suite, device, fp8=fp8),
+        "train": _training_cases(suite, device),
         # collective cases depend on the world size; they are made by collectives.py
         "collective": [],
     }
@@ -656,6 +664,10 @@ def estimate_call_s(case: Case) -> float:
 
 
 def estimate_case_s(case: Case) -> float:
+    if case.kind in ("train_kernel", "train_step"):
+        from .training import estimate_case_s as training_estimate
+
+        return training_estimate(case)
     if case.kind == "power":
         return 2.0  # a sustained loop of 1.5 s, plus set-up
     call = estimate_call_s(case)

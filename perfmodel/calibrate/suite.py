@@ -1,14 +1,15 @@
 """Run the calibration suite: measure microkernels through PyTorch, one JSON row each.
 
-    python -m perfmodel.calibrate.suite --device cuda --suite full --out calibration/h200/ \
+    perfmodel calibrate --device cuda --suite full --out calibration/h200/ \
         [--resume] [--nproc N] [--only gemm,copy] [--time-budget S]
+
+(``python -m perfmodel.calibrate.suite`` takes the same arguments.)
 
 Rows go to OUT/measurements.jsonl as each case is measured (append, flush, fsync); --resume skips
 the ids already there (after cutting a torn last line). OUT/environment.json describes the machine.
 """
 from __future__ import annotations
 
-import argparse
 import gc
 import math
 import os
@@ -113,7 +114,7 @@ def _free(is_cuda: bool, hard: bool) -> None:
 def _summary(rows: list[dict[str, Any]]) -> str:
     fams: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
-        fams.setdefault(r["kind"], []).append(r)
+        fams.setdefault("train" if r["kind"].startswith("train_") else r["kind"], []).append(r)
     lines = [f"{'family':<12}{'cases':>7}{'errors':>8}{'fails':>7}{'median_time':>14}"]
     for fam in FAMILIES:
         rs = fams.get(fam)
@@ -296,30 +297,10 @@ def run_suite(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m perfmodel.calibrate.suite",
-                                 description="measure microkernels through PyTorch")
-    ap.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
-    ap.add_argument("--suite", default="quick", choices=("quick", "full"))
-    ap.add_argument("--out", required=True, type=Path, help="output folder")
-    ap.add_argument("--resume", action="store_true", help="skip ids already in measurements.jsonl")
-    ap.add_argument("--nproc", type=int, default=1, help="ranks for the collective family")
-    ap.add_argument("--only", default=None, help="comma-separated families, e.g. gemm,copy")
-    ap.add_argument("--time-budget", type=float, default=None, dest="time_budget_s",
-                    help="cap on total seconds (default: 510 full, 300 quick)")
-    ap.add_argument("--no-progress", action="store_true")
-    args = ap.parse_args(argv)
-    device = args.device
-    if device is None:
-        try:
-            import torch
+    """``python -m perfmodel.calibrate.suite ...`` is ``perfmodel calibrate ...``: one command line."""
+    from ..cli import main as cli_main
 
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        except ImportError:
-            device = "cpu"
-    only = set(args.only.split(",")) if args.only else None
-    run_suite(device, args.suite, args.out, resume=args.resume, nproc=args.nproc,
-              progress=not args.no_progress, only=only, time_budget_s=args.time_budget_s)
-    return 0
+    return cli_main(["calibrate", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

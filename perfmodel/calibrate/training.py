@@ -18,17 +18,12 @@ Inputs are random (``torch.randn``), backward results are checked against fp32 r
 cheap (dQ of a causal prefix for attention, the norm and SwiGLU gradients on a slice), and every time comes
 from ``ctx.timer`` (CUDA events after warm-up, L2 flushed before each repetition, median of the reps).
 
-``training_cases(suite, device)`` is pure Python (no torch). ``python -m perfmodel.calibrate.training
---device cuda --suite full --out DIR [--resume] [--budget S]`` runs the cases on their own (append-only rows,
-a killed run keeps what it measured; ``--plan`` prints the cases and an H200 time estimate).
+``training_cases(suite, device)`` is pure Python (no torch). The suite runs them as its ``train`` family:
+``perfmodel calibrate --device cuda --suite full --only train [--resume] --out DIR``.
 """
 from __future__ import annotations
 
-import argparse
 import math
-import sys
-import time
-from pathlib import Path
 from typing import Any
 
 from .shapes import Case, _Cases
@@ -464,86 +459,3 @@ def _attention_backend_in_step(layer, x, cos, sin) -> str:
 # ---------------------------------------------------------------------------------------------------------
 # running the cases on their own
 # ---------------------------------------------------------------------------------------------------------
-
-
-def run(device: str, suite: str, out_dir: Path, *, resume: bool = False, budget_s: float | None = None,
-        progress: bool = True) -> int:
-    """Measure the training cases into ``out_dir/measurements.jsonl`` (append-only); returns rows written."""
-    import torch
-
-    from . import kernels as K
-    from .environment import Environment, now_iso
-    from .store import ENVIRONMENT, Store, write_json_atomic
-    from .suite import measure_case
-    from .timing import Timer
-
-    # the suite's measure_case dispatches by kind through kernels.KERNELS; these kinds are this module's
-    for kind in KINDS:
-        K.KERNELS.setdefault(kind, run_training_case)
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise RuntimeError("--device cuda asked for, but torch.cuda.is_available() is False")
-        device = f"cuda:{torch.cuda.current_device()}"
-    store = Store(out_dir, resume=resume)
-    env = Environment(device)
-    cuda = device.startswith("cuda")
-    timer = Timer(device, target_s=0.08 if suite == "full" else 0.01, warmup_s=0.025 if cuda else 0.005)
-    ctx = K.Context(device=device, suite=suite, timer=timer, fp8_ok=False)
-    cases = [c for c in training_cases(suite, device) if c.id not in store]
-    started = now_iso()
-    write_json_atomic(Path(out_dir) / ENVIRONMENT, env.document(status="running", suite=suite, started_at=started,
-                                                                families={k: sum(c.kind == k for c in cases)
-                                                                          for k in KINDS}))
-    t0 = time.monotonic()
-    budget = budget_s if budget_s is not None else (120.0 if suite == "full" else 300.0)
-    for i, case in enumerate(cases):
-        if time.monotonic() - t0 > budget:
-            print(f"budget of {budget:.0f} s reached: {len(cases) - i} cases left (run again with --resume)",
-                  file=sys.stderr)
-            break
-        row = measure_case(case, ctx, env, refresh_clocks=(i == 0))
-        store.append(row)
-        if progress:
-            state = row.get("error") or row.get("check")
-            ts = row.get("time_s")
-            print(f"[{i + 1}/{len(cases)}] {case.id}: {ts * 1e3:.3f} ms {state}" if ts else
-                  f"[{i + 1}/{len(cases)}] {case.id}: {state}", file=sys.stderr, flush=True)
-        if cuda:
-            torch.cuda.empty_cache()
-    timer.close()
-    write_json_atomic(Path(out_dir) / ENVIRONMENT, env.document(
-        status="done", suite=suite, started_at=started, finished_at=now_iso(), rows_written=store.written,
-        wall_seconds=round(time.monotonic() - t0, 2), command=f"python -m perfmodel.calibrate.training --device "
-                                                              f"{device.split(':')[0]} --suite {suite}"))
-    return store.written
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m perfmodel.calibrate.training",
-                                 description="measure training kernels and few-layer training steps")
-    ap.add_argument("--device", default="cuda", help="cuda or cpu")
-    ap.add_argument("--suite", default="quick", choices=("quick", "full"))
-    ap.add_argument("--out", type=Path, help="folder for measurements.jsonl")
-    ap.add_argument("--resume", action="store_true")
-    ap.add_argument("--budget", type=float, default=None, help="seconds (default 120 full, 300 quick)")
-    ap.add_argument("--plan", action="store_true", help="print the cases and an H200 time estimate, measure nothing")
-    args = ap.parse_args(argv)
-    if args.plan:
-        cases = training_cases(args.suite, args.device)
-        by: dict[str, list[float]] = {}
-        for c in cases:
-            key = c.kind if c.kind == "train_step" else c.params["op"]
-            by.setdefault(key, []).append(estimate_case_s(c))
-        for k, v in by.items():
-            print(f"{k:<14}{len(v):>5} cases {sum(v):>7.1f} s")
-        print(f"{'total':<14}{len(cases):>5} cases {sum(sum(v) for v in by.values()):>7.1f} s (H200 estimate)")
-        return 0
-    if args.out is None:
-        ap.error("--out is required unless --plan")
-    n = run(args.device, args.suite, args.out, resume=args.resume, budget_s=args.budget)
-    print(f"{n} rows written to {args.out / 'measurements.jsonl'}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
