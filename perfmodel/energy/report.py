@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import math
 
-from .model import power_params, step_energy_parts
+from .model import capped, dynamic_energy, limit_w, power_params
 
 
 def replica_energy(phase, sc, hw, prof, params: dict | None = None, *, time_s=None, pipelined: bool = False) -> float:
     """Joules the tp x pp replica spends on one evaluated step (``time_s`` overrides the step's time, e.g.
     TPOT, the mean decode step, for the middle one)."""
     p = params if params is not None else power_params(prof, hw)
-    _, dyn = step_energy_parts(phase, hw, prof, p)
     t = phase.time_s if time_s is None else time_s
+    dyn = capped(dynamic_energy(phase.times, p), t, p, limit_w(p, hw))  # the limit over the time charged
     copies = sc.tp * (sc.pp if pipelined else 1)
     return float(copies * dyn + sc.gpus * p["static_w"] * t)
 
