@@ -78,7 +78,7 @@ def test_killed_run_resumes_without_loss_or_repeats(tmp_path):
     out = tmp_path / "run"
     path = out / "measurements.jsonl"
     cmd = [sys.executable, "-m", "perfmodel.calibrate.suite", "--device", "cpu", "--suite", "quick",
-           "--out", str(out), "--only", ",".join(only), "--no-progress"]
+           "--out", str(out), "--only", ",".join(only), "--quiet"]
     proc = subprocess.Popen(cmd, cwd=str(REPO), env=_env_for_subprocess(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

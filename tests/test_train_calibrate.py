@@ -37,7 +37,10 @@ def test_full_plan_fits_in_about_90_seconds_of_device_time():
 def test_quick_suite_runs_on_cpu(tmp_path):
     pytest.importorskip("torch")
     from perfmodel.calibrate.store import read_rows
-    from perfmodel.calibrate.training import run
+    from perfmodel.calibrate.suite import run_suite
+
+    def run(device, suite, out, resume=False, progress=False):
+        return run_suite(device, suite, out, resume=resume, progress=progress, only={"train"})
 
     n = run("cpu", "quick", tmp_path, progress=False)
     rows = read_rows(tmp_path / "measurements.jsonl")

@@ -386,7 +386,8 @@ def run(out: Path, budget_s: float, *, top: int = 8, workers: int = 0, shapes: s
                                else AttentionCase(it["shape"], device))
             case = cases[name]
             row = {"id": row_id(it), "operand_dtype": str(case_dtype(device)).replace("torch.", ""), **{k: it[k] for k in ("kind", "phase", "shape_name", "shape", "config", "key",
-                                                          "model_rank", "predicted_s")}}
+                                                          "model_rank", "predicted_s") if k in it},
+                   "grid": it.get("grid", "full")}
             try:
                 if it["config"] is None:
                     run_fn = case.reference()
