@@ -82,40 +82,43 @@ def cmd_project(args) -> int:
         hw = resolve_hardware(arch)
         prof = resolve_profile(args.calibration, hw)
         results.append(project_resolved(hw, model, sc, prof))
+    usd = _gpu_hour_usd(args)
     if args.format == "json":
         from .serialize import projection_dict
 
-        data = [projection_dict(p) for p in results]
-        _emit(json.dumps(data[0] if len(data) == 1 else data, indent=2) + "\n", args.out)
+        data = [projection_dict(p, gpu_hour_usd=usd) for p in results]
+        _emit(_json(data[0] if len(data) == 1 else data), args.out)
     elif args.format == "csv":
-        import csv
-        import io
-
+        from .io import csv_dicts_text
         from .serialize import PROJECTION_CSV_FIELDS, projection_csv_row
 
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=PROJECTION_CSV_FIELDS, lineterminator="\n")
-        w.writeheader()
-        for p in results:
-            w.writerow(projection_csv_row(p))
-        _emit(buf.getvalue(), args.out)
+        _emit(csv_dicts_text(PROJECTION_CSV_FIELDS, [projection_csv_row(p, gpu_hour_usd=usd) for p in results]),
+              args.out)
     else:
         from .text import projection_table
 
-        _emit("\n\n".join(projection_table(p, verbose=args.ops) for p in results) + "\n", args.out)
+        _emit("\n\n".join(projection_table(p, verbose=args.ops, gpu_hour_usd=usd) for p in results) + "\n",
+              args.out)
     return 0
 
 
+def _gpu_hour_usd(args) -> float | None:
+    import math
+
+    v = getattr(args, "gpu_hour_usd", None)
+    if v is not None and not (math.isfinite(v) and v > 0):
+        raise InputError(f"expected a positive price per GPU-hour, got {v}", field="--gpu-hour-usd")
+    return v
+
+
 def cmd_step(args) -> int:
-    from .graph import Step
+    from .graph import Step, check_layout
     from .projection import evaluate_step
     from .resolve import resolve_hardware, resolve_model, resolve_profile
     from .serialize import step_dict
 
-    hw = resolve_hardware(args.arch)
     model = resolve_model(args.model)
     sc = _scenario(args)
-    prof = resolve_profile(args.calibration, hw)
     for name in ("batch", "seq", "context"):
         v = getattr(args, name)
         if v is not None and v < (0 if name == "context" else 1):
@@ -125,15 +128,29 @@ def cmd_step(args) -> int:
         seq, context = args.seq or 1024, args.context or 0
     else:
         seq, context = args.seq or 1, args.context if args.context is not None else 1024
-    phase = evaluate_step(model, hw, sc, prof, Step(args.phase, args.batch, seq, context))
-    d = step_dict(hw, model, sc, prof, phase)
+    check_layout(model, sc.with_(isl=context + seq, osl=1))
+    dicts = []
+    for arch in args.arch:
+        hw = resolve_hardware(arch)
+        prof = resolve_profile(args.calibration, hw)
+        phase = evaluate_step(model, hw, sc, prof, Step(args.phase, args.batch, seq, context))
+        dicts.append(step_dict(hw, model, sc, prof, phase))
     if args.format == "json":
-        _emit(json.dumps(d, indent=2) + "\n", args.out)
+        _emit(_json(dicts[0] if len(dicts) == 1 else dicts), args.out)
     else:
         from .text import step_table
 
-        _emit(step_table(d) + "\n", args.out)
+        _emit("\n\n".join(step_table(d) for d in dicts) + "\n", args.out)
     return 0
+
+
+def _json(data) -> str:
+    """JSON text; nothing non-finite may reach it (strict JSON has no NaN or Infinity)."""
+    try:
+        return json.dumps(data, indent=2, allow_nan=False) + "\n"
+    except ValueError:
+        raise InputError("a result is not finite: check the spec figures and the calibration profile "
+                         "(a value out of any physical range)", field="--format json") from None
 
 
 def cmd_predict(args) -> int:
@@ -182,7 +199,7 @@ def cmd_validate(args) -> int:
 
     rows = run_validation(args.csv, calibration=args.calibration, mode=args.mode, engine=args.engine)
     if args.format == "json":
-        _emit(json.dumps(rows, indent=2) + "\n", args.out)
+        _emit(_json(rows), args.out)
     elif args.format == "csv":
         from .validate import validation_csv
 
@@ -193,18 +210,35 @@ def cmd_validate(args) -> int:
 
 
 def cmd_calibrate(args) -> int:
+    import math
+    from pathlib import Path
+
+    from .calibrate.shapes import FAMILIES
+
+    only = {x.strip() for x in args.only.split(",") if x.strip()} if args.only else None
+    if only is not None and (not only or only - set(FAMILIES)):
+        raise InputError(f"unknown famil{'ies' if len(only - set(FAMILIES)) > 1 else 'y'} "
+                         f"{', '.join(sorted(only - set(FAMILIES))) or '(none given)'}; expected some of "
+                         f"{', '.join(FAMILIES)}", field="--only")
+    if args.nproc < 1:
+        raise InputError(f"expected a positive integer, got {args.nproc}", field="--nproc")
+    if args.time_budget is not None and not (math.isfinite(args.time_budget) and args.time_budget > 0):
+        raise InputError(f"expected a positive number of seconds, got {args.time_budget}", field="--time-budget")
+    out = Path(args.out or f"calibration/{args.device}")
+    if out.exists() and not out.is_dir():
+        raise InputError("exists and is not a folder", file=str(out), field="--out")
     try:
-        import torch  # noqa: F401
+        import torch
     except ImportError:
         raise InputError("calibration needs PyTorch: pip install '.[calibrate]' (on a machine without a GPU, "
                          "install the CPU build first: pip install torch==2.13.0)", field="calibrate") from None
-    from pathlib import Path
-
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise InputError("no CUDA device is visible to PyTorch (torch.cuda.is_available() is False); "
+                         "use --device cpu for the quick suite", field="--device")
     from .calibrate.suite import run_suite
 
-    out = Path(args.out or f"calibration/{args.device}")
     n = run_suite(args.device, args.suite, out, resume=args.resume, nproc=args.nproc, progress=not args.quiet,
-                  only=set(args.only.split(",")) if args.only else None, time_budget_s=args.time_budget)
+                  only=only, time_budget_s=args.time_budget)
     print(f"{n} rows measured into {out / 'measurements.jsonl'}", file=sys.stderr)
     return 0
 
@@ -230,11 +264,13 @@ def build_parser() -> argparse.ArgumentParser:
     _scenario_flags(p)
     p.add_argument("--format", choices=("table", "json", "csv"), default="table")
     p.add_argument("--ops", action="store_true", help="list every operator in the table")
+    p.add_argument("--gpu-hour-usd", type=float, default=None,
+                   help="price of one GPU-hour: adds dollars per million output tokens")
     p.add_argument("--out", help="write to this file (atomically) instead of stdout")
     p.set_defaults(func=cmd_project)
 
     p = sub.add_parser("step", help="time one forward step (prefill or decode)")
-    p.add_argument("--arch", required=True)
+    p.add_argument("--arch", action="append", required=True, help="hardware spec name or path (repeatable)")
     p.add_argument("--model", required=True)
     p.add_argument("--phase", choices=("prefill", "decode"), required=True)
     p.add_argument("--batch", type=int, default=1)
@@ -286,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("fit", help="fit the latency model to a calibration folder")
     p.add_argument("dir")
     p.add_argument("--arch", default=None, help="spec of the measured part (default: matched by device name)")
-    p.add_argument("--holdout", type=float, default=0.25, help="share of shapes held out for validation")
+    p.add_argument("--holdout", type=float, default=0.25, help="share of shapes held out for validation, in [0, 1)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_fit)
 

@@ -8,6 +8,7 @@ import numpy as np
 
 from . import __version__
 from .cost import OpTime
+from .energy import projection_energy
 from .kernel_choices import choices as kernel_choices
 
 
@@ -46,7 +47,7 @@ def phase_bound(phase) -> str:
     return max(share, key=share.get) if share else "none"
 
 
-def projection_dict(p) -> dict:
+def projection_dict(p, gpu_hour_usd: float | None = None) -> dict:
     sc = asdict(p.scenario)
     sc["kv_dtype"] = p.scenario.kv
     sc["gpus"] = p.scenario.gpus
@@ -71,6 +72,7 @@ def projection_dict(p) -> dict:
         "bound": {"prefill": phase_bound(p.prefill), "decode": phase_bound(p.decode) if p.decode else None},
         "bands": {k: {"p10": v[0], "p50": v[1], "p90": v[2]} for k, v in p.bands.items()},
         "memory": p.memory.as_dict(),
+        "energy": projection_energy(p, gpu_hour_usd),
         "ops": ops,
         "calibration": calibration_info(p.profile),
         "engine": p.scenario.engine,
@@ -100,15 +102,20 @@ def step_dict(hw, model, sc, prof, phase) -> dict:
 
 PROJECTION_CSV_FIELDS = ("arch", "model", "isl", "osl", "batch", "tp", "pp", "ep", "dtype", "kv_dtype", "ttft_ms",
                          "tpot_ms", "e2e_ms", "throughput_tok_s", "throughput_tok_s_per_gpu", "mfu", "mbu",
-                         "bound_prefill", "bound_decode", "weights_bytes", "kv_cache_bytes", "calibration")
+                         "bound_prefill", "bound_decode", "weights_bytes", "kv_cache_bytes", "joules_per_token_output",
+                         "avg_power_w", "tokens_per_joule", "usd_per_million_tokens", "engine", "calibration")
 
 
-def projection_csv_row(p) -> dict:
-    d = projection_dict(p)
+def projection_csv_row(p, gpu_hour_usd: float | None = None) -> dict:
+    d = projection_dict(p, gpu_hour_usd)
+    e = d["energy"]
     return {"arch": p.hardware.key, "model": p.model.key, "isl": p.scenario.isl, "osl": p.scenario.osl,
             "batch": p.batch, "tp": p.scenario.tp, "pp": p.scenario.pp, "ep": p.scenario.ep, "dtype": p.scenario.dtype,
             "kv_dtype": p.scenario.kv, "ttft_ms": d["ttft_ms"], "tpot_ms": d["tpot_ms"], "e2e_ms": d["e2e_ms"],
             "throughput_tok_s": d["throughput_tok_s"], "throughput_tok_s_per_gpu": d["throughput_tok_s_per_gpu"],
             "mfu": d["mfu"], "mbu": d["mbu"], "bound_prefill": d["bound"]["prefill"],
             "bound_decode": d["bound"]["decode"], "weights_bytes": d["memory"]["weights"],
-            "kv_cache_bytes": d["memory"]["kv_cache"], "calibration": p.profile.label}
+            "kv_cache_bytes": d["memory"]["kv_cache"], "joules_per_token_output": e["joules_per_token"]["output"],
+            "avg_power_w": e["avg_power_w"], "tokens_per_joule": e["tokens_per_joule"],
+            "usd_per_million_tokens": e["usd_per_million_tokens"], "engine": p.scenario.engine,
+            "calibration": p.profile.label}

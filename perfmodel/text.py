@@ -40,7 +40,8 @@ def as_ops(text: str) -> str:
     return re.sub(r"FLOP(?:s)?(?:/s|S)", "OPS", text, flags=re.IGNORECASE)
 
 
-def projection_table(p, *, verbose: bool = False) -> str:
+def projection_table(p, *, verbose: bool = False, gpu_hour_usd: float | None = None) -> str:
+    from .energy import projection_energy
     from .serialize import phase_bound
 
     sc = p.scenario
@@ -66,6 +67,12 @@ def projection_table(p, *, verbose: bool = False) -> str:
     row("output throughput (system)", "throughput_tok_s", p.throughput_tok_s, tok)
     rows.append(["output throughput per GPU", tok(p.throughput_tok_s_per_gpu)])
     rows.append(["MFU / HBM bandwidth util.", f"{p.mfu:.1%} / {p.mbu:.1%}"])
+    e = projection_energy(p, gpu_hour_usd)
+    if e["joules_per_token"]["output"] is not None:
+        rows.append(["energy per output token", f"{e['joules_per_token']['output']:.3g} J"])
+        rows.append(["average power per GPU", f"{e['avg_power_w']:,.0f} W"])
+    if e["usd_per_million_tokens"] is not None:
+        rows.append(["cost per million output tokens", f"${e['usd_per_million_tokens']:,.3g}"])
     lines += table(rows, "lrr")
     lines.append("")
     lines.append(f"  bound: prefill {phase_bound(p.prefill)}"

@@ -14,6 +14,8 @@ What carries, and why:
 - **Kernel fixed costs scale with clock**: ``gemm_overhead_s``, ``attn_overhead_s`` and the memory kernels'
   ``mem_alpha_s`` are ramp-up and drain, counted in cycles, so they scale by source clock / target clock.
 - **Host and link latencies carry as-is**: launch gaps (host software) and collective alpha.
+- **Power carries by TDP and process node** (:func:`perfmodel.energy.carry.carry_power`, its rules and
+  sources in docs/energy.md).
 - **Nothing carries across vendors**: efficiencies measured on one vendor's software stack say little
   about another's; the target keeps the documented defaults and a wide band.
 
@@ -22,6 +24,7 @@ generation within one vendor, to be replaced by the cross-generation backtest's 
 """
 from __future__ import annotations
 
+from .energy.carry import carry_power
 from .profile import DEFAULTS, Profile
 from .spec import HardwareSpec
 
@@ -49,6 +52,7 @@ def carry(profile: Profile, source: HardwareSpec | None, target: HardwareSpec) -
         gemm_overhead_s=profile.gemm_overhead_s * clock,
         attn_overhead_s={k: v * clock for k, v in profile.attn_overhead_s.items()},
         mem_alpha_s={k: v * clock for k, v in profile.mem_alpha_s.items()},
+        power=carry_power(profile.power, source, target) if profile.power and source is not None else profile.power,
         carry_spread=max(profile.carry_spread, SAME_VENDOR_SPREAD),
         description=f"{profile.description}; carried from {label} to {target.key}",
     )
