@@ -124,7 +124,7 @@ def build_ops(model: Model, step: Step, sc: Scenario) -> list[O.Op]:
     out.append(O.gemm("lm_head", step.batch, vocab, model.hidden, w if w != "fp4" else "fp8", phase=ph,
                       out_dtype="fp32", scope="model"))
     if sc.tp > 1:
-        out.append(O.collective("lm_head.allgather", "all_gather", step.batch * vocab * 4.0, sc.tp, phase=ph,
+        out.append(O.collective("lm_head.allgather", "all_gather", step.batch * vocab * sc.tp * 4.0, sc.tp, phase=ph,
                                 scope="model"))
     if sc.pp > 1:
         out.append(O.collective("pp.send", "p2p", tokens * model.hidden * _b(act), 2, phase=ph, scope="model",
@@ -304,7 +304,7 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
     if ep > 1:
         ops.append(O.collective("moe.combine", "all_to_all", routed * h * _b(act), ep, phase=ph))
         if sc.tp > 1:
-            ops.append(O.collective("moe.allgather", "all_gather", tokens * h * _b(act) / sc.tp, sc.tp, phase=ph))
+            ops.append(O.collective("moe.allgather", "all_gather", tokens * h * _b(act), sc.tp, phase=ph))
     if moe.num_shared_experts:
         ops += _dense_ffn(model, ph, sc, tokens, w, act, prefix="moe.shared",
                           width=moe.num_shared_experts * moe.shared_intermediate, allreduce=False, residual=False)

@@ -131,5 +131,7 @@ def copy(name: str, nbytes, **kw) -> Op:
 
 def collective(name: str, kind: str, nbytes, group: int, *, phase: str, count: float = 1.0,
                scope: str = "layer", span: str = "auto") -> Op:
-    """A collective over ``group`` ranks; ``nbytes`` is each rank's input buffer."""
+    """A collective over ``group`` ranks. ``nbytes`` is the buffer in NCCL's convention: the reduced buffer
+    (all_reduce), the gathered output (all_gather), the full input (reduce_scatter), each rank's send
+    buffer (all_to_all), the message (p2p)."""
     return Op(name, kind, phase, 0.0, nbytes, {"bytes": nbytes, "group": group, "span": span}, count, scope)
