@@ -170,20 +170,25 @@ def cmd_predict(args) -> int:
 
 
 def cmd_list(args) -> int:
+    from .text import table
+
     if args.what == "hardware":
         from .spec import list_specs
         from .units import format_si
 
+        rows = [["spec", "name", "SMs", "bf16 dense", "HBM (visible)", "bandwidth"]]
         for s in list_specs():
-            bf16 = s.tensor_flops.get("bf16", 0.0)
-            print(f"{s.key:<20} {s.name:<34} {s.sm_count:>4} SMs  {format_si(bf16, 'FLOP/s'):>14} bf16  "
-                  f"{format_si(s.hbm_bytes, 'B'):>9}  {format_si(s.hbm_bandwidth, 'B/s'):>10}")
+            rows.append([s.key, s.name, str(s.sm_count), format_si(s.tensor_flops.get("bf16", 0.0), "FLOP/s"),
+                         f"{format_si(s.hbm_bytes, 'B')} ({s.hbm_visible_bytes / 2**30:.1f} GiB)",
+                         format_si(s.hbm_bandwidth, "B/s")])
+        print("\n".join(table(rows, "llrrrr", indent="")))
     else:
         from .models import list_models
 
+        rows = [["model", "name", "params", "aliases"]]
         for m in list_models():
-            aliases = ", ".join(m.aliases[:4])
-            print(f"{m.key:<18} {m.name:<20} {m.param_count() / 1e9:>7.1f}B  {aliases}")
+            rows.append([m.key, m.name, f"{m.param_count() / 1e9:.1f}B", ", ".join(m.aliases[:4])])
+        print("\n".join(table(rows, "llrl", indent="")))
     return 0
 
 

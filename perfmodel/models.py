@@ -40,7 +40,7 @@ spaces, then with a Hugging Face org prefix (``meta-llama/``) dropped.
 from __future__ import annotations
 
 import difflib
-import json
+
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -590,18 +590,21 @@ def _stamp(path: Path) -> tuple:
     return (str(path.resolve()), st.st_mtime_ns, st.st_size)
 
 
+def _read_json(path: Path):
+    """A JSON model file (descriptor or config.json) under the same limits as YAML: size, depth, no
+    NaN/Infinity, one-line errors."""
+    from .safeyaml import load_json, read_limited
+
+    return load_json(read_limited(path, what="config.json"), file=str(path), what="config.json")
+
+
 def _load_file(path: Path) -> Model:
     stamp = _stamp(path)
     hit = _FILE_CACHE.get(stamp)
     if hit is not None:
         return hit
     if path.suffix.lower() == ".json":
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as e:
-            raise InputError(f"cannot read: {e.strerror or e}", file=str(path)) from None
-        except json.JSONDecodeError as e:
-            raise InputError(f"not valid JSON (line {e.lineno}): {e.msg}", file=str(path)) from None
+        data = _read_json(path)
         if isinstance(data, dict) and "hidden" in data and "hidden_size" not in data:
             m = _model_from_dict(data, str(path))  # a descriptor written as JSON
         else:
@@ -621,13 +624,7 @@ def model_from_hf_config(path: str | Path) -> Model:
     hit = _FILE_CACHE.get(stamp)
     if hit is not None and hit.source.endswith("(Hugging Face config)"):
         return hit
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise InputError(f"cannot read: {e.strerror or e}", file=str(path)) from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"not valid JSON (line {e.lineno}): {e.msg}", file=str(path)) from None
-    m = _model_from_hf_dict(data, path)
+    m = _model_from_hf_dict(_read_json(path), path)
     _FILE_CACHE[stamp] = m
     return m
 

@@ -245,7 +245,10 @@ def _one_line(text: str) -> str:
 
 
 def _err(message: str, file: str | Path | None, field: str | None = None) -> InputError:
-    return InputError(_one_line(message), file=str(file) if file else None, field=field)
+    text = _one_line(message)
+    if len(text) > 240:  # a value echoed in the message may be as long as the file allows
+        text = text[:237] + "..."
+    return InputError(text, file=str(file) if file else None, field=field)
 
 
 def _suggest(word: str, options) -> str:
