@@ -349,6 +349,11 @@ def _register_outputs(sub) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import warnings
+
+    # overflow in the cost formulas is caught where it matters (nothing non-finite leaves the tool, one line
+    # says why); numpy's own multi-line warnings would only bury that line
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"perfmodel\.")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -512,7 +512,20 @@ def bf16_flop_per_clk_per_sm(spec: HardwareSpec) -> float:
     return spec.tensor_flops["bf16"] / (spec.sm_count * spec.boost_clock_hz)
 
 
+# Physical ranges a figure of any accelerator, past or plausible future, falls in: a value outside is a typo or
+# a unit slip (1e-300 B/s, 1e308 SMs), refused before it can turn a projection into inf or NaN.
+PHYSICAL_RANGE = {
+    "count": (1, 1e6), "frequency": (1e7, 1e11), "flop_rate": (1e9, 1e19), "bytes": (1e3, 1e15),
+    "bandwidth": (1e6, 1e16), "time": (1e-10, 1.0), "power": (1.0, 1e5),
+}
+
+
 def _check_plausible(spec: HardwareSpec) -> None:
+    for path, fig in spec.figures.items():
+        lo, hi = PHYSICAL_RANGE[_BY_PATH[path].dimension]
+        if not lo <= fig.value <= hi:
+            raise _err(f"{fig.text or fig.value} is outside any physical range for this figure "
+                       f"({lo:g} .. {hi:g} in SI units)", fig.file, path)
     bf16 = spec.tensor_flops["bf16"]
     fig = spec.figures["compute.tensor.bf16"]
     table = BF16_FLOP_PER_CLK_PER_SM.get(spec.generation)
