@@ -43,7 +43,9 @@ class Profile:
     gemm_power_drop: float = 0.10  # rate lost by a long compute-bound kernel at the power-limited clock (estimate)
     gemm_power_tau: float = 3.0e-4  # duration at which half of that loss has set in (estimate)
     gemm_misaligned_eta: float = 0.3  # rate of the fallback kernels for rows not 16-byte aligned (estimate)
-    gemm_mem_ctas: float = 2.0  # CTAs per SM needed to stream operands at full bandwidth (estimate)
+    # distinct operand tiles in flight per SM needed to stream at full bandwidth (estimate, by Little's law:
+    # ~3 MB in flight for 4.8 TB/s at ~600 ns latency is ~35 tiles of 128 x 64 bf16 four stages deep: 0.25/SM)
+    gemm_mem_ctas: float = 0.25
 
     # Memory-bound kernels: time = alpha + bytes / (eta * HBM bandwidth)
     mem_eta: dict[str, float] = field(default_factory=lambda: {

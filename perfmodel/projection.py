@@ -158,7 +158,7 @@ def project_resolved(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile
     n_pre = int(st.prefill_requests)
     mem = capacity.memory(model, sc, batch, hw)
     mfu, mbu = _utilisation(hw, sc, prefill if decode is None else decode, tpot or ttft)
-    bands = _bands(prof, prefill, decode, ttft, tpot, thr)
+    bands = _bands(prof, prefill, decode, ttft, tpot, thr, hw, sc)
     proj = Projection(hw, model, sc, prof, prefill, decode, ttft, tpot, e2e, thr, mem, mfu, mbu, bands,
                       assumptions(hw, model, sc, prof) + layout_notes, n_pre)
     _check_finite(proj)
@@ -224,35 +224,70 @@ def _utilisation(hw: HardwareSpec, sc: Scenario, phase: Phase, t: float) -> tupl
     return flops / (t * gpus * peak), nbytes / (t * gpus * hw.hbm_bandwidth)
 
 
-def _family_shares(phase: Phase | None) -> dict[str, float]:
+# A spec figure marked estimate (a part that does not exist yet, an unpublished clock) is taken to be off by up
+# to this much at P10/P90 (log-spread; estimate): it widens the band of the time it binds.
+SPEC_ESTIMATE_SPREAD = 0.15
+_BOUND_FIGURE = {"memory": "memory.bandwidth", "network": "interconnect.scale_up.bandwidth"}
+
+
+def _family_shares(phase: Phase | None, hw: HardwareSpec, prof: Profile) -> dict[str, float]:
+    """Share of the step's time per residual family; attention split by the backend that times it when
+    the profile has that backend's own residuals (``attention:cudnn``)."""
+    from .cost import attention_kernel
+
     shares: dict[str, float] = {}
     if phase is None:
         return shares
     for t in phase.times:
         f = family(t.op.kind)
+        if f == "attention":
+            key = f"attention:{attention_kernel(t.op, hw, prof).backend}"
+            f = key if key in prof.residual_quantiles else f
         shares[f] = shares.get(f, 0.0) + float(np.sum(t.total))
     total = sum(shares.values()) or 1.0
     return {k: v / total for k, v in shares.items()}
 
 
-def _band(prof: Profile, phase: Phase | None) -> tuple[float, float, float]:
+def _estimate_share(phase: Phase | None, hw: HardwareSpec, sc: Scenario) -> float:
+    """Share of the step's time bound by a spec figure that is an estimate."""
+    if phase is None:
+        return 0.0
+    from .dtypes import TENSOR_RATE_KEY
+
+    rate = f"compute.tensor.{TENSOR_RATE_KEY.get(sc.dtype, 'bf16')}"
+    total = est = 0.0
+    for t in phase.times:
+        x = float(np.sum(t.total))
+        total += x
+        path = _BOUND_FIGURE.get(str(t.bound), rate if t.bound == "compute" else None)
+        if path and hw.source_of(path) == "estimate":
+            est += x
+    return est / total if total else 0.0
+
+
+def _band(prof: Profile, phase: Phase | None, hw: HardwareSpec, sc: Scenario) -> tuple[float, float, float]:
     """(p10, p50, p90) multipliers on a step's time: per-family log residuals weighted by time share,
-    families independent, errors within a family fully correlated (a systematic bias)."""
+    families independent, errors within a family fully correlated (a systematic bias); widened by the
+    carry of the profile to another part and by spec figures that are estimates."""
     mu = 0.0
     var = 0.0
-    for fam, w in _family_shares(phase).items():
-        q = prof.residual_quantiles.get(fam, [-0.3, 0.0, 0.3])
+    for fam, w in _family_shares(phase, hw, prof).items():
+        q = prof.residual_quantiles.get(fam, prof.residual_quantiles.get(fam.split(":")[0], [-0.3, 0.0, 0.3]))
         mu += w * q[1]
         sigma = (q[2] - q[0]) / (2 * Z90)
         var += (w * sigma) ** 2
     var += (prof.carry_spread / Z90) ** 2
+    var += (_estimate_share(phase, hw, sc) * SPEC_ESTIMATE_SPREAD / Z90) ** 2
     s = math.sqrt(var)
     return math.exp(mu - Z90 * s), math.exp(mu), math.exp(mu + Z90 * s)
 
 
-def _bands(prof, prefill, decode, ttft, tpot, thr):
-    bp = _band(prof, prefill)
-    bd = _band(prof, decode) if decode is not None else bp
+def _bands(prof, prefill, decode, ttft, tpot, thr, hw, sc):
+    if sc.mode == "sol":  # a bound, not an estimate: no band around it
+        bp = bd = (1.0, 1.0, 1.0)
+    else:
+        bp = _band(prof, prefill, hw, sc)
+        bd = _band(prof, decode, hw, sc) if decode is not None else bp
     return {
         "ttft_ms": tuple(ttft * 1e3 * x for x in bp),
         "tpot_ms": tuple(tpot * 1e3 * x for x in bd),

@@ -25,13 +25,21 @@ def resolve_model(model) -> Model:
 
 
 def available_profiles() -> list[tuple[Path, Profile]]:
+    """Every readable profile under calibration/. One that does not load is skipped with a one-line warning:
+    a broken profile for one part must not stop projections on every other part."""
+    import sys
+
+    from .errors import InputError
     from .paths import calibration_dir
 
     out = []
     root = calibration_dir()
     if root.is_dir():
         for p in sorted(root.glob("*/profile.json")):
-            out.append((p.parent, load_profile(p)))
+            try:
+                out.append((p.parent, load_profile(p)))
+            except InputError as e:
+                print(f"perfmodel: warning: skipping calibration profile {e}", file=sys.stderr)
     return out
 
 

@@ -16,9 +16,10 @@ The model follows how cuBLAS/CUTLASS kernels run on NVIDIA parts:
   prefill of many GEMMs back to back heats the part like one long kernel);
 - operands whose rows are not 16-byte aligned (N or K not a multiple of 8 bf16 elements) force a slower
   kernel family: both rates scale by ``gemm_misaligned_eta``;
-- streaming the operands reaches ``gemm_mem_eta`` of HBM bandwidth only with ``gemm_mem_ctas`` CTAs per
-  SM in flight, counting the CTAs that read distinct parts of the larger operand (split-K multiplies
-  them; padded row tiles of a skinny product do not); fewer stream proportionally slower;
+- streaming the operands reaches ``gemm_mem_eta`` of HBM bandwidth only with ``gemm_mem_ctas`` distinct
+  operand tiles per SM in flight: CTAs of one tile column share their B tiles through L2, CTAs of one
+  row their A tiles, so the count is the row and column tile counts weighted by each operand's share of
+  the bytes, times the K splits; fewer stream proportionally slower;
 - compute and streaming time are joined by a p-norm (a soft max), plus a fixed overhead.
 
 The library is taken to pick the fastest tile. Written against a math backend (:mod:`.backend`):
@@ -69,9 +70,11 @@ def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof, eta, xp=NP, elem_byt
         t_c0 = waves * t_tile / slow
         t_c = power_limited(t_c0, prof, sustained, xp)
         partials = (split - 1.0) * m * n * groups * 8.0  # fp32 partial sums written and read back
-        # CTAs that stream distinct data of the larger operand: padding rows onto a skinny product adds
-        # CTAs that re-read the same weights from L2, not bandwidth
-        distinct = xp.where(m >= n, xp.ceil(m / tm), xp.ceil(n / tn)) * groups * split
+        # Distinct operand tiles in flight: CTAs of one tile column share their B tiles through L2 (and of
+        # one row, their A tiles), so HBM concurrency is the row and column tile counts, weighted by each
+        # operand's share of the bytes, times the K splits (a skinny product's padded row tiles add none)
+        share_a = m / (m + n)
+        distinct = (xp.ceil(m / tm) * share_a + xp.ceil(n / tn) * (1.0 - share_a)) * groups * split
         streams = xp.minimum(1.0, distinct / (sms * prof.gemm_mem_ctas))
         t_m = (nbytes + partials) / (bw * prof.gemm_mem_eta * streams * slow)
         t = (t_c**p + t_m**p) ** (1.0 / p)
