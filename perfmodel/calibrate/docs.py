@@ -14,9 +14,6 @@ from pathlib import Path
 from ..io import write_text_atomic
 from ..outputs.charts import Series, line_chart
 
-CLASSES = ("gemm", "attention", "memory", "gemm in-stream", "attention in-stream", "memory in-stream")
-
-
 def scatter(rows: list[dict], title: str, name: str) -> str:
     held = [r for r in rows if r.get("held_out", True)]
     train = [r for r in rows if not r.get("held_out", True)]
@@ -31,6 +28,27 @@ def scatter(rows: list[dict], title: str, name: str) -> str:
                       logx=True, logy=True, name=name, connect={"measured = predicted"})
 
 
+def _attention_by_phase(rows: list[dict]) -> list[str]:
+    """Held-out attention rows per backend and phase (prefill: many queries; decode: one a sequence)."""
+    import statistics
+
+    groups: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        if r["class"].split()[0] != "attention" or not r["held_out"]:
+            continue
+        phase = "decode" if "|seq_q=1|" in r["id"] else "prefill"
+        groups.setdefault((r["class"], phase), []).append(abs(r["error"]))
+    if not groups:
+        return []
+    out = ["Held-out attention by phase:", "", "| class | phase | shapes | median abs error | P90 abs error |",
+           "|---|---|---|---|---|"]
+    for (cls, phase), errs in sorted(groups.items()):
+        errs.sort()
+        p90 = errs[min(len(errs) - 1, int(round(0.9 * (len(errs) - 1))))]
+        out.append(f"| {cls} | {phase} | {len(errs)} | {statistics.median(errs):.1%} | {p90:.1%} |")
+    return out
+
+
 def write_docs(calibration: Path, out: Path) -> Path:
     data = json.loads((calibration / "validation.json").read_text())
     prof = json.loads((calibration / "profile.json").read_text())
@@ -42,20 +60,23 @@ def write_docs(calibration: Path, out: Path) -> Path:
              "(events, L2 flushed); in-stream rows are the same operators replayed back to back inside a CUDA graph.", "",
              "| split | class | shapes | median abs error | P90 abs error |", "|---|---|---|---|---|"]
     for split in ("held_out", "train"):
-        for cls in CLASSES:
-            e = summary["ops"].get(split, {}).get(cls)
+        for cls, e in summary["ops"].get(split, {}).items():  # the fit's own order: gemm, attention per backend, ...
             if e:
                 lines.append(f"| {split.replace('_', '-')} | {cls} | {e['n']} | {e['median_abs_error']:.1%} | "
                              f"{e['p90_abs_error']:.1%} |")
     for phase, e in summary.get("layers", {}).items():
         lines.append(f"| whole layers | {phase} | {e['n']} | {e['median_abs_error']:.1%} | {e['p90_abs_error']:.1%} |")
-    lines.append("")
+    lines += ["", *_attention_by_phase(data["ops"]), ""]
     out.mkdir(parents=True, exist_ok=True)
+    device = prof.get("device") or prof["name"]
     for cls in ("gemm", "attention", "memory"):
         rows = [r for r in data["ops"] if r["class"].split()[0] == cls]
+        if cls == "attention":  # what plain PyTorch runs: the default dispatch, timed alone and in a stream
+            rows = [r for r in rows if "default" in r["class"]] or rows
         if rows:
             name = f"{cls}.svg"
-            write_text_atomic(out / name, scatter(rows, f"{cls}: predicted against measured (H200)", cls))
+            title = f"{cls}{' (PyTorch default dispatch)' if cls == 'attention' else ''}: predicted against measured"
+            write_text_atomic(out / name, scatter(rows, f"{title} ({device})", cls))
             lines.append(f"![{cls}]({name})")
     layers = [dict(r, held_out=True) for r in data["layers"]]
     if layers:
@@ -69,8 +90,18 @@ def write_docs(calibration: Path, out: Path) -> Path:
     for r in data["layers"]:
         short = r["id"].replace("layer|bf16|", "")
         lines.append(f"| `{short}` | {r['measured_s'] * 1e6:.1f} | {r['predicted_s'] * 1e6:.1f} | {r['error']:+.1%} |")
+    text = "\n".join(lines) + "\n"
+    if data.get("training"):
+        from ..train.fit import training_markdown
+
+        text += "\n" + training_markdown(data["training"])
+    if data.get("power"):
+        from ..energy.fit import report_text
+
+        text += "\n## Power\n\nEnergy of sustained loops (NVML's energy counter); whole layers are held out.\n\n```\n" \
+                + report_text(data["power"]) + "\n```\n"
     path = out / "README.md"
-    write_text_atomic(path, "\n".join(lines) + "\n")
+    write_text_atomic(path, text)
     return path
 
 
