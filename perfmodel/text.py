@@ -40,6 +40,13 @@ def as_ops(text: str) -> str:
     return re.sub(r"FLOP(?:s)?(?:/s|S)", "OPS", text, flags=re.IGNORECASE)
 
 
+def _engine_name(sc) -> str:
+    from .engines import ENGINES
+
+    eng = ENGINES.get(sc.engine)
+    return eng.name if eng else sc.engine
+
+
 def projection_table(p, *, verbose: bool = False, gpu_hour_usd: float | None = None) -> str:
     from .energy import projection_energy
     from .serialize import phase_bound
@@ -49,7 +56,8 @@ def projection_table(p, *, verbose: bool = False, gpu_hour_usd: float | None = N
     lines = [
         f"{p.model.name} on {p.hardware.name}  ({sc.gpus} GPU{'s' if sc.gpus > 1 else ''}: TP {sc.tp}, PP {sc.pp}"
         f"{f', EP {sc.ep}' if sc.ep > 1 else ''}; {sc.dtype} weights, {sc.kv} KV cache)",
-        f"scenario: isl {sc.isl}, osl {sc.osl}, batch {p.batch}, {sc.batching} batching, mode {sc.mode}",
+        f"scenario: isl {sc.isl}, osl {sc.osl}, batch {p.batch}, {sc.batching} batching, engine {_engine_name(sc)}, "
+        f"mode {sc.mode}",
         f"calibration: {p.profile.label}",
         "",
     ]
