@@ -43,6 +43,8 @@ class Profile:
     gemm_power_drop: float = 0.10  # rate lost by a long compute-bound kernel at the power-limited clock (estimate)
     gemm_power_tau: float = 3.0e-4  # duration at which half of that loss has set in (estimate)
     gemm_misaligned_eta: float = 0.3  # rate of the fallback kernels for rows not 16-byte aligned (estimate)
+    # a format's streaming efficiency relative to gemm_mem_eta (fitted where measured; 1 otherwise)
+    gemm_mem_eta_scale: dict[str, float] = field(default_factory=dict)
     # distinct operand tiles in flight per SM needed to stream at full bandwidth (estimate, by Little's law:
     # ~3 MB in flight for 4.8 TB/s at ~600 ns latency is ~35 tiles of 128 x 64 bf16 four stages deep: 0.25/SM)
     gemm_mem_ctas: float = 0.25
@@ -136,7 +138,7 @@ DEFAULTS = Profile()
 
 # Fields that hold a dict of numbers keyed by format, kind or backend: a profile file may give some keys and
 # take the rest from the defaults.
-_NUMBER_DICTS = ("gemm_eta", "mem_eta", "mem_alpha_s", "row_s", "host_floor_s", "attn_eta", "attn_dec_eta",
+_NUMBER_DICTS = ("gemm_eta", "gemm_mem_eta_scale", "mem_eta", "mem_alpha_s", "row_s", "host_floor_s", "attn_eta", "attn_dec_eta",
                  "attn_overhead_s", "attn_cta_blocks", "attn_tail", "attn_softness", "attn_block_q", "attn_block_k")
 _FREE_DICTS = ("validation", "provenance", "training", "power")  # checked by their own users
 _TEXT = ("name", "description", "device", "spec_key", "carried_from")

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..cost import _rate
 from ..cost.attention import attention_time
-from ..cost.gemm import gemm_time
+from ..cost.gemm import gemm_time, mem_scale
 from ..cost.memory import memory_time
 from ..cost.memory import standalone as standalone_time
 from ..dtypes import bytes_per_element
@@ -150,8 +150,9 @@ def _predict_kind(kind: str, cases: list[Case], hw: HardwareSpec, prof: Profile)
         peak = np.array([r[0] for r in rates])
         eta = np.array([r[1] for r in rates])
         elem = np.array([bytes_per_element(c.params["dtype"]) for c in cases])
+        scale = np.array([mem_scale(prof, c.params["dtype"]) for c in cases])
         t, _, _ = gemm_time(_col(cases, "m"), _col(cases, "n"), _col(cases, "k"), _col(cases, "groups", 1.0), nbytes,
-                            peak, hw.sm_count, bw, prof, eta, elem_bytes=elem)
+                            peak, hw.sm_count, bw, prof, eta, elem_bytes=elem, mem_scale=scale)
         return t
     if kind == "attention":
         out = np.empty(len(cases))
@@ -190,13 +191,14 @@ def _field(name, lo, hi):
     return Param(name, lambda p, n=name: getattr(p, n), lambda p, v, n=name: p.with_(**{n: v}), lo, hi)
 
 
-def _dict_entry(field, key, lo, hi):
+def _dict_entry(field, key, lo, hi, start=0.5):
+    """A parameter stored in a dict field of the profile; ``start`` where neither profile nor defaults hold it."""
     def setter(p, v):
         d = dict(getattr(p, field))
         d[key] = v
         return p.with_(**{field: d})
 
-    return Param(f"{field}[{key}]", lambda p: getattr(p, field).get(key, getattr(DEFAULTS, field).get(key, 0.5)),
+    return Param(f"{field}[{key}]", lambda p: getattr(p, field).get(key, getattr(DEFAULTS, field).get(key, start)),
                  setter, lo, hi)
 
 
@@ -266,6 +268,10 @@ def fit_profile(cases: list[Case], hw: HardwareSpec, base: Profile = DEFAULTS) -
                    _field("gemm_mem_ctas", 0.05, 16.0)]
         if any(_misaligned(c) for c in gemms):
             params.append(_field("gemm_misaligned_eta", 0.01, 1.0))
+        # a format's own streaming efficiency, relative to the bf16 kernels' (enough memory-bound rows needed)
+        for f in fmts:
+            if f != "bf16" and sum(1 for c in gemms if c.params["dtype"] == f and c.params["m"] <= 64) >= 10:
+                params.append(_dict_entry("gemm_mem_eta_scale", f, 0.4, 1.25, start=1.0))
         prof, _ = _least_squares(params, prof, lambda p: _log_residuals(gemms, hw, p))
     for backend in sorted({c.backend for c in train if c.kind == "attention"}):
         attn = [c for c in train if c.kind == "attention" and c.backend == backend]

@@ -18,7 +18,7 @@ from ..profile import Profile
 from ..spec import HardwareSpec
 from .attention import attention_time
 from .comm import collective_time
-from .gemm import gemm_time
+from .gemm import gemm_time, mem_scale
 from .backend import NP
 from .memory import memory_time
 from .memory import standalone as standalone_time
@@ -110,7 +110,7 @@ def _time_parts(op: Op, hw, prof: Profile, *, mode: str, world: int, xp, sustain
         if k == "gemm":
             t, t_c, t_m = gemm_time(shape(p["m"]), shape(p["n"]), shape(p["k"]), p["groups"], op.bytes, peak,
                                     hw.sm_count, bw, prof, eta, xp=xp, elem_bytes=bytes_per_element(p["dtype"]),
-                                    sustained=sustained)
+                                    sustained=sustained, mem_scale=mem_scale(prof, p["dtype"]))
             return t, (ideal_compute(op, hw, prof) if t_c is None else t_c), t_m
         causal = np.asarray(p["causal"]) if xp.numeric else p["causal"]
         kernel = attention_kernel(op, hw, prof)

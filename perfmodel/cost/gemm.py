@@ -51,8 +51,16 @@ def power_limited(t_c0, prof, sustained=None, xp=NP):
     return t_c0 / (1.0 - prof.gemm_power_drop * s / (s + prof.gemm_power_tau))
 
 
-def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof, eta, xp=NP, elem_bytes=2.0, sustained=None):
-    """Returns (time, compute_part, memory_part) in seconds for ``groups`` products of m x n x k."""
+def mem_scale(prof, dtype: str):
+    """A format's streaming efficiency relative to ``gemm_mem_eta`` (fp8 kernels at small M stream less
+    well than bf16 ones); 1 for a format the fit had no rows of."""
+    return prof.gemm_mem_eta_scale.get(dtype, prof.gemm_mem_eta_scale.get("fp8", 1.0) if dtype == "fp4" else 1.0)
+
+
+def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof, eta, xp=NP, elem_bytes=2.0, sustained=None,
+              mem_scale=1.0):
+    """Returns (time, compute_part, memory_part) in seconds for ``groups`` products of m x n x k.
+    ``mem_scale``: the format's streaming efficiency relative to ``gemm_mem_eta`` (:func:`mem_scale`)."""
     per_sm = peak / sms
     p = prof.gemm_softness
     misaligned = xp.logical_or(xp.mod(n * elem_bytes, ALIGN_BYTES) > 0, xp.mod(k * elem_bytes, ALIGN_BYTES) > 0)
@@ -76,7 +84,7 @@ def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof, eta, xp=NP, elem_byt
         share_a = m / (m + n)
         distinct = (xp.ceil(m / tm) * share_a + xp.ceil(n / tn) * (1.0 - share_a)) * groups * split
         streams = xp.minimum(1.0, distinct / (sms * prof.gemm_mem_ctas))
-        t_m = (nbytes + partials) / (bw * prof.gemm_mem_eta * streams * slow)
+        t_m = (nbytes + partials) / (bw * prof.gemm_mem_eta * mem_scale * streams * slow)
         t = (t_c**p + t_m**p) ** (1.0 / p)
         if not xp.numeric:  # a formula: one flat MIN over the tiles (a running IF chain nests exponentially)
             formulas.append(t)

@@ -1,0 +1,61 @@
+"""Figures the README and docs state, pinned so a regression (or a stale committed file) fails.
+
+- The committed H200 profile is what the current fitter makes of the committed measurements.
+- docs/calibration-h200/README.md is what the docs generator makes of calibration/h200.
+- The validation medians against published results stay within a point of what the README states.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from perfmodel.paths import repo_root
+
+ROOT = repo_root()
+CAL = ROOT / "calibration" / "h200"
+
+# README "Validation against published results" (perfmodel validate): median |error| per metric, and every
+# part's signed median for throughput, as measured when this was written; a regression of more than a point
+# (or two for a part's signed median) fails.
+PINNED_MEDIANS = {"output_throughput_per_gpu": 0.102, "ttft": 0.152, "model_tflops_per_gpu": 0.041}
+
+
+@pytest.mark.slow
+def test_committed_profile_is_what_the_fitter_makes_of_the_measurements(tmp_path):
+    from perfmodel.calibrate.fit import fit_directory
+
+    d = tmp_path / "h200"
+    d.mkdir()
+    for name in ("measurements.jsonl", "environment.json"):
+        shutil.copy(CAL / name, d / name)
+    fit_directory(d)
+    fresh = json.loads((d / "profile.json").read_text())
+    committed = json.loads((CAL / "profile.json").read_text())
+    for key in ("gemm_eta", "attn_eta", "attn_dec_eta", "mem_eta", "attn_default", "training", "power"):
+        assert json.dumps(fresh[key], sort_keys=True) == json.dumps(committed[key], sort_keys=True), key
+    assert fresh["validation"]["ops"] == committed["validation"]["ops"]
+
+
+def test_calibration_docs_are_regenerated_from_the_committed_fit(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from perfmodel.calibrate.docs import write_docs
+
+    monkeypatch.chdir(ROOT)  # the document names the folder as the command was given: calibration/h200
+    write_docs(Path("calibration/h200"), tmp_path)
+    committed = (ROOT / "docs" / "calibration-h200" / "README.md").read_text()
+    assert (tmp_path / "README.md").read_text() == committed, \
+        "run: python -m perfmodel.calibrate.docs calibration/h200 docs/calibration-h200"
+
+
+def test_validation_medians_do_not_regress():
+    from perfmodel.validate import run_validation, summary
+
+    rows = run_validation()
+    s = summary(rows)
+    assert s["refused"] == 0, [r["status"] for r in rows if r["status"].startswith("does not fit")]
+    assert all(r["predicted"] is not None for r in rows), [r["id"] for r in rows if r["predicted"] is None]
+    for metric, pinned in PINNED_MEDIANS.items():
+        assert s["by_metric"][metric] <= pinned + 0.01, (metric, s["by_metric"][metric])
