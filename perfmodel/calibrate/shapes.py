@@ -523,6 +523,12 @@ def layer_cases(suite: str, device: str) -> list[Case]:
             cs.add("layer", _layer(model, tp, "decode", b, 1, 4096, graph), g)
     cs.add("layer", _layer("llama-3.1-70b", 8, "prefill", 4, 2048, 0, False), "llama-3.1-70b-tp8")
     cs.add("layer", _layer("llama-3.1-70b", 8, "decode", 8, 1, 16384, graph), "llama-3.1-70b-tp8")
+    # more batch and context at every layout (added 2026-12-03 for validation)
+    for model, tp, phase, b, s, c in (("llama-3.1-8b", 1, "prefill", 4, 1024, 0), ("llama-3.1-8b", 1, "decode", 64, 1, 8192),
+                                      ("llama-3.1-8b", 1, "decode", 256, 1, 2048), ("llama-3.1-70b", 4, "decode", 64, 1, 2048),
+                                      ("llama-3.1-70b", 2, "decode", 128, 1, 1024), ("llama-3.1-70b", 8, "prefill", 8, 1024, 0),
+                                      ("llama-3.1-70b", 8, "decode", 256, 1, 4096), ("llama-3.1-70b", 1, "prefill", 2, 4096, 0)):
+        cs.add("layer", _layer(model, tp, phase, b, s, c, graph and phase == "decode"), f"{model}-tp{tp}")
     return cs.items
 
 
@@ -543,10 +549,12 @@ def power_cases(suite: str, device: str, *, fp8: bool = True) -> list[Case]:
         add("gemm", {"m": 128, "n": 256, "k": 256, "dtype": "fp32"})
         add("layer", _layer("tiny", 1, "prefill", 1, 32, 0, False), held_out=True)
         return cs.items
-    for m, n, k in ((8192, 8192, 8192), (1024, 8192, 8192), (16, 28672, 8192)):
+    for m, n, k in ((8192, 8192, 8192), (1024, 8192, 8192), (16, 28672, 8192), (256, 8192, 8192),
+                    (128, 28672, 8192)):
         add("gemm", {"m": m, "n": n, "k": k, "dtype": "bf16"})
-    if fp8:
-        add("gemm", {"m": 8192, "n": 8192, "k": 8192, "dtype": "fp8"})
+    if fp8:  # compute-bound at the power limit, and mid intensity below it
+        for m, n, k in ((8192, 8192, 8192), (512, 8192, 8192), (64, 28672, 8192)):
+            add("gemm", {"m": m, "n": n, "k": k, "dtype": "fp8"})
     add("copy", {"bytes": 1 << 30})
     add("attention", {"backend": "default", "batch": 1, "heads_q": 64, "heads_kv": 8, "seq_q": 8192, "seq_kv": 8192,
                       "head_dim": 128, "causal": True, "dtype": "bf16"})
@@ -556,7 +564,11 @@ def power_cases(suite: str, device: str, *, fp8: bool = True) -> list[Case]:
     for params in (_layer("llama-3.1-8b", 1, "prefill", 1, 2048, 0, False),
                    _layer("llama-3.1-70b", 2, "prefill", 1, 2048, 0, False),
                    _layer("llama-3.1-70b", 8, "decode", 32, 1, 4096, graph),
-                   _layer("llama-3.1-8b", 1, "decode", 128, 1, 1024, graph)):
+                   _layer("llama-3.1-8b", 1, "decode", 128, 1, 1024, graph),
+                   _layer("llama-3.1-8b", 1, "decode", 32, 1, 4096, graph),
+                   _layer("llama-3.1-70b", 4, "decode", 64, 1, 2048, graph),
+                   _layer("llama-3.1-70b", 8, "prefill", 4, 2048, 0, False),
+                   _layer("llama-3.1-8b", 1, "prefill", 4, 1024, 0, False)):
         add("layer", params, held_out=True)
     return cs.items
 
@@ -565,13 +577,75 @@ def power_cases(suite: str, device: str, *, fp8: bool = True) -> list[Case]:
 # collectives
 # ---------------------------------------------------------------------------------------------
 
-COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
+# GEMM-collective overlap (perfmodel.calibrate.collectives): "stream" runs a GEMM and an independent
+# collective on two streams; "decomposed" splits a GEMM's rows into chunks and reduces each chunk's output
+# while the next chunk computes (async TP / Flux-style pipelining, done here with NCCL on a second stream)
+OVERLAP_METHODS = ("stream", "decomposed")
 
 
 def collective_sizes(suite: str, device: str) -> list[int]:
+    """Per-rank input buffer sizes: 4 KB .. 4 MB (x4 steps) on a CPU or in the quick suite, 4 KB .. 4 GB
+    (x2 steps, 21 sizes) in the full suite on GPUs. The worker drops the sizes whose buffers do not fit."""
     if suite == "quick" or not device.startswith("cuda"):
         return [4096 * 4 ** i for i in range(6)]  # 4 KB .. 4 MB
-    return [4096 * 2 ** i for i in range(19)]  # 4 KB .. 1 GB
+    return [4096 * 2 ** i for i in range(21)]  # 4 KB .. 4 GB
+
+
+def collective_passes(sizes: list[int]) -> list[list[int]]:
+    """The sizes in two passes, every other size first, so a run cut by its time budget still spans the
+    whole range at half the resolution; --resume fills in the rest."""
+    return [sizes[0::2], sizes[1::2]]
+
+
+def collective_worlds(nproc: int) -> list[int]:
+    """World sizes 2 .. nproc (sub-communicators of the first w ranks), most useful first: all ranks,
+    the pair, the powers of two, then the others."""
+    if nproc < 2:
+        return []
+    first = [nproc, 2] + [2 ** i for i in range(2, 8) if 2 ** i < nproc]
+    rest = [w for w in range(3, nproc) if w not in first]
+    out: list[int] = []
+    for w in first + rest:
+        if w not in out:
+            out.append(w)
+    return out
+
+
+def overlap_worlds(nproc: int) -> list[int]:
+    """Overlap runs at the full world and the pair (the SM share NCCL takes barely depends on the world)."""
+    return [w for w in dict.fromkeys([nproc, 2]) if w >= 2]
+
+
+def overlap_cases(suite: str, device: str) -> list[dict[str, Any]]:
+    """Parameters of the overlap cases (world size and backend added by the worker). GEMM m x n x k in the
+    suite's dtype; ``bytes`` is the collective's per-rank input (stream) or the GEMM output (decomposed)."""
+    cases: list[dict[str, Any]] = []
+    if suite == "quick" or not device.startswith("cuda"):
+        # tiny: on a CPU the numbers mean nothing, the code path is what is exercised
+        for op, nbytes in (("all_reduce", 64 * 1024), ("all_gather", 16 * 1024)):
+            cases.append({"method": "stream", "op": op, "bytes": nbytes, "m": 96, "n": 96, "k": 96, "chunks": 1})
+        for op, chunks in (("all_reduce", 1), ("all_reduce", 2), ("reduce_scatter", 2)):
+            cases.append({"method": "decomposed", "op": op, "bytes": 128 * 64 * 4, "m": 128, "n": 64, "k": 64,
+                          "chunks": chunks})
+        return cases
+    # one long GEMM (8192^3 bf16, ~1.4 ms on an H200) beside collectives from ~10x shorter to ~4x longer
+    # than it, and a short one (4096^3, ~0.2 ms): both orders of finishing pin the SM share and interference
+    for op, sizes in (("all_reduce", (8 * MB, 32 * MB, 128 * MB, 512 * MB)), ("all_gather", (4 * MB, 64 * MB)),
+                      ("reduce_scatter", (32 * MB, 512 * MB)), ("all_to_all", (32 * MB, 256 * MB))):
+        for nbytes in sizes:
+            cases.append({"method": "stream", "op": op, "bytes": nbytes, "m": 8192, "n": 8192, "k": 8192,
+                          "chunks": 1})
+    cases.append({"method": "stream", "op": "all_reduce", "bytes": 32 * MB, "m": 4096, "n": 4096, "k": 4096,
+                  "chunks": 1})
+    # row-parallel projections of a TP-8 Llama-3.1-70B layer: o_proj (K = 8192 / 8) and down_proj
+    # (K = 28672 / 8) at 4k and 8k tokens, their output all-reduced (or reduce-scattered: sequence parallel)
+    for m, n, k in ((4096, 8192, 1024), (8192, 8192, 3584), (4096, 8192, 3584)):
+        for op in ("all_reduce", "reduce_scatter"):
+            for chunks in (1, 2, 4, 8):
+                cases.append({"method": "decomposed", "op": op, "bytes": m * n * 2, "m": m, "n": n, "k": k,
+                              "chunks": chunks})
+    return cases
 
 
 # ---------------------------------------------------------------------------------------------

@@ -90,12 +90,17 @@ def _sidecar(phase: str, layers: int, batch: int, seq: int, context: int, device
             "command": " ".join(["python -m perfmodel.trace.capture"] + sys.argv[1:]), **extra}
 
 
-def _profile(fn, device: str):
+def _profile(fn, device: str, sustain_s: float = 0.0):
+    """Warm up, optionally run ``fn`` back to back for ``sustain_s`` seconds (as a serving engine runs step
+    after step: the part settles at its power-limited clock), then profile one run."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     for _ in range(3):
+        fn()
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < sustain_s:
         fn()
     if device == "cuda":
         torch.cuda.synchronize()
@@ -106,7 +111,8 @@ def _profile(fn, device: str):
     return prof
 
 
-def capture(out: Path, layers: int = 4, batch: int = 1, seq: int = 1024, context: int = 1024, log=print) -> list[Path]:
+def capture(out: Path, layers: int = 4, batch: int = 1, seq: int = 1024, context: int = 1024, log=print,
+            sustain_s: float = 0.0) -> list[Path]:
     import torch
 
     out.mkdir(parents=True, exist_ok=True)
@@ -147,7 +153,8 @@ def capture(out: Path, layers: int = 4, batch: int = 1, seq: int = 1024, context
         path = out / f"llama_{phase}.json.gz"
         try:
             fn = fn or make_decode()
-            prof = _profile(fn, device)
+            prof = _profile(fn, device, sustain_s)
+            extra["sustained_s"] = sustain_s
             size = _export(prof, path)
             extra["trace_bytes"] = size
             written.append(path)
@@ -169,10 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--seq", type=int, default=1024, help="prefill tokens a sequence (default 1024)")
     ap.add_argument("--context", type=int, default=1024, help="cached tokens for the decode step (default 1024)")
+    ap.add_argument("--sustain", type=float, default=0.0,
+                    help="seconds of back-to-back runs before the profiled one (default 0: after an idle pause)")
     args = ap.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     capture(Path(args.out), args.layers, args.batch, args.seq, args.context,
-            log=lambda s: print(s, file=sys.stderr, flush=True))
+            log=lambda s: print(s, file=sys.stderr, flush=True), sustain_s=max(0.0, args.sustain))
     return 0
 
 
