@@ -381,7 +381,8 @@ def build_context(parts: list[Part], model, scenario, *, argv=None) -> dict:
         "model": {"name": model.name, "key": model.key, "params": model.param_count() / 1e9,
                   "active": model.active_param_count() / 1e9, "notes": list(model.notes)},
         "scenario": {"isl": sc.isl, "osl": sc.osl, "batch": scenario.batch, "dtype": sc.dtype, "kv": sc.kv,
-                     "batching": sc.batching, "mode": sc.mode, "launch": sc.launch, "overlap": sc.overlap},
+                     "batching": sc.batching, "mode": sc.mode, "launch": sc.launch, "overlap": sc.overlap,
+                     "engines": ", ".join(dict.fromkeys(_engine_name(p.proj.scenario.engine) for p in parts))},
         "layouts": [{"name": p.hw.name, "layout": layout_text(p.proj.scenario), "note": p.layout_note}
                     for p in parts],
         "basis": basis, "basis_text": basis_text,
@@ -487,3 +488,9 @@ def render_report(hardware: list, model, scenario, *, baseline=None, calibration
                           baseline=base_req is not None and i == 0, scenario=sc, layout_note=note))
     ctx = build_context(parts, mdl, scenario, argv=argv)
     return environment().get_template("report.html.j2").render(**ctx)
+
+
+def _engine_name(key: str) -> str:
+    from ..engines import ENGINES
+
+    return ENGINES[key].name if key in ENGINES else key
