@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -98,12 +99,20 @@ class Profile:
     launch_graph_s: float = 1.0e-6  # inside a CUDA graph replay (estimate)
     launch_eager_s: float = 6.0e-6  # host dispatch per op in eager PyTorch (estimate)
 
-    # Collectives: alpha-beta per ring step; eta is the fraction of link bandwidth achieved
-    comm_base_s: float = 6.0e-6  # fixed cost of one collective launch (estimate)
-    scaleup_alpha_s: float = 1.0e-6  # per ring step over NVLink (estimate)
+    # Collectives (perfmodel.cost.comm). Measured: alpha (fixed seconds) and eta (bus bandwidth / the spec's
+    # scale-up link bandwidth) per collective and world size, keyed "all_reduce:8", fitted by `perfmodel fit`
+    # from the suite's collective rows. Otherwise the defaults: comm_base_s, plus the spec's per-hop latency
+    # (interconnect.*.latency) for every ring step, and a bus-bandwidth fraction of the link's.
+    comm_alpha_s: dict[str, float] = field(default_factory=dict)
+    comm_eta: dict[str, float] = field(default_factory=dict)
+    # fixed cost of one collective: launch and the peers' synchronisation (estimate: NCCL's own tuning model
+    # starts a ring at 6.6 us (LL) to 8.4 us (Simple), src/graph/tuning.cc baseLat)
+    comm_base_s: float = 6.0e-6
     scaleup_eta: float = 0.80  # NCCL bus bandwidth / link bandwidth on NVLink (estimate)
-    scaleout_alpha_s: float = 8.0e-6  # per step over the scale-out network (estimate)
     scaleout_eta: float = 0.80
+    # Compute-communication overlap (perfmodel.cost.overlap): SM share taken by collectives, interference,
+    # chunk overhead, fitted from the suite's overlap rows; keys missing take perfmodel.cost.overlap.PARAMS
+    overlap: dict[str, float] = field(default_factory=dict)
 
     # Training kernels (backward GEMMs, attention backward, optimizer step, loss), fitted by
     # perfmodel.train.fit from the suite's training rows; empty: perfmodel.train's documented defaults
@@ -141,6 +150,13 @@ DEFAULTS = Profile()
 _NUMBER_DICTS = ("gemm_eta", "gemm_mem_eta_scale", "mem_eta", "mem_alpha_s", "row_s", "host_floor_s", "attn_eta", "attn_dec_eta",
                  "attn_overhead_s", "attn_cta_blocks", "attn_tail", "attn_softness", "attn_block_q", "attn_block_k")
 _FREE_DICTS = ("validation", "provenance", "training", "power")  # checked by their own users
+# Per-collective fitted parameters, keyed "<collective>:<world size>" (perfmodel.cost.comm)
+_COMM_DICTS = ("comm_alpha_s", "comm_eta")
+_COMM_KEY = re.compile(r"^(all_reduce|all_gather|reduce_scatter|all_to_all|p2p):([1-9][0-9]*)$")
+# Fields earlier versions wrote that no longer exist: read and ignored, so older profile.json files load.
+# scaleup_alpha_s, scaleout_alpha_s: the latency of one ring step, part-independent estimates; now the spec's
+# interconnect.scale_up.latency / scale_out.latency (a property of the part's fabric), or the fitted alpha.
+RETIRED_FIELDS = ("scaleup_alpha_s", "scaleout_alpha_s")
 _TEXT = ("name", "description", "device", "spec_key", "carried_from")
 # A fraction of a datasheet peak may pass 1 by the clock headroom (rates are quoted at a sustained clock
 # below max boost: 1980 / 1830 MHz on Hopper), never by 2.
@@ -166,6 +182,8 @@ def load_profile(path: str | Path) -> Profile:
     if not isinstance(data, dict):
         raise InputError("expected a JSON object of profile fields", file=str(p))
     known = {f.name for f in fields(Profile)}
+    for retired in RETIRED_FIELDS:
+        data.pop(retired, None)
     unknown = sorted(set(data) - known)
     if unknown:
         raise InputError(f"unknown profile field(s): {', '.join(unknown)}", file=str(p))
@@ -201,6 +219,20 @@ def _check_field(key: str, value, default, file: str) -> None:
     elif key in _FREE_DICTS:
         if not isinstance(value, dict):
             raise bad("an object")
+    elif key in _COMM_DICTS:
+        if not isinstance(value, dict) or not all(isinstance(k, str) and _COMM_KEY.match(k) and int(k.split(":")[1]) >= 2
+                                                  for k in value):
+            raise bad('an object keyed "<collective>:<world size>" (e.g. "all_reduce:8", world size >= 2)')
+        if not all(_positive(v) for v in value.values()):
+            raise bad("positive finite numbers")
+        if key == "comm_eta" and any(v > MAX_ETA for v in value.values()):
+            raise bad(f"fractions of the link bandwidth in (0, {MAX_ETA}]")
+    elif key == "overlap":
+        from .cost.overlap import check_params
+
+        problem = check_params(value)
+        if problem is not None:
+            raise bad(problem)
     elif key in _NUMBER_DICTS:
         if not isinstance(value, dict) or not all(isinstance(k, str) and (_positive(v) or (v == 0 and key in (
                 "host_floor_s",))) for k, v in value.items()):

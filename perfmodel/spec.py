@@ -32,10 +32,10 @@ YAML schema (``hardware/README.md`` has the same, with the conventions behind th
       scale_up:
         bandwidth: {value: 450 GB/s, source: derived, ref: "NVLink4 900 GB/s bidirectional, halved"}
         domain:    {value: 8, source: datasheet}        # integer: GPUs in one NVLink / xGMI domain
-        latency:   {value: 3 us, source: estimate}
+        latency:   {value: 1 us, source: estimate}  # per ring step (hop): perfmodel.cost.comm
       scale_out:
         bandwidth: {value: 50 GB/s, source: estimate}   # per GPU, per direction
-        latency:   {value: 5 us, source: estimate}
+        latency:   {value: 8 us, source: estimate}  # per ring step over the network
       pcie:        {value: 64 GB/s, source: derived}    # host link, per direction
     power:
       tdp: {value: 700 W, source: datasheet}
@@ -94,9 +94,9 @@ class HardwareSpec:
     smem_per_sm_bytes: float
     scaleup_bandwidth: float  # bytes/s per GPU per direction
     scaleup_domain: int  # GPUs in one scale-up (NVLink) domain
-    scaleup_latency: float  # s
+    scaleup_latency: float  # s per ring step (hop) of a collective inside the domain
     scaleout_bandwidth: float  # bytes/s per GPU per direction
-    scaleout_latency: float  # s
+    scaleout_latency: float  # s per ring step over the scale-out network
     pcie_bandwidth: float  # bytes/s per direction
     tdp_w: float
     hbm_visible_bytes: float = 0.0  # what a process sees (nvidia-smi memory.total); 0: derived from hbm_bytes
@@ -168,10 +168,10 @@ SPEC_FIELDS: tuple[SpecField, ...] = (
     SpecField("scaleup_bandwidth", "interconnect.scale_up.bandwidth", "bandwidth",
               "Scale-up bandwidth (per direction)"),
     SpecField("scaleup_domain", "interconnect.scale_up.domain", "count", "Scale-up domain (GPUs)"),
-    SpecField("scaleup_latency", "interconnect.scale_up.latency", "time", "Scale-up latency"),
+    SpecField("scaleup_latency", "interconnect.scale_up.latency", "time", "Scale-up latency (per ring step)"),
     SpecField("scaleout_bandwidth", "interconnect.scale_out.bandwidth", "bandwidth",
               "Scale-out bandwidth (per direction)"),
-    SpecField("scaleout_latency", "interconnect.scale_out.latency", "time", "Scale-out latency"),
+    SpecField("scaleout_latency", "interconnect.scale_out.latency", "time", "Scale-out latency (per ring step)"),
     SpecField("pcie_bandwidth", "interconnect.pcie", "bandwidth", "Host link / PCIe (per direction)"),
     SpecField("tdp_w", "power.tdp", "power", "TDP"),
 )

@@ -320,30 +320,81 @@ def fit_launch(prof: Profile, launches: list[dict]) -> Profile:
     return prof.with_(**kw) if kw else prof
 
 
-def fit_collectives(prof: Profile, comms: list[dict]) -> tuple[Profile, dict]:
-    """alpha and beta of the ring model from collective rows (one world size or several)."""
-    from ..cost.comm import _STEPS
+COMM_SIZE_CLASSES = ((0.0, 64 * 1024, "latency (<= 64 KiB)"), (64 * 1024, 16 * 2**20, "middle"),
+                     (16 * 2**20, float("inf"), "bandwidth (> 16 MiB)"))  # by per-rank buffer bytes
+MIN_COMM_SIZES = 3  # a collective at one world size measured at fewer sizes keeps the defaults
 
-    rows = [r for r in comms if r["params"].get("world_size", 1) > 1 and r["params"].get("op") in _STEPS]
-    if len(rows) < 3:
-        return prof, {}
-    # t = base + f (p-1) alpha + f (p-1)/p bytes / B ; linear in (base + alpha-term, 1/B) per op family
-    a_rows, b = [], []
+
+def _comm_rows(rows: list[dict]) -> list[dict]:
+    from ..cost.comm import COLLECTIVE_KINDS
+
+    out, seen = [], set()
     for r in rows:
-        p = float(r["params"]["world_size"])
-        f = _STEPS[r["params"]["op"]]
-        a_rows.append([1.0, f * (p - 1.0), f * (p - 1.0) / p * float(r["params"]["bytes"])])
-        b.append(float(r["time_s"]))
-    a = np.array(a_rows)
-    bvec = np.array(b)
-    w = 1.0 / bvec  # relative error
+        if not well_formed(r) or r.get("error") or r.get("kind") != "collective" or r["id"] in seen:
+            continue
+        p = r["params"]
+        w, b = p.get("world_size"), p.get("bytes")
+        if p.get("op") not in COLLECTIVE_KINDS or not isinstance(w, int) or isinstance(w, bool) or w < 2:
+            continue
+        if not (isinstance(b, (int, float)) and not isinstance(b, bool) and math.isfinite(b) and b > 0):
+            continue
+        seen.add(r["id"])
+        out.append(r)
+    return out
+
+
+def fit_collectives(prof: Profile, rows: list[dict], hw: HardwareSpec) -> tuple[Profile, dict]:
+    """Alpha and bus bandwidth of every collective at every measured world size (``Profile.comm_alpha_s``,
+    ``comm_eta``: bus bandwidth / the spec's scale-up bandwidth), and the overlap parameters
+    (``Profile.overlap``, :func:`perfmodel.cost.overlap.fit_overlap`), from the suite's collective and
+    overlap rows. Per (collective, world size): time = alpha + bus_bytes / bus_bandwidth, by non-negative
+    least squares weighted by 1/time (relative error, so small messages count as much as large ones).
+    The report (``provenance["collectives"]``) gives each fit's bus bandwidth, rows and its error per size
+    class. Rows of one backend only: NCCL where there are any (gloo rows are a CPU code-path test)."""
     from scipy.optimize import nnls
 
-    coef, _ = nnls(a * w[:, None], bvec * w)
-    base, alpha, inv_bw = coef
-    info = {"backend": rows[0]["params"].get("backend"), "rows": len(rows), "base_s": base, "alpha_s": alpha,
-            "bus_bandwidth_B_s": (1.0 / inv_bw) if inv_bw > 0 else None}
-    return prof, info
+    from ..cost.comm import bus_factor
+    from ..cost.overlap import fit_overlap
+
+    comms = _comm_rows(rows)
+    backends = {r["params"].get("backend") for r in comms}
+    backend = "nccl" if "nccl" in backends else (sorted(b for b in backends if b) or [None])[0]
+    comms = [r for r in comms if r["params"].get("backend") == backend]
+    by_key: dict[str, list[dict]] = {}
+    for r in comms:
+        by_key.setdefault(f"{r['params']['op']}:{r['params']['world_size']}", []).append(r)
+    alpha, eta, fits = dict(prof.comm_alpha_s), dict(prof.comm_eta), {}
+    for key, rs in sorted(by_key.items()):
+        if len({r["params"]["bytes"] for r in rs}) < MIN_COMM_SIZES:
+            continue
+        op, w = key.split(":")[0], int(key.split(":")[1])
+        # bus bytes of the per-rank input (all_gather: the gathered output is w times it)
+        full = np.array([float(r["params"]["bytes"]) * (w if op == "all_gather" else 1) for r in rs])
+        bus = bus_factor(op, w) * full
+        t = np.array([float(r["time_s"]) for r in rs])
+        a = np.stack([np.ones_like(bus), bus], axis=1) / t[:, None]
+        (a0, inv_bw), _ = nnls(a, np.ones_like(t))
+        if not (a0 > 0 and inv_bw > 0):
+            continue  # a degenerate fit (e.g. all sizes latency-bound): keep the defaults for this key
+        bw = 1.0 / inv_bw
+        pred = a0 + bus * inv_bw
+        err = pred / t - 1.0
+        classes = {}
+        for lo, hi, name in COMM_SIZE_CLASSES:
+            sel = [abs(e) for e, r in zip(err, rs) if lo < float(r["params"]["bytes"]) <= hi]
+            if sel:
+                classes[name] = {"n": len(sel), "median_abs_error": float(np.median(sel)), "max_abs_error": float(max(sel))}
+        alpha[key] = float(a0)
+        eta[key] = float(min(bw / hw.scaleup_bandwidth, 2.0))
+        fits[key] = {"alpha_s": float(a0), "bus_bw_B_s": float(bw), "eta": eta[key], "rows": len(rs),
+                     "median_abs_error": float(np.median(np.abs(err))), "size_classes": classes}
+    overlap, overlap_report = fit_overlap([r for r in rows if isinstance(r, dict) and r.get("kind") == "overlap"
+                                           and (backend is None or r.get("params", {}).get("backend") == backend)])
+    info = {"backend": backend, "rows": len(comms), "fits": fits,
+            "link_bandwidth_B_s": hw.scaleup_bandwidth, "overlap": overlap_report} if (fits or overlap) else {}
+    if not fits and not overlap:
+        return prof, info
+    return prof.with_(comm_alpha_s=alpha, comm_eta=eta, overlap={**prof.overlap, **overlap}), info
 
 
 # --- validation -------------------------------------------------------------------------------------
@@ -536,7 +587,7 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
     attn_default, dispatch_seen = dispatch_defaults(rows, DEFAULTS)
     prof = fit_profile(cases, hw, DEFAULTS.with_(attn_default=attn_default))
     prof = fit_launch(prof, launches)
-    prof, comm_info = fit_collectives(prof, comms)
+    prof, comm_info = fit_collectives(prof, rows, hw)
     summary, val_rows = validate_cases(cases, hw, prof)
     layer_summary, layer_rows = validate_layers(layers, hw, prof)
     prof, training = fit_training(prof, rows, hw)

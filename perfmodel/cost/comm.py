@@ -1,47 +1,123 @@
 """Collectives: an alpha-beta model over the scale-up domain and the scale-out network.
 
-Ring algorithms over p ranks: all-reduce takes 2(p-1) steps moving 2(p-1)/p of the buffer per rank;
-all-gather, reduce-scatter and all-to-all take p-1 steps moving (p-1)/p; point-to-point one step. A
-group that fits in one scale-up (NVLink) domain uses its per-direction bandwidth; a larger group runs
-hierarchically: the part inside each domain over NVLink, the part across domains over the scale-out
-network with 1/domain of the bytes per rank. ``eta`` is the fraction of link bandwidth achieved (NCCL's
-bus bandwidth), ``alpha`` the latency of one step, plus a fixed launch cost.
+``nbytes`` is the buffer in NCCL's convention (:func:`perfmodel.ops.collective`). Each collective moves its
+*bus bytes* over every rank's link: all-reduce ``2 (p-1)/p`` of the buffer, all-gather, reduce-scatter and
+all-to-all ``(p-1)/p``, p2p the message (nccl-tests' bus bandwidth definitions). Time:
 
-How much of a collective hides under compute is a scenario assumption (``Scenario.overlap``), applied by
-the projection, not here.
+    t = alpha(kind, p) + bus_bytes / (eta(kind, p) * link bandwidth per direction)
+
+**Measured** (``Profile.comm_alpha_s`` / ``comm_eta``, keyed ``"all_reduce:8"``, written by ``perfmodel fit``
+from the suite's collective rows inside one scale-up domain): alpha and eta of that collective at that world
+size. A world size between two measured ones takes both linearly interpolated in p; beyond the largest
+measured one, alpha grows by the spec's per-hop latency for every extra ring step and eta stays the
+largest one's; below the smallest, alpha scales with the ring steps ``p - 1``. p2p takes ``p2p:2`` (the pair
+exchange). Fitted values carry to other parts as they are (perfmodel.transfer: link latencies carry as-is,
+bandwidth fractions apply to the target's own link bandwidth).
+
+**Documented defaults** (no measurement for that collective): a ring: the profile's fixed cost of a
+collective (``comm_base_s``: launch and synchronisation, software) plus, for each of its ``f (p-1)`` steps
+(``f`` = 2 for all-reduce, 1 otherwise), the spec's per-hop latency of the fabric
+(``interconnect.scale_up.latency``), and bus bandwidth ``scaleup_eta`` of the link's.
+
+A group larger than the scale-up domain runs hierarchically: the part inside each domain over NVLink (the
+domain's measured or default model), the part across domains over the scale-out network with 1/domain of
+the bytes per rank, each of its steps at the spec's scale-out hop latency.
+
+How much of a collective hides under compute is decided by :mod:`.overlap`, applied by the projection.
+Every formula here is plain arithmetic on the inputs (no branch on a value), so the workbook's Excel
+expressions pass through it.
 """
 from __future__ import annotations
 
 from ..profile import Profile
 
-_STEPS = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0}
+COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
+_STEPS = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0, "p2p": 1.0}
 
 
-def _ring(kind: str, nbytes, p, bw, alpha):
+def bus_factor(kind: str, p) -> float:
+    """Bus bytes per buffer byte (nccl-tests)."""
     if kind == "p2p":
-        return alpha + nbytes / bw
-    f = _STEPS[kind]
-    return f * (p - 1.0) * alpha + f * (p - 1.0) / p * nbytes / bw
+        return 1.0
+    return _STEPS[kind] * (p - 1.0) / p
+
+
+def ring_steps(kind: str, p) -> float:
+    return 1.0 if kind == "p2p" else _STEPS[kind] * (p - 1.0)
+
+
+def comm_key(kind: str, p: int) -> str:
+    return f"{kind}:{int(p)}"
+
+
+def measured_worlds(kind: str, prof: Profile) -> list[int]:
+    """World sizes at which ``kind`` has fitted alpha and eta."""
+    out = []
+    for key in prof.comm_alpha_s:
+        name, _, w = key.partition(":")
+        if name == kind and key in prof.comm_eta and w.isdigit():
+            out.append(int(w))
+    return sorted(out)
+
+
+def fitted_params(kind: str, p: int, hw, prof: Profile):
+    """(alpha seconds, eta) of ``kind`` over ``p`` ranks from the measured world sizes (module doc), or None."""
+    worlds = measured_worlds(kind, prof)
+    if not worlds:
+        return None
+    if kind == "p2p":
+        p = 2
+    a = prof.comm_alpha_s
+    e = prof.comm_eta
+    if p in worlds:
+        return a[comm_key(kind, p)], e[comm_key(kind, p)]
+    below = [w for w in worlds if w < p]
+    above = [w for w in worlds if w > p]
+    if below and above:
+        lo, hi = below[-1], above[0]
+        f = (p - lo) / (hi - lo)
+        ka, kb = comm_key(kind, lo), comm_key(kind, hi)
+        return a[ka] + (a[kb] - a[ka]) * f, e[ka] + (e[kb] - e[ka]) * f
+    if below:  # beyond the largest measured group: one step latency more per extra ring step
+        w = below[-1]
+        k = comm_key(kind, w)
+        return a[k] + (ring_steps(kind, p) - ring_steps(kind, w)) * hw.scaleup_latency, e[k]
+    w = above[0]  # below the smallest measured group: the latency scales with the ring steps
+    k = comm_key(kind, w)
+    return a[k] * ring_steps(kind, p) / ring_steps(kind, w), e[k]
+
+
+def _within_domain(kind: str, nbytes, p: int, hw, prof: Profile):
+    fit = fitted_params(kind, p, hw, prof)
+    if fit is not None:
+        alpha, eta = fit
+        return alpha + bus_factor(kind, p) * nbytes / (eta * hw.scaleup_bandwidth)
+    return (prof.comm_base_s + ring_steps(kind, p) * hw.scaleup_latency
+            + bus_factor(kind, p) * nbytes / (prof.scaleup_eta * hw.scaleup_bandwidth))
 
 
 def collective_time(kind: str, nbytes, group, world, hw, prof: Profile, *, sol: bool = False):
     """Time of one collective; ``group`` ranks take part, ``world`` GPUs make up the model replica."""
     domain = hw.scaleup_domain
-    up_bw = hw.scaleup_bandwidth * (1.0 if sol else prof.scaleup_eta)
-    out_bw = hw.scaleout_bandwidth * (1.0 if sol else prof.scaleout_eta)
-    up_a = 0.0 if sol else prof.scaleup_alpha_s
-    out_a = 0.0 if sol else prof.scaleout_alpha_s
-    base = 0.0 if sol else prof.comm_base_s
+    if sol:  # link bandwidth only
+        if kind == "p2p":
+            return nbytes / (hw.scaleout_bandwidth if world > domain else hw.scaleup_bandwidth)
+        if group <= 1:
+            return 0.0 * nbytes
+        if group <= domain:
+            return bus_factor(kind, group) * nbytes / hw.scaleup_bandwidth
+        return (bus_factor(kind, domain) * nbytes / hw.scaleup_bandwidth
+                + bus_factor(kind, group / domain) * nbytes / domain / hw.scaleout_bandwidth)
     if kind == "p2p":
-        crosses = world > domain
-        bw, a = (out_bw, out_a) if crosses else (up_bw, up_a)
-        return base + _ring("p2p", nbytes, 2, bw, a)
+        if world > domain:  # a pipeline stage boundary may cross domains
+            return prof.comm_base_s + hw.scaleout_latency + nbytes / (prof.scaleout_eta * hw.scaleout_bandwidth)
+        return _within_domain("p2p", nbytes, 2, hw, prof)
     if group <= 1:
         return 0.0 * nbytes
     if group <= domain:
-        return base + _ring(kind, nbytes, group, up_bw, up_a)
-    inner = domain
+        return _within_domain(kind, nbytes, int(group), hw, prof)
     outer = group / domain
-    t_inner = _ring(kind, nbytes, inner, up_bw, up_a)
-    t_outer = _ring(kind, nbytes / inner, outer, out_bw, out_a)
-    return base + t_inner + t_outer
+    t_inner = _within_domain(kind, nbytes, int(domain), hw, prof)
+    t_outer = (ring_steps(kind, outer) * hw.scaleout_latency
+               + bus_factor(kind, outer) * (nbytes / domain) / (prof.scaleout_eta * hw.scaleout_bandwidth))
+    return t_inner + t_outer
