@@ -20,7 +20,11 @@ What runs, in this order (so a run cut by its time budget keeps the most useful 
      reduce-scattered) on a second stream while the next block computes, as async tensor parallelism
      pipelines it; ``time_s`` is the whole pipeline, ``gemm_chunks_s`` / ``comm_chunks_s`` the chunks
      back to back alone, ``gemm_s`` / ``comm_s`` the unsplit GEMM and collective.
-3. The other half of the collective sizes.
+3. ``tp_layer`` rows, for validation only (never fitted): a whole Llama-style decoder layer shard at TP =
+   the world size (``perfmodel.calibrate.layers``) with its two all-reduces (after the attention output
+   projection and after the down projection) over the group; prefill eager, decode replayed from a CUDA
+   graph on GPUs. ``perfmodel fit`` reports their error in ``provenance.collectives.tp_layers``.
+4. The other half of the collective sizes.
 
 Timing: every rep, the group's ranks synchronize and pass a barrier; on CUDA a ~100 us
 ``torch.cuda._sleep`` is enqueued first (so events time the GPU work, not the host enqueueing it) and
@@ -48,11 +52,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .shapes import (COLLECTIVE_OPS, OVERLAP_METHODS, collective_passes, collective_sizes, collective_worlds,
-                     overlap_cases, overlap_worlds)
+                     overlap_cases, overlap_worlds, tp_layer_cases, tp_layer_worlds)
 from .store import MEASUREMENTS, Store, make_id, read_rows
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-FAMILIES = ("collective", "overlap")
+FAMILIES = ("collective", "overlap", "tp_layer")
 # The lent multi-GPU machines require NVLink multicast off in every process (NCCL's NVLS algorithms,
 # PyTorch symmetric memory, NVSHMEM); set for the launcher, torchrun and every rank, whatever the caller had.
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -116,6 +120,26 @@ def footprint_bytes(kind: str, p: dict[str, Any], device: str) -> float:
     return comm
 
 
+def tp_layer_params(case: dict[str, Any], world: int, device: str) -> dict[str, Any] | None:
+    if case["heads"] % world:
+        return None  # TP must split the heads evenly
+    p = dict(case, tp=world, world_size=world, backend=backend_for(device))
+    if not device.startswith("cuda"):
+        p["dtype"] = "fp32"  # gloo's sum takes fp32 everywhere
+    return p
+
+
+def tp_layer_footprint(p: dict[str, Any], device: str) -> float:
+    h, d, tp = p["hidden"], p["head_dim"], p["tp"]
+    nh, nkv, inter = max(1, p["heads"] // tp), max(1, p["kv_heads"] // tp), p["intermediate"] // tp
+    e = element_bytes(device)
+    weights = h * (nh + 2 * nkv) * d + nh * d * h + 3 * h * inter
+    tokens = p["batch"] * p["seq"]
+    kv = 2 * p["batch"] * nkv * (p["context"] + 1) * d
+    acts = tokens * (4 * h + 3 * inter + (nh + 2 * nkv) * d)
+    return float((weights + kv + acts) * e)
+
+
 def plan_tasks(suite: str, device: str, nproc: int, *, families=FAMILIES, ops=COLLECTIVE_OPS,
                max_bytes: float | None = None, worlds: list[int] | None = None) -> list[tuple[str, dict]]:
     """(kind, params) in run order: the first half of the collective sizes, the overlap cases, the rest."""
@@ -145,6 +169,12 @@ def plan_tasks(suite: str, device: str, nproc: int, *, families=FAMILIES, ops=CO
                 p = overlap_params(case, w, device)
                 if p is not None:
                     tasks.append(("overlap", p))
+    if "tp_layer" in families and "all_reduce" in ops:
+        for w in [w for w in tp_layer_worlds(nproc) if w in worlds]:
+            for case in tp_layer_cases(suite, device):
+                p = tp_layer_params(case, w, device)
+                if p is not None:
+                    tasks.append(("tp_layer", p))
     collectives(second)
     seen: set[str] = set()
     out = []
@@ -183,6 +213,8 @@ _PLAN_ALPHA_S, _PLAN_BUS_BW, _PLAN_REP_OVERHEAD_S, _PLAN_CASE_OVERHEAD_S = 20e-6
 
 
 def estimate_task_s(kind: str, p: dict[str, Any], target_s: float) -> float:
+    if kind == "tp_layer":
+        return 1.0  # weights, a warm-up, for decode a graph capture, then ~50 ms of reps
     if kind == "overlap":
         t = (2 * p["m"] * p["n"] * p["k"]) / 700e12 + _PLAN_ALPHA_S + bus_bytes(p["op"], p["bytes"], p["world_size"]) / _PLAN_BUS_BW
         reps = max(5, min(50, round(target_s / t)))
@@ -369,7 +401,7 @@ def print_plan(args: argparse.Namespace) -> int:
     target = args.target_s if args.target_s is not None else (0.05 if args.suite == "full" else 0.01)
     by: dict[str, list[float]] = {}
     for kind, p in tasks:
-        key = f"{kind}:{p.get('method', p['op'])}"
+        key = f"{kind}:{p.get('method', p.get('op', p.get('phase')))}"
         by.setdefault(key, []).append(estimate_task_s(kind, p, target))
     print(f"{'cases':<26}{'n':>6}{'est_s':>9}")
     for key, ts in by.items():
@@ -690,6 +722,60 @@ class _Worker:
                        gemm_chunks_s=statistics.median(t_gc), comm_chunks_s=statistics.median(t_cc))
         row["impl"] = f"torch.matmul + torch.distributed.{impl} on a second stream [{self.impl_note}]"
 
+    def measure_tp_layer(self, p: dict, group, row: dict) -> None:
+        """A decoder layer shard with its two all-reduces over the group (plain PyTorch, as the layer family
+        runs it: perfmodel.calibrate.layers)."""
+        import torch.nn.functional as F
+
+        from . import layers as L
+        from .kernels import rms_norm, rotary_tables
+        from .timing import capture_graph
+
+        torch, dist = self.torch, self.dist
+
+        class TPLayer(L.DecoderLayer):
+            def _mlp(self_, x, a):
+                b, s, _ = x.shape
+                o = a.transpose(1, 2).reshape(b, s, self_.nh * self_.d) @ self_.w_o
+                dist.all_reduce(o, group=group)
+                x = x + o
+                y = rms_norm(x, self_.n2)
+                g, u = (y @ self_.w_gu).split([self_.inter, self_.inter], dim=-1)
+                down = (F.silu(g) * u) @ self_.w_down
+                dist.all_reduce(down, group=group)
+                return x + down
+
+        class Ctx:  # what DecoderLayer reads of the suite's context
+            device = self.dev
+
+        layer = TPLayer(p, Ctx())
+        dt, b = layer.dt, p["batch"]
+        if p["phase"] == "prefill":
+            s = p["seq"]
+            x = torch.randn(b, s, layer.h, device=self.dev).to(dt)
+            cos, sin = rotary_tables(s, layer.d, self.dev, dt)
+            cos, sin = cos.repeat(b, 1), sin.repeat(b, 1)
+            step = lambda: layer.prefill(x, cos, sin)  # noqa: E731
+        else:
+            c = p["context"]
+            x = torch.randn(b, 1, layer.h, device=self.dev).to(dt)
+            cos, sin = rotary_tables(1, layer.d, self.dev, dt, offset=c)
+            cos, sin = cos.repeat(b, 1), sin.repeat(b, 1)
+            k_cache = torch.randn(b, layer.nkv, c + 1, layer.d, device=self.dev, dtype=dt)
+            v_cache = torch.randn(b, layer.nkv, c + 1, layer.d, device=self.dev, dtype=dt)
+            step = lambda: layer.decode(x, cos, sin, k_cache, v_cache, c)  # noqa: E731
+        out = step()
+        finite = bool(torch.isfinite(out).all().item())
+        run, impl = step, "eager"
+        if p["phase"] == "decode" and p.get("graph"):
+            graph, _ = capture_graph(step)
+            run, impl = graph.replay, "cuda-graph replay (NCCL all-reduces captured)"
+        (samples,) = self.timed(lambda: self.rep_compute([run], group), group, 10, 200)
+        row.update(self._stats(samples))
+        row["flops"], row["bytes"] = L.layer_counts(p)
+        row["check"] = "skipped" if finite else "FAIL non-finite output"
+        row["impl"] = f"plain PyTorch decoder layer with 2 all_reduce, {impl} [{self.impl_note}]"
+
     @staticmethod
     def _stats(samples: list[float]) -> dict[str, Any]:
         from .timing import quantile
@@ -709,6 +795,9 @@ class _Worker:
                 if op in ("all_reduce", "reduce_scatter") else 0.0
             row["bytes"] = min_bytes(op, nbytes, w)
             row["bus_bytes"] = bus_bytes(op, nbytes, w)
+        elif kind == "tp_layer":
+            row["group"] = f"{p['model']}-tp{p['tp']}"
+            row["flops"] = row["bytes"] = None  # filled by the measurement (perfmodel.calibrate.layers counts)
         else:
             row["group"] = f"overlap-{p['method']}-w{p['world_size']}"
             row["flops"] = 2.0 * p["m"] * p["n"] * p["k"]
@@ -725,7 +814,8 @@ class _Worker:
             w = p["world_size"]
             row_id = make_id(kind, p)
             over = (time.monotonic() - self.t_start) > self.args.time_budget
-            too_big = footprint_bytes(kind, p, self.args.device) > MEMORY_SHARE * self.free_bytes
+            need = tp_layer_footprint(p, self.args.device) if kind == "tp_layer" else footprint_bytes(kind, p, self.args.device)
+            too_big = need > MEMORY_SHARE * self.free_bytes
             skip, stop, big = self.bcast([float(self.rank == 0 and row_id in self.store),
                                           float(self.rank == 0 and over), float(self.rank == 0 and too_big)])
             if stop:
@@ -740,7 +830,8 @@ class _Worker:
             row = self.row_for(kind, p)
             err_local = ""
             try:
-                (self.measure_collective if kind == "collective" else self.measure_overlap)(p, group, row)
+                {"collective": self.measure_collective, "overlap": self.measure_overlap,
+                 "tp_layer": self.measure_tp_layer}[kind](p, group, row)
             except Exception as exc:
                 err_local = f"{type(exc).__name__}: {exc}"[:300]
             # every rank of the group must agree whether the case worked (a rank that failed before its
@@ -757,9 +848,13 @@ class _Worker:
                 self.store.append(row)
                 self.written += 1
                 if not failed:
-                    extra = f"  {p['method']} {p['m']}x{p['n']}x{p['k']} /{p['chunks']}" if kind == "overlap" else ""
-                    print(f"[{kind}] {p['op']:<15} {p['bytes']:>12} B  w={w}{extra}  "
-                          f"{row['time_s'] * 1e6:10.1f} us", file=sys.stderr, flush=True)
+                    if kind == "tp_layer":
+                        what = f"{p['model']} {p['phase']} b={p['batch']} s={p['seq']} ctx={p['context']}"
+                    else:
+                        what = f"{p['op']:<15} {p['bytes']:>12} B"
+                        if kind == "overlap":
+                            what += f"  {p['method']} {p['m']}x{p['n']}x{p['k']} /{p['chunks']}"
+                    print(f"[{kind}] {what}  w={w}  {row['time_s'] * 1e6:10.1f} us", file=sys.stderr, flush=True)
                 else:
                     print(f"[{kind}] {row_id}: {row['error']}", file=sys.stderr, flush=True)
             if self.cuda:
@@ -779,6 +874,58 @@ class _Worker:
             self.dist.destroy_process_group()
         except Exception:
             pass
+
+
+def predict_tp_layer(params: dict, hw, prof) -> tuple[float, float]:
+    """(predicted seconds, of which the two all-reduces) of a measured tp_layer row: the shard as
+    :func:`perfmodel.calibrate.fit.predict_layer` times it, plus the layer's collectives as the projection
+    times them, run after their GEMMs (plain PyTorch does not overlap them)."""
+    from ..graph import Step
+    from ..ops import COMM_KINDS
+    from ..projection import evaluate_step
+    from ..scenario import Scenario
+    from .fit import layer_model, predict_layer
+
+    shard = predict_layer(params, hw, prof)
+    graph = bool(params.get("graph"))
+    dt = params.get("dtype", "bf16")
+    sc = Scenario(tp=int(params["tp"]), dtype=dt, act_dtype=dt, kv_dtype=dt, launch="graph" if graph else "eager",
+                  kernels="torch")
+    if params["phase"] == "prefill":
+        step = Step("prefill", int(params["batch"]), int(params["seq"]), 0)
+    else:
+        step = Step("decode", int(params["batch"]), 1, int(params["context"]))
+    ph = evaluate_step(layer_model(params), hw, sc.with_(overlap=0.0), prof, step)
+    gap = prof.launch_graph_s if graph else 0.0
+    comm = 0.0
+    for t in ph.times:
+        if t.op.scope == "layer" and t.op.kind in COMM_KINDS:
+            run = float(t.time) if graph else max(float(t.time), prof.launch_eager_s)
+            comm += run + gap * t.op.kernels
+    return shard + comm, comm
+
+
+def validate_tp_layers(rows: list[dict], hw, prof) -> dict:
+    """Error of the model on the measured tp_layer rows, per phase: median and max absolute error, and each row."""
+    import math
+    import statistics
+
+    out: dict = {"rows": []}
+    for r in rows:
+        t = r.get("time_s") if isinstance(r, dict) else None
+        if r.get("kind") != "tp_layer" or r.get("error") or not isinstance(t, (int, float)) or not (t > 0 and math.isfinite(t)):
+            continue
+        try:
+            pred, comm = predict_tp_layer(r["params"], hw, prof)
+        except (KeyError, TypeError, ValueError):
+            continue
+        out["rows"].append({"id": r["id"], "phase": r["params"]["phase"], "tp": r["params"]["tp"], "measured_s": float(t),
+                            "predicted_s": pred, "predicted_comm_s": comm, "error": pred / float(t) - 1.0})
+    for phase in ("prefill", "decode"):
+        errs = [abs(x["error"]) for x in out["rows"] if x["phase"] == phase]
+        if errs:
+            out[phase] = {"n": len(errs), "median_abs_error": statistics.median(errs), "max_abs_error": max(errs)}
+    return out
 
 
 def worker(argv: list[str] | None = None) -> int:

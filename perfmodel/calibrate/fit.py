@@ -350,11 +350,13 @@ def fit_collectives(prof: Profile, rows: list[dict], hw: HardwareSpec) -> tuple[
     overlap rows. Per (collective, world size): time = alpha + bus_bytes / bus_bandwidth, by non-negative
     least squares weighted by 1/time (relative error, so small messages count as much as large ones).
     The report (``provenance["collectives"]``) gives each fit's bus bandwidth, rows and its error per size
-    class. Rows of one backend only: NCCL where there are any (gloo rows are a CPU code-path test)."""
+    class, the overlap checks, and the error on whole TP layers (``tp_layer`` rows: predicted, never
+    fitted). Rows of one backend only: NCCL where there are any (gloo rows are a CPU code-path test)."""
     from scipy.optimize import nnls
 
     from ..cost.comm import bus_factor
     from ..cost.overlap import fit_overlap
+    from .collectives import validate_tp_layers
 
     comms = _comm_rows(rows)
     backends = {r["params"].get("backend") for r in comms}
@@ -390,11 +392,16 @@ def fit_collectives(prof: Profile, rows: list[dict], hw: HardwareSpec) -> tuple[
                      "median_abs_error": float(np.median(np.abs(err))), "size_classes": classes}
     overlap, overlap_report = fit_overlap([r for r in rows if isinstance(r, dict) and r.get("kind") == "overlap"
                                            and (backend is None or r.get("params", {}).get("backend") == backend)])
-    info = {"backend": backend, "rows": len(comms), "fits": fits,
-            "link_bandwidth_B_s": hw.scaleup_bandwidth, "overlap": overlap_report} if (fits or overlap) else {}
-    if not fits and not overlap:
-        return prof, info
-    return prof.with_(comm_alpha_s=alpha, comm_eta=eta, overlap={**prof.overlap, **overlap}), info
+    if fits or overlap:
+        prof = prof.with_(comm_alpha_s=alpha, comm_eta=eta, overlap={**prof.overlap, **overlap})
+    tp_rows = [r for r in rows if isinstance(r, dict) and r.get("kind") == "tp_layer"
+               and (backend is None or r.get("params", {}).get("backend") == backend)]
+    tp_layers = validate_tp_layers(tp_rows, hw, prof) if tp_rows else {}
+    if not (fits or overlap or tp_layers.get("rows")):
+        return prof, {}
+    # whole TP layers (with their all-reduces) are predicted, never fitted: their error is the check
+    return prof, {"backend": backend, "rows": len(comms), "fits": fits, "link_bandwidth_B_s": hw.scaleup_bandwidth,
+                  "overlap": overlap_report, "tp_layers": tp_layers}
 
 
 # --- validation -------------------------------------------------------------------------------------

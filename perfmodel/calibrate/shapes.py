@@ -648,6 +648,22 @@ def overlap_cases(suite: str, device: str) -> list[dict[str, Any]]:
     return cases
 
 
+def tp_layer_worlds(nproc: int) -> list[int]:
+    """Tensor-parallel degrees of the whole-layer validation cases: the powers of two 2..nproc."""
+    return [w for w in (2, 4, 8, 16) if w <= nproc]
+
+
+def tp_layer_cases(suite: str, device: str) -> list[dict[str, Any]]:
+    """Whole decoder layers with their two all-reduces, at TP = the world size (set by the worker), for
+    validation only: the layer family's shapes (``_layer``), prefill eager, decode replayed from a CUDA graph
+    on GPUs (NCCL collectives captured in it)."""
+    graph = device.startswith("cuda")
+    if suite == "quick" or not graph:
+        return [_layer("tiny", 0, "prefill", 1, 32, 0, False), _layer("tiny", 0, "decode", 2, 1, 64, graph)]
+    return [_layer("llama-3.1-70b", 0, "prefill", 1, s, 0, False) for s in (512, 2048, 8192)] + \
+        [_layer("llama-3.1-70b", 0, "decode", b, 1, 4096, True) for b in (1, 32, 128)]
+
+
 # ---------------------------------------------------------------------------------------------
 # the plan
 # ---------------------------------------------------------------------------------------------
