@@ -53,6 +53,14 @@ def test_full_plan_every_op_world_and_size_once():
             assert p["m"] % unit == 0 and p["bytes"] == p["m"] * p["n"] * 2
 
 
+def test_explicit_world_one_is_a_smoke_test_plan():
+    tasks = C.plan_tasks("full", "cuda", 1, worlds=[1], max_bytes=64 * MB)
+    kinds = {k for k, _ in tasks}
+    assert kinds == {"collective", "overlap", "tp_layer"}
+    assert all(p["world_size"] == 1 for _, p in tasks) and not any(p.get("op") == "p2p" for _, p in tasks)
+    assert C.plan_tasks("full", "cuda", 1) == []  # by default a single rank has nothing to measure
+
+
 def test_plan_estimate_fits_one_device_command():
     tasks = C.plan_tasks("full", "cuda", 8)
     est = sum(C.estimate_task_s(k, p, 0.05) for k, p in tasks)

@@ -142,8 +142,11 @@ def tp_layer_footprint(p: dict[str, Any], device: str) -> float:
 
 def plan_tasks(suite: str, device: str, nproc: int, *, families=FAMILIES, ops=COLLECTIVE_OPS,
                max_bytes: float | None = None, worlds: list[int] | None = None) -> list[tuple[str, dict]]:
-    """(kind, params) in run order: the first half of the collective sizes, the overlap cases, the rest."""
-    worlds = [w for w in (worlds or collective_worlds(nproc)) if 2 <= w <= nproc]
+    """(kind, params) in run order: the first half of the collective sizes, the overlap and TP-layer cases,
+    the rest. ``worlds`` given: every family at those world sizes (1 too: a one-GPU smoke test of the code
+    path, where NCCL's single-rank collectives are local copies and p2p has no peer)."""
+    explicit = worlds is not None
+    worlds = [w for w in (worlds or collective_worlds(nproc)) if (1 if explicit else 2) <= w <= nproc]
     sizes = [s for s in collective_sizes(suite, device) if max_bytes is None or s <= max_bytes]
     tasks: list[tuple[str, dict]] = []
 
@@ -152,6 +155,8 @@ def plan_tasks(suite: str, device: str, nproc: int, *, families=FAMILIES, ops=CO
             return
         for w in worlds:
             for op in ops:
+                if op == "p2p" and w < 2:
+                    continue
                 for s in pass_sizes:
                     p = collective_params(op, s, w, device)
                     if p is not None:
@@ -160,7 +165,7 @@ def plan_tasks(suite: str, device: str, nproc: int, *, families=FAMILIES, ops=CO
     first, second = collective_passes(sizes)
     collectives(first)
     if "overlap" in families:
-        for w in [w for w in overlap_worlds(nproc) if w in worlds]:
+        for w in (worlds if explicit else [w for w in overlap_worlds(nproc) if w in worlds]):
             for case in overlap_cases(suite, device):
                 if case["op"] not in ops or case["method"] not in OVERLAP_METHODS:
                     continue
@@ -170,7 +175,7 @@ def plan_tasks(suite: str, device: str, nproc: int, *, families=FAMILIES, ops=CO
                 if p is not None:
                     tasks.append(("overlap", p))
     if "tp_layer" in families and "all_reduce" in ops:
-        for w in [w for w in tp_layer_worlds(nproc) if w in worlds]:
+        for w in (worlds if explicit else [w for w in tp_layer_worlds(nproc) if w in worlds]):
             for case in tp_layer_cases(suite, device):
                 p = tp_layer_params(case, w, device)
                 if p is not None:
@@ -381,7 +386,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--families", default=",".join(FAMILIES), help="collective,overlap")
     ap.add_argument("--ops", default=",".join(COLLECTIVE_OPS))
     ap.add_argument("--max-bytes", type=float, default=None, help="largest per-rank buffer")
-    ap.add_argument("--worlds", default=None, help="world sizes, e.g. 2,4 (default 2..N)")
+    ap.add_argument("--worlds", default=None, help="world sizes, e.g. 2,4 (default 2..N; 1: a one-GPU smoke test)")
     ap.add_argument("--plan", action="store_true", help="print the cases and a time estimate, measure nothing")
     ap.add_argument("--nproc", type=int, default=None, help="with --plan: the ranks to plan for")
     args = ap.parse_args(argv)
@@ -442,7 +447,8 @@ class _Worker:
         else:
             self.dev, self.local = "cpu", None
             dist.init_process_group("gloo", timeout=timeout)
-        self.worlds = [w for w in (args.worlds or collective_worlds(self.world)) if 2 <= w <= self.world]
+        self.worlds = [w for w in (args.worlds or collective_worlds(self.world))
+                       if (1 if args.worlds else 2) <= w <= self.world]
         # every rank creates every group, in the same order (torch.distributed requires it)
         self.groups = {w: (None if w == self.world else dist.new_group(list(range(w)))) for w in sorted(self.worlds)}
         self.store = Store(Path(args.out), resume=True) if self.rank == 0 else None

@@ -390,12 +390,15 @@ def fit_collectives(prof: Profile, rows: list[dict], hw: HardwareSpec) -> tuple[
         eta[key] = float(min(bw / hw.scaleup_bandwidth, 2.0))
         fits[key] = {"alpha_s": float(a0), "bus_bw_B_s": float(bw), "eta": eta[key], "rows": len(rs),
                      "median_abs_error": float(np.median(np.abs(err))), "size_classes": classes}
-    overlap, overlap_report = fit_overlap([r for r in rows if isinstance(r, dict) and r.get("kind") == "overlap"
-                                           and (backend is None or r.get("params", {}).get("backend") == backend)])
+    def multi_rank(r, kind):  # a one-rank smoke test (--worlds 1) measures no communication
+        p = r.get("params") if isinstance(r, dict) and r.get("kind") == kind else None
+        return (isinstance(p, dict) and isinstance(p.get("world_size"), int) and p["world_size"] >= 2
+                and (backend is None or p.get("backend") == backend))
+
+    overlap, overlap_report = fit_overlap([r for r in rows if multi_rank(r, "overlap")])
     if fits or overlap:
         prof = prof.with_(comm_alpha_s=alpha, comm_eta=eta, overlap={**prof.overlap, **overlap})
-    tp_rows = [r for r in rows if isinstance(r, dict) and r.get("kind") == "tp_layer"
-               and (backend is None or r.get("params", {}).get("backend") == backend)]
+    tp_rows = [r for r in rows if multi_rank(r, "tp_layer")]
     tp_layers = validate_tp_layers(tp_rows, hw, prof) if tp_rows else {}
     if not (fits or overlap or tp_layers.get("rows")):
         return prof, {}
