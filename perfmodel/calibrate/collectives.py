@@ -20,11 +20,12 @@ What runs, in this order (so a run cut by its time budget keeps the most useful 
      reduce-scattered) on a second stream while the next block computes, as async tensor parallelism
      pipelines it; ``time_s`` is the whole pipeline, ``gemm_chunks_s`` / ``comm_chunks_s`` the chunks
      back to back alone, ``gemm_s`` / ``comm_s`` the unsplit GEMM and collective.
-3. ``tp_layer`` rows, for validation only (never fitted): a whole Llama-style decoder layer shard at TP =
+3. The other half of the collective sizes.
+4. ``tp_layer`` rows, for validation only (never fitted): a whole Llama-style decoder layer shard at TP =
    the world size (``perfmodel.calibrate.layers``) with its two all-reduces (after the attention output
-   projection and after the down projection) over the group; prefill eager, decode replayed from a CUDA
-   graph on GPUs. ``perfmodel fit`` reports their error in ``provenance.collectives.tp_layers``.
-4. The other half of the collective sizes.
+   projection and after the down projection) over the group; prefill and decode eager, then decode
+   replayed from a CUDA graph with the NCCL all-reduces captured in it (last: a failed capture cannot spoil
+   other rows). ``perfmodel fit`` reports their error in ``provenance.collectives.tp_layers``.
 
 Timing: every rep, the group's ranks synchronize and pass a barrier; on CUDA a ~100 us
 ``torch.cuda._sleep`` is enqueued first (so events time the GPU work, not the host enqueueing it) and
@@ -142,8 +143,8 @@ def tp_layer_footprint(p: dict[str, Any], device: str) -> float:
 
 def plan_tasks(suite: str, device: str, nproc: int, *, families=FAMILIES, ops=COLLECTIVE_OPS,
                max_bytes: float | None = None, worlds: list[int] | None = None) -> list[tuple[str, dict]]:
-    """(kind, params) in run order: the first half of the collective sizes, the overlap and TP-layer cases,
-    the rest. ``worlds`` given: every family at those world sizes (1 too: a one-GPU smoke test of the code
+    """(kind, params) in run order: the first half of the collective sizes, the overlap cases, the rest of
+    the sizes, the TP-layer cases. ``worlds`` given: every family at those world sizes (1 too: a one-GPU smoke test of the code
     path, where NCCL's single-rank collectives are local copies and p2p has no peer)."""
     explicit = worlds is not None
     worlds = [w for w in (worlds or collective_worlds(nproc)) if (1 if explicit else 2) <= w <= nproc]
@@ -174,13 +175,17 @@ def plan_tasks(suite: str, device: str, nproc: int, *, families=FAMILIES, ops=CO
                 p = overlap_params(case, w, device)
                 if p is not None:
                     tasks.append(("overlap", p))
+    collectives(second)
     if "tp_layer" in families and "all_reduce" in ops:
+        # last, and CUDA-graph captures of NCCL collectives after everything else: a capture that fails
+        # cannot spoil other rows
+        layers = []
         for w in (worlds if explicit else [w for w in tp_layer_worlds(nproc) if w in worlds]):
             for case in tp_layer_cases(suite, device):
                 p = tp_layer_params(case, w, device)
                 if p is not None:
-                    tasks.append(("tp_layer", p))
-    collectives(second)
+                    layers.append(("tp_layer", p))
+        tasks += sorted(layers, key=lambda kp: bool(kp[1].get("graph")))
     seen: set[str] = set()
     out = []
     for kind, p in tasks:

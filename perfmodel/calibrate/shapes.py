@@ -655,13 +655,14 @@ def tp_layer_worlds(nproc: int) -> list[int]:
 
 def tp_layer_cases(suite: str, device: str) -> list[dict[str, Any]]:
     """Whole decoder layers with their two all-reduces, at TP = the world size (set by the worker), for
-    validation only: the layer family's shapes (``_layer``), prefill eager, decode replayed from a CUDA graph
-    on GPUs (NCCL collectives captured in it)."""
+    validation only: the layer family's shapes (``_layer``), prefill eager, decode eager and replayed from a
+    CUDA graph on GPUs (NCCL collectives captured in it)."""
     graph = device.startswith("cuda")
     if suite == "quick" or not graph:
         return [_layer("tiny", 0, "prefill", 1, 32, 0, False), _layer("tiny", 0, "decode", 2, 1, 64, graph)]
-    return [_layer("llama-3.1-70b", 0, "prefill", 1, s, 0, False) for s in (512, 2048, 8192)] + \
-        [_layer("llama-3.1-70b", 0, "decode", b, 1, 4096, True) for b in (1, 32, 128)]
+    return ([_layer("llama-3.1-70b", 0, "prefill", 1, s, 0, False) for s in (512, 2048, 8192)]
+            + [_layer("llama-3.1-70b", 0, "decode", b, 1, 4096, False) for b in (1, 32)]
+            + [_layer("llama-3.1-70b", 0, "decode", b, 1, 4096, True) for b in (1, 32, 128)])
 
 
 # ---------------------------------------------------------------------------------------------
