@@ -44,9 +44,19 @@ def _scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True) -> None
                         "measures (default: the engine's)")
     g.add_argument("--mem-fraction", type=float, default=None,
                    help="share of device memory (vLLM, SGLang) or of free memory (TensorRT-LLM) the engine takes")
-    g.add_argument("--overlap", type=float, default=0.0, help="fraction of collective time hidden under compute")
+    g.add_argument("--overlap", type=_overlap_arg, default=0.0,
+                   help="collective overlap: none (default), stream, decomposed, fused (docs/collectives.md), or a "
+                        "fixed fraction of collective time hidden under compute")
     g.add_argument("--calibration", default=None,
                    help="profile folder or profile.json; 'none' for documented defaults (default: automatic)")
+
+
+def _overlap_arg(text: str) -> float | str:
+    """--overlap: a number keeps its old meaning (a fixed fraction), anything else is a method name."""
+    try:
+        return float(text)
+    except ValueError:
+        return text.strip().lower()
 
 
 def _scenario(args, batch=None):

@@ -24,6 +24,7 @@ import numpy as np
 
 from . import capacity
 from .cost import OpTime, family, time_ops
+from .cost.overlap import exposed_runs, resolve_method
 from .errors import InputError
 from .graph import Step, build_ops, check_layout
 from .models import Model
@@ -47,6 +48,7 @@ class Phase:
     time_s: object  # the step's latency
     kernels_s: object  # part of it that is launch gaps
     layers: int
+    comm_runs: list | None = None  # per op: the time one run of a collective adds after overlap (None: not one)
 
     def by_kind(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -100,17 +102,19 @@ def evaluate_step(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, s
     launch = sc.launch_for(step.phase)
     sol = sc.mode == "sol"
     gap = 0.0 if sol or launch != "graph" else prof.launch_graph_s
+    method, fraction = resolve_method(sc.overlap)
+    comm = exposed_runs(times, method, prof, fraction=fraction, hw=hw, world=sc.gpus)
     total = 0.0
     gaps = 0.0
-    for t in times:
+    for t, comm_run in zip(times, comm):
         run = t.time
         if t.op.kind in COMM_KINDS:
-            run = run * (1.0 - sc.overlap)
+            run = comm_run  # exposed after overlap, plus the slowdown it causes the compute beside it
         elif launch == "eager" and not sol:
             run = np.maximum(run, host_cost(t.op, prof))  # the host cannot issue it faster
         total = total + run * t.op.count
         gaps = gaps + gap * t.op.kernels * t.op.count
-    return Phase(step.phase, step.batch, step.seq, step.context, times, total + gaps, gaps, model.layers)
+    return Phase(step.phase, step.batch, step.seq, step.context, times, total + gaps, gaps, model.layers, comm)
 
 
 def host_cost(op, prof: Profile) -> float:
@@ -313,7 +317,7 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
 
         out += assumption_lines(choices(hw, sc, prof))
     if sc.tp > 1 or sc.pp > 1 or sc.ep > 1:
-        out.append(f"collectives overlap compute by {sc.overlap:.0%} (--overlap)")
+        out.append(_overlap_text(sc, prof))
     if model.moe is not None:
         out.append("MoE routing is uniform over experts (expected distinct experts per step from top-k)")
     if model.kv_heads < sc.tp and model.mla is None:
@@ -325,6 +329,20 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
         out.append("pipeline stages balanced; decode batch split into pp micro-batches")
     out.append("LM head evaluated for the last position of each sequence only; sampling not modelled")
     return out
+
+
+def _overlap_text(sc: Scenario, prof: Profile) -> str:
+    from .cost.overlap import overlap_params
+
+    method, fraction = resolve_method(sc.overlap)
+    if method == "none":
+        return "collectives do not overlap compute (--overlap none, the default)"
+    if method == "fixed":
+        return f"collectives overlap compute by a fixed {fraction:.0%} (--overlap {fraction:g})"
+    p = overlap_params(prof)
+    fitted = "fitted" if prof.overlap else "documented estimates"
+    return (f"collective overlap: {method} (SM share {p['sm_share']:.2f}, interference {p['interference']:.2f}; "
+            f"{fitted}; docs/collectives.md)")
 
 
 def step(hardware, model, phase: str, batch: int, *, seq: int | None = None, context: int = 0,

@@ -24,7 +24,9 @@ class Scenario:
     act_dtype: str = "bf16"  # activations between kernels
     mode: str = "latency"  # latency (calibrated model) | sol (pure roofline)
     batching: str = "continuous"  # continuous (prefill amortised into a running stream) | static
-    overlap: float = 0.0  # fraction of collective time hidden under compute (0: none, the default assumption)
+    # collective overlap: a method (none, stream, decomposed, fused; perfmodel.cost.overlap) or a fixed fraction
+    # of every collective hidden (0: none, the default assumption)
+    overlap: float | str = 0.0
     # The serving engine (perfmodel.engines): auto is TensorRT-LLM on NVIDIA parts, vLLM elsewhere. The
     # fields below are None until the scenario is resolved for a part (for_hardware): then the engine's
     # preset fills every one the user did not set.
@@ -128,8 +130,9 @@ class Scenario:
         _choice(self.mem_policy, ("free", "total"), "--mem-policy")
         if self.attention_kernel is not None:
             canonical(self.attention_kernel)
-        if not (isinstance(self.overlap, (int, float)) and 0.0 <= self.overlap <= 1.0):
-            raise InputError(f"expected a fraction in [0, 1], got {self.overlap!r}", field="--overlap")
+        from .cost.overlap import resolve_method
+
+        resolve_method(self.overlap)
         if self.mem_fraction is not None and not (isinstance(self.mem_fraction, (int, float))
                                                   and 0.0 < self.mem_fraction <= 1.0):
             raise InputError(f"expected a fraction in (0, 1], got {self.mem_fraction!r}", field="--mem-fraction")

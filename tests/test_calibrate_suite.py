@@ -119,15 +119,14 @@ def test_collectives_two_gloo_ranks(tmp_path):
     n = run_suite("cpu", "quick", tmp_path, nproc=2, progress=False, only={"collective"})
     rows = read_rows(tmp_path / "measurements.jsonl")
     assert n == len(rows) > 0
-    ops = {r["params"]["op"] for r in rows}
-    assert ops == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"}
+    assert {r["kind"] for r in rows} == {"collective", "overlap", "tp_layer"}
+    coll = [r for r in rows if r["kind"] == "collective"]
+    assert {r["params"]["op"] for r in coll} == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p"}
     for r in rows:
-        assert r["kind"] == "collective"
-        assert r["params"]["world_size"] == 2
-        assert r["params"]["backend"] == "gloo"
+        assert r["params"]["world_size"] == 2 and r["params"]["backend"] == "gloo"
         _assert_row_ok(r)
         assert r["error"] is None, r
-    sizes = sorted({r["params"]["bytes"] for r in rows})
+    sizes = sorted({r["params"]["bytes"] for r in coll})
     assert sizes[0] == 4096 and sizes[-1] == 4 * 1024 * 1024
 
 
@@ -199,7 +198,7 @@ def test_full_plan_shapes():
     for c in fams["attention"]:
         p = c.params
         assert 2 * p["batch"] * p["heads_kv"] * p["seq_kv"] * p["head_dim"] * 2 <= 40e9
-    assert 25 <= len(fams["layer"]) <= 40
+    assert 25 <= len(fams["layer"]) <= 50
     assert len(fams["copy"]) == 16 and fams["copy"][-1].params["bytes"] == 4 << 30
     assert {c.params["mode"] for c in fams["launch"]} == {"eager", "graph"}
     assert {c.params["mode"] for c in plan("quick", "cpu")["launch"]} == {"eager"}

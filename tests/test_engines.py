@@ -146,3 +146,39 @@ def test_attention_op_standalone_phase_follows_its_shape():
     pre = attention("a", 1, 32, 8, 4096, 4096, 128, causal=True)
     assert attention_kernel(dec, hw, prof).backend == "cudnn"
     assert attention_kernel(pre, hw, prof).backend == "flash"
+
+
+def test_overlap_methods_in_projection_and_their_order():
+    from perfmodel.projection import project as proj
+
+    t = {ov: proj("h200", "llama70b", tp=8, overlap=ov).tpot_s for ov in (0.0, "none", 0.5, "stream")}
+    assert t[0.0] == t["none"]
+    assert t["stream"] < t["none"] and t[0.5] < t["none"]
+    p = proj("h200", "llama70b", tp=8, overlap="stream")
+    runs = [r for r, x in zip(p.decode.comm_runs, p.decode.times) if x.op.kind == "all_reduce"]
+    assert runs and all(0 <= r <= x.time for r, x in zip(runs, [x for x in p.decode.times
+                                                                 if x.op.kind == "all_reduce"]))
+    with pytest.raises(InputError):
+        Scenario(overlap="sideways").validated()
+
+
+def test_workbook_follows_an_overlap_method(tmp_path):
+    formulas = pytest.importorskip("formulas")
+    pytest.importorskip("openpyxl")
+    from perfmodel.cli import main
+
+    out = tmp_path / "wb.xlsx"
+    assert main(["export", "--arch", "h200", "--model", "llama8b", "--tp", "2", "--overlap", "stream",
+                 "--out", str(out)]) == 0
+    sol = formulas.ExcelModel().loads(str(out)).finish().calculate()
+    vals = {str(k).upper(): v for k, v in sol.items()}
+    cell = next(k for k in vals if k.endswith("DECODE_START'!B5"))
+    from perfmodel.graph import Step
+    from perfmodel.projection import evaluate_step
+    from perfmodel.resolve import resolve_profile
+
+    hw = load_spec("h200")
+    model = load_model("llama8b")
+    ph = evaluate_step(model, hw, Scenario(tp=2, overlap="stream"), resolve_profile(None, hw),
+                       Step("decode", 1, 1, 1024))
+    assert float(vals[cell].value[0, 0]) == pytest.approx(ph.time_s, rel=1e-9)

@@ -592,7 +592,7 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
     hw = match_spec(env, spec)
     started = time.time()
     cases, layers, launches, comms = load_cases(rows, holdout, seed)
-    if not cases:
+    if not cases and not comms:
         raise InputError("no usable measurements to fit", file=str(path))
     attn_default, dispatch_seen = dispatch_defaults(rows, DEFAULTS)
     prof = fit_profile(cases, hw, DEFAULTS.with_(attn_default=attn_default))

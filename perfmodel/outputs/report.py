@@ -97,10 +97,11 @@ def _family_times(phase, sc, prof) -> dict[str, float]:
 
     out = {f: 0.0 for f in FAMILIES}
     eager = sc.launch_for(phase.name) == "eager" and sc.mode != "sol"
-    for t in phase.times:
+    comm = phase.comm_runs or [None] * len(phase.times)
+    for t, comm_run in zip(phase.times, comm):
         run, count = float(np.sum(t.time)), float(t.op.count)
         if t.op.kind in COMM_KINDS:
-            out["comm"] += run * (1.0 - sc.overlap) * count
+            out["comm"] += float(np.sum(comm_run)) * count
             continue
         out[family(t.op.kind)] += run * count
         if eager:

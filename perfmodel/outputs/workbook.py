@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from .. import __version__
 from ..cost import _mem_kind, ideal_compute, time_op
 from ..cost.backend import XL, Expr, formula
+from ..cost.overlap import exposed_runs, resolve_method
 from ..graph import Step, build_ops
 from ..models import Model
 from ..ops import COMM_KINDS, COMPUTE_KINDS
@@ -204,6 +205,14 @@ class InputsSheet:
         return Expr(f"{INPUT_SHEET}!$B${self.by_name[name].row}")
 
 
+@dataclass
+class _Timed:
+    """An op and the cell holding its time: what the overlap model reads (``.op``, ``.time``)."""
+
+    op: object
+    time: object
+
+
 def _numeric(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -342,7 +351,12 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
     inputs.add("isl", sc_r.isl, "tokens", "scenario", "input (prompt) tokens per request")
     inputs.add("osl", sc_r.osl, "tokens", "scenario", "output tokens per request")
     inputs.add("prefill_chunk", sc_r.prefill_chunk, "tokens", "scenario", "prefill token budget per step (continuous)")
-    inputs.add("overlap", sc_r.overlap, "fraction", "scenario", "share of collective time hidden under compute")
+    overlap_method, overlap_fraction = resolve_method(sc_r.overlap)
+    if overlap_method in ("none", "fixed"):
+        inputs.add("overlap", overlap_fraction, "fraction", "scenario", "share of collective time hidden under compute")
+    else:  # the overlap model's own parameters are inputs (Profile.overlap): the method is fixed at export
+        inputs.add("overlap", overlap_method, "method", "scenario",
+                   "collective overlap method (perfmodel.cost.overlap; docs/collectives.md)", editable=False)
     total_policy = sc_r.mem_policy != "free"
     inputs.add("mem_fraction", sc_r.mem_fraction, "fraction", "engine",
                "share of device-visible memory the engine uses" if total_policy else
@@ -549,7 +563,7 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
     ws_s.column_dimensions["E"].width = 60
 
     # -- step sheets ---------------------------------------------------------------------------
-    overlap = I("overlap")
+    overlap = I("overlap") if overlap_method in ("none", "fixed") else None
     for st in steps:
         launch = sc_r.launch_for(st.phase)
         eager = launch == "eager" and sc_r.mode != "sol"
@@ -591,6 +605,7 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
         set_text(ws, "A7", "sustained compute (sets the power-limited clock)")
         first = hr + 1
         last = hr + len(ops)
+        timed: list[_Timed] = []  # (op, its time cell): the overlap model pairs collectives with compute
         for r, op in enumerate(ops, start=first):
             set_text(ws, f"A{r}", op.name)
             set_text(ws, f"B{r}", op.kind)
@@ -620,14 +635,29 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
                 t = time_op(view, hw_view, prof_view, mode=sc_r.mode, world=sc_r.gpus, xp=XL).time
             _write_long(ws, r, c_time, t, helper_col)
             run = Expr(f"${_col(c_time)}{r}")
+            timed.append(_Timed(view, run))
             if op.kind in COMM_KINDS:
-                run = run * (1.0 - overlap)
+                continue  # written below, once every op's time cell exists
             if eager and op.kind not in COMM_KINDS:
                 floor = prof_view.host_floor_s.get(_mem_kind(op)) if isinstance(prof_view.host_floor_s, dict) else None
                 run = XL.maximum(run, prof_view.launch_eager_s if floor is None else XL.maximum(prof_view.launch_eager_s, floor))
             set_formula(ws, f"{_col(c_run)}{r}", run)
             set_formula(ws, f"{_col(c_total)}{r}", Expr(f"${_col(c_run)}{r}") * float(op.count))
             set_formula(ws, f"{_col(c_gap)}{r}", gap * float(op.kernels) * float(op.count))
+            ws[f"{_col(c_share)}{r}"] = f"=({_col(c_total)}{r}+{_col(c_gap)}{r})/$B$5"
+            ws[f"{_col(c_share)}{r}"].number_format = "0.0%"
+            for cc in (c_time, c_run, c_total, c_gap):
+                ws.cell(row=r, column=cc).number_format = "0.000E+00"
+        if overlap is not None:
+            comm_runs = [t.time * (1.0 - overlap) if t.op.kind in COMM_KINDS else None for t in timed]
+        else:
+            comm_runs = exposed_runs(timed, overlap_method, prof_view, hw=hw_view, world=sc_r.gpus, xp=XL)
+        for r, (t, run) in enumerate(zip(timed, comm_runs), start=first):
+            if run is None:
+                continue
+            _write_long(ws, r, c_run, run, helper_col)
+            set_formula(ws, f"{_col(c_total)}{r}", Expr(f"${_col(c_run)}{r}") * float(t.op.count))
+            set_formula(ws, f"{_col(c_gap)}{r}", gap * float(t.op.kernels) * float(t.op.count))
             ws[f"{_col(c_share)}{r}"] = f"=({_col(c_total)}{r}+{_col(c_gap)}{r})/$B$5"
             ws[f"{_col(c_share)}{r}"].number_format = "0.0%"
             for cc in (c_time, c_run, c_total, c_gap):

@@ -85,16 +85,20 @@ def classify_ops(model, sc) -> OpClasses:
     return OpClasses(frozenset(token), frozenset(per_seq), frozenset(decode_attn), frozenset(prefill_attn))
 
 
-def run_times(times, launch: str, sc, prof) -> list:
+def run_times(times, launch: str, sc, prof, hw=None, world: int = 1) -> list:
     """Each timed op's share of the step time, as evaluate_step accounts it (count runs, overlap, host
     floor when eager, launch gap when replayed from a graph)."""
+    from ..cost.overlap import exposed_runs, resolve_method
+
     sol = sc.mode == "sol"
     gap = 0.0 if sol or launch != "graph" else prof.launch_graph_s
+    method, fraction = resolve_method(sc.overlap)
+    comm = exposed_runs(times, method, prof, fraction=fraction, hw=hw, world=world)
     out = []
-    for t in times:
+    for t, comm_run in zip(times, comm):
         run = t.time
         if t.op.kind in COMM_KINDS:
-            run = run * (1.0 - sc.overlap)
+            run = comm_run
         elif launch == "eager" and not sol:
             run = np.maximum(run, host_cost(t.op, prof))
         out.append((run + gap * t.op.kernels) * t.op.count)
@@ -129,7 +133,7 @@ def _time_class(model, hw, sc, prof, step: Step, wanted, launch: str, power):
             times.append(time_op(op, hw, prof, mode=sc.mode, world=sc.gpus,
                                  sustained=sustained if op.kind in COMPUTE_KINDS else None))
             sel_keys.append(k)
-    runs = run_times(times, launch, sc, prof)
+    runs = run_times(times, launch, sc, prof, hw, sc.gpus)
     return _class_sum(times, runs, sel_keys, wanted, power)
 
 
@@ -219,7 +223,7 @@ class StepModel:
             step = Step("decode", idx, 1, 1)
         ops = build_ops(self.model, step, self.sc)
         times = time_ops(ops, self.hw, self.prof, mode=self.sc.mode, world=self.sc.gpus)
-        runs = run_times(times, launch, self.sc, self.prof)
+        runs = run_times(times, launch, self.sc, self.prof, self.hw, self.sc.gpus)
         t, e = _class_sum(times, runs, _key_list(ops), wanted, self.power)
         t = np.concatenate([[0.0], np.broadcast_to(t, idx.shape)])
         e = np.concatenate([[0.0], np.broadcast_to(e, idx.shape)])
@@ -329,7 +333,7 @@ def exact_step(model, hw, sc, prof, n_dec: int, ctx_mean: float, pieces: list[tu
     for p, x in pieces:
         take(Step("prefill", 1, p, x), c.prefill_attn)
     times = time_ops(parts, hw, prof, mode=sc.mode, world=sc.gpus)
-    return float(sum(run_times(times, launch, sc, prof)))
+    return float(sum(run_times(times, launch, sc, prof, hw, sc.gpus)))
 
 
 def kv_pool_blocks(model, hw, sc, max_seqs: int, block_size: int) -> int:
