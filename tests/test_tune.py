@@ -73,12 +73,14 @@ def test_space_pruning():
     assert parse_gemm_key(space[0].key) == space[0]
 
 
-def test_proposals_cover_distinct_families():
+def test_proposals_in_predicted_order_or_by_family():
     r = rank_gemm(HW, DEFAULTS, 2048, 6144, 4096)
-    props = proposals(r, 8)
-    assert len(props) == 8 and props[0] is r.ranked[0]
-    fams = {(p.config.block_m, p.config.block_n, p.config.block_k, p.config.num_warps) for p in props}
-    assert len(fams) >= 4
+    props = proposals(r, 8)  # PROPOSAL_BAND 0: plain predicted order
+    assert [p.config for p in props] == [p.config for p in r.ranked[:8]]
+    spread = proposals(r, 8, band=1.0)  # one of each tile/warps/split family first
+    assert len(spread) == 8 and spread[0] is r.ranked[0]
+    fams = {(p.config.block_m, p.config.block_n, p.config.block_k, p.config.num_warps) for p in spread}
+    assert len(fams) == 8
 
 
 def test_attention_ranking_and_limits():
@@ -90,18 +92,18 @@ def test_attention_ranking_and_limits():
 
 
 def test_resource_model_against_the_compiler_table():
+    """Shared memory and the MMA family of every probe row (registers: tests/test_tune_resources.py, against
+    the kernel as the device compiled it)."""
     rows = [json.loads(x) for x in (ROOT / "perfmodel/tune/data/compile_sm90.jsonl").read_text().splitlines()]
     assert len(rows) >= 500
-    agree = spill_agree = 0
+    agree = 0
     for r in rows:
         if r["kind"] == "gemm":
             f = gemm_footprint(HW, parse_gemm_key(r["config"]), "bf16")
         else:
             f = attention_footprint(HW, parse_attention_key(r["config"]), 128, "bf16")
         agree += f.smem_bytes == r["smem_bytes"] and f.mma == r["mma"]
-        spill_agree += (f.regs > 255) == (r["spill_bytes"] > 0)
     assert agree == len(rows)
-    assert spill_agree >= 0.95 * len(rows)
 
 
 def _cli(*args):
@@ -144,7 +146,7 @@ def test_evaluate_on_synthetic_rows(tmp_path):
     for i, p in enumerate(r.ranked):
         t = 1e-5 * (1.0 + 0.01 * i)
         rows.append({"kind": "gemm", "shape_name": "s", "shape": {"m": 64, "n": 2560, "k": 8192, "dtype": "bf16"},
-                     "key": p.config.key, "time_s": t, "compile_s": 1.0, "bench_s": 0.01})
+                     "key": p.config.key, "time_s": t, "compile_s": 1.0, "bench_s": 0.01, "grid": "full"})
     res = evaluate(rows, HW, DEFAULTS)
     s = res["shapes"][0]
     assert s["complete"] and s["hit"] and s["top1_slowdown"] == 0.0

@@ -1,7 +1,7 @@
 """Time the Triton kernels' configurations on the attached GPU: the model's proposals first, then, for
 validation, every configuration the model considers valid, shape by shape.
 
-    python -m perfmodel.tune.measure --out DIR --budget SECONDS [--top 8] [--workers N] [--shapes full|tiny]
+    python -m perfmodel.tune.measure --out DIR --budget SECONDS [--top 8] [--workers N] [--shapes full|extended|tiny]
 
 Writes DIR/tune_measurements.jsonl (one row a measured configuration, appended as it goes; a killed run
 keeps what it measured and a rerun skips it) and DIR/environment.json. Order of work:
@@ -13,8 +13,10 @@ keeps what it measured and a rerun skips it) and DIR/environment.json. Order of 
 Kernels compile in a pool of worker processes into Triton's on-disk cache, ahead of the timing loop; the
 main process loads them from the cache. Every configuration is checked against torch (relative
 Frobenius error of the output, poisoned with NaN first) before it is timed; a failure is a row with an
-error. Timing: CUDA events around each call, an L2 flush (zeroing 2x the L2) before each, median of
-10..40 repetitions sized to ~4 ms of kernel time, after two warm-up calls. On a machine without CUDA the
+error. Timing: CUDA events around each call, an L2 flush (zeroing 2x the L2) before each and a GPU spin
+that keeps the host's launches queued ahead of the GPU (:meth:`Bench._timed`), median of 10..40 repetitions
+sized to ~4 ms of kernel time, after two warm-up calls; by default every kernel is compiled before the first
+is timed. On a machine without CUDA the
 same flow runs tiny shapes through Triton's interpreter (TRITON_INTERPRET=1) when Triton is installed,
 or times torch alone.
 """
@@ -30,10 +32,16 @@ import time
 from pathlib import Path
 
 ROWS = "tune_measurements.jsonl"
+SHAPE_SETS = ("full", "extended", "tiny")
 ENVIRONMENT = "environment.json"
 TOLERANCE = 2e-2  # relative Frobenius error of bf16 outputs (bf16 rounding alone is ~4e-3)
 TARGET_S = 4e-3
 MIN_REPS, MAX_REPS = 10, 40
+# GPU spin before each timed call (~50 us at 2 GHz: longer than the host needs to queue a Triton launch,
+# ~15-40 us) and once before a batch of calls (~1 ms): see Bench._timed
+SLEEP_CYCLES = 100_000
+HEAD_START_CYCLES = 2_000_000
+TIMING = "queued"  # rows timed with the host kept behind the GPU (absent: the first run's direct timing)
 
 
 # --- the work list ------------------------------------------------------------------------------------------
@@ -190,27 +198,31 @@ class Bench:
             return self._summary(samples, t0)
         fn()
         fn()
-        est = []
-        for _ in range(3):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            self.flush_buf.zero_()
-            s.record()
-            fn()
-            e.record()
-            est.append((s, e))
         torch.cuda.synchronize()
-        one = statistics.median(s.elapsed_time(e) / 1e3 for s, e in est)
+        one = statistics.median(self._timed(fn, 3))
         reps = int(max(MIN_REPS, min(MAX_REPS, round(TARGET_S / max(one, 1e-7)))))
+        return self._summary(self._timed(fn, reps), t0)
+
+    def _timed(self, fn, reps: int) -> list[float]:
+        """GPU seconds of ``reps`` calls, each after an L2 flush. The GPU is kept ahead of the host: a
+        spin kernel (``torch.cuda._sleep``) before the loop and one after each flush give the host time to
+        queue the next call's launches before the start event fires, so a slow host launch (Triton's
+        Python launcher, two launches for split-K, a busy CPU) is never counted as kernel time. Without
+        them the first H200 run (calibration/h200-tune/tune_measurements.jsonl) timed the host on small
+        split-K kernels: up to 3x the kernel time, with p90/p10 spreads above 1.2."""
+        torch = self.torch
+        torch.cuda._sleep(HEAD_START_CYCLES)
         events = []
         for _ in range(reps):
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             self.flush_buf.zero_()
+            torch.cuda._sleep(SLEEP_CYCLES)
             s.record()
             fn()
             e.record()
             events.append((s, e))
         torch.cuda.synchronize()
-        return self._summary([s.elapsed_time(e) / 1e3 for s, e in events], t0)
+        return [s.elapsed_time(e) / 1e3 for s, e in events]
 
     @staticmethod
     def _summary(samples, t0) -> dict:
@@ -307,7 +319,8 @@ def _estimate(items: list[dict], compiles: int, workers: int) -> float:
 
 
 def run(out: Path, budget_s: float, *, top: int = 8, workers: int = 0, shapes: str = "full", arch: str = "h200",
-        calibration: str | None = None, exhaustive: bool = True, log=print) -> int:
+        calibration: str | None = None, exhaustive: bool = True, compile_first: bool = True,
+        only: tuple[str, ...] = (), log=print) -> int:
     started = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
     import torch
@@ -324,13 +337,20 @@ def run(out: Path, budget_s: float, *, top: int = 8, workers: int = 0, shapes: s
     from ..calibrate.environment import Environment
     from ..calibrate.store import write_json_atomic
     from ..resolve import resolve_hardware, resolve_profile
-    from .shapes import ATTENTION_SHAPES, GEMM_SHAPES, TINY_ATTENTION_SHAPES, TINY_GEMM_SHAPES
+    from .shapes import TINY_ATTENTION_SHAPES, TINY_GEMM_SHAPES, shape_set
     from .space import AttentionConfig, GemmConfig
 
     hw = resolve_hardware(arch)
     prof = resolve_profile(calibration, hw)
     tiny = shapes == "tiny" or device == "cpu"
-    gs, ats = (TINY_GEMM_SHAPES, TINY_ATTENTION_SHAPES) if tiny else (GEMM_SHAPES, ATTENTION_SHAPES)
+    gs, ats = (TINY_GEMM_SHAPES, TINY_ATTENTION_SHAPES) if tiny else shape_set(shapes)
+    if only:
+        unknown = sorted(set(only) - {x[0] for x in gs} - {x[0] for x in ats})
+        if unknown:
+            from ..errors import InputError
+
+            raise InputError(f"no shape {unknown[0]!r} in the {shapes} set", field="--only")
+        gs, ats = [x for x in gs if x[0] in only], [x for x in ats if x[0] in only]
     items = plan(hw, prof, gs, ats, top, exhaustive and not tiny)
     path = out / ROWS
     done = done_ids(path)
@@ -348,12 +368,14 @@ def run(out: Path, budget_s: float, *, top: int = 8, workers: int = 0, shapes: s
                 seen.add(cls)
                 keys.append(ck)
             by_class.setdefault(cls, ck)  # the representative compiled for the whole class
-    workers = workers or max(1, min(14, (os.cpu_count() or 2) - 2))
+    # compiling first, the CPU is the workers' alone; overlapped with timing, two cores stay for the host
+    workers = workers or max(1, (os.cpu_count() or 2) - (1 if compile_first else 2))
     env = Environment(device)
     write_json_atomic(out / ENVIRONMENT, env.document(
         command=" ".join(["python -m perfmodel.tune.measure"] + sys.argv[1:]), budget_s=budget_s, spec=hw.key,
         calibration=prof.label, shapes=shapes if not tiny else "tiny", triton_available=have_triton,
-        interpreter=device == "cpu", planned_rows=len(items), already_measured=len(done)))
+        interpreter=device == "cpu", planned_rows=len(items), already_measured=len(done), timing=TIMING,
+        sleep_cycles=SLEEP_CYCLES, compile_first=compile_first))
     est = _estimate(todo, len(keys), workers)
     log(f"tune measure: {len(todo)} rows to measure ({len(done)} already in {path}), {len(keys)} kernels to compile "
         f"on {workers} workers; estimate {est:.0f} s, budget {budget_s:.0f} s")
@@ -367,6 +389,13 @@ def run(out: Path, budget_s: float, *, top: int = 8, workers: int = 0, shapes: s
 
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_worker_init)
         futures = {k: pool.submit(_compile_job, k) for k in keys}
+        if compile_first:
+            # time nothing while the workers compile: a CPU busy with 14 compilers delays the host's launches
+            from concurrent.futures import wait
+
+            t_c = time.monotonic()
+            wait(list(futures.values()), timeout=max(1.0, budget_s - (time.monotonic() - started) - 2.0))
+            log(f"tune measure: {len(keys)} kernels compiled in {time.monotonic() - t_c:.0f} s")
 
     bench = Bench(device)
     cases: dict[str, object] = {}
@@ -387,7 +416,7 @@ def run(out: Path, budget_s: float, *, top: int = 8, workers: int = 0, shapes: s
             case = cases[name]
             row = {"id": row_id(it), "operand_dtype": str(case_dtype(device)).replace("torch.", ""), **{k: it[k] for k in ("kind", "phase", "shape_name", "shape", "config", "key",
                                                           "model_rank", "predicted_s") if k in it},
-                   "grid": it.get("grid", "full")}
+                   "grid": it.get("grid", "full"), "timing": TIMING}
             try:
                 if it["config"] is None:
                     run_fn = case.reference()
@@ -438,14 +467,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=270.0, help="seconds; stop cleanly after this (default 270)")
     ap.add_argument("--top", type=int, default=8, help="model proposals per shape (default 8)")
     ap.add_argument("--workers", type=int, default=0, help="compile processes (default: cores - 2, at most 14)")
-    ap.add_argument("--shapes", choices=("full", "tiny"), default="full")
+    ap.add_argument("--shapes", choices=SHAPE_SETS, default="full",
+                    help="full: the 38 shapes of the first run; extended: those and more; tiny: CPU smoke test")
+    ap.add_argument("--overlap-compile", action="store_true",
+                    help="time while the workers still compile (faster; the host's launches may be delayed)")
+    ap.add_argument("--only", default="", help="comma-separated shape names of the set to measure (default: all)")
     ap.add_argument("--arch", default="h200", help="hardware spec the model ranks for (default h200)")
     ap.add_argument("--calibration", default=None)
     ap.add_argument("--proposals-only", action="store_true", help="skip the exhaustive validation pass")
     args = ap.parse_args(argv)
-    run(Path(args.out), args.budget, top=args.top, workers=args.workers, shapes=args.shapes, arch=args.arch,
-        calibration=args.calibration, exhaustive=not args.proposals_only,
-        log=lambda s: print(s, file=sys.stderr, flush=True))
+    from ..errors import InputError
+
+    try:
+        run(Path(args.out), args.budget, top=args.top, workers=args.workers, shapes=args.shapes, arch=args.arch,
+            calibration=args.calibration, exhaustive=not args.proposals_only, compile_first=not args.overlap_compile,
+            only=tuple(x for x in args.only.split(",") if x), log=lambda s: print(s, file=sys.stderr, flush=True))
+    except InputError as e:
+        print(f"perfmodel: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from ..dtypes import bytes_per_element
 from ..errors import InputError
-from .attention_model import predict_attention
-from .gemm_model import Prediction, predict_gemm, rank_key
+from .attention_model import predict_attention_space
+from .gemm_model import Prediction, predict_gemm_space, rank_key
 from .machine import machine
 from .resources import check_generation
 from .space import attention_space, gemm_space
@@ -23,6 +23,7 @@ class Ranking:
     calibration: str
     ranked: list[Prediction]  # valid configurations, fastest first
     invalid: list[Prediction]
+    constants: str = "estimates"  # where the model's constants come from (a tune profile, or the estimates)
 
     @property
     def considered(self) -> int:
@@ -45,22 +46,24 @@ def _dtype(dtype: str) -> str:
     return dtype
 
 
-def rank_gemm(hw, prof, m: int, n: int, k: int, dtype: str = "bf16", grid: str = "full") -> Ranking:
+def rank_gemm(hw, prof, m: int, n: int, k: int, dtype: str = "bf16", grid: str = "full", consts=None,
+              source: str = "estimates") -> Ranking:
+    """``consts``: the model's constants (:mod:`.constants`); None: the estimates, with the profile's."""
     for name, v in (("m", m), ("n", n), ("k", k)):
         _positive(name, v)
     check_generation(hw)
     _dtype(dtype)
-    mach = machine(hw, prof, dtype)
-    preds = [predict_gemm(m, n, k, c, mach, hw, prof, dtype) for c in gemm_space(m, n, k, hw.sm_count, grid)]
+    mach = machine(hw, prof, dtype, consts)
+    preds = predict_gemm_space(m, n, k, gemm_space(m, n, k, hw.sm_count, grid), mach, hw, dtype)
     if dtype == "fp8":  # fp8 MMAs take K in steps of 32
         preds = [p for p in preds if p.config.block_k >= 32]
     preds.sort(key=rank_key)
     return Ranking("gemm", {"m": m, "n": n, "k": k, "dtype": dtype}, hw.key, prof.label,
-                   [p for p in preds if p.valid], [p for p in preds if not p.valid])
+                   [p for p in preds if p.valid], [p for p in preds if not p.valid], source)
 
 
 def rank_attention(hw, prof, batch: int, heads_q: int, heads_kv: int, seq_q: int, seq_kv: int, head_dim: int,
-                   causal: bool, dtype: str = "bf16") -> Ranking:
+                   causal: bool, dtype: str = "bf16", consts=None, source: str = "estimates") -> Ranking:
     for name, v in (("batch", batch), ("heads", heads_q), ("kv_heads", heads_kv), ("seq_q", seq_q),
                     ("seq_kv", seq_kv), ("head_dim", head_dim)):
         _positive(name, v)
@@ -74,20 +77,21 @@ def rank_attention(hw, prof, batch: int, heads_q: int, heads_kv: int, seq_q: int
     _dtype(dtype)
     if dtype == "fp8":
         raise InputError("the flash-attention kernel runs bf16 or fp16", field="--dtype")
-    mach = machine(hw, prof, dtype)
-    preds = [predict_attention(batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, causal, c, mach, hw, prof, dtype)
-             for c in attention_space(seq_q)]
-    preds.sort(key=rank_key)
+    mach = machine(hw, prof, dtype, consts)
     shape = {"batch": batch, "heads_q": heads_q, "heads_kv": heads_kv, "seq_q": seq_q, "seq_kv": seq_kv,
              "head_dim": head_dim, "causal": causal, "dtype": dtype}
+    preds = predict_attention_space(shape, attention_space(seq_q), mach, hw, dtype)
+    preds.sort(key=rank_key)
     return Ranking("attention", shape, hw.key, prof.label, [p for p in preds if p.valid],
-                   [p for p in preds if not p.valid])
+                   [p for p in preds if not p.valid], source)
 
 
 # Families whose best member is predicted within this fraction of the best configuration compete for the
-# proposals before second members of any family do: the model's error on one configuration is of this
-# order (estimate, to be replaced by the spread measured with `perfmodel tune evaluate`).
-PROPOSAL_BAND = 0.15
+# proposals before second members of any family do. With the fitted constants of calibration/h200-tune
+# plain predicted order (0) holds the exhaustive best within 2% on more shapes of the 5-fold
+# cross-validation than any band tried (52 of 62 shapes at 0, 51 at 0.03 and 0.08, 49 at 0.15 to 1.0):
+# the stage and GROUP_M variants of the best family are worth their places.
+PROPOSAL_BAND = 0.0
 
 
 def family_of(cfg) -> tuple:
@@ -95,16 +99,18 @@ def family_of(cfg) -> tuple:
     return (cfg.block_m, cfg.block_n, getattr(cfg, "block_k", 0), cfg.num_warps, getattr(cfg, "split_k", 1))
 
 
-def proposals(r: Ranking, k: int) -> list[Prediction]:
+def proposals(r: Ranking, k: int, band: float | None = None) -> list[Prediction]:
     """The k configurations to measure: the best member of each structurally different family predicted
-    within PROPOSAL_BAND of the best, fastest first; then the remaining configurations in predicted order."""
+    within ``band`` (PROPOSAL_BAND) of the best, fastest first; then the remaining configurations in
+    predicted order."""
+    band = PROPOSAL_BAND if band is None else band
     if not r.ranked:
         return []
     best = r.ranked[0].time_s
     picked: list[Prediction] = []
     seen = set()
     for p in r.ranked:
-        if len(picked) >= k or p.time_s > best * (1.0 + PROPOSAL_BAND):
+        if len(picked) >= k or p.time_s > best * (1.0 + band):
             break
         fam = family_of(p.config)
         if fam not in seen:
@@ -135,22 +141,23 @@ def ranking_dict(r: Ranking, top: int) -> dict:
         parts = {k: (round(v, 9) if isinstance(v, float) else v) for k, v in p.parts.items()}
         rows.append({"rank": i, "config": p.config.as_dict(), "key": p.config.key, "time_s": p.time_s,
                      "tflops": flops / p.time_s / 1e12, "bound": p.bound, "parts": parts, "reasons": p.reasons})
-    return {"kernel": r.kernel, "shape": r.shape, "proposal_band": PROPOSAL_BAND, "hardware": r.hardware, "calibration": r.calibration,
-            "considered": r.considered, "valid": len(r.ranked), "invalid": len(r.invalid),
-            "invalid_reasons": r.invalid_reasons(), "top": rows}
+    return {"kernel": r.kernel, "shape": r.shape, "proposal_band": PROPOSAL_BAND, "hardware": r.hardware,
+            "calibration": r.calibration, "constants": r.constants, "considered": r.considered,
+            "valid": len(r.ranked), "invalid": len(r.invalid), "invalid_reasons": r.invalid_reasons(), "top": rows}
 
 
 def ranking_table(r: Ranking, top: int) -> str:
     flops = _flops(r)
     shape = ", ".join(f"{k} {v}" for k, v in r.shape.items())
-    lines = [f"Triton {r.kernel} on {r.hardware} ({shape}); calibration: {r.calibration}",
+    lines = [f"Triton {r.kernel} on {r.hardware} ({shape}); calibration: {r.calibration}; constants: {r.constants}",
              f"{r.considered} configurations, {len(r.ranked)} valid; ruled out: "
              + (", ".join(f"{n} by {why}" for why, n in sorted(r.invalid_reasons().items())) or "none"), ""]
     if r.kernel == "gemm":
         head = f"{'#':>3}  {'BM':>4} {'BN':>4} {'BK':>4} {'GM':>3} {'W':>2} {'S':>2} {'SK':>3}"
     else:
         head = f"{'#':>3}  {'BM':>4} {'BN':>4} {'W':>2} {'S':>2}"
-    lines.append(f"proposals: the best of each tile/warps/split family within {PROPOSAL_BAND:.0%} of the best "
+    lines.append("proposals: in predicted order" if PROPOSAL_BAND <= 0 else
+                 f"proposals: the best of each tile/warps/split family within {PROPOSAL_BAND:.0%} of the best "
                  f"prediction, then the rest in predicted order")
     lines.append(f"{head}  {'time':>10} {'TFLOP/s':>8}  {'CTA/SM':>6}  reasons")
     for i, p in enumerate(proposals(r, top), start=1):

@@ -16,9 +16,27 @@ How Triton spends them (Triton 3.6, checked against the compiler's own figures i
   the Hopper rule (estimate: not checked against that compiler);
 - shared memory: the software pipeline keeps ``num_stages`` buffers of an A and a B block for the
   asynchronous MMA and ``num_stages - 1`` for ``mma.sync`` (matches every row of the table);
-- registers: the fp32 accumulator (BLOCK_M x BLOCK_N over the threads) plus a base and a share per
-  16-byte vector of the operand blocks each thread moves a K step (pointers, masks, staging), with two
-  coefficients per family fitted by least squares to the table (``REG_FIT``); more than 255 spills.
+- registers: a base, a share of the fp32 accumulator (BLOCK_M x BLOCK_N over the threads) and a share per
+  16-byte vector of the operand blocks each thread moves a K step (pointers, masks, staging); three
+  coefficients per family fitted by least squares (``REG_FIT``) to what the compiler reported for the
+  kernel actually timed (``regs`` and ``spills`` of every row of calibration/h200-tune/run2: 381 distinct
+  aligned configurations). The probe table's kernel is specialised differently (strides as constants,
+  EVEN_K) and reports fewer registers for the large wgmma tiles (180-236 where the timed kernel spills),
+  so it checks shared memory and the MMA family, not registers. The compiler spills wgmma kernels from
+  ~240 estimated registers, before the 255 cap (``SPILL_AT``); the spill estimate is what is above that.
+  Where the compiler's own report for the variant is known (:mod:`.compiled`, Hopper, Triton 3.6), it
+  replaces the formula: the formula cannot tell 38 spilled words (a 256 x 128 tile on 8 warps, the
+  fastest large-prefill kernel measured) from 134 (128 x 128 on 4 warps, 20% slower);
+- a split-K kernel, whose output is fp32 partials, converts the accumulator's layout through shared memory
+  for the store: BLOCK_M x BLOCK_N x 4 bytes when that is more than the pipeline's buffers (a 256 x 256
+  tile: 256 KiB, over the SM's 227 KiB; the first H200 run's compiler refused exactly these; of the 381
+  distinct aligned configurations the second run compiled, all but three 4-warp 256 x 256 ones match);
+- K not a multiple of 16 elements: Triton specialises integer arguments on divisibility by 16, so it
+  cannot prove the operands' rows 16-byte aligned. It then loads each element on its own into registers
+  (no vector loads, no asynchronous copies, hence no software pipeline: one operand buffer whatever
+  num_stages is), and every element a thread loads holds registers (``REG_FIT_UNALIGNED``: least squares
+  over the non-spilling rows of K = 2500, 3000, 4104 that the second H200 run compiled, ``regs`` and
+  ``spills`` of calibration/h200-tune/run2/tune_measurements.jsonl).
 """
 from __future__ import annotations
 
@@ -26,6 +44,7 @@ from dataclasses import dataclass
 
 from ..dtypes import bytes_per_element
 from ..errors import InputError
+from .compiled import attention_resources, gemm_resources
 
 REGS_PER_SM = 65536  # CUDA C++ Programming Guide, technical specifications (cc 5.0 .. 12.0)
 MAX_REGS_PER_THREAD = 255  # same table
@@ -38,13 +57,21 @@ VECTOR_BYTES = 16  # one 128-bit load a thread: the widest global/async-copy acc
 ASYNC_MMA_GENERATIONS = ("hopper", "blackwell", "blackwell-ultra", "rubin")
 MMA_GENERATIONS = ("ampere",) + ASYNC_MMA_GENERATIONS
 
-# registers a thread ~= accumulator + base + per_vector * (16-byte operand vectors a thread loads a K step).
-# Least squares over the non-spilling GEMM rows of data/compile_sm90.jsonl (see tests/test_tune_resources.py,
-# which refits them and checks the spill prediction against the compiler).
-REG_FIT = {"wgmma": (21.3, 2.49), "mma.sync": (28.9, 3.45)}
+# registers a thread ~= base + per_acc * accumulator + per_vector * (16-byte operand vectors a thread loads
+# a K step). Least squares over the second H200 run's non-spilling rows under 240 registers (the timed kernel
+# as the device compiled it); tests/test_tune_resources.py refits them and checks the spill prediction.
+REG_FIT = {"wgmma": (37.6, 1.59, 0.58), "mma.sync": (26.6, 1.47, 2.88)}
+# estimated registers above which the compiler spills (wgmma: 181 of 189 configurations agree at 240;
+# mma.sync: the hardware cap, 190 of 192)
+SPILL_AT = {"wgmma": 240, "mma.sync": MAX_REGS_PER_THREAD}
 # flash attention: accumulator (BLOCK_M x HEAD_DIM fp32 over the threads) + base + per_vector * (K and V
 # vectors a thread loads a step) + per_score * (BLOCK_M x BLOCK_N scores over the threads); same table
 ATTN_REG_FIT = {"wgmma": (27.3, 2.51, 1.91), "mma.sync": (60.8, 0.33, 2.46)}
+# K rows not provably 16-byte aligned: accumulator + base + per_element * (operand elements a thread loads a
+# K step; least squares over the 98 distinct non-spilling unaligned configurations the second H200 run
+# compiled (residuals up to ~40 registers)
+REG_FIT_UNALIGNED = {"wgmma": (-8.5, 3.77), "mma.sync": (35.9, 2.63)}
+ALIGN_ELEMENTS = 16  # Triton's integer specialisation: divisible by 16 or not
 
 
 @dataclass(frozen=True)
@@ -58,10 +85,8 @@ class Footprint:
     ctas_per_sm: int  # 0: does not fit
     limit: str  # what caps ctas_per_sm: smem | registers | threads | ctas
     invalid: str = ""  # why it cannot run at all, or ""
-
-    @property
-    def spill_regs(self) -> int:
-        return max(0, self.regs - MAX_REGS_PER_THREAD)
+    spill_regs: int = 0  # 32-bit words a thread spills to local memory
+    source: str = "formula"  # where regs and spill_regs come from: formula | compiler (:mod:`.compiled`)
 
 
 def check_generation(hw) -> None:
@@ -94,21 +119,48 @@ def _occupancy(hw, smem: int, regs: int, threads: int) -> tuple[int, str, str]:
     return int(limits[which]), which, ""
 
 
-def gemm_footprint(hw, cfg, dtype: str) -> Footprint:
+def k_aligned(k: int) -> bool:
+    """Whether Triton can prove the operands' rows (K elements long) 16-byte aligned: K divisible by 16."""
+    return k % ALIGN_ELEMENTS == 0
+
+
+def gemm_buffers(fam: str, num_stages: int, aligned: bool = True) -> int:
+    """Operand buffers in shared memory: the software pipeline's depth, or one without it."""
+    if not aligned:
+        return 1
+    return num_stages if fam == "wgmma" else max(1, num_stages - 1)
+
+
+def gemm_footprint(hw, cfg, dtype: str, aligned: bool = True, even_k: bool = True) -> Footprint:
+    """``aligned``: K is a multiple of 16 elements (:func:`k_aligned`), otherwise no pipeline (module doc);
+    ``even_k``: K a multiple of BLOCK_K x SPLIT_K (no K masks). Registers and spills: the compiler's report
+    for the variant when :mod:`.compiled` has one, else the formula."""
     e = bytes_per_element(dtype)
     fam = mma_family(hw, cfg.block_m, cfg.num_warps)
-    buffers = cfg.num_stages if fam == "wgmma" else max(1, cfg.num_stages - 1)
-    smem = int(buffers * (cfg.block_m + cfg.block_n) * cfg.block_k * e)
+    buffers = gemm_buffers(fam, cfg.num_stages, aligned)
+    epilogue = cfg.block_m * cfg.block_n * 4 if cfg.split_k > 1 else 0  # fp32 partials, re-laid-out
+    smem = int(max(buffers * (cfg.block_m + cfg.block_n) * cfg.block_k * e, epilogue))
     threads = 32 * cfg.num_warps
     acc = cfg.block_m * cfg.block_n / threads
-    vectors = (cfg.block_m + cfg.block_n) * cfg.block_k * e / VECTOR_BYTES / threads
-    base, per_vec = REG_FIT[fam]
-    regs = int(round(acc + base + per_vec * vectors))
+    if aligned:
+        vectors = (cfg.block_m + cfg.block_n) * cfg.block_k * e / VECTOR_BYTES / threads
+        base, per_acc, per_vec = REG_FIT[fam]
+        regs = int(round(base + per_acc * acc + per_vec * vectors))
+        spill_at = SPILL_AT[fam]
+    else:
+        elements = (cfg.block_m + cfg.block_n) * cfg.block_k / threads
+        base, per_el = REG_FIT_UNALIGNED[fam]
+        regs = int(round(acc + base + per_el * elements))
+        spill_at = MAX_REGS_PER_THREAD
+    spill, source = max(0, regs - spill_at), "formula"
+    reported = gemm_resources(hw, cfg, dtype, aligned, even_k)
+    if reported is not None:
+        (regs, spill), source = reported, "compiler"
     ctas, limit, invalid = _occupancy(hw, smem, regs, threads)
-    return Footprint(fam, smem, regs, threads, ctas, limit, invalid)
+    return Footprint(fam, smem, regs, threads, ctas, limit, invalid, spill, source)
 
 
-def attention_footprint(hw, cfg, head_dim: int, dtype: str) -> Footprint:
+def attention_footprint(hw, cfg, head_dim: int, dtype: str, causal: bool = True) -> Footprint:
     """Shared memory: K and V blocks, ``num_stages`` deep for wgmma (``num_stages - 1`` for mma.sync), the
     query block, and for mma.sync the probabilities' block too (the compiler's layout conversion); every
     attention row of the table matches."""
@@ -125,5 +177,9 @@ def attention_footprint(hw, cfg, head_dim: int, dtype: str) -> Footprint:
     scores = cfg.block_m * cfg.block_n / threads
     base, per_vec, per_score = ATTN_REG_FIT[fam]
     regs = int(round(acc + base + per_vec * vectors + per_score * scores))
+    spill, source = max(0, regs - MAX_REGS_PER_THREAD), "formula"
+    reported = attention_resources(hw, cfg, head_dim, dtype, causal)
+    if reported is not None:
+        (regs, spill), source = reported, "compiler"
     ctas, limit, invalid = _occupancy(hw, int(smem), regs, threads)
-    return Footprint(fam, int(smem), regs, threads, ctas, limit, invalid)
+    return Footprint(fam, int(smem), regs, threads, ctas, limit, invalid, spill, source)
