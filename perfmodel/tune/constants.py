@@ -132,7 +132,14 @@ class TuneProfile:
 
     @property
     def label(self) -> str:
-        return f"tune profile {self.path or self.spec_key}"
+        from ..paths import repo_root
+
+        where = self.path or self.spec_key
+        try:
+            where = str(Path(where).resolve().relative_to(repo_root().resolve()))
+        except (ValueError, OSError):
+            pass
+        return f"tune profile {where}"
 
 
 def _number(v, where: str, path: str) -> float:
