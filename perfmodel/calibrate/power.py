@@ -109,15 +109,7 @@ def sustained(fn: Callable[[], object], meter: EnergyMeter, device: str, seconds
     wall = time.perf_counter() - w0
     e1 = meter.energy_mj()
     per_iter = (start.elapsed_time(end) / 1e3 / iters) if cuda else wall / iters
-    if e0 is not None and e1 is not None:
-        energy, source = (e1 - e0) / 1e3, meter.source
-    elif samples:
-        energy, source = sum(samples) / len(samples) * wall, "nvml_power_samples"
-    else:
-        energy, source = None, "unavailable"
-    return {"time_s": per_iter, "iterations": iters, "duration_s": wall, "energy_j": energy,
-            "avg_power_w": (energy / wall) if energy is not None else None, "energy_source": source,
-            "power_samples_w": [round(x, 1) for x in samples[:40]], **meter.board()}
+    return _row(meter, per_iter, iters, wall, e0, e1, samples)
 
 
 def idle(meter: EnergyMeter, device: str, seconds: float = SUSTAIN_S) -> dict[str, Any]:
@@ -132,13 +124,18 @@ def idle(meter: EnergyMeter, device: str, seconds: float = SUSTAIN_S) -> dict[st
         if p is not None:
             samples.append(p)
     wall = time.perf_counter() - w0
-    e1 = meter.energy_mj()
+    return _row(meter, wall, 1, wall, e0, meter.energy_mj(), samples)
+
+
+def _row(meter: EnergyMeter, time_s: float, iterations: int, wall: float, e0, e1, samples: list[float]) -> dict:
+    """The row fields of a loop: energy from the counter's two readings, else the mean power sample times
+    the wall time, else none."""
     if e0 is not None and e1 is not None:
         energy, source = (e1 - e0) / 1e3, meter.source
     elif samples:
         energy, source = sum(samples) / len(samples) * wall, "nvml_power_samples"
     else:
         energy, source = None, "unavailable"
-    return {"time_s": wall, "iterations": 1, "duration_s": wall, "energy_j": energy,
+    return {"time_s": time_s, "iterations": iterations, "duration_s": wall, "energy_j": energy,
             "avg_power_w": (energy / wall) if energy is not None else None, "energy_source": source,
-            "power_samples_w": [round(x, 1) for x in samples], **meter.board()}
+            "power_samples_w": [round(x, 1) for x in samples[:40]], **meter.board()}
