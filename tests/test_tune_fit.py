@@ -19,7 +19,7 @@ from perfmodel.tune.constants import (TuneProfile, default_constants, find_tune_
                                       tune_profile_document)
 from perfmodel.tune.dataset import fold_of, is_held_out, load_measurements
 from perfmodel.tune.evaluate import evaluate_directory
-from perfmodel.tune.fit import fit_constants, fit_directory, split
+from perfmodel.tune.fit import fit_constants
 from perfmodel.tune.rank import rank_gemm
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
-from .metrics import request_metrics
 from .simulate import ServeOptions, build_instance, for_hardware, max_seqs_for, simulate
 from .engine import simulate_instance
 
