@@ -11,7 +11,7 @@ from .. import __version__
 from ..spec import SPEC_FIELDS, spec_value
 from ..units import format_si
 from .project import TrainProjection
-from .serialize import DEFINITIONS, layout
+from .serialize import DEFINITIONS, _t, layout
 
 COLORS = {"forward": "#4e79a7", "backward": "#f28e2b", "recompute": "#76b7b2",
           "communication (exposed, in the pipeline)": "#e15759", "pipeline bubble": "#bab0ac",
@@ -33,13 +33,6 @@ def _bar(parts: list[tuple[str, float, str]], total: float, width: int = 720, he
     return out
 
 
-def _t(x: float) -> str:
-    x = float(x)
-    if x >= 1:
-        return f"{x:.3f} s"
-    if x >= 1e-3:
-        return f"{x * 1e3:.3g} ms"
-    return f"{x * 1e6:.3g} us"
 
 
 def context(p: TrainProjection, *, argv: list[str] | None = None,
