@@ -238,7 +238,7 @@ def _check_field(key: str, value, default, file: str) -> None:
                 "host_floor_s",))) for k, v in value.items()):
             raise bad("an object of positive finite numbers")
         if "eta" in key and any(v > MAX_ETA for v in value.values()):
-            raise bad(f"fractions of peak in (0, {MAX_ETA}]")
+            raise bad(f"ratios to the datasheet rate or bandwidth in (0, {MAX_ETA}] (fractions of peak)")
     elif key == "attn_default":
         from .attention_kernels import KERNELS
 
@@ -258,7 +258,7 @@ def _check_field(key: str, value, default, file: str) -> None:
         if not _positive(value):
             raise bad("a positive finite number")
         if "eta" in key and value > MAX_ETA:
-            raise bad(f"a fraction of peak in (0, {MAX_ETA}]")
+            raise bad(f"a ratio to the datasheet rate or bandwidth in (0, {MAX_ETA}] (a fraction of peak)")
 
 
 def save_profile(profile: Profile, path: Path) -> None:

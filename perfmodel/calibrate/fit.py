@@ -643,7 +643,8 @@ def validation_markdown(prof: Profile, hw: HardwareSpec) -> str:
     for phase, e in v.get("layers", {}).items():
         lines.append(f"| whole layers | {phase} | {e['n']} | {e['median_abs_error']:.1%} | {e['p90_abs_error']:.1%} |")
     lines.append("")
-    lines.append("Fitted parameters:")
+    lines.append("Fitted parameters (`*_eta`: ratios to the datasheet's dense rate or to the bandwidth; a compute")
+    lines.append("ratio may pass 1 because datasheet rates are quoted at a sustained clock below the maximum boost):")
     lines.append("")
     skip = {"validation", "provenance", "residual_quantiles", "description"}
     for k, val in asdict(prof).items():
