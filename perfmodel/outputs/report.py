@@ -140,6 +140,7 @@ def _summary(part: Part, base: Part | None, comparison: dict | None) -> dict:
         "top": top, "key_phase": key_phase.name, "calibration": p.profile.label,
         "mfu": p.mfu, "mbu": p.mbu,
         "layout": layout_text(sc), "layout_note": part.layout_note, "gpus": gpus,
+        "energy": _energy_text(p),
     }
     if comparison is not None:
         out["comparison"] = comparison
@@ -495,3 +496,14 @@ def _engine_name(key: str) -> str:
     from ..engines import ENGINES
 
     return ENGINES[key].name if key in ENGINES else key
+
+
+def _energy_text(p) -> str:
+    """Energy per output token and average power per GPU (perfmodel.energy), as one phrase."""
+    from ..energy import projection_energy
+
+    e = projection_energy(p)
+    j, w = e["joules_per_token"]["output"], e["avg_power_w"]
+    if j is None or w is None:
+        return ""
+    return f"{j:.3g} J per output token at {w:,.0f} W per GPU ({e['power_model']})"
