@@ -117,6 +117,11 @@ def _check_against(calc, wb, proj, sol=None):
     _close(get("Summary", rows["throughput_tok_s"]), proj.throughput_tok_s)
     _close(get("Summary", rows["throughput_tok_s_per_gpu"]), proj.throughput_tok_s_per_gpu)
     _close(get("Summary", rows["mem_total"]), proj.memory.total)
+    from perfmodel.energy import projection_energy
+
+    energy = projection_energy(proj)
+    _close(get("Summary", rows["joules_per_token"]), energy["joules_per_token"]["output"])
+    _close(get("Summary", rows["avg_power_w"]), energy["avg_power_w"])
     # a few per-op times, prefill and the middle decode step (the one Projection.decode holds)
     for sheet, phase in (("Prefill", proj.prefill), ("Decode_mid", proj.decode)):
         if phase is None:

@@ -31,6 +31,8 @@ from .. import __version__
 from ..cost import _mem_kind, ideal_compute, time_op
 from ..cost.backend import XL, Expr, formula
 from ..cost.overlap import exposed_runs, resolve_method
+from ..energy.model import limit_w, power_params
+from ..energy.report import power_source
 from ..graph import Step, build_ops
 from ..models import Model
 from ..ops import COMM_KINDS, COMPUTE_KINDS
@@ -203,6 +205,58 @@ class InputsSheet:
 
     def ref(self, name: str) -> Expr:
         return Expr(f"{INPUT_SHEET}!$B${self.by_name[name].row}")
+
+
+def _op_energy_formula(op, power: dict, I):
+    """Dynamic joules of one run of ``op`` on one GPU as a formula of the power inputs (perfmodel.energy.op_energy)."""
+    if op.kind in COMM_KINDS:
+        return 0.0
+    e = I("j_per_byte") * op.bytes
+    if op.kind in COMPUTE_KINDS:
+        key = _flop_key(power, op.params["dtype"])
+        e = e + I(f"j_per_flop.{key}") * op.flops
+    return e
+
+
+def _flop_key(power: dict, dtype: str) -> str:
+    """The j_per_flop entry a format uses (perfmodel.energy.model.flop_energy's lookup)."""
+    from ..dtypes import TENSOR_RATE_KEY
+
+    for key in (dtype, TENSOR_RATE_KEY.get(dtype, dtype), "bf16"):
+        if key in power["j_per_flop"]:
+            return key
+    return next(iter(power["j_per_flop"]))
+
+
+def _energy_rows(srow, S, I, steps, sc, proj, static: bool) -> None:
+    """Energy per output token, average power and tokens per joule, as perfmodel.energy.projection_energy
+    computes them: a replica's step energy is tp (x pp micro-batches for decode) copies of the capped dynamic
+    energy plus every GPU's static power over the step's time."""
+    from ..energy import projection_energy
+
+    e = projection_energy(proj)
+    headroom = XL.maximum(I("power_limit_w") - I("static_w"), 0.0)
+
+    def replica(sheet: str, t, copies: float):
+        dyn = XL.minimum(Expr(f"{sheet}!$E$2"), headroom * t)
+        return copies * dyn + I("gpus") * I("static_w") * t
+
+    e_pre = srow("energy_prefill_j", "energy of the TTFT prefill step (replica)",
+                 replica(steps[0].title, S["ttft_s"], float(sc.tp)), "J")
+    if len(steps) > 1:
+        e_dec = srow("energy_decode_j", "energy of the mean decode step (replica)",
+                     replica(steps[2].title, S["tpot_s"], float(sc.tp * sc.pp)), "J")
+        if static:
+            j_out = (e_pre + (I("osl") - 1) * e_dec) / (I("batch") * I("osl"))
+        else:
+            j_out = e_dec / I("batch") + e_pre / S["n_pre"] / I("osl")
+    else:
+        j_out = e_pre / (S["n_pre"] * I("osl"))
+    srow("joules_per_token", "energy per output token", j_out, "J", e["joules_per_token"]["output"],
+         "prefill amortised over the output tokens as in the throughput formula")
+    srow("avg_power_w", "average power per GPU", S["joules_per_token"] * S["throughput_tok_s"] / I("gpus"), "W",
+         e["avg_power_w"])
+    srow("tokens_per_joule", "output tokens per joule", 1.0 / S["joules_per_token"], "tok/J", e["tokens_per_joule"])
 
 
 @dataclass
@@ -387,6 +441,15 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
                               ("fp8_attention", sc_r.fp8_attention, "attention products in fp8 with an fp8 KV cache")):
         inputs.add(name, value, "", "scenario", note + " (fixed at export)", editable=False)
 
+    # -- power model (perfmodel.energy): live inputs -------------------------------------------
+    power = power_params(prof, hw)
+    inputs.section(f"Power model per GPU ({power_source(prof, power)}; docs/energy.md)")
+    inputs.add("static_w", power["static_w"], "W", "power", "board power while kernels run, before any work")
+    inputs.add("j_per_byte", power["j_per_byte"], "J/B", "power", "energy per byte moved through HBM")
+    for fmt, j in power["j_per_flop"].items():
+        inputs.add(f"j_per_flop.{fmt}", j, "J/FLOP", "power", f"energy per tensor-core FLOP in {fmt}")
+    inputs.add("power_limit_w", limit_w(power, hw), "W", "power", "the board's power limit: dynamic energy is capped")
+
     # -- memory helpers (structure-only numbers from perfmodel.capacity) -----------------------
     inputs.section("Memory per GPU, from the model structure (fixed at export)")
     inputs.add("weights_bytes", capacity.weight_bytes(model, sc_r), "B", "derived", "weights on the fullest GPU",
@@ -514,6 +577,7 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
     srow("throughput_tok_s", "output throughput (replica)", thr, "tok/s", proj.throughput_tok_s, thr_note)
     srow("throughput_tok_s_per_gpu", "output throughput per GPU", S["throughput_tok_s"] / I("gpus"), "tok/s/GPU",
          proj.throughput_tok_s_per_gpu)
+    _energy_rows(srow, S, I, steps, sc_r, proj, static)
     srow("ttft_ms", "TTFT", S["ttft_s"] * 1e3, "ms", proj.ttft_s * 1e3)
     srow("tpot_ms", "TPOT", S["tpot_s"] * 1e3, "ms", proj.tpot_s * 1e3)
     srow("e2e_ms", "end-to-end latency", S["e2e_s"] * 1e3, "ms", proj.e2e_s * 1e3)
@@ -588,7 +652,7 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
                     params.append(k)
         head = ["operator", "kind", "dtype", "count", "kernels", "flops", "bytes", *params,
                 "time_s (one run)", "run_s (overlap, launch)", "total_s (x count)", "launch_gaps_s", "share",
-                "ideal compute_s (power)"]
+                "ideal compute_s (power)", "dynamic_J (one run, one GPU)"]
         hr = 8
         for i, h in enumerate(head, start=1):
             c = ws.cell(row=hr, column=i, value=h)
@@ -598,7 +662,8 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
         c_time = 8 + len(params)
         c_run, c_total, c_gap, c_share = c_time + 1, c_time + 2, c_time + 3, c_time + 4
         c_comp = c_share + 1
-        helper_col = [c_comp + 2]
+        c_energy = c_comp + 1
+        helper_col = [c_energy + 2]
         # the step's compute-bound time sets the power-limited clock of its GEMMs and attention
         # (perfmodel.cost.time_ops): each compute op's FLOPs at its achievable rate, summed in B7
         sustained = None if sc_r.mode == "sol" else Expr("$B$7")
@@ -634,6 +699,8 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
             else:
                 t = time_op(view, hw_view, prof_view, mode=sc_r.mode, world=sc_r.gpus, xp=XL).time
             _write_long(ws, r, c_time, t, helper_col)
+            set_formula(ws, f"{_col(c_energy)}{r}", _op_energy_formula(view, power, I))
+            ws.cell(row=r, column=c_energy).number_format = "0.000E+00"
             run = Expr(f"${_col(c_time)}{r}")
             timed.append(_Timed(view, run))
             if op.kind in COMM_KINDS:
@@ -665,6 +732,9 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
         ws["B5"] = f"=SUM({_col(c_total)}{first}:{_col(c_total)}{last})+SUM({_col(c_gap)}{first}:{_col(c_gap)}{last})"
         ws["B6"] = f"=SUM({_col(c_gap)}{first}:{_col(c_gap)}{last})"
         ws["B7"] = f"=SUMPRODUCT({_col(c_comp)}{first}:{_col(c_comp)}{last},D{first}:D{last})"
+        set_text(ws, "D2", "dynamic energy of the step, one GPU (J, before the power limit)")
+        ws["E2"] = f"=SUMPRODUCT({_col(c_energy)}{first}:{_col(c_energy)}{last},D{first}:D{last})"
+        ws["E2"].number_format = "0.000E+00"
         ws["B7"].number_format = "0.000E+00"
         ws["B5"].number_format = ws["B6"].number_format = "0.000E+00"
         ws.column_dimensions["A"].width = 22
