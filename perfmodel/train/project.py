@@ -284,7 +284,7 @@ def project_training(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Pr
         "gradient reduce and parameter gather (exposed)": dp_exposed + emb_sync,
         "optimizer": opt_s,
     }
-    mem = M.memory(model, ts, hw.hbm_bytes)
+    mem = M.memory(model, ts, hw.hbm_visible_bytes)
     return TrainProjection(
         hardware=hw, model=model, scenario=ts, profile=prof, step_time_s=step_time,
         tokens_per_s=ts.tokens_per_step / step_time, model_flops=model_flops, hardware_flops=hw_flops,

@@ -69,7 +69,7 @@ def candidates(model: Model, base: TrainScenario, hw: HardwareSpec, schedules: l
 def _least_recompute(model: Model, ts: TrainScenario, hw: HardwareSpec) -> TrainScenario | None:
     for rec in ("none", "selective", "full"):
         trial = ts.with_(recompute=rec)
-        if memory(model, trial, hw.hbm_bytes).fits:
+        if memory(model, trial, hw.hbm_visible_bytes).fits:
             return trial
     return None
 

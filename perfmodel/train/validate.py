@@ -87,7 +87,7 @@ def tuned(ts: TrainScenario, model, hw, prof) -> TrainScenario:
                 trial = trial.validated(model)
             except InputError:
                 continue
-            if not memory(model, trial, hw.hbm_bytes).fits:
+            if not memory(model, trial, hw.hbm_visible_bytes).fits:
                 continue
             t = project_training(hw, model, trial, prof).step_time_s
             if best is None or t < best[0]:
