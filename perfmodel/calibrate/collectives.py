@@ -739,7 +739,7 @@ class _Worker:
         import torch.nn.functional as F
 
         from . import layers as L
-        from .kernels import rms_norm, rotary_tables
+        from .kernels import rms_norm
         from .timing import capture_graph
 
         torch, dist = self.torch, self.dist
@@ -759,22 +759,8 @@ class _Worker:
         class Ctx:  # what DecoderLayer reads of the suite's context
             device = self.dev
 
-        layer = TPLayer(p, Ctx())
-        dt, b = layer.dt, p["batch"]
-        if p["phase"] == "prefill":
-            s = p["seq"]
-            x = torch.randn(b, s, layer.h, device=self.dev).to(dt)
-            cos, sin = rotary_tables(s, layer.d, self.dev, dt)
-            cos, sin = cos.repeat(b, 1), sin.repeat(b, 1)
-            step = lambda: layer.prefill(x, cos, sin)  # noqa: E731
-        else:
-            c = p["context"]
-            x = torch.randn(b, 1, layer.h, device=self.dev).to(dt)
-            cos, sin = rotary_tables(1, layer.d, self.dev, dt, offset=c)
-            cos, sin = cos.repeat(b, 1), sin.repeat(b, 1)
-            k_cache = torch.randn(b, layer.nkv, c + 1, layer.d, device=self.dev, dtype=dt)
-            v_cache = torch.randn(b, layer.nkv, c + 1, layer.d, device=self.dev, dtype=dt)
-            step = lambda: layer.decode(x, cos, sin, k_cache, v_cache, c)  # noqa: E731
+        ctx = Ctx()
+        step = L.eager_step(p, ctx, TPLayer(p, ctx))
         out = step()
         finite = bool(torch.isfinite(out).all().item())
         run, impl = step, "eager"

@@ -102,9 +102,10 @@ class DecoderLayer:
         return self._mlp(x, a)
 
 
-def _eager_step(p: dict[str, Any], ctx: Context):
-    """The layer of ``p`` and a callable running one step of it eagerly (prefill or decode)."""
-    layer = DecoderLayer(p, ctx)
+def eager_step(p: dict[str, Any], ctx: Context, layer: DecoderLayer | None = None):
+    """A callable running one step of the layer of ``p`` eagerly (prefill or decode) on fresh random inputs;
+    ``layer``: a layer already built (a subclass, such as the collective suite's tensor-parallel one)."""
+    layer = layer or DecoderLayer(p, ctx)
     dt, b = layer.dt, p["batch"]
     if p["phase"] == "prefill":
         s = p["seq"]
@@ -126,7 +127,7 @@ def _eager_step(p: dict[str, Any], ctx: Context):
 def layer_callable(p: dict[str, Any], ctx: Context, eager=None):
     """(callable, description) of one step as the suite times it: prefill eager; decode replayed from a
     CUDA graph when ``p["graph"]`` (eager otherwise). ``eager``: the step already built, if any."""
-    fn = eager or _eager_step(p, ctx)
+    fn = eager or eager_step(p, ctx)
     if p["phase"] == "decode" and p.get("graph"):
         if not ctx.is_cuda:
             raise RuntimeError("graph capture needs CUDA")
@@ -137,7 +138,7 @@ def layer_callable(p: dict[str, Any], ctx: Context, eager=None):
 
 def run_layer(case: Case, ctx: Context) -> dict[str, Any]:
     p = case.params
-    eager = _eager_step(p, ctx)
+    eager = eager_step(p, ctx)
     out = eager()
     finite = bool(torch.isfinite(out).all().item())
     del out
