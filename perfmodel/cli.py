@@ -212,7 +212,16 @@ def cmd_show(args) -> int:
 def cmd_validate(args) -> int:
     from .validate import run_validation, validation_table
 
-    rows = run_validation(args.csv, calibration=args.calibration, mode=args.mode, engine=args.engine)
+    limit = None
+    if args.limit is not None:
+        try:
+            limit = int(args.limit)
+        except ValueError:
+            limit = 0
+        if limit < 1:
+            raise InputError(f"expected a positive number of rows, got {args.limit!r}", field="--limit")
+    rows = run_validation(args.csv, calibration=args.calibration, mode=args.mode, engine=args.engine,
+                          where=args.where, limit=limit)
     if args.format == "json":
         _emit(_json(rows), args.out)
     elif args.format == "csv":
@@ -220,7 +229,7 @@ def cmd_validate(args) -> int:
 
         _emit(validation_csv(rows), args.out)
     else:
-        _emit(validation_table(rows) + "\n", args.out)
+        _emit(validation_table(rows, summary_only=args.summary) + "\n", args.out)
     return 0
 
 
@@ -319,6 +328,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="engine preset for every row (default: read off each row's source, e.g. TensorRT-LLM)")
     p.add_argument("--calibration", default=None)
     p.add_argument("--mode", choices=("latency", "sol"), default="latency")
+    p.add_argument("--where", default=None, metavar="COL=V[|V..][,COL=V..]",
+                   help="keep rows whose columns match, e.g. hardware=b200,engine=trtllm (case-insensitive)")
+    p.add_argument("--limit", default=None, help="keep the first N rows (after --where)")
+    p.add_argument("--summary", action="store_true", help="table format: the summaries without a line per row")
     p.add_argument("--format", choices=("table", "json", "csv"), default="table")
     p.add_argument("--out")
     p.set_defaults(func=cmd_validate)

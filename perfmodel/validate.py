@@ -2,7 +2,20 @@
 
 Reads a table like ``shared/reference/public_validation.csv``: one published measurement a row, with the
 hardware, model, parallel layout, precision, sequence lengths, batch and metric. Inference rows are
-projected with the scenario the row describes; training rows are listed as not modelled yet.
+projected with the scenario the row describes; training rows by :mod:`perfmodel.train`.
+
+**Serving-benchmark rows** (a table with a ``concurrency`` column, metric ``ttft`` or ``tpot``; e.g.
+``workloads/validation/aiconfigurator_silicon.csv`` from :mod:`perfmodel.imports.aic_silicon`) are measured
+means of a benchmark client holding ``concurrency`` requests in flight. They are projected with the
+request-level serving simulator (:mod:`perfmodel.serve`) under closed-loop concurrency at the row's engine,
+tp, pp, precision, isl and osl, the engine preset's limits and its way of admitting requests
+(:func:`admission_cap`), and compared on the steady-state mean TTFT and mean TPOT (docs/serving.md;
+docs/validation-silicon.md). Nothing is ever fitted to these rows. A row the simulator cannot express gets
+a status instead of a number (disaggregated, attention DP / expert parallel, int4, no model descriptor,
+concurrency not recorded, a per-worker batch that differs from the client's concurrency, or a projection
+that refuses), never an error.
+The two metrics of one measurement share one simulation; step-time tables are shared by every row with the
+same scenario, isl and osl (:func:`perfmodel.serve.simulate.build_instance`).
 """
 from __future__ import annotations
 
@@ -17,6 +30,8 @@ from .errors import InputError
 REQUIRED = ("id", "kind", "model", "hardware", "tp", "pp", "precision", "isl", "osl", "batch", "metric", "value")
 METRICS = {"output_throughput_per_gpu": "throughput_tok_s_per_gpu", "ttft": "ttft_ms", "tpot": "tpot_ms",
            "output_throughput": "throughput_tok_s"}
+SERVING_METRICS = {"ttft": "ttft_ms", "tpot": "tpot_ms"}
+LAYOUT_ISSUE = "attention data parallel / expert parallel layouts: issue 16"
 
 
 def default_csv() -> Path:
@@ -69,8 +84,44 @@ def _scenario_for(row: dict, where: str, engine: str):
                     batching="static" if static else "continuous", engine=engine_of(row, engine)).validated()
 
 
-def run_validation(path=None, *, calibration=None, mode: str = "latency", engine: str = "auto") -> list[dict]:
-    """Project every row of the table; ``engine`` overrides the engine read off each row's source."""
+def parse_where(text: str | None) -> list[tuple[str, frozenset]]:
+    """``--where hardware=b200|gb200,engine=trtllm`` -> [(column, allowed values)] (case-insensitive)."""
+    if text is None or not str(text).strip():
+        return []
+    out = []
+    for clause in str(text).split(","):
+        col, eq, values = clause.partition("=")
+        allowed = frozenset(v.strip().lower() for v in values.split("|") if v.strip())
+        if not eq or not col.strip() or not allowed:
+            raise InputError(f"expected COLUMN=VALUE[|VALUE...][,COLUMN=VALUE...], got {clause.strip()!r}",
+                             field="--where")
+        out.append((col.strip(), allowed))
+    return out
+
+
+def _select(rows: list[dict], where, limit: int | None, path) -> list[tuple[int, dict]]:
+    """(line, row) of the rows ``where`` keeps, the first ``limit`` of them."""
+    clauses = parse_where(where) if isinstance(where, (str, type(None))) else list(where)
+    if clauses and rows:
+        unknown = [c for c, _ in clauses if c not in rows[0]]
+        if unknown:
+            raise InputError(f"no column {', '.join(unknown)} in the table; columns: {', '.join(rows[0])}",
+                             file=str(path), field="--where")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InputError(f"expected a positive number of rows, got {limit!r}", field="--limit")
+    out = []
+    for i, row in enumerate(rows, start=2):
+        if all((row.get(c) or "").strip().lower() in allowed for c, allowed in clauses):
+            out.append((i, row))
+            if limit is not None and len(out) >= limit:
+                break
+    return out
+
+
+def run_validation(path=None, *, calibration=None, mode: str = "latency", engine: str = "auto", where=None,
+                   limit: int | None = None) -> list[dict]:
+    """Project every row of the table; ``engine`` overrides the engine read off each row's source.
+    ``where`` (``hardware=b200,engine=trtllm``, or parsed clauses) and ``limit`` keep a subset of the rows."""
     from .projection import project_resolved
     from .resolve import resolve_hardware, resolve_model, resolve_profile
 
@@ -89,11 +140,16 @@ def run_validation(path=None, *, calibration=None, mode: str = "latency", engine
         if missing:
             raise InputError(f"missing column(s) {', '.join(missing)}", file=str(p))
     out = []
-    for i, row in enumerate(rows, start=2):
+    serving = _Serving(calibration, mode, engine) if rows and "concurrency" in rows[0] else None
+    selected = _select(rows, where, limit, p)
+    for i, row in selected:
         where = f"{p}:{i}"
         rec = {"id": row["id"], "kind": row["kind"], "hardware": row["hardware"], "model": row["model"],
                "metric": row["metric"], "unit": row.get("unit", ""), "published": _float(row, "value", where),
                "predicted": None, "error": None, "status": "ok", "calibration": None, "engine": None}
+        if serving is not None and row["kind"] == "inference" and row["metric"] in SERVING_METRICS:
+            out.append(serving.project(rec, row, where))
+            continue
         if row["kind"] == "training":
             out.append(_training(rec, row, calibration))
             continue
@@ -120,6 +176,137 @@ def run_validation(path=None, *, calibration=None, mode: str = "latency", engine
     return out
 
 
+class _Serving:
+    """Projects serving-benchmark rows (module doc); keeps what rows share: specs, models, profiles,
+    step-time tables and whole simulations (a measurement's ttft and tpot rows)."""
+
+    def __init__(self, calibration, mode: str, engine: str):
+        self.calibration, self.mode, self.engine = calibration, mode, engine
+        self.hw: dict = {}
+        self.models: dict = {}
+        self.profiles: dict = {}
+        self.tables: dict = {}  # step-time tables (perfmodel.serve.simulate.build_instance)
+        self.runs: dict = {}  # scenario -> simulation result, or the InputError it raised
+
+    def _resolve(self, cache: dict, key: str, load):
+        if key not in cache:
+            try:
+                cache[key] = load(key)
+            except InputError as e:
+                cache[key] = e
+        return cache[key]
+
+    def project(self, rec: dict, row: dict, where: str) -> dict:
+        rec.update(concurrency=None, checkpoint=(row.get("hf_model") or "").strip() or row["model"],
+                   engine=self._engine(row), reason="projected")
+        status = self._refusal(row, where, rec)
+        if status is not None:
+            rec["reason"], rec["status"] = status
+            return rec
+        from .resolve import resolve_hardware, resolve_model, resolve_profile
+        from .scenario import Scenario
+
+        hw = self._resolve(self.hw, row["hardware"].strip(), resolve_hardware)
+        if isinstance(hw, InputError):
+            rec["reason"], rec["status"] = "no hardware spec", f"no hardware spec: {hw.detail}"
+            return rec
+        model = self._resolve(self.models, row["model"].strip(), resolve_model)
+        if isinstance(model, InputError):
+            rec["reason"], rec["status"] = "no model descriptor", f"no model descriptor for {row['model'].strip()}"
+            return rec
+        if hw.key not in self.profiles:
+            self.profiles[hw.key] = resolve_profile(self.calibration, hw)
+        prof = self.profiles[hw.key]
+        try:
+            sc = Scenario(isl=_int(row, "isl", where), osl=_int(row, "osl", where), batch="max",
+                          tp=_int(row, "tp", where), pp=_int(row, "pp", where),
+                          dtype=row["precision"].strip().lower(), engine=rec["engine"], mode=self.mode).validated()
+            sc = sc.with_(batch=admission_cap(sc, hw))
+        except InputError as e:
+            if e.file:  # a malformed cell of the table: bad input
+                raise
+            rec["reason"], rec["status"] = "projection refused", f"not projected: {e}"
+            return rec
+        result = self._simulate(hw, model, prof, sc, rec["concurrency"])
+        if isinstance(result, InputError):
+            rec["reason"], rec["status"] = "projection refused", f"not projected: {result}"
+            return rec
+        value = result[SERVING_METRICS[row["metric"]]]["mean"]
+        if value is None:
+            rec["reason"], rec["status"] = "projection refused", "not projected: no request to measure"
+            return rec
+        rec.update(predicted=value, error=value / rec["published"] - 1.0, calibration=prof.label,
+                   engine=result["scenario"]["engine"])
+        # diagnostic, never the prediction: the same mean over the first C requests (the initial burst)
+        rec["first_wave"] = result["closed_loop"]["first_wave"][SERVING_METRICS[row["metric"]]]
+        return rec
+
+    def _engine(self, row: dict) -> str:
+        if self.engine != "auto":
+            return self.engine
+        return (row.get("engine") or "").strip().lower() or engine_of(row, "auto")
+
+    def _refusal(self, row: dict, where: str, rec: dict) -> tuple[str, str] | None:
+        """(reason, status) of a row the simulator cannot express; None if it can. Sets the concurrency."""
+        mode = (row.get("mode") or "agg").strip().lower()
+        if mode == "disagg":
+            return "disaggregated", ("disaggregated prefill/decode workers: not projected (closed-loop "
+                                     "concurrency is simulated for aggregated layouts)")
+        if mode != "agg":
+            raise InputError(f"expected agg or disagg, got {row.get('mode')!r}", file=where, field="mode")
+        adp = _optional_int(row, "attention_dp", where)
+        ep = _optional_int(row, "moe_ep", where)
+        if (adp or 0) > 1 or (ep or 0) > 1:
+            return "attention DP / expert parallel", f"{LAYOUT_ISSUE} (attention_dp {adp}, moe_ep {ep})"
+        if row["precision"].strip().lower() == "int4":
+            return "int4", "int4 weights: not a format of the cost model"
+        conc = _optional_int(row, "concurrency", where)
+        if not conc:
+            return "concurrency not recorded", "the client's concurrency is not recorded"
+        rec["concurrency"] = conc
+        batch = _optional_int(row, "batch", where)
+        if batch is not None and batch != conc:
+            return "batch differs from concurrency", (
+                f"batch {batch} per worker against client concurrency {conc}: more than one worker or attention "
+                "DP rank, which the row does not record")
+        return None
+
+    def _simulate(self, hw, model, prof, sc, conc: int):
+        """Mean steady-state TTFT and TPOT of ``conc`` requests in flight (perfmodel.serve), once per scenario."""
+        key = (hw.key, model.key, prof.label, sc, conc)
+        if key not in self.runs:
+            from .serve.simulate import ServeOptions, simulate
+            from .serve.workload import closed_loop_default_requests, closed_loop_requests, parse_dist
+
+            isl, osl = parse_dist(str(sc.isl), field="isl"), parse_dist(str(sc.osl), field="osl")
+            reqs = closed_loop_requests(closed_loop_default_requests(conc), conc, isl, osl)
+            try:
+                self.runs[key] = simulate(hw, model, sc, prof, reqs, ServeOptions(), cache=self.tables)
+            except InputError as e:
+                self.runs[key] = e
+        return self.runs[key]
+
+
+def admission_cap(sc, hw) -> int | str:
+    """The running-sequence cap a serving row is simulated with, by how the engine admits requests.
+
+    TensorRT-LLM's default capacity scheduler (``GUARANTEED_NO_EVICT``) starts a request only when the KV
+    cache can hold it to its last token: ``--batch max``, the KV-limited batch of the full request. vLLM
+    (``max_num_seqs``) and SGLang (``max_running_requests``) admit while free blocks hold the prompt and
+    preempt (vLLM) or retract (SGLang) when decoding runs out of blocks, which is the simulator's scheduler:
+    the engine's sequence limit, blocks deciding the rest."""
+    from .serve.simulate import for_hardware
+
+    if sc.engine == "trtllm":
+        return "max"
+    return int(for_hardware(sc, hw).max_batch)
+
+
+def _optional_int(row: dict, col: str, where: str) -> int | None:
+    text = (row.get(col) or "").strip()
+    return _int(row, col, where) if text else None
+
+
 def _training(rec: dict, row: dict, calibration) -> dict:
     """A training row, projected by perfmodel.train."""
     from .train.validate import training_value
@@ -133,31 +320,59 @@ def _training(rec: dict, row: dict, calibration) -> dict:
     return rec
 
 
+def _stats(groups: dict[str, list[float]]) -> dict:
+    return {k: {"n": len(v), "median_abs_error": statistics.median(abs(x) for x in v),
+                "signed_median": statistics.median(v)} for k, v in sorted(groups.items())}
+
+
 def summary(rows: list[dict]) -> dict:
-    """Median |error| overall and by metric, and the median and signed median by part and metric."""
+    """Median |error| overall and by metric, and the median and signed median by part and metric; for
+    serving-benchmark rows also by part x engine x metric, by model checkpoint x metric, and the coverage
+    (rows by reason: projected, or why not)."""
     done = [r for r in rows if r["error"] is not None]
     by_metric: dict[str, list[float]] = {}
     by_part: dict[str, list[float]] = {}
+    by_engine: dict[str, list[float]] = {}
+    by_model: dict[str, list[float]] = {}
+    burst: dict[str, list[float]] = {}
+    coverage: dict[str, int] = {}
     for r in done:
         by_metric.setdefault(r["metric"], []).append(r["error"])
         by_part.setdefault(f"{r['hardware']} {r['metric']}", []).append(r["error"])
-    return {"rows": len(done), "refused": sum(1 for r in rows if r["status"].startswith("does not fit")),
-            "median_abs_error": statistics.median(abs(r["error"]) for r in done) if done else None,
-            "by_metric": {k: statistics.median(abs(x) for x in v) for k, v in by_metric.items()},
-            "by_part": {k: {"n": len(v), "median_abs_error": statistics.median(abs(x) for x in v),
-                            "signed_median": statistics.median(v)} for k, v in sorted(by_part.items())}}
-
-
-def validation_table(rows: list[dict]) -> str:
-    lines = [f"{'id':<34}{'hardware':<15}{'metric':<27}{'published':>11}{'predicted':>11}{'error':>9}  calibration"]
     for r in rows:
+        if "reason" not in r:
+            continue
+        coverage[r["reason"]] = coverage.get(r["reason"], 0) + 1
+        if r["error"] is not None:
+            by_engine.setdefault(f"{r['hardware']} {r['engine']} {r['metric']}", []).append(r["error"])
+            by_model.setdefault(f"{r['checkpoint']} {r['metric']}", []).append(r["error"])
+            if r.get("first_wave"):
+                burst.setdefault(f"{r['engine']} {r['metric']}", []).append(r["first_wave"] / r["published"] - 1.0)
+    out = {"rows": len(done), "refused": sum(1 for r in rows if r["status"].startswith("does not fit")),
+           "median_abs_error": statistics.median(abs(r["error"]) for r in done) if done else None,
+           "by_metric": {k: statistics.median(abs(x) for x in v) for k, v in by_metric.items()},
+           "by_part": _stats(by_part)}
+    if coverage:
+        out["serving"] = {"coverage": dict(sorted(coverage.items(), key=lambda kv: (-kv[1], kv[0]))),
+                          "by_part_engine": _stats(by_engine), "by_model": _stats(by_model),
+                          "first_wave_by_engine": _stats(burst)}
+    return out
+
+
+def validation_table(rows: list[dict], *, summary_only: bool = False) -> str:
+    lines = [] if summary_only else [
+        f"{'id':<34}{'hardware':<15}{'metric':<27}{'published':>11}{'predicted':>11}{'error':>9}  calibration"]
+    for r in [] if summary_only else rows:
         if r["predicted"] is None:
             lines.append(f"{r['id']:<34}{r['hardware']:<15}{r['metric']:<27}{r['published']:>11.4g}{'-':>11}{'':>9}  "
                          f"{r['status']}")
             continue
+        run = f"; {r['engine']} at concurrency {r['concurrency']}" if "reason" in r else ""
         lines.append(f"{r['id']:<34}{r['hardware']:<15}{r['metric']:<27}{r['published']:>11.4g}"
-                     f"{r['predicted']:>11.4g}{r['error']:>+9.1%}  {r['calibration']}")
+                     f"{r['predicted']:>11.4g}{r['error']:>+9.1%}  {r['calibration']}{run}")
     s = summary(rows)
+    if not rows:
+        lines.append("no rows (an empty table, or none that --where and --limit keep)")
     if s["median_abs_error"] is not None:
         lines.append("")
         lines.append(f"median |error| over {s['rows']} projected rows: {s['median_abs_error']:.1%}  ("
@@ -166,15 +381,32 @@ def validation_table(rows: list[dict]) -> str:
         lines.append("by part and metric (median |error|, signed median):")
         for k, v in s["by_part"].items():
             lines.append(f"  {k:<44} n={v['n']:<3} {v['median_abs_error']:>6.1%}  {v['signed_median']:>+7.1%}")
+    if "serving" in s:
+        lines += _serving_lines(s["serving"], len(rows))
     return "\n".join(lines)
 
 
+def _serving_lines(sv: dict, total: int) -> list[str]:
+    """The serving-benchmark summaries: coverage, by part x engine x metric, by model x metric."""
+    n = sum(sv["coverage"].values())
+    lines = ["", f"serving-benchmark rows: {n} (closed-loop simulation; steady-state mean TTFT and mean TPOT)"]
+    lines += [f"  {k:<40} {v:>6}  {v / n:>6.1%}" for k, v in sv["coverage"].items()]
+    for title, key in (("by part, engine and metric", "by_part_engine"), ("by model and metric", "by_model"),
+                       ("diagnostic, not the prediction: the mean over the first C requests (the initial burst) "
+                        "instead of the steady state, by engine and metric", "first_wave_by_engine")):
+        if not sv[key]:
+            continue
+        lines.append(f"{title} (n, median |error|, signed median):")
+        for k, v in sv[key].items():
+            lines.append(f"  {k:<52} n={v['n']:<5} {v['median_abs_error']:>7.1%}  {v['signed_median']:>+8.1%}")
+    return lines
+
+
 def validation_csv(rows: list[dict]) -> str:
-    buf = io.StringIO()
+    from .io import csv_dicts_text
+
     cols = ["id", "kind", "hardware", "model", "metric", "unit", "published", "predicted", "error", "status",
             "calibration", "engine"]
-    w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({c: r.get(c) for c in cols})
-    return buf.getvalue()
+    if any("reason" in r for r in rows):
+        cols += ["concurrency", "checkpoint", "reason", "first_wave"]
+    return csv_dicts_text(cols, rows)

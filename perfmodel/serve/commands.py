@@ -66,10 +66,15 @@ def _workload_flags(p, plan: bool = False) -> None:
     g = p.add_argument_group("workload")
     if not plan:
         g.add_argument("--rate", default=None, help="requests per second (poisson or constant arrivals)")
-        g.add_argument("--arrival", nargs="+", default=["poisson"], metavar="KIND",
+        g.add_argument("--arrival", nargs="+", default=None, metavar="KIND",
                        help="poisson (default) | constant | trace FILE (CSV or JSONL: arrival_s, isl, osl)")
+        g.add_argument("--concurrency", default=None, metavar="C",
+                       help="closed loop instead of a rate: C requests in flight, each finished one replaced at once "
+                            "(benchmark_serving --max-concurrency C at an infinite rate; aiperf --concurrency C); "
+                            "latencies over the steady state (docs/serving.md)")
     g.add_argument("--requests", default=None,
-                   help="requests to simulate (default 1000, or the whole trace; plan: 400 per trial)")
+                   help="requests to simulate (default 1000, the whole trace, or with --concurrency C "
+                        "2C + max(200, 2C) + C; plan: 400 per trial)")
     g.add_argument("--isl-dist", default=None, help=f"prompt lengths: {DIST_HELP}; default --isl")
     g.add_argument("--osl-dist", default=None, help=f"output lengths: {DIST_HELP}; default --osl")
     g.add_argument("--prefix-len", default="0", help="tokens of a shared prefix (system prompt) per request")
@@ -156,20 +161,26 @@ def _options(args, **kw):
                         kv_link=args.kv_link, **kw)
 
 
+CLOSED = "closed-loop"  # the workload's arrival kind under --concurrency
+
+
 def _requests(args, sc):
-    """The workload of ``serve``: synthetic (rate, distributions) or a trace."""
+    """The workload of ``serve``: synthetic (rate, distributions), closed loop (concurrency) or a trace."""
     from .workload import synthetic_requests
 
     n = _int(args.requests, "--requests") if args.requests is not None else None
-    kind = args.arrival[0].lower()
+    if args.concurrency is not None:
+        return _closed_loop(args, sc, n)
+    arrival = args.arrival or ["poisson"]
+    kind = arrival[0].lower()
     if kind == "trace":
-        if len(args.arrival) != 2:
+        if len(arrival) != 2:
             raise InputError("expected 'trace FILE'", field="--arrival")
         from .trace import read_trace
 
-        return read_trace(args.arrival[1], limit=n), {"arrival": "trace", "trace": args.arrival[1]}
-    if len(args.arrival) != 1:
-        raise InputError(f"expected poisson, constant or trace FILE, got {' '.join(args.arrival)!r}", field="--arrival")
+        return read_trace(arrival[1], limit=n), {"arrival": "trace", "trace": arrival[1]}
+    if len(arrival) != 1:
+        raise InputError(f"expected poisson, constant or trace FILE, got {' '.join(arrival)!r}", field="--arrival")
     if args.rate is None:
         raise InputError("a request rate is needed (requests/s) unless --arrival trace FILE", field="--rate")
     rate = _float(args.rate, "--rate")
@@ -178,6 +189,26 @@ def _requests(args, sc):
                               prefix_len=_int(args.prefix_len, "--prefix-len", 0),
                               prefix_groups=_int(args.prefix_groups, "--prefix-groups", 0))
     return reqs, {"arrival": kind, "rate_req_s": rate, "isl_dist": isl.text, "osl_dist": osl.text}
+
+
+def _closed_loop(args, sc, n: int | None):
+    """The closed-loop workload of ``serve --concurrency C``."""
+    from .workload import closed_loop_default_requests, closed_loop_requests, closed_loop_window
+
+    c = _int(args.concurrency, "--concurrency")
+    if args.rate is not None:
+        raise InputError("a closed loop has no request rate: give --concurrency or --rate, not both", field="--rate")
+    if args.arrival is not None:
+        raise InputError("a closed loop sends a request when one finishes: --arrival does not apply",
+                         field="--arrival")
+    n = n or closed_loop_default_requests(c)
+    isl, osl = _lengths(args, sc)
+    reqs = closed_loop_requests(n, c, isl, osl, seed=_int(args.seed, "--seed", 0),
+                                prefix_len=_int(args.prefix_len, "--prefix-len", 0),
+                                prefix_groups=_int(args.prefix_groups, "--prefix-groups", 0))
+    lo, hi = closed_loop_window(n, c)
+    return reqs, {"arrival": CLOSED, "concurrency": c, "rate_req_s": None, "isl_dist": isl.text,
+                  "osl_dist": osl.text, "measured": [lo, hi]}
 
 
 def cmd_serve(args, ctx) -> int:
@@ -195,7 +226,12 @@ def cmd_serve(args, ctx) -> int:
     if args.format == "json":
         ctx["emit"](json.dumps(doc, indent=2, allow_nan=False) + "\n", args.out)
     else:
-        ctx["emit"](serve_table(doc) + "\n", args.out)
+        text = serve_table(doc)
+        if workload["arrival"] == CLOSED:  # the report's workload line is written for a rate
+            lo, hi = workload["measured"]
+            text = text.replace(f"{CLOSED} - req/s", f"closed loop at concurrency {workload['concurrency']} "
+                                f"(steady state: requests {lo + 1}-{hi} measured)")
+        ctx["emit"](text + "\n", args.out)
     return 0
 
 

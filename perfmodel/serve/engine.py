@@ -22,6 +22,11 @@ Roles: ``mixed`` (aggregated serving), ``prefill`` (a disaggregated prefill inst
 their first token is out) and ``decode`` (a disaggregated decode instance: requests arrive with their
 prompt's KV cache and first token, and only decode).
 
+Closed loop (``reqs.concurrency`` C, :func:`perfmodel.serve.workload.closed_loop_requests`): the first C
+requests arrive at time 0 and every completion sends the next request at that instant, so exactly C are in
+the system until the client runs out of requests; the arrival times used are returned in
+``InstanceResult.arrival``.
+
 Runs of steps that only decode, with nothing to admit, are advanced in one go until the next completion,
 arrival or block shortage (the step time is linear in the context over such a run), which is what makes
 10,000 requests take well under a second.
@@ -68,6 +73,8 @@ class InstanceResult:
     cached_tokens: int = 0
     end: float = 0.0
     stats: dict = field(default_factory=dict)
+    arrival: np.ndarray | None = None  # the arrival times used (closed loop: set as requests were sent)
+    peak_in_system: int = 0  # most requests arrived and not finished at once
 
 
 def check_fits(reqs, cfg: EngineConfig) -> None:
@@ -81,9 +88,18 @@ def check_fits(reqs, cfg: EngineConfig) -> None:
 
 
 def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa: C901 (one event loop)
-    """Run the requests ``reqs`` (arrival times as given) through one instance (module doc)."""
+    """Run the requests ``reqs`` through one instance: at their arrival times, or in a closed loop when
+    ``reqs.concurrency`` is set (module doc)."""
     n_req = len(reqs)
-    arrival = reqs.arrival.tolist()
+    conc = getattr(reqs, "concurrency", None)
+    if conc is not None:
+        if cfg.role != "mixed":
+            raise InputError("closed-loop concurrency runs against an aggregated instance only", field="--concurrency")
+        sent = min(int(conc), n_req)  # requests the client has sent so far
+        arrival = [0.0] * sent + [math.inf] * (n_req - sent)
+    else:
+        sent = n_req
+        arrival = reqs.arrival.tolist()
     isl = reqs.isl.tolist()
     osl = reqs.osl.tolist()
     pgroup = reqs.prefix_group.tolist()
@@ -126,6 +142,7 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
     next_arr = 0
     now = arrival[0] if n_req else 0.0
     done_count = 0
+    peak = 0
     steps_run = 0
     guard = 200 * n_req + 100000
 
@@ -258,9 +275,13 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
         while next_arr < n_req and arrival[next_arr] <= now:
             waiting.append(next_arr)
             next_arr += 1
+        if next_arr - done_count > peak:
+            peak = next_arr - done_count
         if not waiting and st["n_dec"] == 0 and not prefilling:
             if next_arr >= n_req:
                 break
+            if arrival[next_arr] == math.inf:
+                raise RuntimeError("closed-loop simulation has nothing in flight and nothing sent (a bug)")
             res.idle_s += arrival[next_arr] - now
             now = arrival[next_arr]
             continue
@@ -316,7 +337,7 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
             if prefilling:
                 preempt_latest()  # every block is held by stalled prompts: free the latest, retry
                 continue
-            if next_arr < n_req:
+            if next_arr < n_req and arrival[next_arr] < math.inf:
                 res.idle_s += max(arrival[next_arr] - now, 0.0)
                 now = max(now, arrival[next_arr])
                 continue
@@ -376,6 +397,8 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
             res.in_system_s += end - arrival[next_arr]
             waiting.append(next_arr)
             next_arr += 1
+        if next_arr - done_count > peak:
+            peak = next_arr - done_count
         res.busy_s += dur
         res.dynamic_j += dyn
         steps_run += k
@@ -407,6 +430,9 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
                 finish[r] = now
                 release(slot)
                 done_count += 1
+                if sent < n_req:  # closed loop: the client sends the next request now
+                    arrival[sent] = now
+                    sent += 1
                 continue
             prefilling.remove(slot)
             st["p_alloc"] -= s_palloc[slot]
@@ -423,8 +449,13 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
             last_tok[r] = now
             release(slot)
             done_count += 1
+            if sent < n_req:
+                arrival[sent] = now
+                sent += 1
 
     res.first_token = np.asarray(first)
+    res.arrival = np.asarray(arrival, dtype=float)
+    res.peak_in_system = peak
     res.finish = np.asarray(finish)
     res.preemptions = np.asarray(npre)
     res.steps = steps_run

@@ -9,6 +9,13 @@ latency percentiles, throughput, goodput, Little's-law check, energy and cost.
   share in parallel, transfers from one prefill instance one after another; decode instances take the
   requests round-robin in the order their caches arrive. The prefill instance frees the blocks when the
   prompt is done (the transfer is not held against its cache).
+
+Closed loop (``reqs.concurrency`` C, :func:`perfmodel.serve.workload.closed_loop_requests`; aggregated layouts
+only): the client keeps C requests in flight, replicas share them as evenly as possible (requests dealt
+round-robin). Latencies, goodput and throughput are those of the steady state: the requests of
+:func:`perfmodel.serve.workload.closed_loop_window` (warm-up and drain left out), the throughput by Little's law
+(C / mean E2E of those requests, exact when the client holds C in the system); ITL, energy and the Little's-law
+check cover the whole run, and ``closed_loop`` has the whole-run means beside the steady-state ones.
 """
 from __future__ import annotations
 
@@ -87,9 +94,12 @@ def step_budget(sc, max_seqs: int, reqs) -> int:
 
 
 def build_instance(hw, model, sc, prof, reqs, role: str, opts: ServeOptions, power: dict | None, *,
-                   max_seqs: int | None = None, steps: StepModel | None = None) -> Instance:
+                   max_seqs: int | None = None, steps: StepModel | None = None,
+                   cache: dict | None = None) -> Instance:
     """Step-time tables and engine limits of one instance of layout ``sc`` serving ``reqs``. ``max_seqs``
-    overrides the running-sequence cap; ``steps`` reuses tables built for a cap at least as large."""
+    overrides the running-sequence cap; ``steps`` reuses tables built for a cap at least as large; ``cache``
+    (a dict the caller keeps) reuses tables built with exactly the same arguments, so a run answers the
+    same with or without it (hardware, model and profile are keyed by identity: keep them alive)."""
     from ..graph import check_layout
 
     longest = int(np.argmax(reqs.isl + reqs.osl))
@@ -108,9 +118,14 @@ def build_instance(hw, model, sc, prof, reqs, role: str, opts: ServeOptions, pow
     if steps is None or steps.max_seqs < max_seqs:
         lengths = np.unique(reqs.isl)
         hint = tuple(int(x) for x in lengths[:16]) if lengths.size <= 16 else ()
-        steps = StepModel(model, hw, sc, prof, max_tokens=sc.prefill_chunk if role != "decode" else max_seqs,
-                          max_seqs=max_seqs, max_context=int((reqs.isl + reqs.osl).max()) + 1, piece_hint=hint,
-                          power=power)
+        kw = dict(max_tokens=sc.prefill_chunk if role != "decode" else max_seqs, max_seqs=max_seqs,
+                  max_context=int((reqs.isl + reqs.osl).max()) + 1, piece_hint=hint)
+        key = (id(model), id(hw), id(prof), sc, power is None, tuple(sorted(kw.items())))
+        steps = cache.get(key) if cache is not None else None
+        if steps is None:
+            steps = StepModel(model, hw, sc, prof, power=power, **kw)
+            if cache is not None:
+                cache[key] = steps
     return Instance(sc, steps, cfg)
 
 
@@ -132,54 +147,98 @@ def _kv_transfer_s(model, hw, prof, sc_p, sc_d, tokens: np.ndarray, link: str, w
                                       sol=sc_p.mode == "sol"), dtype=float)
 
 
-def simulate(hw, model, sc, prof, reqs, opts: ServeOptions = ServeOptions()) -> dict:
-    """Simulate ``reqs`` on the layout (module doc); the result as a JSON-ready dict."""
+def simulate(hw, model, sc, prof, reqs, opts: ServeOptions = ServeOptions(), *, cache: dict | None = None) -> dict:
+    """Simulate ``reqs`` on the layout (module doc); the result as a JSON-ready dict. ``cache``: step-time
+    tables kept across calls (:func:`build_instance`)."""
     from ..energy.model import power_params
 
     if opts.kv_link not in ("auto", "scaleup", "scaleout"):
         raise InputError(f"expected auto, scaleup or scaleout, got {opts.kv_link!r}", field="--kv-link")
     if opts.replicas < 1:
         raise InputError(f"expected a positive number of replicas, got {opts.replicas}", field="--replicas")
+    if getattr(reqs, "concurrency", None) is not None and opts.disagg:
+        raise InputError("closed-loop concurrency is simulated for aggregated layouts only (not with --disagg)",
+                         field="--concurrency")
     power = power_params(prof, hw)
     t0 = time.perf_counter()
     if opts.disagg:
         out = _disaggregated(hw, model, sc, prof, reqs, opts, power, t0)
     else:
-        out = _aggregated(hw, model, sc, prof, reqs, opts, power, t0)
+        out = _aggregated(hw, model, sc, prof, reqs, opts, power, t0, cache)
     return out
 
 
-def _aggregated(hw, model, sc, prof, reqs, opts, power, t0) -> dict:
+def _aggregated(hw, model, sc, prof, reqs, opts, power, t0, cache=None) -> dict:
     sc = for_hardware(sc, hw).validated()
-    inst = build_instance(hw, model, sc, prof, reqs, "mixed", opts, power)
+    inst = build_instance(hw, model, sc, prof, reqs, "mixed", opts, power, cache=cache)
     t_build = time.perf_counter() - t0
     n = len(reqs)
+    conc = getattr(reqs, "concurrency", None)
+    arrival = np.array(reqs.arrival, dtype=float)
     first = np.zeros(n)
     finish = np.zeros(n)
     pre = np.zeros(n, dtype=int)
     spans, extra, runs = [], [], []
     in_sys = 0.0
-    for idx in _deal(n, opts.replicas):
+    peak = 0
+    # closed loop: no more replicas than requests in flight, the concurrency split as evenly as it goes
+    k = opts.replicas if conc is None else min(opts.replicas, int(conc))
+    for i, idx in enumerate(_deal(n, k)):
         if idx.size == 0:
             continue
-        r = simulate_instance(inst.steps, inst.cfg, reqs.subset(idx))
+        sub = reqs.subset(idx)
+        if conc is not None:
+            sub.concurrency = int(conc) // k + (1 if i < int(conc) % k else 0)
+        r = simulate_instance(inst.steps, inst.cfg, sub)
         first[idx], finish[idx], pre[idx] = r.first_token, r.finish, r.preemptions
+        arrival[idx] = r.arrival
         spans += r.itl_spans
         extra += r.itl_extra
         in_sys += r.in_system_s
+        peak += r.peak_in_system
         runs.append((inst, r))
     t_sim = time.perf_counter() - t0 - t_build
-    out = request_metrics(reqs.arrival, first, finish, reqs.isl, reqs.osl, spans, extra,
-                          slo_ttft_s=opts.slo_ttft_s, slo_tpot_s=opts.slo_tpot_s, slo_e2e_s=opts.slo_e2e_s,
-                          in_system_s=in_sys)
+    slo = dict(slo_ttft_s=opts.slo_ttft_s, slo_tpot_s=opts.slo_tpot_s, slo_e2e_s=opts.slo_e2e_s)
+    out = request_metrics(arrival, first, finish, reqs.isl, reqs.osl, spans, extra, in_system_s=in_sys, **slo)
+    whole = out
+    if conc is not None:
+        out = _steady_state(whole, arrival, first, finish, reqs, spans, extra, int(conc), peak, slo)
     gpus = sc.gpus * opts.replicas
     out["scenario"] = scenario_dict(sc)
     out["layout"] = {"mode": "aggregated", "replicas": opts.replicas, "gpus": gpus,
                      "instance": _instance_info(inst)}
     out["preemptions"] = int(pre.sum())
     out["prefix_cache_hit_tokens"] = int(sum(r.cached_tokens for _, r in runs))
-    out["energy"] = _energy(runs, power, reqs, out, opts, gpus)
+    out["energy"] = _energy(runs, power, reqs, whole, opts, gpus)
     out["simulation"] = {"steps": int(sum(r.steps for _, r in runs)), "build_s": t_build, "simulate_s": t_sim}
+    return out
+
+
+def _steady_state(whole: dict, arrival, first, finish, reqs, spans, extra, conc: int, peak: int, slo: dict) -> dict:
+    """Metrics of a closed-loop run over its steady-state window (module doc)."""
+    from .workload import closed_loop_window
+
+    lo, hi = closed_loop_window(len(reqs), conc)
+    sel = slice(lo, hi)
+    out = request_metrics(arrival[sel], first[sel], finish[sel], reqs.isl[sel], reqs.osl[sel], spans, extra, **slo)
+    mean_e2e = float(np.mean(finish[sel] - arrival[sel]))
+    if mean_e2e > 0:  # Little's law: the client holds C in the system, so C / mean E2E requests a second
+        rate = conc / mean_e2e
+        out["request_throughput_req_s"] = rate
+        out["throughput_tok_s"] = rate * float(reqs.osl[sel].mean())
+        out["input_throughput_tok_s"] = rate * float(reqs.isl[sel].mean())
+        if out["slo_attainment"] is not None:
+            out["goodput_req_s"] = rate * out["slo_attainment"]
+    out["littles_law"] = whole.get("littles_law")
+    # the first C requests: the burst every closed-loop benchmark starts with (a diagnostic: how much a mean
+    # over a short run that includes it would differ from the steady state)
+    burst = slice(0, min(conc, len(reqs)))
+    fw = request_metrics(arrival[burst], first[burst], finish[burst], reqs.isl[burst], reqs.osl[burst], [], [])
+    out["closed_loop"] = {"concurrency": conc, "requests": len(reqs), "warmup_requests": lo,
+                          "measured_requests": hi - lo, "drain_requests": len(reqs) - hi,
+                          "peak_in_flight": peak, "duration_s": whole["duration_s"],
+                          "whole_run": {k: whole[k]["mean"] for k in ("ttft_ms", "tpot_ms", "e2e_ms")},
+                          "first_wave": {k: fw[k]["mean"] for k in ("ttft_ms", "tpot_ms", "e2e_ms")}}
     return out
 
 

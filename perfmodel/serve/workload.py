@@ -1,7 +1,11 @@
 """Requests for the serving simulation: arrival times, prompt and output lengths, shared prefixes.
 
 Arrivals: ``poisson`` (exponential gaps at ``rate`` requests/s, as vLLM's benchmark_serving sends them with
-``--request-rate R``), ``constant`` (gaps of exactly 1/rate), or a trace file (:mod:`.trace`).
+``--request-rate R``), ``constant`` (gaps of exactly 1/rate), a trace file (:mod:`.trace`), or a **closed loop**
+at concurrency C (:func:`closed_loop_requests`): the client keeps exactly C requests in flight and sends the next
+one the moment one finishes, as vLLM's ``benchmark_serving --max-concurrency C`` with an infinite request rate
+and aiperf / genai-perf ``--concurrency C`` do. Closed-loop arrival times are not known in advance: the engine
+simulation sets each one to the finish time of the request it replaces.
 
 Length distributions (``--isl-dist``, ``--osl-dist``), each drawn independently per request, rounded to
 whole tokens and at least 1:
@@ -35,15 +39,20 @@ class Requests:
     osl: np.ndarray  # output tokens
     prefix_group: np.ndarray  # -1: no shared prefix
     prefix_len: np.ndarray  # tokens of the shared prefix
+    # closed loop: this many requests in flight, each finished one replaced at once (``arrival`` is then only a
+    # placeholder); None: open loop, the arrival times as given
+    concurrency: int | None = None
 
     def __len__(self) -> int:
         return int(self.arrival.size)
 
     def subset(self, idx) -> "Requests":
         idx = np.asarray(idx, dtype=int)
-        return Requests(self.arrival[idx], self.isl[idx], self.osl[idx], self.prefix_group[idx], self.prefix_len[idx])
+        return Requests(self.arrival[idx], self.isl[idx], self.osl[idx], self.prefix_group[idx], self.prefix_len[idx],
+                        self.concurrency)
 
     def with_arrival(self, arrival) -> "Requests":
+        """The same requests at fixed arrival times (open loop)."""
         return Requests(np.asarray(arrival, dtype=float), self.isl, self.osl, self.prefix_group, self.prefix_len)
 
 
@@ -150,3 +159,44 @@ def _prefixes(rng, isl: np.ndarray, prefix_len: int, groups: int) -> tuple[np.nd
         return np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64)
     g = rng.integers(0, groups, size=n).astype(np.int64)
     return g, np.minimum(prefix_len, np.maximum(isl - 1, 0)).astype(np.int64)
+
+
+# --- closed loop -----------------------------------------------------------------------------------------
+
+MEASURED_MIN = 200  # requests measured at least, so that a mean over them is stable (a few hundred per point)
+
+
+def closed_loop_default_requests(concurrency: int) -> int:
+    """Requests a closed-loop run needs for the steady-state window of :func:`closed_loop_window`: the warm-up
+    (2 C), at least max(200, 2 C) measured, and the drain (C)."""
+    c = int(concurrency)
+    return 2 * c + max(MEASURED_MIN, 2 * c) + c
+
+
+def closed_loop_window(n: int, concurrency: int) -> tuple[int, int]:
+    """Requests [start, stop) (in the order the client sends them) measured in a closed-loop run of ``n``.
+
+    Warm-up: the first 2 C. The first C arrive together (a burst of prefills no steady state has) and the next C
+    replace them in the pattern that burst left, so both go. Drain: the last C, sent while fewer than C are left
+    to run beside them (the client has nothing more to send), so their decode runs in a smaller batch. A run too
+    short for both keeps what it can: the drain goes first, then the warm-up shrinks to C, then to nothing."""
+    c = max(int(concurrency), 1)
+    stop = n - c if n - c >= 1 else n
+    for start in (2 * c, c, 0):
+        if stop - start >= 1:
+            return start, stop
+    return 0, n
+
+
+def closed_loop_requests(n: int, concurrency: int, isl: LengthDist, osl: LengthDist, *, seed: int = 0,
+                         prefix_len: int = 0, prefix_groups: int = 0) -> Requests:
+    """``n`` requests sent by a client that keeps ``concurrency`` of them in flight (module doc)."""
+    if n < 1:
+        raise InputError(f"expected a positive number of requests, got {n}", field="--requests")
+    if isinstance(concurrency, bool) or not isinstance(concurrency, (int, np.integer)) or concurrency < 1:
+        raise InputError(f"expected a positive integer concurrency, got {concurrency!r}", field="--concurrency")
+    rng = np.random.default_rng(seed)
+    i = isl.sample(rng, n)
+    o = osl.sample(rng, n)
+    group, plen = _prefixes(rng, i, prefix_len, prefix_groups)
+    return Requests(np.zeros(n), i, o, group, plen, int(concurrency))

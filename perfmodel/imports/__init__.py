@@ -1,0 +1,1 @@
+"""Importers of third-party measurement data into this project's calibration and validation formats."""

@@ -1,0 +1,226 @@
+"""Measured serving benchmarks from NVIDIA's aiconfigurator-core, as rows of this project's validation table.
+
+``aiconfigurator-core`` 0.12.0 (PyPI, Apache-2.0, NVIDIA) ships ``aiconfigurator_core/systems/silicon_sample.csv``:
+end-to-end serving results measured on H100, H200, B200, B300, GB200 and GB300 with TensorRT-LLM, vLLM and
+SGLang, one row per (model, system, engine and version, precision, layout, isl, osl, client concurrency), with
+the mean TTFT and mean TPOT the benchmark client reported. This module turns each row into two rows of
+``workloads/validation/aiconfigurator_silicon.csv`` in the layout of ``public_validation.csv`` (metric ``ttft``
+and metric ``tpot``, both in ms), plus the columns ``perfmodel validate`` needs to run the request-level serving
+simulator under closed-loop concurrency (:mod:`perfmodel.validate`).
+
+What each output column is:
+
+- ``model``: this project's descriptor where the architecture is identical (Llama 3.1 8B and 70B, their
+  Instruct and NVIDIA FP8 checkpoints; DeepSeek-R1 / V3 / V3.1 and their NVFP4 checkpoints share the
+  DeepSeek-V3 architecture, said in ``notes``), else the Hugging Face id, kept so that coverage is visible.
+- ``hardware``: this project's spec key for the aiconfigurator system name.
+- ``tp``, ``pp``, ``batch``: the aggregated worker's attention TP and PP degrees and ``batch_size`` as the file
+  records it (per worker or per attention-DP rank); empty for disaggregated rows, whose prefill and decode
+  layouts go into ``notes``.
+- ``concurrency``: the benchmark client's concurrency, read from ``silicon_concurrency=`` in the row's
+  ``silicon_data_source`` (it differs from ``batch_size`` where the file records a per-rank batch); empty
+  where the file does not record it.
+- ``precision``: the file's; a row with neither precision nor quantization mode recorded (the unquantized
+  checkpoints of Llama-3.1-8B-Instruct and Qwen3-32B) is taken as bf16, said in ``notes``.
+- ``attention_dp``, ``moe_tp``, ``moe_ep``, ``mode`` (agg | disagg), ``engine``, ``engine_version``,
+  ``hf_model``: as the file has them (``hf_model`` only where ``model`` is a descriptor).
+- ``value``: the measured mean, to 6 significant digits.
+- ``source``: package, version, file and line (the same line for a measurement's two rows), then, on the
+  ``ttft`` row, the line's ``silicon_data_source`` with local paths cut to their file name (no ``/Users/...``);
+  once per measurement rather than twice keeps the table at about 2.7 MB instead of 4.
+
+Nothing here is fitted to anything: the rows are for validation only. Output is deterministic (input order),
+written atomically, every cell through :func:`perfmodel.io.csv_safe`.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+import sys
+from pathlib import Path
+from typing import Iterable
+
+from ..errors import InputError
+
+PACKAGE = "aiconfigurator-core"
+VERSION = "0.12.0"
+FILE = "systems/silicon_sample.csv"
+
+# aiconfigurator system name -> this project's hardware spec key (perfmodel list hardware)
+SYSTEMS: dict[str, str] = {"h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm", "b200_sxm": "b200", "b300_sxm": "b300",
+                           "gb200": "gb200", "gb300": "gb300"}
+
+# Hugging Face id -> (descriptor, note); only where the architecture is the descriptor's exactly
+MODELS: dict[str, tuple[str, str]] = {
+    "meta-llama/Llama-3.1-70B": ("llama-3.1-70b", ""),
+    "meta-llama/Llama-3.1-70B-Instruct": ("llama-3.1-70b", ""),
+    "meta-llama/Llama-3.1-8B": ("llama-3.1-8b", ""),
+    "meta-llama/Llama-3.1-8B-Instruct": ("llama-3.1-8b", ""),
+    "nvidia/Llama-3.1-8B-Instruct-FP8": ("llama-3.1-8b", "NVIDIA FP8 checkpoint"),
+    "deepseek-ai/DeepSeek-V3": ("deepseek-v3", ""),
+    "deepseek-ai/DeepSeek-R1": ("deepseek-v3", "DeepSeek-V3 architecture"),
+    "nvidia/DeepSeek-R1-NVFP4": ("deepseek-v3", "DeepSeek-V3 architecture"),
+    "nvidia/DeepSeek-V3.1-NVFP4": ("deepseek-v3", "DeepSeek-V3 architecture"),
+}
+
+NEEDED = ("id", "silicon_data_source", "backend", "backend_version", "model_path", "system", "precision", "mode",
+          "isl", "osl", "gemm_quant_mode", "batch_size", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size",
+          "moe_ep_size", "silicon_ttft_ms", "silicon_tpot_ms")
+LAYOUT = ("batch_size", "num_workers", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
+
+COLUMNS = ("id", "kind", "model", "hardware", "gpus", "tp", "pp", "precision", "isl", "osl", "batch", "metric",
+           "value", "unit", "source", "notes", "engine", "engine_version", "concurrency", "attention_dp", "moe_tp",
+           "moe_ep", "mode", "hf_model")
+
+_CONCURRENCY = re.compile(r"(?:^|;)\s*silicon_concurrency=(\d+)\s*(?:;|$)")
+_LOCAL_PATH = re.compile(r"(?<![\w.:-])(?:~|[A-Za-z]:)?[/\\](?:[^;\s/\\]+[/\\])+([^;\s/\\]+)")
+
+
+def sanitize_source(text: str) -> str:
+    """The row's ``silicon_data_source`` with every local absolute path cut to its file name (a container
+    image such as ``nvcr.io/nvidia/...:1.2`` is not a local path and stays)."""
+    return _LOCAL_PATH.sub(lambda m: m.group(1), text.strip())
+
+
+def _int(row: dict, col: str, where: str, *, blank: int | None = None) -> int | None:
+    text = (row.get(col) or "").strip()
+    if not text:
+        return blank
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not math.isfinite(v) or v != int(v) or v < 0:
+        raise InputError(f"expected a non-negative integer, got {text!r}", file=where, field=col)
+    return int(v)
+
+
+def _value(row: dict, col: str, where: str) -> float:
+    text = (row.get(col) or "").strip()
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not math.isfinite(v) or v <= 0:
+        raise InputError(f"expected a positive finite time in ms, got {text!r}", file=where, field=col)
+    return v
+
+
+def _layout(row: dict, prefix: str, where: str) -> tuple[str, int | None]:
+    """A disaggregated side as compact text, e.g. ``P 1x(tp1 pp1 adp4 mtp1 ep4 b1)`` (workers x (tp, pp,
+    attention DP, MoE TP, MoE EP, batch); ``?`` where not recorded), and its GPUs (workers x tp x pp x
+    attention DP) where recorded."""
+    v = {k: _int(row, prefix + k, where) for k in LAYOUT}
+    q = {k: "?" if x is None else x for k, x in v.items()}
+    text = (f"{prefix[0].upper()} {q['num_workers']}x(tp{q['tp_size']} pp{q['pp_size']} adp{q['attention_dp_size']} "
+            f"mtp{q['moe_tp_size']} ep{q['moe_ep_size']} b{q['batch_size']})")
+    if None in (v["num_workers"], v["tp_size"], v["pp_size"]):
+        return text, None
+    return text, v["num_workers"] * v["tp_size"] * v["pp_size"] * max(v["attention_dp_size"] or 1, 1)
+
+
+def _cell(v: int | None):
+    return "" if v is None else v
+
+
+def convert_rows(rows: Iterable[dict], *, src_name: str = FILE, where: str = FILE) -> list[list]:
+    """Output rows (:data:`COLUMNS` order), two per input row, in input order."""
+    out: list[list] = []
+    for line, row in enumerate(rows, start=2):
+        at = f"{where}:{line}"
+        system = (row.get("system") or "").strip()
+        hf = (row.get("model_path") or "").strip()
+        mode = (row.get("mode") or "").strip().lower()
+        if not system or not hf or mode not in ("agg", "disagg"):
+            field = "system" if not system else ("model_path" if not hf else "mode")
+            raise InputError(f"expected a value{' of agg or disagg' if field == 'mode' else ''}, got "
+                             f"{row.get(field)!r}", file=at, field=field)
+        model, note = MODELS.get(hf, (hf, ""))
+        notes = [note] if note else []
+        precision = (row.get("precision") or "").strip().lower()
+        if not precision:
+            if (row.get("gemm_quant_mode") or "").strip():
+                raise InputError("precision is empty but a quantization mode is given", file=at, field="precision")
+            precision = "bf16"
+            notes.append("precision blank, no quant mode: bf16")
+        ds = sanitize_source(row.get("silicon_data_source") or "")
+        m = _CONCURRENCY.search(row.get("silicon_data_source") or "")
+        concurrency = int(m.group(1)) if m else None
+        isl, osl = _int(row, "isl", at), _int(row, "osl", at)
+        if not isl or not osl:
+            raise InputError("expected positive isl and osl", file=at, field="isl" if not isl else "osl")
+        ttft, tpot = _value(row, "silicon_ttft_ms", at), _value(row, "silicon_tpot_ms", at)
+        adp, mtp, mep = (_int(row, c, at) for c in ("attention_dp_size", "moe_tp_size", "moe_ep_size"))
+        if mode == "agg":
+            tp, pp, batch = _int(row, "tp_size", at), _int(row, "pp_size", at), _int(row, "batch_size", at)
+            gpus = tp * pp * max(adp or 1, 1) if tp and pp else None
+        else:
+            tp = pp = batch = None
+            sides = [_layout(row, p, at) for p in ("prefill_", "decode_")]
+            notes.append("disagg " + " ".join(t for t, _ in sides))
+            gpus = sides[0][1] + sides[1][1] if None not in (sides[0][1], sides[1][1]) else None
+            adp = mtp = mep = None
+        if concurrency is None:
+            notes.append("concurrency not recorded")
+        origin = f"{PACKAGE} {VERSION} {src_name}:{line}"
+        for metric, value in (("ttft", ttft), ("tpot", tpot)):
+            # the data source once per measurement (on its ttft row), to keep the table small
+            source = f"{origin}; {ds}" if metric == "ttft" else origin
+            out.append([f"aic-{line}-{metric}", "inference", model, SYSTEMS.get(system, system), _cell(gpus),
+                        _cell(tp), _cell(pp), precision, isl, osl, _cell(batch), metric, float(f"{value:.6g}"), "ms",
+                        source, "; ".join(notes), (row.get("backend") or "").strip(),
+                        (row.get("backend_version") or "").strip(), _cell(concurrency), _cell(adp), _cell(mtp),
+                        _cell(mep), mode, hf if hf != model else ""])
+    return out
+
+
+def convert_text(text: str, *, src_name: str = FILE, where: str = FILE) -> str:
+    """The validation table (CSV text) for the text of ``silicon_sample.csv``."""
+    from ..io import csv_text
+
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [c for c in NEEDED if c not in (reader.fieldnames or ())]
+    if missing:
+        raise InputError(f"missing column(s) {', '.join(missing)}; expected aiconfigurator's silicon_sample.csv",
+                         file=where)
+    return csv_text(COLUMNS, convert_rows(reader, src_name=src_name, where=where))
+
+
+def convert_file(src, out) -> int:
+    """Convert ``src`` (silicon_sample.csv) into ``out``; the number of rows written."""
+    from ..io import write_text_atomic
+
+    p = Path(src)
+    if not p.is_file():
+        raise InputError("no such file", file=str(p))
+    if p.stat().st_size > 64 * 2**20:
+        raise InputError("larger than 64 MiB: not aiconfigurator's silicon_sample.csv", file=str(p))
+    try:
+        text = p.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError:
+        raise InputError("not UTF-8 text", file=str(p)) from None
+    # the source names the file as the package ships it, never the local path it was read from
+    name = FILE if p.name == Path(FILE).name else p.name
+    table = convert_text(text, src_name=name, where=str(p))
+    write_text_atomic(out, table)
+    return table.count("\n") - 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2 or args[0].startswith("-"):
+        print("usage: python -m perfmodel.imports.aic_silicon SRC.csv OUT.csv", file=sys.stderr)
+        return 2
+    try:
+        n = convert_file(args[0], args[1])
+    except InputError as e:
+        print(f"perfmodel: error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {args[1]} ({n} rows)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

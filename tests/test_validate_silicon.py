@@ -1,0 +1,275 @@
+"""Serving benchmarks from aiconfigurator-core's silicon_sample.csv: the converter, closed-loop concurrency in
+the serving simulator, and ``perfmodel validate`` on them (tests/data/aic_silicon_sample.csv: 22 rows cut from
+the real file, aggregated and disaggregated, models with and without a descriptor, overloaded rows)."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import numpy as np
+import pytest
+
+from perfmodel.cli import main
+from perfmodel.errors import InputError
+from perfmodel.graph import Step
+from perfmodel.imports import aic_silicon
+from perfmodel.paths import repo_root
+from perfmodel.projection import evaluate_step
+from perfmodel.resolve import resolve_hardware, resolve_model, resolve_profile
+from perfmodel.scenario import Scenario
+from perfmodel.serve.engine import simulate_instance
+from perfmodel.serve.simulate import ServeOptions, build_instance, for_hardware, simulate
+from perfmodel.serve.workload import (closed_loop_default_requests, closed_loop_requests, closed_loop_window,
+                                      parse_dist, synthetic_requests)
+
+FIXTURE = repo_root() / "tests" / "data" / "aic_silicon_sample.csv"
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory) -> tuple:
+    out = tmp_path_factory.mktemp("aic") / "silicon.csv"
+    n = aic_silicon.convert_file(FIXTURE, out)
+    return out, n, list(csv.DictReader(io.StringIO(out.read_text())))
+
+
+@pytest.fixture(scope="module")
+def validated(converted) -> dict:
+    from perfmodel.validate import run_validation
+
+    return {r["id"]: r for r in run_validation(converted[0])}
+
+
+def _by_line(rows: list[dict]) -> dict:
+    src = list(csv.DictReader(io.StringIO(FIXTURE.read_text())))
+    return {r["source"].split(":")[1].split(";")[0].split()[0]: r for r in rows if r["metric"] == "ttft"}, src
+
+
+# --- converter ---------------------------------------------------------------------------------------
+
+def test_two_rows_per_measurement_in_the_public_layout(converted):
+    out, n, rows = converted
+    src = list(csv.DictReader(io.StringIO(FIXTURE.read_text())))
+    assert n == len(rows) == 2 * len(src)
+    public = (repo_root() / "workloads" / "validation" / "public_validation.csv").read_text().splitlines()[0].split(",")
+    assert list(rows[0])[:len(public)] == public
+    assert list(rows[0]) == list(aic_silicon.COLUMNS)
+    for i, s in enumerate(src):
+        ttft, tpot = rows[2 * i], rows[2 * i + 1]
+        assert (ttft["metric"], tpot["metric"]) == ("ttft", "tpot")
+        assert ttft["unit"] == tpot["unit"] == "ms" and ttft["kind"] == "inference"
+        assert float(ttft["value"]) == pytest.approx(float(s["silicon_ttft_ms"]), rel=1e-5)
+        assert float(tpot["value"]) == pytest.approx(float(s["silicon_tpot_ms"]), rel=1e-5)
+        assert ttft["engine"] == s["backend"] and ttft["mode"] == s["mode"]
+
+
+def test_models_hardware_precision_and_concurrency_are_mapped(converted):
+    rows = {r["id"]: r for r in converted[2]}
+    r = rows["aic-8-ttft"]  # meta-llama/Llama-3.1-8B-Instruct on h100_sxm, precision blank
+    assert (r["model"], r["hardware"], r["hf_model"], r["precision"]) == \
+        ("llama-3.1-8b", "h100-sxm", "meta-llama/Llama-3.1-8B-Instruct", "bf16")
+    assert "precision blank" in r["notes"] and r["concurrency"] == "8" == r["batch"]
+    r = rows["aic-16-ttft"]  # deepseek-ai/DeepSeek-R1
+    assert r["model"] == "deepseek-v3" and "DeepSeek-V3 architecture" in r["notes"]
+    r = rows["aic-2-ttft"]  # MiniMax: no descriptor, kept with its Hugging Face id
+    assert (r["model"], r["hardware"], r["hf_model"]) == ("MiniMaxAI/MiniMax-M2.5", "b300", "")
+    r = rows["aic-3-ttft"]  # disaggregated: layout in notes, no aggregated tp
+    assert r["mode"] == "disagg" and r["tp"] == "" and r["notes"].startswith("disagg P 1x(tp1") and r["gpus"] == "36"
+    r = rows["aic-6-ttft"]  # Qwen3-32B with batch_size 144 but 288 clients
+    assert (r["batch"], r["concurrency"]) == ("144", "288")
+    r = rows["aic-5-ttft"]  # no silicon_concurrency recorded
+    assert r["concurrency"] == "" and "concurrency not recorded" in r["notes"]
+
+
+def test_source_names_the_package_and_never_a_local_path(converted):
+    text = converted[0].read_text()
+    assert "/Users/" not in text and "harrli" not in text
+    rows = {r["id"]: r for r in converted[2]}
+    s = rows["aic-8-ttft"]["source"]
+    assert s.startswith("aiconfigurator-core 0.12.0 aic_silicon_sample.csv:8; source_file=meta-llama_Llama-3.1-8B")
+    assert rows["aic-8-tpot"]["source"] == "aiconfigurator-core 0.12.0 aic_silicon_sample.csv:8"
+    assert "nvcr.io/nvidia/" in rows["aic-3-ttft"]["source"]  # container images are not local paths
+    assert aic_silicon.sanitize_source("source_file=/home/me/x/y.csv; image=nvcr.io/a/b:1") == \
+        "source_file=y.csv; image=nvcr.io/a/b:1"
+
+
+def test_conversion_is_deterministic_and_cells_are_escaped(converted, tmp_path):
+    out2 = tmp_path / "again.csv"
+    aic_silicon.convert_file(FIXTURE, out2)
+    assert out2.read_bytes() == converted[0].read_bytes()
+    src = FIXTURE.read_text().splitlines()
+    hostile = src[0] + "\n" + src[1].replace("MiniMaxAI/MiniMax-M2.5", "=HYPERLINK(1)", 1) + "\n"
+    table = aic_silicon.convert_text(hostile)
+    assert ",'=HYPERLINK(1)," in table and ",=HYPERLINK" not in table
+
+
+@pytest.mark.parametrize("edit, field", [("silicon_ttft_ms", "silicon_ttft_ms"), ("isl", "isl"), ("mode", "mode")])
+def test_bad_input_is_one_line(tmp_path, capsys, edit, field):
+    rows = list(csv.DictReader(io.StringIO(FIXTURE.read_text())))[:2]
+    rows[1][edit] = "nan" if edit != "mode" else "sideways"
+    p = tmp_path / "bad.csv"
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    w.writeheader()
+    w.writerows(rows)
+    p.write_text(buf.getvalue())
+    rc = aic_silicon.main([str(p), str(tmp_path / "out.csv")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and field in err[0] and "bad.csv:3" in err[0]
+    assert not (tmp_path / "out.csv").exists()
+    p.write_text("a,b\n1,2\n")
+    assert aic_silicon.main([str(p), str(tmp_path / "out.csv")]) == 2
+    assert aic_silicon.main([str(tmp_path / "missing.csv"), str(tmp_path / "out.csv")]) == 2
+
+
+# --- closed-loop concurrency -------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def h200_8b():
+    hw = resolve_hardware("h200")
+    return hw, resolve_model("llama8b"), resolve_profile(None, hw)
+
+
+def _closed(c, n=None, isl="1024", osl="128"):
+    n = n or closed_loop_default_requests(c)
+    return closed_loop_requests(n, c, parse_dist(isl, field="isl"), parse_dist(osl, field="osl"))
+
+
+def test_at_concurrency_one_ttft_is_a_lone_prefill(h200_8b):
+    hw, model, prof = h200_8b
+    sc = for_hardware(Scenario(batch="max"), hw).validated()
+    out = simulate(hw, model, sc, prof, _closed(1))
+    lone = evaluate_step(model, hw, sc, prof, Step("prefill", 1, 1024, 0)).time_s * 1e3
+    # the next request arrives as the previous one finishes into an idle engine: its prefill alone
+    assert out["ttft_ms"]["mean"] == pytest.approx(lone, rel=0.002)
+    assert out["ttft_ms"]["p99"] == pytest.approx(out["ttft_ms"]["p50"], rel=1e-9)
+    assert out["closed_loop"]["peak_in_flight"] == 1 and out["preemptions"] == 0
+
+
+def test_tpot_grows_with_concurrency_for_a_memory_bound_decode(h200_8b):
+    hw, model, prof = h200_8b
+    sc = for_hardware(Scenario(batch="max"), hw).validated()
+    tpot = [simulate(hw, model, sc, prof, _closed(c))["tpot_ms"]["mean"] for c in (1, 4, 16, 64)]
+    assert all(b >= a for a, b in zip(tpot, tpot[1:])), tpot
+    assert tpot[-1] > 1.5 * tpot[0]
+
+
+@pytest.mark.parametrize("c", [1, 3, 16])
+def test_never_more_than_c_in_flight(h200_8b, c):
+    hw, model, prof = h200_8b
+    sc = for_hardware(Scenario(batch="max"), hw).validated()
+    reqs = _closed(c, n=120, osl="uniform:20:200")
+    inst = build_instance(hw, model, sc, prof, reqs, "mixed", ServeOptions(), None)
+    r = simulate_instance(inst.steps, inst.cfg, reqs)
+    assert r.peak_in_system == c
+    # from the times alone: +1 at each arrival, -1 at each finish (a finish first at equal times)
+    events = sorted([(t, 1) for t in r.arrival] + [(t, -1) for t in r.finish])
+    in_flight = np.cumsum([d for _, d in events])
+    assert in_flight.max() == c and in_flight[-1] == 0
+    # each request after the first c is sent the instant an earlier one finishes
+    assert np.all(r.arrival[:c] == 0.0)
+    assert np.all(np.isin(r.arrival[c:], r.finish))
+    assert np.all(r.first_token > r.arrival) and np.all(r.finish >= r.first_token)
+
+
+def test_closed_loop_window_and_metrics(h200_8b):
+    assert closed_loop_window(closed_loop_default_requests(8), 8) == (16, 216)
+    assert closed_loop_window(5, 8) == (0, 5)
+    assert closed_loop_default_requests(200) == 1000
+    hw, model, prof = h200_8b
+    sc = for_hardware(Scenario(batch="max"), hw).validated()
+    out = simulate(hw, model, sc, prof, _closed(8), ServeOptions(replicas=2))
+    cl = out["closed_loop"]
+    assert cl["measured_requests"] == out["requests"] == 200 and cl["warmup_requests"] == 16
+    # Little's law with the client holding 8 in the system
+    assert out["request_throughput_req_s"] == pytest.approx(8 / (out["e2e_ms"]["mean"] / 1e3), rel=1e-9)
+
+
+def test_closed_loop_refusals(h200_8b):
+    hw, model, prof = h200_8b
+    sc = for_hardware(Scenario(batch="max"), hw).validated()
+    with pytest.raises(InputError, match="aggregated"):
+        simulate(hw, model, sc, prof, _closed(4), ServeOptions(disagg=(1, 1)))
+    with pytest.raises(InputError, match="concurrency"):
+        closed_loop_requests(10, 0, parse_dist("8", field="isl"), parse_dist("8", field="osl"))
+    # open-loop runs are unchanged by the new field
+    reqs = synthetic_requests(50, 5.0, parse_dist("512", field="isl"), parse_dist("64", field="osl"))
+    assert reqs.concurrency is None and "closed_loop" not in simulate(hw, model, sc, prof, reqs)
+
+
+def test_serve_cli_concurrency(capsys):
+    rc = main(["serve", "--arch", "h200", "--model", "llama8b", "--concurrency", "4", "--osl", "64", "--format",
+               "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and doc["workload"]["arrival"] == "closed-loop" and doc["closed_loop"]["concurrency"] == 4
+    rc = main(["serve", "--arch", "h200", "--model", "llama8b", "--concurrency", "4", "--osl", "64"])
+    assert rc == 0 and "closed loop at concurrency 4" in capsys.readouterr().out
+    for bad in (["--concurrency", "0"], ["--concurrency", "4", "--rate", "2"], ["--concurrency", "x"]):
+        rc = main(["serve", "--arch", "h200", "--model", "llama8b", *bad])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) == 1
+
+
+# --- perfmodel validate ------------------------------------------------------------------------------
+
+EXPECTED = {  # fixture line -> reason
+    "2": "no model descriptor", "3": "disaggregated", "4": "attention DP / expert parallel",
+    "5": "concurrency not recorded", "6": "batch differs from concurrency", "7": "no model descriptor",
+    "8": "projected", "9": "projected", "10": "projected", "11": "projected", "12": "projection refused",
+    "13": "int4", "14": "disaggregated", "15": "attention DP / expert parallel", "16": "projected",
+    "17": "no model descriptor", "18": "projection refused", "19": "projected", "20": "projected", "21": "projected",
+    "22": "projected", "23": "projected"}
+
+
+def test_validate_projects_supported_rows_and_states_why_not_for_the_rest(validated):
+    assert len(validated) == 44
+    for line, reason in EXPECTED.items():
+        for metric in ("ttft", "tpot"):
+            r = validated[f"aic-{line}-{metric}"]
+            assert r["reason"] == reason, (line, r["status"])
+            if reason == "projected":
+                assert r["predicted"] > 0 and np.isfinite(r["error"]) and r["status"] == "ok"
+                assert r["engine"] in ("trtllm", "vllm", "sglang") and r["concurrency"] >= 1
+            else:
+                assert r["predicted"] is None and r["error"] is None and r["status"]
+    assert "issue 16" in validated["aic-4-ttft"]["status"]
+    assert "does not divide" in validated["aic-18-tpot"]["status"]
+
+
+def test_overloaded_rows_queue(validated):
+    # Llama-3.1-70B fp8 on one H200, 8192 in / 1024 out at 64 clients: the KV cache holds far fewer, so the
+    # measured TTFT is tens of seconds (29.7 s TensorRT-LLM, 39.8 s vLLM); the simulation must queue too
+    for line in ("22", "23"):
+        r = validated[f"aic-{line}-ttft"]
+        assert r["published"] > 20_000 and r["predicted"] > 10_000, r
+
+
+def test_summary_and_outputs(validated, converted, capsys):
+    from perfmodel.validate import summary, validation_csv, validation_table
+
+    rows = list(validated.values())
+    s = summary(rows)["serving"]
+    assert s["coverage"]["projected"] == 20 and sum(s["coverage"].values()) == 44
+    assert "h200-sxm vllm ttft" in s["by_part_engine"] and "deepseek-ai/DeepSeek-R1 tpot" in s["by_model"]
+    text = validation_table(rows, summary_only=True)
+    assert "by part, engine and metric" in text and "aic-8-ttft" not in text
+    table = list(csv.DictReader(io.StringIO(validation_csv(rows))))
+    assert table[0]["reason"] and "checkpoint" in table[0]
+    rc = main(["validate", "--csv", str(converted[0]), "--where", "hardware=h100-sxm,engine=trtllm", "--summary"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "h100-sxm trtllm tpot" in out and "n=2 " in out and "b200" not in out
+    rc = main(["validate", "--csv", str(converted[0]), "--limit", "3", "--format", "json"])
+    assert rc == 0 and len(json.loads(capsys.readouterr().out)) == 3
+    for bad in (["--where", "nosuchcolumn=1"], ["--where", "hardware"], ["--limit", "0"]):
+        rc = main(["validate", "--csv", str(converted[0]), *bad])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) == 1, err
+
+
+def test_public_table_is_unchanged_by_the_serving_path():
+    from perfmodel.validate import run_validation, summary
+
+    rows = run_validation(where="hardware=h200-sxm", limit=4)
+    assert [r["id"] for r in rows] == ["trt09-l2-70b-h200-tp1-128-128", "trt09-l2-70b-h200-tp2-128-2048",
+                                       "trt09-l2-70b-h200-tp1-2048-128", "trt09-l2-70b-h200-tp1-2048-2048"]
+    assert all("reason" not in r for r in rows) and "serving" not in summary(rows)
