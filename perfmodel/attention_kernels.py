@@ -12,6 +12,7 @@ kernel says so.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 from .errors import InputError
 
@@ -82,15 +83,18 @@ class Resolved:
 
     @property
     def carried(self) -> bool:
-        return self.kernel.carried
+        """Timed with another kernel's parameters (the rule in KERNELS), not its own."""
+        return self.backend != self.kernel.key
 
 
-def resolve(name: str, phase: str, generation: str, attn_default: dict) -> Resolved:
+def resolve(name: str, phase: str, generation: str, attn_default: dict, own: Iterable[str] = ()) -> Resolved:
     """The kernel ``name`` (or ``auto``) becomes on a part of ``generation`` for ``phase``.
 
     ``auto`` is the profile's measured default dispatch for the phase (decode for one query a sequence,
     prefill otherwise), FlashAttention-2 when the profile records none. A kernel that does not run on the
-    generation is replaced by its fallback, and the note says so.
+    generation is replaced by its fallback, and the note says so. ``own``: kernels the profile has
+    parameters of its own for (measured on the part, e.g. an engine's kernels imported from its tables):
+    those are timed as themselves, not by the kernel they are carried from.
     """
     key = canonical(name)
     note = ""
@@ -99,6 +103,8 @@ def resolve(name: str, phase: str, generation: str, attn_default: dict) -> Resol
         if key not in KERNELS:
             key = "flash"
     kernel = KERNELS[key]
+    if key in set(own):  # measured on this part: it runs here
+        return Resolved(kernel, key, note)
     if kernel.generations and generation not in kernel.generations:
         note = f"{kernel.name} does not run on {generation}: {KERNELS[kernel.fallback].name} instead"
         kernel = KERNELS[kernel.fallback]

@@ -90,7 +90,7 @@ def cmd_project(args) -> int:
     results = []
     for arch in args.arch:
         hw = resolve_hardware(arch)
-        prof = resolve_profile(args.calibration, hw)
+        prof = resolve_profile(args.calibration, hw, sc.engine)
         results.append(project_resolved(hw, model, sc, prof))
     usd = _gpu_hour_usd(args)
     if args.format == "json":
@@ -142,7 +142,7 @@ def cmd_step(args) -> int:
     dicts = []
     for arch in args.arch:
         hw = resolve_hardware(arch)
-        prof = resolve_profile(args.calibration, hw)
+        prof = resolve_profile(args.calibration, hw, sc.engine)
         phase = evaluate_step(model, hw, sc, prof, Step(args.phase, args.batch, seq, context))
         dicts.append(step_dict(hw, model, sc, prof, phase))
     if args.format == "json":
@@ -275,6 +275,40 @@ def cmd_fit(args) -> int:
     return 0
 
 
+def cmd_import(args) -> int:
+    from pathlib import Path
+
+    from .imports import aiconfigurator as aic
+
+    src = aic.find_source(args.data)
+    if args.list:
+        print(f"{aic.PACKAGE} {src.version} at {src.systems}")
+        print(f"{'system':<22}{'spec':<16}{'engine':<8}{'version':<12}{'nccl':<9}tables")
+        for a in aic.available(src):
+            print(f"{a['system']:<22}{a['spec'] or '-':<16}{a['engine']:<8}{a['version'] or '-':<12}"
+                  f"{a['nccl'] or '-':<9}{', '.join(sorted(a['tables']))}")
+        return 0
+    if not args.system or not args.engine:
+        raise InputError("give --system and --engine (or --list to see what the package holds)", field="--system")
+    out = Path(args.out or f"calibration/{aic.SYSTEMS.get(args.system, args.system)}-{args.engine}")
+    if out.exists() and not out.is_dir():
+        raise InputError("exists and is not a folder", file=str(out), field="--out")
+    families = [f.strip() for f in args.families.split(",")] if args.families else list(aic.FAMILIES)
+    unknown = sorted(set(families) - set(aic.FAMILIES))
+    if unknown:
+        raise InputError(f"unknown famil{'ies' if len(unknown) > 1 else 'y'} {', '.join(unknown)}; expected some "
+                         f"of {', '.join(aic.FAMILIES)}", field="--families")
+    prov = aic.import_system(src, args.system, args.engine, out, version=args.version,
+                             rows_per_table=args.rows_per_table, seed=args.seed, families=families)
+    print(aic.summary_text(prov), file=sys.stderr)
+    print(f"wrote {out}/measurements.jsonl.gz and environment.json", file=sys.stderr)
+    if args.fit:
+        from .calibrate.fit import fit_directory
+
+        print(fit_directory(out))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -353,6 +387,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--holdout", type=float, default=0.25, help="share of shapes held out for validation, in [0, 1)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_fit)
+
+    p = sub.add_parser("import", help="measured kernel tables from another tool, as calibration rows")
+    p.add_argument("source", choices=("aiconfigurator",),
+                   help="aiconfigurator: NVIDIA's aiconfigurator-core tables (pip install '.[import]')")
+    p.add_argument("--system", help="the package's system name, e.g. b200_sxm, gb200, h100_sxm (see --list)")
+    p.add_argument("--engine", choices=("trtllm", "vllm", "sglang"), help="whose kernels")
+    p.add_argument("--version", default=None, help="engine version (default: the package's current one)")
+    p.add_argument("--out", help="calibration folder (default calibration/<spec>-<engine>)")
+    p.add_argument("--data", default=None, help="the package's systems folder (default: the installed package)")
+    p.add_argument("--families", default=None, help="comma-separated: gemm,attention,comm,moe (default all)")
+    p.add_argument("--rows-per-table", type=int, default=3000, help="stratified subsample size per table")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--fit", action="store_true", help="fit the profile right after (perfmodel fit OUT)")
+    p.add_argument("--list", action="store_true", help="list systems, engines and versions, and stop")
+    p.set_defaults(func=cmd_import)
 
     _register_outputs(sub)
     return ap

@@ -159,12 +159,9 @@ def _attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]:
     ops = [O.gemm("attn.qkv", tokens, (hq + 2 * hkv) * d, model.hidden, w, phase=ph)]
     rope = model.position == "rope"
     ops += _rotary_ops(sc, tokens, hq, hkv, d, act, ph) if rope else []
-    # new K and V into the cache: read them from the QKV output, write them in the cache format; with rotary
-    # folded in, the same kernel applies it to Q and K (reading and writing Q too)
-    kv_elems = tokens * 2 * hkv * d
-    q_bytes = 2 * tokens * hq * d * _b(act) if rope and sc.rotary == "kv_write" else 0.0
-    ops.append(O.Op("attn.kv_write", "kv_write", ph, 0.0, kv_elems * (_b(act) + _b(sc.kv)) + q_bytes,
-                    {"tokens": tokens, "elems": kv_elems, "dtype": sc.kv}))
+    # new K and V into the cache; with rotary folded in, the same kernel applies it to Q and K
+    ops.append(O.kv_write("attn.kv_write", tokens, hq, hkv, d, act_dtype=act, kv_dtype=sc.kv,
+                          rope_q=rope and sc.rotary == "kv_write", phase=ph))
     core = O.attention("attn.core", step.batch, hq, hkv, step.seq, step.context + step.seq, d,
                        causal=step.phase == "prefill", dtype=_attention_dtype(sc), kv_dtype=sc.kv, phase=ph)
     ops.append(_with_kernel(core, sc))

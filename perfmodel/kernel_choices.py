@@ -7,6 +7,7 @@ assumptions say in words.
 from __future__ import annotations
 
 from .attention_kernels import resolve
+from .cost import own_attention_backends
 from .dtypes import TENSOR_RATE_KEY
 from .engines import engine_for
 from .profile import Profile
@@ -25,7 +26,8 @@ def choices(hw: HardwareSpec, sc: Scenario, prof: Profile) -> dict:
     out["gemm"] = _gemm(sc, prof)
     attention = {}
     for phase in ("prefill", "decode"):
-        r = resolve(sc.attention_kernel or "auto", phase, hw.generation, prof.attn_default)
+        r = resolve(sc.attention_kernel or "auto", phase, hw.generation, prof.attn_default,
+                    own_attention_backends(prof))
         measured = r.backend in prof.provenance.get("attention_backends", ()) if prof.fitted else False
         attention[phase] = {
             "kernel": r.kernel.key, "name": r.kernel.name, "timed_as": r.backend,

@@ -77,6 +77,19 @@ def attention(name: str, batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, *, c
                "kv_dtype": kv_dtype or dtype}, count)
 
 
+def kv_write(name: str, tokens, heads_q, heads_kv, head_dim, *, act_dtype: str, kv_dtype: str, rope_q: bool = False,
+             phase: str = "standalone", count: float = 1.0, head_dim_v=None) -> Op:
+    """New K and V of ``tokens`` tokens into the cache: read them from the QKV output, write them in the
+    cache's format. ``rope_q``: the same kernel applies rotary to the queries too (reads and writes Q), as
+    engines that fold rotary into the cache write do."""
+    dv = head_dim if head_dim_v is None else head_dim_v
+    elems = tokens * heads_kv * (head_dim + dv)
+    act_b = bytes_per_element(act_dtype)
+    q_bytes = 2.0 * tokens * heads_q * head_dim * act_b if rope_q else 0.0
+    return Op(name, "kv_write", phase, 0.0, elems * (act_b + bytes_per_element(kv_dtype)) + q_bytes,
+              {"tokens": tokens, "elems": elems, "dtype": kv_dtype}, count)
+
+
 def elementwise(name: str, kind: str, *, reads, writes, flops_per_elem: float, elems, dtype: str,
                 phase: str = "standalone", count: float = 1.0, scope: str = "layer", params: dict | None = None,
                 extra_bytes=0.0, kernels: float = 1.0) -> Op:

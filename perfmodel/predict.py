@@ -114,11 +114,17 @@ def op_from_params(kind: str, v: dict) -> O.Op:
     """The standalone operator a measured or requested row describes (params as in the CSV columns)."""
     d = v.get("dtype", "bf16")
     if kind == "gemm":
-        return O.gemm("gemm", v["m"], v["n"], v["k"], d, groups=v.get("groups", 1))
+        op = O.gemm("gemm", v["m"], v["n"], v["k"], d, groups=v.get("groups", 1))
+        # how a quantized format is scaled, and whether the module quantizes its input (imported engine tables)
+        extra = {key: v[key] for key in ("scaling", "quant_input") if v.get(key)}
+        return O.Op(op.name, op.kind, op.phase, op.flops, op.bytes, {**op.params, **extra}) if extra else op
     if kind == "attention":
-        return O.attention("attention", v["batch"], v["heads_q"], v["heads_kv"], v["seq_q"], v["seq_kv"],
-                           v["head_dim"], causal=bool(v["causal"]), dtype=d, head_dim_v=v.get("head_dim_v") or None,
-                           kv_dtype=v.get("kv_dtype") or None)
+        op = O.attention("attention", v["batch"], v["heads_q"], v["heads_kv"], v["seq_q"], v["seq_kv"],
+                         v["head_dim"], causal=bool(v["causal"]), dtype=d, head_dim_v=v.get("head_dim_v"),
+                         kv_dtype=v.get("kv_dtype") or None)
+        # packed: a serving engine's decode kernel (real query rows only); includes: what else the timed module did
+        extra = {key: v[key] for key in ("packed", "includes") if v.get(key)}
+        return O.Op(op.name, op.kind, op.phase, op.flops, op.bytes, {**op.params, **extra}) if extra else op
     if kind in ("rmsnorm", "layernorm", "residual"):
         return getattr(O, kind)(kind, v["tokens"], v["hidden"], d)
     if kind in ("swiglu", "gelu"):
@@ -128,7 +134,7 @@ def op_from_params(kind: str, v: dict) -> O.Op:
     if kind == "copy":
         return O.copy("copy", v["bytes"])
     if kind == "reduce":
-        return O.Op("reduce", "reduce", "standalone", v["bytes"] / 2.0, float(v["bytes"]), {"bytes": v["bytes"]})
+        return O.Op("reduce", "reduce", "standalone", v["bytes"] / 2.0, v["bytes"] * 1.0, {"bytes": v["bytes"]})
     raise KeyError(kind)
 
 

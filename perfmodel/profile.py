@@ -29,6 +29,11 @@ class Profile:
     spec_key: str = ""  # hardware spec it was measured against, e.g. "h200-sxm"
     carried_from: str = ""  # set when carried to another part by transfer rules
     fitted: bool = False
+    # the software stack whose kernels were measured: "torch" (this project's suite: plain PyTorch and its SDPA
+    # backends) or a serving engine's key (trtllm, vllm, sglang) for tables imported from that engine
+    engine: str = "torch"
+    # families taken from other profiles when one was composed for a projection (perfmodel.evidence), in words
+    other_sources: str = ""
 
     # GEMM: per-SM tile pipeline. Time of one output tile = 2*tm*tn*(k + k0) / (per-SM peak * eta * tile_eff)
     gemm_eta: dict[str, float] = field(default_factory=lambda: {
@@ -46,6 +51,14 @@ class Profile:
     gemm_misaligned_eta: float = 0.3  # rate of the fallback kernels for rows not 16-byte aligned (estimate)
     # a format's streaming efficiency relative to gemm_mem_eta (fitted where measured; 1 otherwise)
     gemm_mem_eta_scale: dict[str, float] = field(default_factory=dict)
+    # fixed cost of quantizing a linear layer's input, per format (fp8, fp8_block, fp4): fitted from an engine's
+    # linear-module times; without one, an elementwise kernel's fixed cost (perfmodel.cost.gemm.quant_prologue)
+    gemm_prologue_s: dict[str, float] = field(default_factory=dict)
+    gemm_prologue_eta: dict[str, float] = field(default_factory=dict)  # its input pass, a ratio to the bandwidth
+    # per format (gemm_format): how far its rate falls at the power limit (else gemm_power_drop), and the most
+    # K splits its kernels use (else unlimited); fitted where an engine's tables measure the format
+    gemm_format_power_drop: dict[str, float] = field(default_factory=dict)
+    gemm_max_split: dict[str, float] = field(default_factory=dict)
     # distinct operand tiles in flight per SM needed to stream at full bandwidth (estimate, by Little's law:
     # ~3 MB in flight for 4.8 TB/s at ~600 ns latency is ~35 tiles of 128 x 64 bf16 four stages deep: 0.25/SM)
     gemm_mem_ctas: float = 0.25
@@ -80,6 +93,14 @@ class Profile:
     attn_overhead_s: dict[str, float] = field(default_factory=lambda: {"flash": 8e-6, "cudnn": 8e-6, "efficient": 8e-6})
     attn_cta_blocks: dict[str, float] = field(default_factory=lambda: {"flash": 1.0, "cudnn": 1.0, "efficient": 1.0})
     attn_tail: dict[str, float] = field(default_factory=lambda: {"flash": 0.1, "cudnn": 0.1, "efficient": 0.1})
+    # softmax on the SM's non-tensor units, per backend: cycles per score and the p-norm joining it with the
+    # block's products (perfmodel.cost.attention); absent: not modelled (the backend's attn_eta absorbs it)
+    attn_sfu_cycles: dict[str, float] = field(default_factory=dict)
+    attn_sfu_p: dict[str, float] = field(default_factory=dict)
+    # per backend: each CTA's own latency in SM cycles, and the CTAs per SM needed to stream KV at full bandwidth
+    # (perfmodel.cost.attention); absent: no CTA latency, one CTA per SM
+    attn_cta_cycles: dict[str, float] = field(default_factory=dict)
+    attn_mem_ctas: dict[str, float] = field(default_factory=dict)
     # p of the p-norm joining block compute and KV streaming (as gemm_softness; estimate until fitted)
     attn_softness: dict[str, float] = field(default_factory=lambda: {"flash": 4.0, "cudnn": 4.0, "efficient": 4.0})
     # Block shapes (query rows x keys) per backend, prefill and ".decode" (structural, not fitted):
@@ -139,7 +160,8 @@ class Profile:
     def label(self) -> str:
         if not self.fitted:
             return "none (documented defaults)"
-        return f"{self.name} (carried from {self.carried_from})" if self.carried_from else self.name
+        base = f"{self.name} (carried from {self.carried_from})" if self.carried_from else self.name
+        return f"{base} + {self.other_sources}" if self.other_sources else base
 
 
 DEFAULTS = Profile()
@@ -147,17 +169,18 @@ DEFAULTS = Profile()
 
 # Fields that hold a dict of numbers keyed by format, kind or backend: a profile file may give some keys and
 # take the rest from the defaults.
-_NUMBER_DICTS = ("gemm_eta", "gemm_mem_eta_scale", "mem_eta", "mem_alpha_s", "row_s", "host_floor_s", "attn_eta", "attn_dec_eta",
+_NUMBER_DICTS = ("gemm_eta", "gemm_mem_eta_scale", "gemm_prologue_s", "gemm_prologue_eta", "gemm_format_power_drop", "gemm_max_split",
+                 "attn_sfu_cycles", "attn_sfu_p", "attn_cta_cycles", "attn_mem_ctas", "mem_eta", "mem_alpha_s", "row_s", "host_floor_s", "attn_eta", "attn_dec_eta",
                  "attn_overhead_s", "attn_cta_blocks", "attn_tail", "attn_softness", "attn_block_q", "attn_block_k")
 _FREE_DICTS = ("validation", "provenance", "training", "power")  # checked by their own users
 # Per-collective fitted parameters, keyed "<collective>:<world size>" (perfmodel.cost.comm)
 _COMM_DICTS = ("comm_alpha_s", "comm_eta")
-_COMM_KEY = re.compile(r"^(all_reduce|all_gather|reduce_scatter|all_to_all|p2p):([1-9][0-9]*)$")
+_COMM_KEY = re.compile(r"^(all_reduce|engine_all_reduce|all_gather|reduce_scatter|all_to_all|p2p):([1-9][0-9]*)$")
 # Fields earlier versions wrote that no longer exist: read and ignored, so older profile.json files load.
 # scaleup_alpha_s, scaleout_alpha_s: the latency of one ring step, part-independent estimates; now the spec's
 # interconnect.scale_up.latency / scale_out.latency (a property of the part's fabric), or the fitted alpha.
 RETIRED_FIELDS = ("scaleup_alpha_s", "scaleout_alpha_s")
-_TEXT = ("name", "description", "device", "spec_key", "carried_from")
+_TEXT = ("name", "description", "device", "spec_key", "carried_from", "engine", "other_sources")
 # A fraction of a datasheet peak may pass 1 by the clock headroom (rates are quoted at a sustained clock
 # below max boost: 1980 / 1830 MHz on Hopper), never by 2.
 MAX_ETA = 2.0

@@ -142,7 +142,7 @@ def project(hardware, model, scenario: Scenario | None = None, *, profile: Profi
     hw = resolve_hardware(hardware)
     mdl = resolve_model(model)
     sc = (scenario or Scenario()).with_(**overrides).validated()
-    prof = profile if profile is not None else resolve_profile(None, hw)
+    prof = profile if profile is not None else resolve_profile(None, hw, sc.engine)
     return project_resolved(hw, mdl, sc, prof)
 
 
@@ -354,6 +354,6 @@ def step(hardware, model, phase: str, batch: int, *, seq: int | None = None, con
     hw = resolve_hardware(hardware)
     mdl = resolve_model(model)
     sc = (scenario or Scenario()).with_(**overrides).validated()
-    prof = profile if profile is not None else resolve_profile(None, hw)
+    prof = profile if profile is not None else resolve_profile(None, hw, sc.engine)
     new = (seq or 1) if phase == "decode" else (seq or sc.isl)
     return evaluate_step(mdl, hw, sc, prof, Step(phase, batch, new, context))

@@ -24,16 +24,29 @@ def resolve_model(model) -> Model:
     return load_model(model)
 
 
+_PROFILES: dict = {}
+
+
 def available_profiles() -> list[tuple[Path, Profile]]:
     """Every readable profile under calibration/. One that does not load is skipped with a one-line warning:
-    a broken profile for one part must not stop projections on every other part."""
+    a broken profile for one part must not stop projections on every other part. Read once per process and
+    folder state (a profile rewritten by ``perfmodel fit`` is read again)."""
+    from .paths import calibration_dir
+
+    root = calibration_dir()
+    files = sorted(root.glob("*/profile.json")) if root.is_dir() else []
+    stamp = (str(root), tuple((str(p), p.stat().st_mtime_ns) for p in files))
+    if _PROFILES.get("stamp") != stamp:
+        _PROFILES["stamp"], _PROFILES["list"] = stamp, _load_profiles(root)
+    return list(_PROFILES["list"])
+
+
+def _load_profiles(root: Path) -> list[tuple[Path, Profile]]:
     import sys
 
     from .errors import InputError
-    from .paths import calibration_dir
 
     out = []
-    root = calibration_dir()
     if root.is_dir():
         for p in sorted(root.glob("*/profile.json")):
             try:
@@ -51,24 +64,25 @@ def _own_profile(hw: HardwareSpec) -> Profile | None:
     return None
 
 
-def resolve_profile(arg, hw: HardwareSpec) -> Profile:
-    """The profile a projection on ``hw`` uses.
+def resolve_profile(arg, hw: HardwareSpec, engine: str | None = None) -> Profile:
+    """The profile a projection on ``hw`` with ``engine`` (a preset key; None or ``auto``: the part's default
+    engine) uses.
 
-    ``arg`` None: the part's own profile from ``calibration/`` if there is one, else one measured on a
-    part of the same vendor, carried by the transfer rules, else the documented defaults. ``"none"``:
-    the defaults. A path: that profile, carried to ``hw`` if it was measured on another part.
+    ``arg`` None: each family of the cost model from the best profile under ``calibration/`` that measured it:
+    on the part itself for that engine, else on the nearest part, carried by the transfer rules
+    (:mod:`perfmodel.evidence`), else the documented defaults. ``"none"``: the defaults. A path: that profile
+    alone, carried to ``hw`` if it was measured on another part.
     """
     from .transfer import carry
 
     if isinstance(arg, Profile):
         prof = arg
     elif arg is None:
-        own = _own_profile(hw)
-        if own is not None:
-            return own
-        prof = next((p for _, p in available_profiles() if _vendor_of(p) == hw.vendor), None)
-        if prof is None:
-            return DEFAULTS
+        from .engines import engine_for
+        from .evidence import compose
+
+        key = engine_for(engine or "auto", hw.vendor).key
+        return compose(hw, key, [(p, _source_spec(p)) for _, p in available_profiles()])
     elif str(arg).lower() == "none":
         return DEFAULTS
     else:

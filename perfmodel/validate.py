@@ -160,7 +160,7 @@ def run_validation(path=None, *, calibration=None, mode: str = "latency", engine
         sc = _scenario_for(row, where, engine).with_(mode=mode)
         hw = resolve_hardware(row["hardware"])
         model = resolve_model(row["model"])
-        prof = resolve_profile(calibration, hw)
+        prof = resolve_profile(calibration, hw, sc.engine)
         try:
             proj = project_resolved(hw, model, sc, prof)
         except InputError as e:
@@ -214,9 +214,9 @@ class _Serving:
         if isinstance(model, InputError):
             rec["reason"], rec["status"] = "no model descriptor", f"no model descriptor for {row['model'].strip()}"
             return rec
-        if hw.key not in self.profiles:
-            self.profiles[hw.key] = resolve_profile(self.calibration, hw)
-        prof = self.profiles[hw.key]
+        if (hw.key, rec["engine"]) not in self.profiles:
+            self.profiles[(hw.key, rec["engine"])] = resolve_profile(self.calibration, hw, rec["engine"])
+        prof = self.profiles[(hw.key, rec["engine"])]
         try:
             sc = Scenario(isl=_int(row, "isl", where), osl=_int(row, "osl", where), batch="max",
                           tp=_int(row, "tp", where), pp=_int(row, "pp", where),

@@ -169,7 +169,7 @@ def test_projection_energy(h200):
     assert j["prefill"] > 0 and j["decode"] > 0 and j["output"] > j["decode"]
     assert e["tokens_per_joule"] == pytest.approx(1.0 / j["output"])
     assert e["avg_power_w"] == pytest.approx(j["output"] * p.throughput_tok_s / p.scenario.gpus)
-    assert 0 < e["avg_power_w"] <= h200.tdp_w
+    assert 0 < e["avg_power_w"] <= h200.tdp_w * (1 + 1e-9)  # at the power limit, up to rounding
     assert e["usd_per_million_tokens"] == pytest.approx(2.5 / 3600 / p.throughput_tok_s * 1e6)
     assert e["tokens_s_per_mw"] == pytest.approx(p.throughput_tok_s / e["replica_power_w"] * 1e6)
     json.dumps(e, allow_nan=False)

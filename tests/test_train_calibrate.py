@@ -93,7 +93,7 @@ def test_fit_on_the_h200_rows_gives_numeric_factors_and_predicts_whole_steps():
     from perfmodel.train.fit import fit_training, training_markdown
 
     hw = resolve_hardware("h200-sxm")
-    prof, summary = fit_training(resolve_profile(None, hw), _h200_rows(), hw)
+    prof, summary = fit_training(resolve_profile(None, hw, "torch"), _h200_rows(), hw)
     t = prof.training
     for key in ("gemm_dgrad_scale", "gemm_wgrad_scale", "loss_scale", "adamw_eta", "adamw_alpha_s"):
         assert isinstance(t[key], float) and math.isfinite(t[key]) and t[key] > 0

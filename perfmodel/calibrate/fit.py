@@ -21,11 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..cost import _rate
-from ..cost.attention import attention_time
-from ..cost.gemm import gemm_time, mem_scale
+from ..cost.gemm import gemm_format
 from ..cost.memory import memory_time
-from ..cost.memory import standalone as standalone_time
 from ..dtypes import bytes_per_element
 from ..errors import InputError
 from ..io import write_text_atomic
@@ -123,55 +120,65 @@ def load_cases(rows: list[dict], holdout: float, seed: int) -> tuple[list[Case],
 
 # --- predictions for arrays of cases ---------------------------------------------------------------
 
+def _signature(c: Case) -> tuple:
+    """Cases that one vectorised op can time together: same kind, formats, flags and kernel."""
+    p = c.params
+    if c.kind == "gemm":
+        return ("gemm", p["dtype"], p.get("scaling"), bool(p.get("quant_input")), c.standalone)
+    if c.kind == "attention":
+        return ("attention", p.get("dtype", "bf16"), p.get("kv_dtype") or p.get("dtype", "bf16"), bool(p["causal"]),
+                c.backend, bool(p.get("packed")), p.get("includes"), c.standalone)
+    return (c.kind, p.get("dtype"), c.standalone)
+
+
+def _array_params(cases: list[Case]) -> dict:
+    """The cases' params as one dict: numeric fields as arrays, the rest (shared by the group) as is."""
+    keys = dict.fromkeys(k for c in cases for k in c.params)
+    out = {}
+    for k in keys:
+        # optional shape fields some rows leave out take the op's own default
+        default = {"head_dim_v": "head_dim", "groups": None}.get(k, k)
+        vals = [c.params.get(k, c.params.get(default, 1) if default else 1) if c.params.get(k) is None else c.params[k]
+                for c in cases] if k in ("head_dim_v", "groups") else [c.params.get(k) for c in cases]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+            out[k] = np.array(vals, dtype=float)
+        else:
+            out[k] = vals[0]
+    return out
+
+
 def predict_cases(cases: list[Case], hw: HardwareSpec, prof: Profile) -> np.ndarray:
+    """Each case's time as the cost model gives it (:func:`perfmodel.cost.time_op`, the projection's own path),
+    one vectorised op per group of like cases. A case whose module did more than its op (an engine's attention
+    module also writes the new K and V into the cache) adds those ops' times."""
+    from ..cost import time_op
+    from ..ops import kv_write
+
     out = np.empty(len(cases))
-    by_kind: dict[str, list[int]] = {}
+    groups: dict[tuple, list[int]] = {}
     for i, c in enumerate(cases):
-        by_kind.setdefault(c.kind, []).append(i)
-    for kind, idx in by_kind.items():
+        groups.setdefault(_signature(c), []).append(i)
+    for sig, idx in groups.items():
         sub = [cases[i] for i in idx]
-        t = _predict_kind(kind, sub, hw, prof)
-        alone = np.array([c.standalone for c in sub])
-        nbytes = np.array([float(c.op.bytes) for c in sub])
-        out[idx] = np.where(alone, standalone_time(kind, t, prof, nbytes, hw.l2_bytes, hw.hbm_bandwidth), t)
+        params = _array_params(sub)
+        params.pop("backend", None)
+        op = op_from_params(sub[0].kind, params)
+        if sub[0].kind == "attention":
+            op = op.__class__(op.name, op.kind, op.phase, op.flops, op.bytes, {**op.params, "kernel": sub[0].backend})
+        t = np.asarray(time_op(op, hw, prof, standalone=sub[0].standalone).time, dtype=float)
+        if sub[0].kind == "attention" and params.get("includes") == "kv_write":
+            p = op.params
+            kv = kv_write("kv_write", p["batch"] * p["seq_q"], p["heads_q"], p["heads_kv"], p["head_dim"],
+                          act_dtype=p["dtype"] if p["dtype"] != "fp8" else "bf16", kv_dtype=p["kv_dtype"],
+                          rope_q=sub[0].backend == "trtllm", head_dim_v=p["head_dim_v"])
+            t = t + np.asarray(time_op(kv, hw, prof).time, dtype=float)
+        out[idx] = np.broadcast_to(t, (len(idx),))
     return out
 
 
 def _col(cases, key, default=None):
     return np.array([c.params.get(key, default) if c.params.get(key) is not None else default for c in cases],
                     dtype=float)
-
-
-def _predict_kind(kind: str, cases: list[Case], hw: HardwareSpec, prof: Profile) -> np.ndarray:
-    nbytes = np.array([float(c.op.bytes) for c in cases])
-    bw = hw.hbm_bandwidth
-    if kind == "gemm":
-        rates = [_rate(hw, c.params["dtype"], prof) for c in cases]
-        peak = np.array([r[0] for r in rates])
-        eta = np.array([r[1] for r in rates])
-        elem = np.array([bytes_per_element(c.params["dtype"]) for c in cases])
-        scale = np.array([mem_scale(prof, c.params["dtype"]) for c in cases])
-        t, _, _ = gemm_time(_col(cases, "m"), _col(cases, "n"), _col(cases, "k"), _col(cases, "groups", 1.0), nbytes,
-                            peak, hw.sm_count, bw, prof, eta, elem_bytes=elem, mem_scale=scale)
-        return t
-    if kind == "attention":
-        out = np.empty(len(cases))
-        for backend in sorted({c.backend for c in cases}):
-            idx = [i for i, c in enumerate(cases) if c.backend == backend]
-            sub = [cases[i] for i in idx]
-            peak = np.array([_rate(hw, c.params.get("dtype", "bf16"), prof)[0] for c in sub])
-            d = _col(sub, "head_dim")
-            dv = np.array([c.op.params["head_dim_v"] for c in sub], dtype=float)
-            causal = np.array([bool(c.params["causal"]) for c in sub])
-            t, _, _ = attention_time(_col(sub, "batch"), _col(sub, "heads_q"), _col(sub, "heads_kv"),
-                                     _col(sub, "seq_q"), _col(sub, "seq_kv"), d, dv, causal, nbytes[idx], peak,
-                                     hw.sm_count, bw, prof, backend=backend)
-            out[idx] = t
-        return out
-    rows = _col(cases, "tokens") if kind in ("rmsnorm", "layernorm") else None
-    row_len = _col(cases, "hidden") if rows is not None else None
-    t, _ = memory_time(kind, nbytes, bw, prof, rows=rows, row_len=row_len, sms=hw.sm_count)
-    return np.asarray(t, dtype=float)
 
 
 # --- fitting ------------------------------------------------------------------------------------------
@@ -258,9 +265,13 @@ def fit_profile(cases: list[Case], hw: HardwareSpec, base: Profile = DEFAULTS) -
         prof = _inherit_unmeasured(prof, set(kinds))
     gemms = [c for c in train if c.kind == "gemm"]
     if gemms:
-        fmts = sorted({c.params["dtype"] for c in gemms})
+        fmts = sorted({_format(c) for c in gemms})
         # above 1 only by the clock headroom: datasheet rates are quoted at a sustained clock below max boost
         params = [_dict_entry("gemm_eta", f, 0.005, 1.2) for f in fmts]
+        # a linear module that quantizes its input pays a prologue per format (engine tables time the module)
+        for f in sorted({_format(c) for c in gemms if c.params.get("quant_input")}):
+            params += [_dict_entry("gemm_prologue_s", f, 1e-8, 1e-3, start=4e-6),
+                       _dict_entry("gemm_prologue_eta", f, 0.02, 1.0, start=0.5)]
         params += [_field("gemm_k0", 1.0, 4096.0), _field("gemm_tile_c", 0.1, 500.0),
                    _field("gemm_overhead_s", 1e-8, 1e-3), _field("gemm_mem_eta", 0.05, 1.0),
                    _field("gemm_softness", 1.2, 30.0), _field("gemm_wave_q", 0.01, 1.0),
@@ -270,19 +281,76 @@ def fit_profile(cases: list[Case], hw: HardwareSpec, base: Profile = DEFAULTS) -
             params.append(_field("gemm_misaligned_eta", 0.01, 1.0))
         # a format's own streaming efficiency, relative to the bf16 kernels' (enough memory-bound rows needed)
         for f in fmts:
-            if f != "bf16" and sum(1 for c in gemms if c.params["dtype"] == f and c.params["m"] <= 64) >= 10:
-                params.append(_dict_entry("gemm_mem_eta_scale", f, 0.4, 1.25, start=1.0))
+            if f != "bf16" and sum(1 for c in gemms if _format(c) == f and c.params["m"] <= 64) >= 10:
+                params.append(_dict_entry("gemm_mem_eta_scale", f, 0.2, 1.25, start=1.0))
+        # an engine's quantized formats run other kernel families than bf16: their own power drop (the large
+        # products that reach the power limit) and their own split-K limit (skinny products over a long K)
+        engine_fmts = sorted({_format(c) for c in gemms if c.params.get("quant_input")})
+        for f in engine_fmts:
+            sub = [c for c in gemms if _format(c) == f]
+            if sum(1 for c in sub if min(c.params["m"], c.params["n"], c.params["k"]) >= 2048) >= 10:
+                params.append(_dict_entry("gemm_format_power_drop", f, 1e-3, 0.7, start=prof.gemm_power_drop))
+            if sum(1 for c in sub if c.params["k"] >= 8 * prof.gemm_splitk_min_k
+                   and c.params["m"] * c.params["n"] <= 256 * 1024) >= 10:
+                params.append(_dict_entry("gemm_max_split", f, 1.0, 256.0, start=16.0))
         prof, _ = _least_squares(params, prof, lambda p: _log_residuals(gemms, hw, p))
-    for backend in sorted({c.backend for c in train if c.kind == "attention"}):
+    kv_write_fitted = False
+    backends = {c.backend for c in train if c.kind == "attention"}
+    # most rows first: the engine's own kernel before the others it also runs
+    for backend in sorted(backends, key=lambda b: (-sum(1 for c in train if c.backend == b), b)):
         attn = [c for c in train if c.kind == "attention" and c.backend == backend]
         if len(attn) < MIN_ATTENTION_ROWS:
             continue
-        params = [_dict_entry("attn_eta", backend, 0.005, 1.2), _dict_entry("attn_dec_eta", backend, 0.01, 1.0),
-                  _dict_entry("attn_overhead_s", backend, 1e-8, 1e-3),
-                  _dict_entry("attn_cta_blocks", backend, 0.01, 16.0), _dict_entry("attn_tail", backend, 1e-3, 4.0),
-                  _dict_entry("attn_softness", backend, 1.2, 30.0)]
+        prof = _with_block_shapes(prof, backend)
+        params = []
+        # an engine's attention module also writes the new K and V into the cache: fit that kernel with the
+        # first backend measured so (the engine's own; later ones keep it)
+        if any(c.params.get("includes") == "kv_write" for c in attn) and not kv_write_fitted:
+            params += [_dict_entry("mem_eta", "kv_write", 0.05, 1.0), _dict_entry("mem_alpha_s", "kv_write", 1e-8, 1e-4)]
+            kv_write_fitted = True
+        params += [_dict_entry("attn_eta", backend, 0.005, 1.2), _dict_entry("attn_dec_eta", backend, 0.01, 1.0),
+                  _dict_entry("attn_overhead_s", backend, 1e-8, 1e-3, start=8e-6),
+                  _dict_entry("attn_cta_blocks", backend, 0.01, 16.0, start=1.0),
+                  _dict_entry("attn_tail", backend, 1e-3, 4.0, start=0.1),
+                  _dict_entry("attn_softness", backend, 1.2, 30.0, start=4.0)]
+        # an engine's decode kernel (packed rows: XQA, FlashInfer's decode) is another kernel than its prefill one:
+        # its own fixed cost; fp8 attention (products in fp8) its own efficiency
+        packed = [c for c in attn if c.params.get("packed")]
+        if len(packed) >= MIN_ATTENTION_ROWS:
+            params.append(_dict_entry("attn_overhead_s", f"{backend}.decode", 1e-8, 1e-3, start=8e-6))
+            # decode over another KV format may be another kernel, with its own fixed cost
+            for kv in sorted({c.params.get("kv_dtype") for c in packed} - {"bf16", None}):
+                if sum(1 for c in packed if c.params.get("kv_dtype") == kv) >= MIN_ATTENTION_ROWS:
+                    params.append(_dict_entry("attn_overhead_s", f"{backend}.decode.{kv}", 1e-8, 1e-3, start=8e-6))
+            # many short sequences: bound by each CTA's latency; few CTAs: by loads in flight per SM
+            params += [_dict_entry("attn_cta_cycles", backend, 1.0, 2e5, start=500.0),
+                       _dict_entry("attn_mem_ctas", backend, 0.05, 16.0, start=1.0)]
+        if sum(1 for c in attn if c.params.get("dtype") == "fp8") >= MIN_ATTENTION_ROWS:
+            params.append(_dict_entry("attn_eta", f"{backend}.fp8", 0.005, 1.2, start=0.5))
+        # softmax on the non-tensor units: identifiable when prefill rows span several head dims (its cost per
+        # score does not grow with the head dim, the products' does)
+        if len({c.params["head_dim"] for c in attn if c.params["seq_q"] > 1}) >= 2:
+            params += [_dict_entry("attn_sfu_cycles", backend, 1e-3, 8.0, start=0.2),
+                       _dict_entry("attn_sfu_p", backend, 1.0, 8.0, start=1.5)]
         prof, _ = _least_squares(params, prof, lambda p, a=attn: _log_residuals(a, hw, p))
     return prof
+
+
+def _format(c: Case) -> str:
+    return gemm_format(c.params["dtype"], c.params.get("scaling"))
+
+
+def _with_block_shapes(prof: Profile, backend: str) -> Profile:
+    """A backend measured for the first time (an engine's own kernel) takes the block shapes of the kernel
+    it is otherwise carried from (perfmodel.attention_kernels), which are structural, not fitted."""
+    from ..attention_kernels import KERNELS
+
+    like = KERNELS[backend].measured_as if backend in KERNELS else "flash"
+    bq, bk = dict(prof.attn_block_q), dict(prof.attn_block_k)
+    for suffix in ("", ".decode"):
+        bq.setdefault(backend + suffix, bq[like + suffix])
+        bk.setdefault(backend + suffix, bk[like + suffix])
+    return prof.with_(attn_block_q=bq, attn_block_k=bk)
 
 
 # Kinds the suite does not measure take the parameters of the measured kind whose kernel they resemble.
@@ -358,18 +426,27 @@ def fit_collectives(prof: Profile, rows: list[dict], hw: HardwareSpec) -> tuple[
     from ..cost.overlap import fit_overlap
     from .collectives import validate_tp_layers
 
-    comms = _comm_rows(rows)
-    backends = {r["params"].get("backend") for r in comms}
+    all_comms = _comm_rows(rows)
+    backends = {r["params"].get("backend") for r in all_comms}
     backend = "nccl" if "nccl" in backends else (sorted(b for b in backends if b) or [None])[0]
-    comms = [r for r in comms if r["params"].get("backend") == backend]
+    comms = [r for r in all_comms if r["params"].get("backend") == backend]
     by_key: dict[str, list[dict]] = {}
     for r in comms:
         by_key.setdefault(f"{r['params']['op']}:{r['params']['world_size']}", []).append(r)
+    # beside NCCL, a serving engine's own all-reduce (TensorRT-LLM's one-shot/two-shot kernels, vLLM's and
+    # SGLang's custom all-reduce), imported from the engine's tables: fitted as engine_all_reduce, and a
+    # projection takes the faster of the two at each size, as the engines' automatic choice does
+    if backend == "nccl":
+        for r in all_comms:
+            b = r["params"].get("backend")
+            if b not in ("nccl", "gloo", None) and r["params"]["op"] == "all_reduce":
+                by_key.setdefault(f"engine_all_reduce:{r['params']['world_size']}", []).append(r)
     alpha, eta, fits = dict(prof.comm_alpha_s), dict(prof.comm_eta), {}
     for key, rs in sorted(by_key.items()):
         if len({r["params"]["bytes"] for r in rs}) < MIN_COMM_SIZES:
             continue
         op, w = key.split(":")[0], int(key.split(":")[1])
+        op = "all_reduce" if op == "engine_all_reduce" else op
         # bus bytes of the per-rank input (all_gather: the gathered output is w times it)
         full = np.array([float(r["params"]["bytes"]) * (w if op == "all_gather" else 1) for r in rs])
         bus = bus_factor(op, w) * full
@@ -403,7 +480,7 @@ def fit_collectives(prof: Profile, rows: list[dict], hw: HardwareSpec) -> tuple[
     if not (fits or overlap or tp_layers.get("rows")):
         return prof, {}
     # whole TP layers (with their all-reduces) are predicted, never fitted: their error is the check
-    return prof, {"backend": backend, "rows": len(comms), "fits": fits, "link_bandwidth_B_s": hw.scaleup_bandwidth,
+    return prof, {"backend": backend, "rows": sum(len(v) for v in by_key.values()), "fits": fits, "link_bandwidth_B_s": hw.scaleup_bandwidth,
                   "overlap": overlap_report, "tp_layers": tp_layers}
 
 
@@ -561,11 +638,46 @@ def _environment(path: Path) -> dict:
     return env if isinstance(env, dict) else {}
 
 
+def _families_measured(cases, launches, comm_info, training, power) -> list[str]:
+    """The cost-model families this folder's rows measured (perfmodel.evidence picks each family's source by
+    them): a family fitted from defaults alone is not listed."""
+    out = []
+    if any(c.kind == "gemm" for c in cases):
+        out.append("gemm")
+    if any(c.kind == "attention" for c in cases):
+        out.append("attention")
+    if any(c.kind in MEMORY_OP_KINDS for c in cases):
+        out.append("memory")
+    if launches:
+        out.append("launch")
+    if comm_info.get("fits"):
+        out.append("comm")
+    if training.get("rows"):
+        out.append("training")
+    if power is not None:
+        out.append("power")
+    return out
+
+
+def _import_provenance(path: Path) -> dict:
+    """Where imported measurements came from (``environment.json``'s ``import`` object), or nothing."""
+    if not path.is_file():
+        return {}
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+        return {}
+    imp = doc.get("import") if isinstance(doc, dict) else None
+    return imp if isinstance(imp, dict) else {}
+
+
 def match_spec(env: dict, arch: str | None) -> HardwareSpec:
     from ..spec import list_specs, load_spec
 
     if arch:
         return load_spec(arch)
+    if isinstance(env.get("spec_key"), str) and env["spec_key"]:  # imported tables name their spec
+        return load_spec(env["spec_key"])
     name = str(env.get("device_name", "")).lower()
     words = set(name.replace("nvidia", "").split())
     best = None
@@ -581,11 +693,15 @@ def match_spec(env: dict, arch: str | None) -> HardwareSpec:
 def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, seed: int = 0) -> str:
     d = Path(directory)
     path = d / MEASUREMENTS
+    if not path.is_file() and (d / (MEASUREMENTS + ".gz")).is_file():
+        path = d / (MEASUREMENTS + ".gz")  # imported tables ship compressed
     if not path.is_file():
-        raise InputError(f"no {MEASUREMENTS} here; run `perfmodel calibrate --out {d}` first", file=str(d))
+        raise InputError(f"no {MEASUREMENTS} here; run `perfmodel calibrate --out {d}` (or `perfmodel import`) "
+                         "first", file=str(d))
     if not (isinstance(holdout, (int, float)) and math.isfinite(holdout) and 0.0 <= holdout < 1.0):
         raise InputError(f"expected a share in [0, 1), got {holdout!r}", field="--holdout")
     rows = read_rows(path)
+    imported = _import_provenance(d / ENVIRONMENT)
     env = _environment(d / ENVIRONMENT)
     if not env:
         env = next((r["env"] for r in rows if isinstance(r, dict) and isinstance(r.get("env"), dict)), {})
@@ -611,6 +727,7 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
         validation["power"] = prof.validation["power"]
     prof = prof.with_(
         name=d.name, fitted=True, device=str(env.get("device_name", "")), spec_key=hw.key,
+        engine=str(env.get("engine") or "torch"),
         description=f"fitted to {len(cases)} measured shapes ({sum(c.held_out for c in cases)} held out) "
                     f"on {env.get('device_name', 'unknown device')}",
         residual_quantiles=residual_quantiles(val_rows, DEFAULTS),
@@ -618,13 +735,23 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
         provenance={"environment": env, "measurements": str(path.name), "rows": len(rows),
                     "measured_formats": formats, "collectives": comm_info, "fit_seconds": round(time.time() - started, 2),
                     "attention_dispatch": dispatch_seen,
+                    "measured_families": _families_measured(cases, launches, comm_info, training, power),
+                    "module_kernels": sorted({"kv_write" for c in cases if c.params.get("includes") == "kv_write"}),
                     "attention_backends": sorted({c.backend for c in cases if c.kind == "attention"}),
-                    "command": f"perfmodel fit {d}" + (f" --arch {spec}" if spec else "")},
+                    "command": f"perfmodel fit {d}" + (f" --arch {spec}" if spec else ""),
+                    **({"import": imported} if imported else {})},
     )
     save_profile(prof, d / "profile.json")
-    write_text_atomic(d / "validation.json", json.dumps({"summary": validation, "ops": val_rows, "layers": layer_rows,
-                                                         "training": training, "power": power},
-                                                        indent=1, allow_nan=False) + "\n")
+    per_row = json.dumps({"summary": validation, "ops": val_rows, "layers": layer_rows, "training": training,
+                          "power": power}, indent=1, allow_nan=False) + "\n"
+    if path.suffix == ".gz":  # imported tables: thousands of rows, kept compressed like their measurements
+        import gzip
+
+        from ..io import write_bytes_atomic
+
+        write_bytes_atomic(d / "validation.json.gz", gzip.compress(per_row.encode("utf-8"), mtime=0))
+    else:
+        write_text_atomic(d / "validation.json", per_row)
     text = validation_markdown(prof, hw) + "\n" + training_markdown(training)
     if power is not None:
         text += "\n## Power\n\n```\n" + power_text(power) + "\n```\n"

@@ -6,6 +6,7 @@ its last complete line before a resumed run appends to it. Nothing here imports 
 """
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -49,7 +50,8 @@ def iter_rows(path: Path) -> Iterator[dict[str, Any]]:
     path = Path(path)
     if not path.exists():
         return
-    with open(path, "rb") as fh:
+    opener = gzip.open if path.suffix == ".gz" else open  # imported tables ship compressed
+    with opener(path, "rb") as fh:
         for raw in fh:
             if not raw.endswith(b"\n"):
                 # torn last line: never trust it, even if it happens to parse

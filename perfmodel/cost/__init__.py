@@ -18,7 +18,7 @@ from ..profile import Profile
 from ..spec import HardwareSpec
 from .attention import attention_time
 from .comm import collective_time
-from .gemm import gemm_time, mem_scale
+from .gemm import gemm_format, gemm_time, mem_scale, quant_prologue
 from .backend import NP
 from .memory import memory_time
 from .memory import standalone as standalone_time
@@ -40,15 +40,20 @@ class OpTime:
         return self.time * self.op.count
 
 
-def _rate(hw: HardwareSpec, dtype: str, prof: Profile) -> tuple[float, float]:
-    """(peak FLOP/s, achievable fraction) for a matrix product in ``dtype``."""
+def _rate(hw: HardwareSpec, dtype: str, prof: Profile, scaling: str | None = None) -> tuple[float, float]:
+    """(peak FLOP/s, achievable fraction) for a matrix product in ``dtype`` (``scaling``: how a quantized
+    format is scaled, :func:`.gemm.gemm_format`)."""
     if dtype == "fp32":  # plain fp32 (no TF32): the vector units
         return hw.vector_fp32_flops, prof.gemm_eta.get("fp32", 0.85)
     key = TENSOR_RATE_KEY[dtype]
+    fmt = gemm_format(dtype, scaling)
     for k in (key, "fp8", "bf16") if key in ("fp4", "int8") else (key, "bf16"):
         if k in hw.tensor_flops:
-            # a format measured on its own (fp16 beside bf16) keeps its own efficiency
-            eta = prof.gemm_eta.get(dtype) if k == key else None
+            # a format measured on its own (fp16 beside bf16, block-scaled fp8 beside per-tensor) keeps its own
+            # efficiency; an unmeasured variant takes its dtype's
+            eta = prof.gemm_eta.get(fmt) if k == key else None
+            if eta is None and k == key:
+                eta = prof.gemm_eta.get(dtype)
             return hw.tensor_flops[k], eta if eta is not None else prof.gemm_eta.get(k, prof.gemm_eta["bf16"])
     return hw.tensor_rate(key), prof.gemm_eta.get(key, prof.gemm_eta["bf16"])
 
@@ -101,32 +106,50 @@ def _time_parts(op: Op, hw, prof: Profile, *, mode: str, world: int, xp, sustain
     p = op.params
     shape = (lambda x: np.asarray(x, dtype=float)) if xp.numeric else (lambda x: x)
     if k in COMM_KINDS:
-        return collective_time(k, p["bytes"], p["group"], world, hw, prof, sol=sol), 0.0, 0.0
+        return collective_time(k, p["bytes"], p["group"], world, hw, prof, sol=sol, xp=xp), 0.0, 0.0
     if k in COMPUTE_KINDS:
-        peak, eta = _rate(hw, p["dtype"], prof)
+        peak, eta = _rate(hw, p["dtype"], prof, p.get("scaling"))
         if sol:
             t_c, t_m = op.flops / peak, op.bytes / bw
             return xp.maximum(t_c, t_m), t_c, t_m
         if k == "gemm":
+            fmt = gemm_format(p["dtype"], p.get("scaling"))
             t, t_c, t_m = gemm_time(shape(p["m"]), shape(p["n"]), shape(p["k"]), p["groups"], op.bytes, peak,
                                     hw.sm_count, bw, prof, eta, xp=xp, elem_bytes=bytes_per_element(p["dtype"]),
-                                    sustained=sustained, mem_scale=mem_scale(prof, p["dtype"]))
+                                    sustained=sustained, mem_scale=mem_scale(prof, fmt), fmt=fmt)
+            if p.get("quant_input"):
+                t = t + quant_prologue(shape(p["m"]) * p["groups"], shape(p["k"]), fmt, p["dtype"], bw, prof)
             return t, (ideal_compute(op, hw, prof) if t_c is None else t_c), t_m
         causal = np.asarray(p["causal"]) if xp.numeric else p["causal"]
         kernel = attention_kernel(op, hw, prof)
         return attention_time(shape(p["batch"]), p["heads_q"], p["heads_kv"], shape(p["seq_q"]), shape(p["seq_kv"]),
                               p["head_dim"], p["head_dim_v"], causal, op.bytes, peak, hw.sm_count, bw, prof, xp=xp,
                               packed=p.get("packed", False), sustained=sustained, backend=kernel.backend,
-                              eta_scale=FP8_ETA_RATIO if p["dtype"] == "fp8" else 1.0)
+                              clock=hw.boost_clock_hz, kv_dtype=p.get("kv_dtype"),
+                              eta_scale=fp8_attention_scale(prof, kernel.backend) if p["dtype"] == "fp8" else 1.0)
     if sol:
         return op.bytes / bw, 0.0, op.bytes / bw
     t, t_m = memory_time(_mem_kind(op), op.bytes, bw, prof, **_rows(op), sms=hw.sm_count, xp=xp)
     return t, 0.0, t_m
 
 
+def fp8_attention_scale(prof: Profile, backend: str) -> float:
+    """fp8 attention's efficiency relative to the backend's bf16 one: fitted where the profile measured fp8
+    attention (``attn_eta["<backend>.fp8"]``), else the FA3 paper's ratio (FP8_ETA_RATIO)."""
+    own = prof.attn_eta.get(f"{backend}.fp8")
+    return own / prof.attn_eta[backend] if own is not None else FP8_ETA_RATIO
+
+
 def attention_kernel(op: Op, hw: HardwareSpec, prof: Profile):
     """The attention kernel an attention op runs on ``hw`` (:func:`perfmodel.attention_kernels.resolve`)."""
-    return resolve_kernel(op.params.get("kernel", AUTO), attention_phase(op), hw.generation, prof.attn_default)
+    return resolve_kernel(op.params.get("kernel", AUTO), attention_phase(op), hw.generation, prof.attn_default,
+                          own_attention_backends(prof))
+
+
+def own_attention_backends(prof: Profile) -> tuple[str, ...]:
+    """Attention kernels ``prof`` has fitted parameters of their own for (beyond PyTorch's SDPA backends,
+    which every profile has, measured or as defaults)."""
+    return tuple(k for k in prof.attn_eta if "." not in k)
 
 
 def attention_phase(op: Op) -> str:
@@ -145,7 +168,7 @@ def time_ops(ops: list[Op], hw: HardwareSpec, prof: Profile, *, mode: str = "lat
 
 def ideal_compute(op: Op, hw: HardwareSpec, prof: Profile):
     """An op's FLOPs at its format's achievable rate: its share of the step's compute-bound time."""
-    peak, eta = _rate(hw, op.params["dtype"], prof)
+    peak, eta = _rate(hw, op.params["dtype"], prof, op.params.get("scaling"))
     return op.flops / (peak * eta)
 
 

@@ -30,9 +30,10 @@ expressions pass through it.
 from __future__ import annotations
 
 from ..profile import Profile
+from .backend import NP
 
 COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
-_STEPS = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0, "p2p": 1.0}
+_STEPS = {"all_reduce": 2.0, "engine_all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0, "p2p": 1.0}
 
 
 def bus_factor(kind: str, p) -> float:
@@ -87,16 +88,23 @@ def fitted_params(kind: str, p: int, hw, prof: Profile):
     return a[k] * ring_steps(kind, p) / ring_steps(kind, w), e[k]
 
 
-def _within_domain(kind: str, nbytes, p: int, hw, prof: Profile):
+def _within_domain(kind: str, nbytes, p: int, hw, prof: Profile, xp=NP):
     fit = fitted_params(kind, p, hw, prof)
     if fit is not None:
         alpha, eta = fit
-        return alpha + bus_factor(kind, p) * nbytes / (eta * hw.scaleup_bandwidth)
-    return (prof.comm_base_s + ring_steps(kind, p) * hw.scaleup_latency
-            + bus_factor(kind, p) * nbytes / (prof.scaleup_eta * hw.scaleup_bandwidth))
+        t = alpha + bus_factor(kind, p) * nbytes / (eta * hw.scaleup_bandwidth)
+    else:
+        t = (prof.comm_base_s + ring_steps(kind, p) * hw.scaleup_latency
+             + bus_factor(kind, p) * nbytes / (prof.scaleup_eta * hw.scaleup_bandwidth))
+    if kind == "all_reduce":
+        # a serving engine's own all-reduce kernels where measured: the engine picks the faster per size
+        own = fitted_params("engine_all_reduce", p, hw, prof)
+        if own is not None:
+            t = xp.minimum(t, own[0] + bus_factor(kind, p) * nbytes / (own[1] * hw.scaleup_bandwidth))
+    return t
 
 
-def collective_time(kind: str, nbytes, group, world, hw, prof: Profile, *, sol: bool = False):
+def collective_time(kind: str, nbytes, group, world, hw, prof: Profile, *, sol: bool = False, xp=NP):
     """Time of one collective; ``group`` ranks take part, ``world`` GPUs make up the model replica."""
     domain = hw.scaleup_domain
     if sol:  # link bandwidth only
@@ -115,9 +123,9 @@ def collective_time(kind: str, nbytes, group, world, hw, prof: Profile, *, sol: 
     if group <= 1:
         return 0.0 * nbytes
     if group <= domain:
-        return _within_domain(kind, nbytes, int(group), hw, prof)
+        return _within_domain(kind, nbytes, int(group), hw, prof, xp)
     outer = group / domain
-    t_inner = _within_domain(kind, nbytes, int(domain), hw, prof)
+    t_inner = _within_domain(kind, nbytes, int(domain), hw, prof, xp)
     t_outer = (ring_steps(kind, outer) * hw.scaleout_latency
                + bus_factor(kind, outer) * (nbytes / domain) / (prof.scaleout_eta * hw.scaleout_bandwidth))
     return t_inner + t_outer

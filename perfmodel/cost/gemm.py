@@ -27,12 +27,15 @@ numbers, numpy arrays or Excel formula text.
 """
 from __future__ import annotations
 
+from ..dtypes import bytes_per_element
 from .backend import NP
 
 # Output tile shapes (rows x cols of C) the kernel library chooses among; the short ones serve
 # skinny products (operands swapped, so the narrow side is the MMA's N).
-TILES = ((128, 256), (256, 128), (128, 128), (64, 256), (64, 128), (128, 64), (64, 64),
-         (32, 128), (16, 128), (8, 128), (32, 256), (16, 256), (8, 256))
+_SHAPES = ((128, 256), (128, 128), (64, 256), (64, 128), (64, 64), (32, 128), (16, 128), (8, 128), (32, 256),
+           (16, 256), (8, 256))
+# either orientation: a skinny product in M or in N gets the narrow tile side on its small dimension
+TILES = tuple(dict.fromkeys(_SHAPES + tuple((b, a) for a, b in _SHAPES)))
 _REF_TILE = (128, 256)
 ALIGN_BYTES = 16
 
@@ -43,24 +46,61 @@ def tile_efficiency(tm: float, tn: float, c):
     return (1.0 / (1.0 + c * (1.0 / tm + 1.0 / tn))) / ref
 
 
-def power_limited(t_c0, prof, sustained=None, xp=NP):
-    """Compute time at the power-limited clock: the rate falls by up to ``gemm_power_drop`` as the
-    compute-bound stretch it belongs to (the kernel itself, or ``sustained``: the compute time of the
-    whole step it runs in) passes ``gemm_power_tau``."""
+def power_limited(t_c0, prof, sustained=None, xp=NP, drop=None):
+    """Compute time at the power-limited clock: the rate falls by up to ``gemm_power_drop`` (or ``drop``: a
+    format's own, :func:`power_drop`) as the compute-bound stretch it belongs to (the kernel itself, or
+    ``sustained``: the compute time of the whole step it runs in) passes ``gemm_power_tau``."""
     s = t_c0 if sustained is None else xp.maximum(t_c0, sustained)
-    return t_c0 / (1.0 - prof.gemm_power_drop * s / (s + prof.gemm_power_tau))
+    d = prof.gemm_power_drop if drop is None else drop
+    return t_c0 / (1.0 - d * s / (s + prof.gemm_power_tau))
 
 
-def mem_scale(prof, dtype: str):
+def power_drop(prof, fmt: str) -> float:
+    """How far a format's sustained rate falls at the power limit: its own where fitted (fp4 and fp8 draw more
+    power per second than bf16 at their higher rates), else the shared ``gemm_power_drop``."""
+    return prof.gemm_format_power_drop.get(fmt, prof.gemm_power_drop)
+
+
+def max_split(prof, fmt: str):
+    """Most K splits the format's kernels use: block-scaled fp8 and NVFP4 kernels may not split K at all
+    (``gemm_max_split[fmt]`` near 1, fitted); unlimited otherwise."""
+    return prof.gemm_max_split.get(fmt)
+
+
+def gemm_format(dtype: str, scaling: str | None = None) -> str:
+    """The efficiency class of a matrix product: its dtype, or ``fp8_block`` for fp8 with 1x128 / 128x128 block
+    scales (DeepGEMM-style kernels, not the per-tensor or row-wise scaled ones). NVFP4 is the fp4 format."""
+    return f"{dtype}_block" if scaling == "block" else dtype
+
+
+def mem_scale(prof, fmt: str):
     """A format's streaming efficiency relative to ``gemm_mem_eta`` (fp8 kernels at small M stream less
-    well than bf16 ones); 1 for a format the fit had no rows of."""
-    return prof.gemm_mem_eta_scale.get(dtype, prof.gemm_mem_eta_scale.get("fp8", 1.0) if dtype == "fp4" else 1.0)
+    well than bf16 ones); an unmeasured variant takes its dtype's, fp4 takes fp8's; 1 otherwise."""
+    scales = prof.gemm_mem_eta_scale
+    if fmt in scales:
+        return scales[fmt]
+    base = fmt.split("_")[0]
+    return scales.get(base, scales.get("fp8", 1.0) if base == "fp4" else 1.0)
+
+
+def quant_prologue(m, k, fmt: str, dtype: str, bw, prof):
+    """Quantizing a linear layer's bf16 input to ``fmt`` before the product (per-tensor, block or NVFP4
+    scales): the module's fixed cost ``gemm_prologue_s[fmt]`` (launches, scale computation), plus reading
+    the bf16 input and writing it quantized at ``gemm_prologue_eta[fmt]`` of the bandwidth (below a copy's
+    where a dynamic per-tensor scale reads the input twice, once for its maximum). Without fitted values,
+    one elementwise kernel at the copy kernel's cost (an estimate)."""
+    fixed = prof.gemm_prologue_s.get(fmt, prof.gemm_prologue_s.get(dtype, prof.mem_alpha_s["copy"]))
+    eta = prof.gemm_prologue_eta.get(fmt, prof.gemm_prologue_eta.get(dtype, prof.mem_eta["copy"]))
+    return fixed + m * k * (2.0 + bytes_per_element(dtype)) / (bw * eta)
 
 
 def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof, eta, xp=NP, elem_bytes=2.0, sustained=None,
-              mem_scale=1.0):
+              mem_scale=1.0, fmt: str | None = None):
     """Returns (time, compute_part, memory_part) in seconds for ``groups`` products of m x n x k.
-    ``mem_scale``: the format's streaming efficiency relative to ``gemm_mem_eta`` (:func:`mem_scale`)."""
+    ``mem_scale``: the format's streaming efficiency relative to ``gemm_mem_eta`` (:func:`mem_scale`);
+    ``fmt``: the format class (:func:`gemm_format`), for its own split-K limit and power drop."""
+    drop = power_drop(prof, fmt) if fmt else None
+    cap = max_split(prof, fmt) if fmt else None
     per_sm = peak / sms
     p = prof.gemm_softness
     misaligned = xp.logical_or(xp.mod(n * elem_bytes, ALIGN_BYTES) > 0, xp.mod(k * elem_bytes, ALIGN_BYTES) > 0)
@@ -70,13 +110,15 @@ def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof, eta, xp=NP, elem_byt
     formulas = []
     for tm, tn in TILES:
         tiles = xp.ceil(m / tm) * xp.ceil(n / tn) * groups
-        max_split = xp.maximum(1.0, xp.floor(k / prof.gemm_splitk_min_k))
-        split = xp.clip(xp.floor(sms / tiles), 1.0, max_split)
+        most = xp.maximum(1.0, xp.floor(k / prof.gemm_splitk_min_k))
+        if cap is not None:
+            most = xp.minimum(most, xp.maximum(1.0, xp.floor(cap)))
+        split = xp.clip(xp.floor(sms / tiles), 1.0, most)
         units = tiles * split
         waves = (1.0 - q) * (units / sms) + q * xp.ceil(units / sms)
         t_tile = 2.0 * tm * tn * (k / split + prof.gemm_k0) / (per_sm * eta * tile_efficiency(tm, tn, prof.gemm_tile_c))
         t_c0 = waves * t_tile / slow
-        t_c = power_limited(t_c0, prof, sustained, xp)
+        t_c = power_limited(t_c0, prof, sustained, xp, drop)
         partials = (split - 1.0) * m * n * groups * 8.0  # fp32 partial sums written and read back
         # Distinct operand tiles in flight: CTAs of one tile column share their B tiles through L2 (and of
         # one row, their A tiles), so HBM concurrency is the row and column tile counts, weighted by each

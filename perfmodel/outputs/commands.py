@@ -90,7 +90,7 @@ def _resolve(args, arch):
     from ..resolve import resolve_hardware, resolve_model, resolve_profile
 
     hw = resolve_hardware(arch)
-    return hw, resolve_model(args.model), resolve_profile(args.calibration, hw)
+    return hw, resolve_model(args.model), resolve_profile(args.calibration, hw, getattr(args, "engine", None))
 
 
 def _out_for(out: str, key: str, several: bool, suffix: str) -> Path:

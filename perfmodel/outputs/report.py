@@ -481,7 +481,7 @@ def render_report(hardware: list, model, scenario, *, baseline=None, calibration
     parts = []
     seen = set()
     for i, req in enumerate(order):
-        hw, prof, sc, proj, note = resolve_part(req, mdl, scenario, lambda h: resolve_profile(calibration, h),
+        hw, prof, sc, proj, note = resolve_part(req, mdl, scenario, lambda h: resolve_profile(calibration, h, scenario.engine),
                                                 auto_tp=auto_tp)
         if (hw.key, sc.tp, sc.pp, sc.ep) in seen:
             continue  # the baseline named again among the parts

@@ -139,8 +139,9 @@ def _resolve(args, ctx):
 
     hw = resolve_hardware(args.arch)
     model = resolve_model(args.model)
-    prof = resolve_profile(args.calibration, hw)
-    return hw, model, prof, ctx["scenario"](args)
+    sc = ctx["scenario"](args)
+    prof = resolve_profile(args.calibration, hw, sc.engine)
+    return hw, model, prof, sc
 
 
 def _lengths(args, sc):

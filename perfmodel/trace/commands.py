@@ -44,7 +44,7 @@ def cmd_import(args, emit) -> int:
     if args.sidecar and len(args.traces) > 1:
         raise InputError("--sidecar describes one trace; give each trace its <name>.sidecar.json", field="--sidecar")
     hw = resolve_hardware(args.arch)
-    prof = resolve_profile(args.calibration, hw)
+    prof = resolve_profile(args.calibration, hw, "torch")
     texts, docs, cases = [], [], []
     for t in args.traces:
         path = Path(t)

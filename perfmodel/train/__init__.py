@@ -24,7 +24,7 @@ def project_train(hardware, model, scenario=None, *, profile=None, **overrides):
     hw = resolve_hardware(hardware)
     mdl = resolve_model(model)
     ts = (scenario or TrainScenario()).with_(**overrides)
-    prof = profile if profile is not None else resolve_profile(None, hw)
+    prof = profile if profile is not None else resolve_profile(None, hw, "torch")
     return project_training(hw, mdl, ts, prof)
 
 

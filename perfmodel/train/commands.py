@@ -78,7 +78,7 @@ def cmd_train(args, emit) -> int:
 
     hw = resolve_hardware(args.arch)
     model = resolve_model(args.model)
-    prof = resolve_profile(args.calibration, hw)
+    prof = resolve_profile(args.calibration, hw, "torch")
     ts = scenario_from_args(args)
     if args.search:
         return _search(args, emit, hw, model, ts, prof)

@@ -103,7 +103,7 @@ def predict_row(row: dict, calibration=None):
 
     hw = resolve_hardware(row["hardware"])
     model = resolve_model(row["model"])
-    prof = resolve_profile(calibration, hw)
+    prof = resolve_profile(calibration, hw, "torch")
     ts = scenario_for(row, model)
     if preset_for(row) == "llama3":
         ts = tuned(ts, model, hw, prof)
@@ -199,7 +199,7 @@ def with_training_rows(path, calibration=None):
     from ..calibrate.fit import match_spec
 
     hw = match_spec({"device_name": device}, None) if device else resolve_hardware("h200-sxm")
-    prof, _ = fit_training(resolve_profile(calibration, hw), rows, hw)
+    prof, _ = fit_training(resolve_profile(calibration, hw, "torch"), rows, hw)
     return prof
 
 

@@ -83,7 +83,7 @@ def _resolve(args):
     from ..resolve import resolve_hardware, resolve_profile
 
     hw = resolve_hardware(args.arch)
-    return hw, resolve_profile(args.calibration, hw)
+    return hw, resolve_profile(args.calibration, hw, "torch")
 
 
 def _constants(args, hw, prof):

@@ -341,7 +341,7 @@ def run(out: Path, budget_s: float, *, top: int = 8, workers: int = 0, shapes: s
     from .space import AttentionConfig, GemmConfig
 
     hw = resolve_hardware(arch)
-    prof = resolve_profile(calibration, hw)
+    prof = resolve_profile(calibration, hw, "torch")
     tiny = shapes == "tiny" or device == "cpu"
     gs, ats = (TINY_GEMM_SHAPES, TINY_ATTENTION_SHAPES) if tiny else shape_set(shapes)
     if only:

@@ -1,0 +1,582 @@
+"""Measured kernel tables from NVIDIA's aiconfigurator-core, as this project's calibration rows.
+
+``aiconfigurator-core`` (PyPI, Apache-2.0, NVIDIA) ships per-operator latency tables measured on H100, H200,
+B200, B300, GB200, GB300, A100, L40S and other parts, per serving engine and engine version, under
+``aiconfigurator_core/systems/data/<system>/<family>/<engine>/<version>/<table>.parquet``. This module turns
+the tables this project can model into rows of ``measurements.jsonl`` (:mod:`perfmodel.calibrate.store`) that
+``perfmodel fit`` fits a profile to, one folder per part and engine (``calibration/b200-trtllm``).
+
+What each imported row is (the tables time modules of the engine, replayed from CUDA graphs, so every row is
+an in-stream time: no launch latency exposed, no L2 flush before it):
+
+- ``gemm_perf`` -> ``instream`` rows of op ``gemm``: the engine's linear layer, ``m x n x k`` in bf16, fp8
+  with a per-tensor scale, fp8 with 1x128 / 128x128 block scales (``scaling: block``) or NVFP4 (``fp4``).
+  Quantized formats quantize their bf16 input inside the module (``quant_input``), which the fit times as a
+  prologue of the product.
+- ``context_attention_perf`` / ``generation_attention_perf`` -> ``instream`` rows of op ``attention``: the
+  engine's attention module for ``batch`` sequences of ``isl`` new tokens (prefill, causal) or one new token
+  over ``step + 1`` cached ones (decode), its backend named by the kernel source (TensorRT-LLM's own kernels,
+  FlashInfer, FlashAttention). The module also writes the new K and V into the cache (``includes:
+  kv_write``). Sliding-window rows are skipped (not modelled yet).
+- ``nccl_perf`` -> ``collective`` rows (NCCL all_reduce, all_gather, reduce_scatter, all_to_all at 2-8+
+  GPUs); ``custom_allreduce_perf`` -> ``collective`` rows of the engine's own all-reduce (backend = engine).
+  ``message_size`` is in elements of the table's dtype.
+- ``moe_perf`` -> ``moe`` rows (the fused MoE module per format and routing distribution), kept for the fit
+  of the MoE family and as its validation.
+
+Tables are large (up to 200k rows); a deterministic, stratified subsample keeps every format, shape band
+and routing class (``rows_per_table``). Provenance (package version, table path, engine version, rows kept
+of rows read, what was skipped and why) goes into ``environment.json``. Nothing here imports torch or pandas;
+reading parquet needs pyarrow (``pip install '.[import]'``).
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+from ..errors import InputError
+
+PACKAGE = "aiconfigurator-core"
+
+# aiconfigurator system name -> this project's hardware spec key
+SYSTEMS: dict[str, str] = {
+    "h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200",
+    "gb300": "gb300", "a100_sxm": "a100-sxm-80gb",
+}
+ENGINES = ("trtllm", "vllm", "sglang")
+FAMILIES = ("gemm", "attention", "comm", "moe")
+
+# table dtype names -> (this project's dtype, scaling)
+GEMM_FORMATS: dict[str, tuple[str, str]] = {
+    "bfloat16": ("bf16", "none"), "float16": ("fp16", "none"), "fp8": ("fp8", "tensor"),
+    "fp8_block": ("fp8", "block"), "nvfp4": ("fp4", "nvfp4"),
+}
+ATTN_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "fp8": "fp8"}
+# attention kernel_source -> this project's attention kernel key (perfmodel.attention_kernels)
+ATTN_BACKENDS = {
+    ("trtllm", "torch_flow"): "trtllm", ("trtllm", "torch_flow_flashinfer"): "flashinfer",
+    ("sglang", "torch_flow"): "flashinfer", ("vllm", "torch_flow"): "flashinfer",
+}
+NCCL_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
+            "alltoall": "all_to_all"}
+COMM_ELEMENT_BYTES = {"half": 2, "bfloat16": 2, "float16": 2, "int8": 1, "fp8": 1, "float": 4, "float32": 4}
+MOE_FORMATS = {"bfloat16": ("bf16", "none"), "fp8": ("fp8", "tensor"), "fp8_block": ("fp8", "block"),
+               "nvfp4": ("fp4", "nvfp4")}
+DEFAULT_ROWS_PER_TABLE = 3000
+# TensorRT-LLM's XQA decode kernel packs up to this many query heads of one KV head onto the tensor cores;
+# beyond it (64-128 heads over one KV head) the engine falls back to a CUDA-core kernel this model does not have
+MAX_GROUP = 32
+MS = 1e-3
+
+
+def _need_pyarrow():
+    try:
+        import pyarrow.parquet as pq  # noqa: F401
+    except ImportError:
+        raise InputError("reading aiconfigurator tables needs pyarrow: pip install '.[import]'",
+                         field="import") from None
+    return pq
+
+
+# --- where the package's data is ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Source:
+    """The ``systems`` folder of an aiconfigurator-core installation (or a copy of one)."""
+
+    systems: Path
+    version: str  # the package version, or "unknown" for a bare folder
+
+    @property
+    def data(self) -> Path:
+        return self.systems / "data"
+
+
+def find_source(path: str | Path | None = None) -> Source:
+    """``path``: a ``systems`` folder, its ``data`` folder, or the package folder; None: the installed package
+    (found without importing it: its compiled extension is never loaded)."""
+    if path is None:
+        import importlib.util
+
+        spec = importlib.util.find_spec("aiconfigurator_core")
+        if spec is None or not spec.submodule_search_locations:
+            raise InputError("aiconfigurator-core is not installed: pip install '.[import]', or pass --data "
+                             "with the path of its systems folder", field="--data")
+        root = Path(list(spec.submodule_search_locations)[0])
+        return Source(root / "systems", _installed_version())
+    p = Path(path)
+    for cand in (p, p / "systems", p.parent):
+        if (cand / "data").is_dir() and cand.name == "systems":
+            return Source(cand, _version_near(cand))
+    if (p / "data").is_dir():
+        return Source(p, _version_near(p))
+    raise InputError("not an aiconfigurator systems folder (expected a data/ folder inside)", file=str(path),
+                     field="--data")
+
+
+def _installed_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(PACKAGE)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _version_near(systems: Path) -> str:
+    """The package version of a copied tree: a VERSION file beside ``systems`` (the fixture has one), else the
+    installed package's if this is it, else unknown."""
+    for cand in (systems / "VERSION", systems.parent / "VERSION"):
+        if cand.is_file():
+            return cand.read_text(encoding="utf-8").strip()[:40] or "unknown"
+    return "unknown"
+
+
+def _read_yaml(path: Path) -> dict:
+    from ..safeyaml import load, read_limited
+
+    doc = load(read_limited(path, what="aiconfigurator YAML file"), file=str(path))
+    return doc if isinstance(doc, dict) else {}
+
+
+def current_version(src: Source, system: str, engine: str) -> str | None:
+    """The engine version aiconfigurator queries by default on ``system`` (``query_versions.yaml``: the
+    per-system override, else the default's ``current``)."""
+    qv = src.systems / "query_versions.yaml"
+    if not qv.is_file():
+        return None
+    doc = _read_yaml(qv)
+    over = (doc.get("overrides") or {}).get(system) or {}
+    slot = over.get(engine) or (doc.get("defaults") or {}).get(engine) or {}
+    cur = slot.get("current") if isinstance(slot, dict) else None
+    return str(cur) if cur else None
+
+
+def _version_key(v: str) -> tuple:
+    """Order engine versions: 1.3.0rc20 < 1.3.0rc23 < 1.3.0; 0.5.14 < 0.5.16; non-numeric parts last."""
+    parts = re.findall(r"\d+|[a-z]+", v.lower())
+    key = []
+    for p in parts:
+        if p.isdigit():
+            key.append((1, int(p), ""))
+        else:
+            key.append((0 if p in ("rc", "dev", "a", "b") else 2, 0, p))
+    key.append((1, 0, ""))  # a release sorts after its rc
+    return tuple(key)
+
+
+def find_table(src: Source, system: str, family: str, engine: str, table: str,
+               version: str | None) -> tuple[Path, str] | None:
+    """(parquet path, version it came from) for ``table``: the requested version's own file, or the one its
+    ``reuse.yaml`` names, else the newest older version that has the table (aiconfigurator's backward fill);
+    None if no version has it."""
+    base = src.data / system / family / engine
+    if not base.is_dir():
+        return None
+    versions = sorted((d.name for d in base.iterdir() if d.is_dir()), key=_version_key)
+    if version is not None:
+        versions = [v for v in versions if _version_key(v) <= _version_key(version)]
+    for v in reversed(versions):
+        f = base / v / f"{table}.parquet"
+        if f.is_file():
+            return f, v
+        reuse = base / v / "reuse.yaml"
+        if reuse.is_file():
+            for entry in _read_yaml(reuse).get("reuse") or []:
+                if isinstance(entry, dict) and entry.get("table") == table and entry.get("from_version"):
+                    g = base / str(entry["from_version"]) / f"{table}.parquet"
+                    if g.is_file():
+                        return g, str(entry["from_version"])
+    return None
+
+
+def _nccl_table(src: Source, system: str) -> tuple[Path, str] | None:
+    """NCCL's table: the version the system file names (misc.nccl_version), else the newest."""
+    base = src.data / system / "comm" / "nccl"
+    if not base.is_dir():
+        return None
+    sysfile = src.systems / f"{system}.yaml"
+    want = None
+    if sysfile.is_file():
+        want = str(((_read_yaml(sysfile).get("misc") or {}).get("nccl_version")) or "") or None
+    versions = sorted((d.name for d in base.iterdir() if (d / "nccl_perf.parquet").is_file()), key=_version_key)
+    if not versions:
+        return None
+    v = want if want in versions else versions[-1]
+    return base / v / "nccl_perf.parquet", v
+
+
+def available(src: Source) -> list[dict]:
+    """Per system and engine: the current version and which tables exist (``perfmodel import aiconfigurator
+    --list``)."""
+    out = []
+    for sysdir in sorted(p for p in src.data.iterdir() if p.is_dir()):
+        system = sysdir.name
+        for engine in ENGINES:
+            cur = current_version(src, system, engine)
+            tables = {}
+            for family, table in (("gemm", "gemm_perf"), ("attention", "context_attention_perf"),
+                                  ("attention", "generation_attention_perf"), ("moe", "moe_perf"),
+                                  ("comm", "custom_allreduce_perf")):
+                hit = find_table(src, system, family, engine, table, cur)
+                if hit:
+                    tables[table] = hit[1]
+            if tables:
+                out.append({"system": system, "engine": engine, "version": cur, "spec": SYSTEMS.get(system),
+                            "tables": tables, "nccl": (_nccl_table(src, system) or (None, None))[1]})
+    return out
+
+
+# --- reading and subsampling ------------------------------------------------------------------------
+
+def read_columns(path: Path, columns: Iterable[str]) -> dict[str, list]:
+    """The named columns of a parquet table as Python lists (missing columns are absent from the result)."""
+    pq = _need_pyarrow()
+    try:
+        schema = pq.read_schema(path)
+        cols = [c for c in columns if c in schema.names]
+        table = pq.read_table(path, columns=cols)
+    except (OSError, ValueError) as e:
+        raise InputError(f"not a readable parquet table ({e})", file=str(path)) from None
+    return {c: table.column(c).to_pylist() for c in cols}
+
+
+def _rows(cols: dict[str, list]) -> Iterator[dict]:
+    names = list(cols)
+    for values in zip(*(cols[n] for n in names)):
+        yield dict(zip(names, values))
+
+
+def _hash01(text: str, seed: int) -> float:
+    # salted apart from the fit's hold-out hash (perfmodel.calibrate.fit.is_held_out): picking rows by the same
+    # hash would keep mostly the rows the fit then holds out
+    h = hashlib.sha256(f"aiconfigurator-subsample:{seed}:{text}".encode()).digest()
+    return int.from_bytes(h[:8], "big") / 2**64
+
+
+def subsample(rows: list[dict], stratum: Callable[[dict], tuple], limit: int, seed: int) -> list[dict]:
+    """At most ``limit`` rows, spread evenly over strata: rounds that take one more row from every stratum
+    that still has one (so small strata are kept whole), each stratum's rows in the order of a hash of their
+    id, the strata of the last, partial round in the order of a hash of their key. The same input gives the
+    same subsample."""
+    if len(rows) <= limit:
+        return rows
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(stratum(r), []).append(r)
+    order = sorted(groups, key=lambda k: _hash01(repr(k), seed))
+    for g in groups.values():
+        g.sort(key=lambda r: _hash01(r["id"], seed))
+    kept: list[dict] = []
+    depth = 0
+    while len(kept) < limit:
+        for key in order:
+            if depth < len(groups[key]):
+                kept.append(groups[key][depth])
+                if len(kept) == limit:
+                    break
+        depth += 1
+    return kept
+
+
+def _band(x: float) -> int:
+    return int(math.floor(math.log2(max(float(x), 1.0))))
+
+
+# --- table converters -------------------------------------------------------------------------------
+
+@dataclass
+class Converted:
+    rows: list[dict] = field(default_factory=list)
+    read: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def skip(self, reason: str) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+
+
+def _row_id(kind: str, params: dict) -> str:
+    from ..calibrate.store import make_id
+
+    return make_id(kind, params)
+
+
+def _latency_s(value) -> float | None:
+    try:
+        t = float(value) * MS
+    except (TypeError, ValueError):
+        return None
+    return t if math.isfinite(t) and t > 0 else None
+
+
+def convert_gemm(cols: dict[str, list]) -> Converted:
+    out = Converted()
+    for r in _rows(cols):
+        out.read += 1
+        fmt = GEMM_FORMATS.get(str(r.get("gemm_dtype")))
+        t = _latency_s(r.get("latency"))
+        if fmt is None:
+            out.skip(f"gemm format {r.get('gemm_dtype')} not modelled")
+            continue
+        if t is None:
+            out.skip("no positive latency")
+            continue
+        dtype, scaling = fmt
+        params = {"op": "gemm", "m": int(r["m"]), "n": int(r["n"]), "k": int(r["k"]), "dtype": dtype}
+        if scaling != "none":
+            params["scaling"] = scaling
+            params["quant_input"] = True
+        row = {"id": _row_id("instream", params), "kind": "instream", "params": params, "time_s": t,
+               "kernel": str(r.get("kernel_source", ""))}
+        out.rows.append(row)
+    return out
+
+
+def convert_attention(cols: dict[str, list], engine: str, phase: str) -> Converted:
+    out = Converted()
+    for r in _rows(cols):
+        out.read += 1
+        t = _latency_s(r.get("latency"))
+        backend = ATTN_BACKENDS.get((engine, str(r.get("kernel_source"))))
+        dtype = ATTN_DTYPES.get(str(r.get("attn_dtype")))
+        kv = ATTN_DTYPES.get(str(r.get("kv_cache_dtype")))
+        if t is None:
+            out.skip("no positive latency")
+            continue
+        if backend is None:
+            out.skip(f"kernel source {r.get('kernel_source')} not mapped to an attention kernel")
+            continue
+        if int(r.get("window_size") or 0) > 0:
+            out.skip("sliding-window attention (not modelled yet)")
+            continue
+        if int(r.get("beam_width") or 1) != 1:
+            out.skip("beam search")
+            continue
+        if dtype is None or kv is None:
+            out.skip(f"attention format {r.get('attn_dtype')}/{r.get('kv_cache_dtype')} not modelled")
+            continue
+        b, hq, hkv, d = int(r["batch_size"]), int(r["num_heads"]), int(r["num_key_value_heads"]), int(r["head_dim"])
+        if hkv < 1 or hq % hkv:
+            out.skip("query heads not a multiple of KV heads")
+            continue
+        if hq // hkv > MAX_GROUP:
+            out.skip(f"more than {MAX_GROUP} query heads per KV head (a CUDA-core fallback kernel, not modelled)")
+            continue
+        if phase == "prefill" and int(r["isl"]) < 2:
+            out.skip("a one-token context phase (not a prefill)")
+            continue
+        if phase == "prefill":
+            isl, prefix = int(r["isl"]), int(r.get("step") or 0)
+            seq_q, seq_kv, causal = isl, isl + prefix, True
+        else:
+            seq_q, seq_kv, causal = 1, int(r["step"]) + int(r.get("isl") or 1), False
+        params = {"op": "attention", "backend": backend, "batch": b, "heads_q": hq, "heads_kv": hkv,
+                  "seq_q": seq_q, "seq_kv": seq_kv, "head_dim": d, "causal": causal, "dtype": dtype,
+                  "kv_dtype": kv, "packed": phase == "decode", "includes": "kv_write"}
+        out.rows.append({"id": _row_id("instream", params), "kind": "instream", "params": params, "time_s": t,
+                         "kernel": str(r.get("kernel_source", ""))})
+    return out
+
+
+def convert_nccl(cols: dict[str, list]) -> Converted:
+    out = Converted()
+    for r in _rows(cols):
+        out.read += 1
+        op = NCCL_OPS.get(str(r.get("op_name")))
+        eb = COMM_ELEMENT_BYTES.get(str(r.get("nccl_dtype")))
+        t = _latency_s(r.get("latency"))
+        if op is None or eb is None or t is None:
+            out.skip("collective or dtype not modelled" if t is not None else "no positive latency")
+            continue
+        world, nbytes = int(r["num_gpus"]), int(r["message_size"]) * eb
+        if op == "all_gather":  # nccl-tests' size is the gathered output; this project counts each rank's input
+            nbytes //= world
+        params = {"op": op, "world_size": world, "bytes": nbytes, "backend": "nccl", "dtype": str(r.get("nccl_dtype"))}
+        out.rows.append({"id": _row_id("collective", params), "kind": "collective", "params": params, "time_s": t})
+    return out
+
+
+def convert_custom_allreduce(cols: dict[str, list], engine: str) -> Converted:
+    out = Converted()
+    for r in _rows(cols):
+        out.read += 1
+        eb = COMM_ELEMENT_BYTES.get(str(r.get("allreduce_dtype")))
+        t = _latency_s(r.get("latency"))
+        if eb is None or t is None:
+            out.skip("dtype not modelled" if t is not None else "no positive latency")
+            continue
+        impl = str(r.get("implementation") or r.get("backend") or r.get("kernel_source") or engine)
+        params = {"op": "all_reduce", "world_size": int(r["num_gpus"]), "bytes": int(r["message_size"]) * eb,
+                  "backend": engine, "impl": impl, "dtype": str(r.get("allreduce_dtype"))}
+        out.rows.append({"id": _row_id("collective", params), "kind": "collective", "params": params, "time_s": t})
+    return out
+
+
+def convert_moe(cols: dict[str, list]) -> Converted:
+    out = Converted()
+    for r in _rows(cols):
+        out.read += 1
+        fmt = MOE_FORMATS.get(str(r.get("moe_dtype")))
+        t = _latency_s(r.get("latency"))
+        if fmt is None or t is None:
+            out.skip(f"MoE format {r.get('moe_dtype')} not modelled" if t is not None else "no positive latency")
+            continue
+        dtype, scaling = fmt
+        params = {"op": "moe", "tokens": int(r["num_tokens"]), "hidden": int(r["hidden_size"]),
+                  "inter": int(r["inter_size"]), "top_k": int(r["topk"]), "experts": int(r["num_experts"]),
+                  "tp": int(r["moe_tp_size"]), "ep": int(r["moe_ep_size"]), "dtype": dtype,
+                  "distribution": str(r.get("distribution", "balanced")), "kernel": str(r.get("kernel_source", ""))}
+        if scaling != "none":
+            params["scaling"] = scaling
+        out.rows.append({"id": _row_id("moe", params), "kind": "moe", "params": params, "time_s": t})
+    return out
+
+
+GEMM_COLUMNS = ("kernel_source", "gemm_dtype", "m", "n", "k", "latency")
+ATTN_COLUMNS = ("kernel_source", "batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "window_size",
+                "beam_width", "attn_dtype", "kv_cache_dtype", "step", "latency")
+NCCL_COLUMNS = ("op_name", "nccl_dtype", "num_gpus", "message_size", "latency")
+CUSTOM_AR_COLUMNS = ("allreduce_dtype", "num_gpus", "message_size", "latency", "implementation", "backend",
+                     "kernel_source")
+MOE_COLUMNS = ("kernel_source", "moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
+               "moe_tp_size", "moe_ep_size", "distribution", "latency")
+
+
+def _gemm_stratum(r):
+    p = r["params"]
+    return (p["dtype"], p.get("scaling"), r.get("kernel"), _band(p["m"]), _band(p["n"] * p["k"]) // 3)
+
+
+def _attn_stratum(r):
+    p = r["params"]
+    group = p["heads_q"] // p["heads_kv"]
+    return (p["dtype"], p["kv_dtype"], p["head_dim"], p["backend"], min(group, 8), _band(p["batch"]) // 2,
+            _band(p["seq_kv"]) // 2)
+
+
+def _moe_stratum(r):
+    p = r["params"]
+    return (p["dtype"], p.get("scaling"), p["kernel"], p["distribution"], _band(p["tokens"]) // 2, p["ep"] > 1)
+
+
+# --- the import ---------------------------------------------------------------------------------------
+
+@dataclass
+class TablePlan:
+    family: str
+    table: str
+    columns: tuple[str, ...]
+    convert: Callable[[dict[str, list]], Converted]
+    stratum: Callable[[dict], tuple] | None
+
+
+def plans(engine: str) -> list[TablePlan]:
+    return [
+        TablePlan("gemm", "gemm_perf", GEMM_COLUMNS, convert_gemm, _gemm_stratum),
+        TablePlan("attention", "context_attention_perf", ATTN_COLUMNS,
+                  lambda c: convert_attention(c, engine, "prefill"), _attn_stratum),
+        TablePlan("attention", "generation_attention_perf", ATTN_COLUMNS,
+                  lambda c: convert_attention(c, engine, "decode"), _attn_stratum),
+        TablePlan("comm", "custom_allreduce_perf", CUSTOM_AR_COLUMNS, lambda c: convert_custom_allreduce(c, engine),
+                  None),
+        TablePlan("moe", "moe_perf", MOE_COLUMNS, convert_moe, _moe_stratum),
+    ]
+
+
+def device_name(system: str) -> str:
+    from ..spec import load_spec
+
+    key = SYSTEMS.get(system)
+    return load_spec(key).name if key else system
+
+
+def import_system(src: Source, system: str, engine: str, out: Path, *, version: str | None = None,
+                  rows_per_table: int = DEFAULT_ROWS_PER_TABLE, seed: int = 0,
+                  families: Iterable[str] = FAMILIES) -> dict:
+    """Write ``out/measurements.jsonl`` and ``out/environment.json`` for one part and engine; returns the
+    provenance written (per table: file, engine version, rows read, kept, skipped by reason)."""
+    from ..calibrate.store import MEASUREMENTS, write_json_atomic
+    from ..io import write_bytes_atomic
+
+    if system not in SYSTEMS:
+        raise InputError(f"unknown system {system!r}; expected one of {', '.join(SYSTEMS)} (list them with "
+                         "--list)", field="--system")
+    if engine not in ENGINES:
+        raise InputError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}", field="--engine")
+    if not (src.data / system).is_dir():
+        raise InputError(f"no data for {system} in this aiconfigurator installation", file=str(src.data),
+                         field="--system")
+    if not isinstance(rows_per_table, int) or rows_per_table < 10:
+        raise InputError(f"expected at least 10 rows per table, got {rows_per_table}", field="--rows-per-table")
+    families = set(families)
+    wanted = version or current_version(src, system, engine)
+    tables: dict[str, dict] = {}
+    rows: list[dict] = []
+    for plan in plans(engine):
+        if plan.family not in families:
+            continue
+        hit = find_table(src, system, plan.family, engine, plan.table, wanted)
+        if hit is None:
+            continue
+        path, used = hit
+        conv = plan.convert(read_columns(path, plan.columns))
+        kept = subsample(conv.rows, plan.stratum, rows_per_table, seed) if plan.stratum else conv.rows
+        for r in kept:
+            r["source"] = f"{plan.table}@{used}"
+        rows += kept
+        tables[plan.table] = {"file": str(path.relative_to(src.systems)), "engine_version": used, "rows_read": conv.read,
+                              "rows_converted": len(conv.rows), "rows_kept": len(kept), "skipped": conv.skipped}
+    if "comm" in families:
+        hit = _nccl_table(src, system)
+        if hit is not None:
+            path, used = hit
+            conv = convert_nccl(read_columns(path, NCCL_COLUMNS))
+            for r in conv.rows:
+                r["source"] = f"nccl_perf@{used}"
+            rows += conv.rows
+            tables["nccl_perf"] = {"file": str(path.relative_to(src.systems)), "engine_version": f"nccl {used}",
+                                   "rows_read": conv.read, "rows_converted": len(conv.rows),
+                                   "rows_kept": len(conv.rows), "skipped": conv.skipped}
+    if not rows:
+        raise InputError(f"no importable tables for {system} / {engine}" + (f" at version {wanted}" if wanted else ""),
+                         field="--system")
+    seen, unique = set(), []
+    for r in rows:  # the same shape under two kernel sources: keep the first (tables list the engine's own first)
+        if r["id"] not in seen:
+            seen.add(r["id"])
+            unique.append(r)
+    out.mkdir(parents=True, exist_ok=True)
+    spec_key = SYSTEMS[system]
+    provenance = {
+        "source": PACKAGE, "package_version": src.version, "system": system, "engine": engine,
+        "engine_version": wanted, "tables": tables, "rows": len(unique), "seed": seed,
+        "rows_per_table": rows_per_table,
+        "method": "aiconfigurator's collectors time each module replayed from CUDA graphs; latencies are in ms "
+                  "in the tables and seconds here; every row is an in-stream (graph) time",
+        "license": "Apache-2.0, Copyright (c) 2025-2026 NVIDIA CORPORATION & AFFILIATES (see NOTICE)",
+        "command": f"perfmodel import aiconfigurator --system {system} --engine {engine}"
+                   + (f" --version {version}" if version else "") + f" --rows-per-table {rows_per_table}"
+                   + (f" --seed {seed}" if seed else "") + f" --out {out}",
+    }
+    env = {"device_name": device_name(system), "spec_key": spec_key, "engine": engine, "imported": True}
+    text = "".join(json.dumps(r, sort_keys=False, separators=(",", ":")) + "\n" for r in unique)
+    # compressed (about 10x), with no timestamp in the header: the same import gives the same bytes
+    write_bytes_atomic(out / (MEASUREMENTS + ".gz"), gzip.compress(text.encode("utf-8"), mtime=0))
+    write_json_atomic(out / "environment.json", {"env": env, "import": provenance})
+    return provenance
+
+
+def summary_text(prov: dict) -> str:
+    lines = [f"imported {prov['rows']} rows from {prov['source']} {prov['package_version']} "
+             f"({prov['system']}, {prov['engine']} {prov['engine_version']})"]
+    for table, t in prov["tables"].items():
+        skipped = "; ".join(f"{n} {why}" for why, n in sorted(t["skipped"].items())) or "none skipped"
+        lines.append(f"  {table:<28} {t['engine_version']:<14} kept {t['rows_kept']:>6} of {t['rows_read']:>7}  "
+                     f"({skipped})")
+    return "\n".join(lines)
