@@ -26,7 +26,8 @@ from .spec import HardwareSpec
 
 # Profile fields per family. Fields not listed (name, description, validation, ...) come from the GEMM source.
 FAMILY_FIELDS: dict[str, tuple[str, ...]] = {
-    "gemm": tuple(f.name for f in fields(Profile) if f.name.startswith("gemm_")),
+    "gemm": tuple(f.name for f in fields(Profile) if f.name.startswith("gemm_") and "grouped" not in f.name),
+    "moe": tuple(f.name for f in fields(Profile) if f.name.startswith("gemm_grouped")),
     "attention": tuple(f.name for f in fields(Profile) if f.name.startswith("attn_")),
     "memory": ("mem_eta", "mem_alpha_s", "row_s", "rows_per_sm", "standalone_overhead_s", "flush_writeback",
                "host_floor_s"),
@@ -35,7 +36,7 @@ FAMILY_FIELDS: dict[str, tuple[str, ...]] = {
     "training": ("training",),
     "power": ("power",),
 }
-ENGINE_FAMILIES = ("gemm", "attention", "comm")
+ENGINE_FAMILIES = ("gemm", "attention", "comm", "moe")
 # An engine's attention module includes writing the new K and V into the cache: that kernel's parameters travel
 # with the attention family when the attention source fitted them.
 ATTENTION_MEMORY_KINDS = ("kv_write",)
@@ -134,6 +135,19 @@ def compose(hw: HardwareSpec, engine: str, candidates: list[tuple[Profile, Hardw
         mem_eta, mem_alpha = dict(values["mem_eta"]), dict(values["mem_alpha_s"])
         for kind in ATTENTION_MEMORY_KINDS:
             mem_eta[kind], mem_alpha[kind] = att_prof.mem_eta[kind], att_prof.mem_alpha_s[kind]
+        values["mem_eta"], values["mem_alpha_s"] = mem_eta, mem_alpha
+    gem = chosen.get("gemm")
+    if gem is not None and "quantize" in gem[0].provenance.get("module_kernels", ()):
+        # the GEMM source measured its quantize kernel: it travels with the GEMMs
+        g = on_target(*gem)
+        mem_eta, mem_alpha = dict(values["mem_eta"]), dict(values["mem_alpha_s"])
+        mem_eta["quantize"], mem_alpha["quantize"] = g.mem_eta["quantize"], g.mem_alpha_s["quantize"]
+        values["mem_eta"], values["mem_alpha_s"] = mem_eta, mem_alpha
+    moe = chosen.get("moe")
+    if moe is not None:  # the permutes are part of the fused MoE module the MoE source measured
+        moe_prof = on_target(*moe)
+        mem_eta, mem_alpha = dict(values["mem_eta"]), dict(values["mem_alpha_s"])
+        mem_eta["moe_permute"], mem_alpha["moe_permute"] = moe_prof.mem_eta["moe_permute"], moe_prof.mem_alpha_s["moe_permute"]
         values["mem_eta"], values["mem_alpha_s"] = mem_eta, mem_alpha
     # uncertainty: the GEMM source's residual bands; its validation and description
     sources = sorted({p.name for p, _ in (c for c in chosen.values() if c)})

@@ -129,7 +129,25 @@ def build_ops(model: Model, step: Step, sc: Scenario) -> list[O.Op]:
     if sc.pp > 1:
         out.append(O.collective("pp.send", "p2p", tokens * model.hidden * _b(act), 2, phase=ph, scope="model",
                                 count=sc.pp - 1, span="auto"))
-    return out
+    return [q for op in out for q in _quantized(op, model, sc)]
+
+
+def _quantized(op: O.Op, model: Model, sc: Scenario) -> list[O.Op]:
+    """A quantized GEMM names its scaling (the model's fp8 checkpoint: per tensor or 128-wide blocks; fp4 is
+    NVFP4) and is preceded by the kernel that quantizes its bf16 input with a static scale (TensorRT-LLM's
+    static_quantize_e4m3_per_tensor, fp4_quantize, its 1x128 group quantization; vLLM's scaled_fp8_quant;
+    plain PyTorch likewise). Grouped MoE products quantize inside the fused MoE module: no separate kernel."""
+    if op.kind != "gemm" or op.params["dtype"] not in ("fp8", "fp4"):
+        return [op]
+    scaling = "nvfp4" if op.params["dtype"] == "fp4" else model.fp8_scaling
+    gemm = O.Op(op.name, op.kind, op.phase, op.flops, op.bytes, {**op.params, "scaling": scaling}, op.count, op.scope,
+                op.kernels)
+    if op.params.get("grouped"):
+        return [gemm]
+    rows = op.params["m"] * op.params["groups"]
+    q = O.quantize(f"{op.name}.quant", rows, op.params["k"], op.params["dtype"], phase=op.phase, count=op.count,
+                   scope=op.scope)
+    return [q, gemm]
 
 
 def _b(dtype: str) -> float:
@@ -204,13 +222,13 @@ def _mla_attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]
     ops: list[O.Op] = []
     if a.q_lora_rank:
         ops.append(O.gemm("attn.q_a", tokens, a.q_lora_rank, model.hidden, w, phase=ph))
-        ops.append(O.rmsnorm("attn.q_a_norm", tokens, a.q_lora_rank, act, phase=ph))
+        ops.append(_act_op(O.rmsnorm("attn.q_a_norm", tokens, a.q_lora_rank, act, phase=ph), sc))
         ops.append(O.gemm("attn.q_b", tokens, hq * qk, a.q_lora_rank, w, phase=ph))
     else:
         ops.append(O.gemm("attn.q", tokens, hq * qk, model.hidden, w, phase=ph))
     latent = a.kv_lora_rank + a.qk_rope_head_dim
     ops.append(O.gemm("attn.kv_a", tokens, latent, model.hidden, w, phase=ph))
-    ops.append(O.rmsnorm("attn.kv_a_norm", tokens, a.kv_lora_rank, act, phase=ph))
+    ops.append(_act_op(O.rmsnorm("attn.kv_a_norm", tokens, a.kv_lora_rank, act, phase=ph), sc))
     ops += _rotary_ops(sc, tokens, hq, 1, a.qk_rope_head_dim, act, ph)
     ops.append(O.Op("attn.kv_write", "kv_write", ph, 0.0, tokens * latent * (_b(act) + _b(sc.kv)),
                     {"tokens": tokens, "elems": tokens * latent, "dtype": sc.kv}))
@@ -253,7 +271,8 @@ def _dense_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str, *,
 
 
 def _act_op(op: O.Op, sc: Scenario) -> O.Op:
-    """Fused, the gated activation is one kernel (silu_and_mul), timed like a simple elementwise kernel."""
+    """Fused, the op (a gated activation as silu_and_mul, a norm, the MoE routing) is one engine kernel, timed
+    like a simple elementwise kernel (the "fused" class), not as PyTorch's eager implementation."""
     if sc.kernels != "fused":
         return op
     return O.Op(op.name, op.kind, op.phase, op.flops, op.bytes, {**op.params, "fused": True}, op.count, op.scope)
@@ -263,6 +282,40 @@ def active_experts(num_experts: int, top_k: int, routed_tokens):
     """Expected number of distinct experts at least one of ``routed_tokens`` tokens picks, under uniform
     routing (each token picks top_k distinct experts): E * (1 - (1 - k/E)^T)."""
     return num_experts * (1.0 - (1.0 - top_k / num_experts) ** routed_tokens)
+
+
+def moe_expert_ops(tokens, hidden: int, width: int, top_k: int, num_experts: int, ep: int, w: str, act: str,
+                   ph: str, *, gated: bool = True, fused: bool = True) -> list[O.Op]:
+    """The routed experts of one MoE layer on one rank, as a fused MoE module runs them: permute the tokens to
+    their experts, the grouped up (gate and up) products, the activation, the grouped down products, and the
+    weighted un-permute. ``tokens`` before routing (each picks ``top_k`` of ``num_experts``, uniformly); this
+    rank holds ``num_experts / ep`` experts, each ``width`` wide (its TP shard). Also what an imported MoE
+    table's module time is fitted against (perfmodel.calibrate.fit)."""
+    routed = tokens * top_k / ep  # token-expert pairs this rank computes
+    experts_here = num_experts // ep
+    active = active_experts(num_experts, top_k, tokens) * experts_here / num_experts
+    per_expert = routed / active
+    ops = [O.elementwise("moe.permute", "moe_permute", reads=1, writes=1, flops_per_elem=0.0, elems=routed * hidden,
+                         dtype=act, phase=ph, params={"tokens": routed, "hidden": hidden})]
+    if gated:
+        ops.append(_grouped(O.gemm("moe.gate_up", per_expert, 2 * width, hidden, w, groups=active, phase=ph)))
+        act_op = O.swiglu("moe.swiglu", routed, width, act, phase=ph)
+    else:
+        ops.append(_grouped(O.gemm("moe.up", per_expert, width, hidden, w, groups=active, phase=ph)))
+        act_op = O.gelu("moe.gelu", routed, width, act, phase=ph)
+    if fused:
+        act_op = O.Op(act_op.name, act_op.kind, act_op.phase, act_op.flops, act_op.bytes,
+                      {**act_op.params, "fused": True}, act_op.count, act_op.scope)
+    ops.append(act_op)
+    ops.append(_grouped(O.gemm("moe.down", per_expert, hidden, width, w, groups=active, phase=ph)))
+    ops.append(O.elementwise("moe.unpermute", "moe_permute", reads=1, writes=1, flops_per_elem=1.0 * top_k,
+                             elems=routed * hidden, dtype=act, phase=ph, params={"tokens": routed, "hidden": hidden}))
+    return ops
+
+
+def _grouped(op: O.Op) -> O.Op:
+    """A grouped (MoE) product: one launch over the experts, timed with the grouped kernels' own efficiency."""
+    return O.Op(op.name, op.kind, op.phase, op.flops, op.bytes, {**op.params, "grouped": True}, op.count, op.scope)
 
 
 def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> list[O.Op]:
@@ -275,29 +328,19 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
     moe = model.moe
     assert moe is not None
     h = model.hidden
+    # an engine's routing (top-k with its normalisation) is one fused kernel, timed as a simple elementwise one
     ops = [O.gemm("moe.router", tokens, moe.num_experts, h, act, phase=ph, out_dtype="fp32"),
-           O.elementwise("moe.topk", "topk", reads=1, writes=0, flops_per_elem=1.0, elems=tokens * moe.num_experts,
-                         dtype="fp32", phase=ph, params={"tokens": tokens, "experts": moe.num_experts})]
+           _act_op(O.elementwise("moe.topk", "topk", reads=1, writes=0, flops_per_elem=1.0,
+                                 elems=tokens * moe.num_experts, dtype="fp32", phase=ph,
+                                 params={"tokens": tokens, "experts": moe.num_experts}), sc)]
     ep = sc.ep
     shard = sc.tp // ep  # TP ways each expert is split
     width = _ceil_div(moe.expert_intermediate, shard)
     routed = tokens * moe.top_k / ep  # token-expert pairs this rank computes
-    experts_here = moe.num_experts // ep
-    active = active_experts(moe.num_experts, moe.top_k, tokens) * experts_here / moe.num_experts
-    per_expert = routed / active
     if ep > 1:
         ops.append(O.collective("moe.dispatch", "all_to_all", routed * h * _b(act), ep, phase=ph))
-    ops.append(O.elementwise("moe.permute", "moe_permute", reads=1, writes=1, flops_per_elem=0.0, elems=routed * h,
-                             dtype=act, phase=ph, params={"tokens": routed, "hidden": h}))
-    if model.mlp == "swiglu":
-        ops.append(O.gemm("moe.gate_up", per_expert, 2 * width, h, w, groups=active, phase=ph))
-        ops.append(_act_op(O.swiglu("moe.swiglu", routed, width, act, phase=ph), sc))
-    else:
-        ops.append(O.gemm("moe.up", per_expert, width, h, w, groups=active, phase=ph))
-        ops.append(O.gelu("moe.gelu", routed, width, act, phase=ph))
-    ops.append(O.gemm("moe.down", per_expert, h, width, w, groups=active, phase=ph))
-    ops.append(O.elementwise("moe.unpermute", "moe_permute", reads=1, writes=1, flops_per_elem=float(moe.top_k),
-                             elems=routed * h, dtype=act, phase=ph, params={"tokens": routed, "hidden": h}))
+    ops += moe_expert_ops(tokens, h, width, moe.top_k, moe.num_experts, ep, w, act, ph,
+                          gated=model.mlp == "swiglu", fused=sc.kernels == "fused")
     if ep > 1:
         ops.append(O.collective("moe.combine", "all_to_all", routed * h * _b(act), ep, phase=ph))
         if sc.tp > 1:

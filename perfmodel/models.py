@@ -89,6 +89,9 @@ class Model:
     max_position: int = 0
     moe: MoE | None = None
     mla: MLA | None = None
+    # how the model's published fp8 checkpoint scales its products: per tensor (NVIDIA's Llama FP8 checkpoints)
+    # or in 128-wide blocks (DeepSeek-V3's own FP8 release); it picks the kernel family an fp8 GEMM runs
+    fp8_scaling: str = "tensor"
     aliases: tuple[str, ...] = ()
     source: str = ""  # where the dimensions come from
     notes: tuple[str, ...] = ()  # e.g. config.json fields the importer did not use
@@ -167,12 +170,13 @@ FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "deepseek_v3", "gpt")
 MLPS = ("swiglu", "gelu")
 NORMS = ("rmsnorm", "layernorm")
 POSITIONS = ("rope", "learned")
+FP8_SCALINGS = ("tensor", "block")
 
 _REQUIRED = ("key", "name", "family", "hidden", "layers", "heads", "intermediate", "vocab")
 _FIELDS = (
     "key", "name", "family", "aliases", "source", "notes", "hidden", "layers", "heads", "kv_heads",
     "head_dim", "intermediate", "vocab", "max_position", "mlp", "norm", "position", "tied_embeddings",
-    "qkv_bias", "moe", "mla",
+    "qkv_bias", "moe", "mla", "fp8_scaling",
 )
 _MOE_REQUIRED = ("num_experts", "top_k", "expert_intermediate")
 _MOE_FIELDS = _MOE_REQUIRED + ("num_shared_experts", "shared_intermediate", "first_dense_layers")
@@ -348,6 +352,7 @@ def _model_from_dict(d, file: str) -> Model:
         tied_embeddings=_bool(d, "tied_embeddings", file),
         qkv_bias=_bool(d, "qkv_bias", file),
         max_position=max_position, moe=moe, mla=mla,
+        fp8_scaling=_enum(d, "fp8_scaling", FP8_SCALINGS, file, default="tensor"),
         aliases=tuple(a.lower() for a in _str_list(d, "aliases", file)),
         source=_str(d, "source", file, default=""),
         notes=_str_list(d, "notes", file),
@@ -571,8 +576,14 @@ def _model_from_hf_dict(cfg, path: Path) -> Model:
         head_dim=head_dim, intermediate=intermediate, vocab=vocab, mlp="swiglu", norm="rmsnorm",
         position="rope", tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), qkv_bias=qkv_bias,
         max_position=max_position, moe=moe, mla=mla, aliases=(), source=f"{path} (Hugging Face config)",
-        notes=tuple(notes),
+        notes=tuple(notes), fp8_scaling=_hf_fp8_scaling(cfg),
     )
+
+
+def _hf_fp8_scaling(cfg: dict) -> str:
+    """block where the checkpoint's quantization_config gives fp8 weight blocks (DeepSeek's 128 x 128)."""
+    q = cfg.get("quantization_config")
+    return "block" if isinstance(q, dict) and q.get("weight_block_size") else "tensor"
 
 
 # ---- files, with a cache by path + mtime ----------------------------------------------------------

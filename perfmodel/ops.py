@@ -16,7 +16,7 @@ from .dtypes import bytes_per_element
 
 # Operator kinds and the cost family that times them.
 COMPUTE_KINDS = ("gemm", "attention")
-MEMORY_KINDS = ("rmsnorm", "layernorm", "swiglu", "gelu", "rotary", "residual", "embedding", "kv_write",
+MEMORY_KINDS = ("rmsnorm", "layernorm", "swiglu", "gelu", "rotary", "residual", "embedding", "kv_write", "quantize",
                 "moe_permute", "topk", "copy", "reduce")
 COMM_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
 KINDS = COMPUTE_KINDS + MEMORY_KINDS + COMM_KINDS
@@ -88,6 +88,15 @@ def kv_write(name: str, tokens, heads_q, heads_kv, head_dim, *, act_dtype: str, 
     q_bytes = 2.0 * tokens * heads_q * head_dim * act_b if rope_q else 0.0
     return Op(name, "kv_write", phase, 0.0, elems * (act_b + bytes_per_element(kv_dtype)) + q_bytes,
               {"tokens": tokens, "elems": elems, "dtype": kv_dtype}, count)
+
+
+def quantize(name: str, tokens, hidden, dtype: str, *, phase: str = "standalone", count: float = 1.0,
+             scope: str = "layer") -> Op:
+    """A quantized GEMM's input, ``tokens x hidden`` bf16 values, written in ``dtype`` (fp8 with a static scale,
+    NVFP4 with its block scales) by one kernel."""
+    nbytes = tokens * hidden * (bytes_per_element("bf16") + bytes_per_element(dtype))
+    return Op(name, "quantize", phase, 2.0 * tokens * hidden, nbytes, {"tokens": tokens, "hidden": hidden,
+                                                                        "dtype": dtype}, count, scope)
 
 
 def elementwise(name: str, kind: str, *, reads, writes, flops_per_elem: float, elems, dtype: str,

@@ -28,6 +28,7 @@ OP_COLUMNS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "gelu": (("tokens", "width", "dtype"), {}),
     "rotary": (("tokens", "heads", "head_dim", "dtype"), {}),
     "residual": (("tokens", "hidden", "dtype"), {}),
+    "quantize": (("tokens", "hidden", "dtype"), {}),
     "copy": (("bytes",), {}),
     "reduce": (("bytes",), {}),
 }
@@ -131,6 +132,8 @@ def op_from_params(kind: str, v: dict) -> O.Op:
         return getattr(O, kind)(kind, v["tokens"], v["width"], d)
     if kind == "rotary":
         return O.rotary(kind, v["tokens"], v["heads"], v["head_dim"], d)
+    if kind == "quantize":
+        return O.quantize(kind, v["tokens"], v["hidden"], d)
     if kind == "copy":
         return O.copy("copy", v["bytes"])
     if kind == "reduce":

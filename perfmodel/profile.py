@@ -18,7 +18,7 @@ from pathlib import Path
 from .errors import InputError
 
 MEMORY_OP_KINDS = ("copy", "reduce", "rmsnorm", "layernorm", "swiglu", "gelu", "rotary", "residual",
-                   "embedding", "kv_write", "moe_permute", "topk", "fused")
+                   "embedding", "kv_write", "moe_permute", "topk", "fused", "quantize")
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,12 @@ class Profile:
     # K splits its kernels use (else unlimited); fitted where an engine's tables measure the format
     gemm_format_power_drop: dict[str, float] = field(default_factory=dict)
     gemm_max_split: dict[str, float] = field(default_factory=dict)
+    # MoE grouped products (perfmodel.graph.moe_expert_ops), per format: compute and streaming efficiency relative
+    # to the dense kernels', and a fixed cost of the grouped launch (routing set-up); fitted from an engine's MoE
+    # tables; absent: as dense products
+    gemm_grouped_eta: dict[str, float] = field(default_factory=dict)
+    gemm_grouped_mem: dict[str, float] = field(default_factory=dict)
+    gemm_grouped_overhead_s: float = 0.0
     # distinct operand tiles in flight per SM needed to stream at full bandwidth (estimate, by Little's law:
     # ~3 MB in flight for 4.8 TB/s at ~600 ns latency is ~35 tiles of 128 x 64 bf16 four stages deep: 0.25/SM)
     gemm_mem_ctas: float = 0.25
@@ -67,7 +73,7 @@ class Profile:
     mem_eta: dict[str, float] = field(default_factory=lambda: {
         "copy": 0.90, "reduce": 0.90, "rmsnorm": 0.80, "layernorm": 0.75, "swiglu": 0.55, "gelu": 0.75,
         "rotary": 0.35, "residual": 0.85, "embedding": 0.70, "kv_write": 0.70, "moe_permute": 0.60,
-        "topk": 0.50, "fused": 0.85})
+        "topk": 0.50, "fused": 0.85, "quantize": 0.80})
     # (estimate: copy ~4.3 of 4.8 TB/s on an H200 per KINDS.md; eager chains such as silu(g)*u move more
     #  bytes than the minimum, so their effective eta is lower)
     mem_alpha_s: dict[str, float] = field(default_factory=lambda: {k: 4.0e-6 for k in MEMORY_OP_KINDS})
@@ -170,8 +176,10 @@ DEFAULTS = Profile()
 # Fields that hold a dict of numbers keyed by format, kind or backend: a profile file may give some keys and
 # take the rest from the defaults.
 _NUMBER_DICTS = ("gemm_eta", "gemm_mem_eta_scale", "gemm_prologue_s", "gemm_prologue_eta", "gemm_format_power_drop", "gemm_max_split",
+                 "gemm_grouped_eta", "gemm_grouped_mem",
                  "attn_sfu_cycles", "attn_sfu_p", "attn_cta_cycles", "attn_mem_ctas", "mem_eta", "mem_alpha_s", "row_s", "host_floor_s", "attn_eta", "attn_dec_eta",
                  "attn_overhead_s", "attn_cta_blocks", "attn_tail", "attn_softness", "attn_block_q", "attn_block_k")
+_MAY_BE_ZERO = ("gemm_grouped_overhead_s",)  # a cost that may be absent
 _FREE_DICTS = ("validation", "provenance", "training", "power")  # checked by their own users
 # Per-collective fitted parameters, keyed "<collective>:<world size>" (perfmodel.cost.comm)
 _COMM_DICTS = ("comm_alpha_s", "comm_eta")
@@ -278,6 +286,8 @@ def _check_field(key: str, value, default, file: str) -> None:
                 and value >= 0):
             raise bad("a non-negative number")
     elif isinstance(default, (int, float)) and not isinstance(default, bool):
+        if key in _MAY_BE_ZERO and value == 0 and not isinstance(value, bool):
+            return
         if not _positive(value):
             raise bad("a positive finite number")
         if "eta" in key and value > MAX_ETA:

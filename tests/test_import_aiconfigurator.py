@@ -45,7 +45,8 @@ def test_import_converts_every_family_with_provenance(src, tmp_path):
     assert set(env["import"]["tables"]) >= {"gemm_perf", "context_attention_perf", "generation_attention_perf",
                                             "nccl_perf", "custom_allreduce_perf", "moe_perf"}
     kinds = {(r["kind"], r["params"].get("op")) for r in rows}
-    assert {("instream", "gemm"), ("instream", "attention"), ("collective", "all_reduce"), ("moe", "moe")} <= kinds
+    assert {("instream", "gemm"), ("instream", "attention"), ("instream", "quantize"), ("collective", "all_reduce"),
+            ("moe", "moe")} <= kinds
     gemm = [r for r in rows if r["params"].get("op") == "gemm"]
     # the table's ms become seconds; quantized formats quantize their input inside the module
     by_fmt = {(r["params"]["dtype"], r["params"].get("scaling")) for r in gemm}
@@ -90,7 +91,9 @@ def test_fit_makes_a_profile_for_the_part_and_engine(src, tmp_path):
     prof = load_profile(tmp_path)
     assert prof.fitted and prof.spec_key == "b200" and prof.engine == "trtllm"
     assert "trtllm" in prof.attn_eta and "fp4" in prof.gemm_prologue_s
-    assert set(prof.provenance["measured_families"]) >= {"gemm", "attention", "comm"}
+    assert set(prof.provenance["measured_families"]) >= {"gemm", "attention", "comm", "moe"}
+    assert "memory" not in prof.provenance["measured_families"]  # its quantize kernel travels with the GEMMs
+    assert "quantize" in prof.provenance["module_kernels"]
     assert prof.provenance["import"]["system"] == "b200_sxm"
     assert any(k.startswith("engine_all_reduce:") for k in prof.comm_eta)  # TensorRT-LLM's own all-reduce
 

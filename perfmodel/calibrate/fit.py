@@ -94,6 +94,13 @@ def load_cases(rows: list[dict], holdout: float, seed: int) -> tuple[list[Case],
         if r["id"] in seen:
             continue
         seen.add(r["id"])
+        if kind == "moe":  # an engine's fused MoE module (imported tables)
+            p = r["params"]
+            needed = ("tokens", "hidden", "inter", "top_k", "experts", "tp", "ep", "dtype")
+            if all(k in p for k in needed) and p["experts"] % p["ep"] == 0 and p["inter"] >= p["tp"]:
+                cases.append(Case(r["id"], "moe", p, None, float(r["time_s"]), is_held_out(r["id"], holdout, seed),
+                                  False))
+            continue
         if kind == "layer":
             layers.append(r)
         elif kind == "launch":
@@ -128,7 +135,29 @@ def _signature(c: Case) -> tuple:
     if c.kind == "attention":
         return ("attention", p.get("dtype", "bf16"), p.get("kv_dtype") or p.get("dtype", "bf16"), bool(p["causal"]),
                 c.backend, bool(p.get("packed")), p.get("includes"), c.standalone)
+    if c.kind == "moe":
+        return ("moe", p["dtype"], p.get("scaling"))
     return (c.kind, p.get("dtype"), c.standalone)
+
+
+def _predict_moe(cases: list[Case], hw: HardwareSpec, prof: Profile) -> np.ndarray:
+    """Imported MoE module times: the routed-expert ops of perfmodel.graph.moe_expert_ops (the projection's own
+    MoE ops), vectorised over the cases' shapes."""
+    from ..cost import time_op
+    from ..graph import moe_expert_ops
+
+    col = lambda key: np.array([float(c.params[key]) for c in cases])  # noqa: E731
+    p0 = cases[0].params
+    width = np.ceil(col("inter") / col("tp"))
+    ops = moe_expert_ops(col("tokens"), col("hidden"), width, col("top_k"), col("experts"), col("ep"), p0["dtype"],
+                         "bf16", "standalone")
+    total = np.zeros(len(cases))
+    for op in ops:
+        if op.kind == "gemm" and p0.get("scaling"):
+            op = op.__class__(op.name, op.kind, op.phase, op.flops, op.bytes, {**op.params, "scaling": p0["scaling"]},
+                              op.count, op.scope)
+        total = total + np.asarray(time_op(op, hw, prof).time, dtype=float) * op.count
+    return total
 
 
 def _array_params(cases: list[Case]) -> dict:
@@ -160,6 +189,9 @@ def predict_cases(cases: list[Case], hw: HardwareSpec, prof: Profile) -> np.ndar
         groups.setdefault(_signature(c), []).append(i)
     for sig, idx in groups.items():
         sub = [cases[i] for i in idx]
+        if sig[0] == "moe":
+            out[idx] = _predict_moe(sub, hw, prof)
+            continue
         params = _array_params(sub)
         params.pop("backend", None)
         op = op_from_params(sub[0].kind, params)
@@ -294,6 +326,17 @@ def fit_profile(cases: list[Case], hw: HardwareSpec, base: Profile = DEFAULTS) -
                    and c.params["m"] * c.params["n"] <= 256 * 1024) >= 10:
                 params.append(_dict_entry("gemm_max_split", f, 1.0, 256.0, start=16.0))
         prof, _ = _least_squares(params, prof, lambda p: _log_residuals(gemms, hw, p))
+    # MoE modules (uniformly routed rows only: the model routes uniformly; skewed rows stay as validation):
+    # the grouped kernels' efficiency per format relative to the dense ones, their fixed cost, the permutes
+    moe = [c for c in train if c.kind == "moe" and c.params.get("distribution", "balanced") == "balanced"]
+    if len(moe) >= MIN_ATTENTION_ROWS:
+        fmts = sorted({gemm_format(c.params["dtype"], c.params.get("scaling")) for c in moe})
+        params = [_field("gemm_grouped_overhead_s", 1e-8, 1e-3)]
+        params += [_dict_entry("gemm_grouped_eta", f, 0.02, 2.0, start=0.7) for f in fmts]
+        params += [_dict_entry("gemm_grouped_mem", f, 0.02, 2.0, start=0.7) for f in fmts]
+        params += [_dict_entry("mem_eta", "moe_permute", 0.02, 1.0), _dict_entry("mem_alpha_s", "moe_permute", 1e-8, 1e-4)]
+        prof = prof.with_(gemm_grouped_overhead_s=5e-6)
+        prof, _ = _least_squares(params, prof, lambda p, m=moe: _log_residuals(m, hw, p))
     kv_write_fitted = False
     backends = {c.backend for c in train if c.kind == "attention"}
     # most rows first: the engine's own kernel before the others it also runs
@@ -354,7 +397,7 @@ def _with_block_shapes(prof: Profile, backend: str) -> Profile:
 
 
 # Kinds the suite does not measure take the parameters of the measured kind whose kernel they resemble.
-RESEMBLES = {"kv_write": "copy", "embedding": "copy", "moe_permute": "copy", "layernorm": "rmsnorm",
+RESEMBLES = {"kv_write": "copy", "embedding": "copy", "moe_permute": "copy", "quantize": "copy", "layernorm": "rmsnorm",
              "gelu": "residual", "topk": "reduce", "fused": "residual"}
 
 
@@ -493,13 +536,16 @@ def _errors(pred, meas) -> dict:
 
 
 def op_class(kind: str) -> str:
-    return kind if kind in ("gemm", "attention") else "memory"
+    return kind if kind in ("gemm", "attention", "moe") else "memory"
 
 
 def case_class(c: Case) -> str:
     """The validation class of a case: its family, the attention backend (and whether plain dispatch chose
     it), and whether it was timed in a stream of kernels."""
-    cls = op_class(c.kind) + ("" if c.standalone else " in-stream")
+    cls = op_class(c.kind) + ("" if c.standalone or c.kind == "moe" else " in-stream")
+    if c.kind == "moe":
+        dist = c.params.get("distribution", "balanced")
+        return cls + ("" if dist == "balanced" else f" ({dist} routing, never fitted)")
     if c.kind == "attention":
         forced = c.params.get("backend", "default") != "default"
         cls += f" ({c.backend})" if forced else f" (default: {c.backend})"
@@ -646,8 +692,12 @@ def _families_measured(cases, launches, comm_info, training, power) -> list[str]
         out.append("gemm")
     if any(c.kind == "attention" for c in cases):
         out.append("attention")
-    if any(c.kind in MEMORY_OP_KINDS for c in cases):
+    # kernels that come with another family (the cache write with attention, input quantization with the GEMMs)
+    # do not make a folder a source of the memory family
+    if any(c.kind in MEMORY_OP_KINDS and c.kind not in ("kv_write", "quantize") for c in cases):
         out.append("memory")
+    if any(c.kind == "moe" for c in cases):
+        out.append("moe")
     if launches:
         out.append("launch")
     if comm_info.get("fits"):
@@ -736,7 +786,8 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
                     "measured_formats": formats, "collectives": comm_info, "fit_seconds": round(time.time() - started, 2),
                     "attention_dispatch": dispatch_seen,
                     "measured_families": _families_measured(cases, launches, comm_info, training, power),
-                    "module_kernels": sorted({"kv_write" for c in cases if c.params.get("includes") == "kv_write"}),
+                    "module_kernels": sorted({"kv_write" for c in cases if c.params.get("includes") == "kv_write"}
+                                             | {"quantize" for c in cases if c.kind == "quantize"}),
                     "attention_backends": sorted({c.backend for c in cases if c.kind == "attention"}),
                     "command": f"perfmodel fit {d}" + (f" --arch {spec}" if spec else ""),
                     **({"import": imported} if imported else {})},

@@ -114,9 +114,15 @@ def _time_parts(op: Op, hw, prof: Profile, *, mode: str, world: int, xp, sustain
             return xp.maximum(t_c, t_m), t_c, t_m
         if k == "gemm":
             fmt = gemm_format(p["dtype"], p.get("scaling"))
+            stream = mem_scale(prof, fmt)
+            if p.get("grouped"):  # an MoE's grouped kernel: its own compute and streaming efficiency
+                eta = eta * grouped_scale(prof.gemm_grouped_eta, fmt)
+                stream = stream * grouped_scale(prof.gemm_grouped_mem, fmt)
             t, t_c, t_m = gemm_time(shape(p["m"]), shape(p["n"]), shape(p["k"]), p["groups"], op.bytes, peak,
                                     hw.sm_count, bw, prof, eta, xp=xp, elem_bytes=bytes_per_element(p["dtype"]),
-                                    sustained=sustained, mem_scale=mem_scale(prof, fmt), fmt=fmt)
+                                    sustained=sustained, mem_scale=stream, fmt=fmt)
+            if p.get("grouped"):
+                t = t + prof.gemm_grouped_overhead_s
             if p.get("quant_input"):
                 t = t + quant_prologue(shape(p["m"]) * p["groups"], shape(p["k"]), fmt, p["dtype"], bw, prof)
             return t, (ideal_compute(op, hw, prof) if t_c is None else t_c), t_m
@@ -131,6 +137,17 @@ def _time_parts(op: Op, hw, prof: Profile, *, mode: str, world: int, xp, sustain
         return op.bytes / bw, 0.0, op.bytes / bw
     t, t_m = memory_time(_mem_kind(op), op.bytes, bw, prof, **_rows(op), sms=hw.sm_count, xp=xp)
     return t, 0.0, t_m
+
+
+def grouped_scale(table: dict, fmt: str) -> float:
+    """A grouped (MoE) kernel's efficiency relative to the dense one of its format: fitted per format where an
+    engine's MoE tables measured it, else the dtype's, else any measured format's (the kernel family's), else 1."""
+    if fmt in table:
+        return table[fmt]
+    base = fmt.split("_")[0]
+    if base in table:
+        return table[base]
+    return table.get("bf16", next(iter(table.values()), 1.0))
 
 
 def fp8_attention_scale(prof: Profile, backend: str) -> float:

@@ -69,6 +69,11 @@ COMM_ELEMENT_BYTES = {"half": 2, "bfloat16": 2, "float16": 2, "int8": 1, "fp8": 
 MOE_FORMATS = {"bfloat16": ("bf16", "none"), "fp8": ("fp8", "tensor"), "fp8_block": ("fp8", "block"),
                "nvfp4": ("fp4", "nvfp4")}
 DEFAULT_ROWS_PER_TABLE = 3000
+# Where a table times one MoE format with two kernel families, the one the engine runs: for NVFP4 on Blackwell
+# TensorRT-LLM's recipes select its TRTLLM-gen MoE backend (the table's "min_latency" kernel source; about 3x
+# faster than CUTLASS at decode sizes), elsewhere CUTLASS, and DeepGEMM for block-scaled fp8. The other
+# family's rows are counted as skipped.
+PREFERRED_MOE_KERNELS = ("moe_torch_flow_min_latency",)
 # TensorRT-LLM's XQA decode kernel packs up to this many query heads of one KV head onto the tensor cores;
 # beyond it (64-128 heads over one KV head) the engine falls back to a CUDA-core kernel this model does not have
 MAX_GROUP = 32
@@ -424,9 +429,14 @@ def convert_moe(cols: dict[str, list]) -> Converted:
         out.read += 1
         fmt = MOE_FORMATS.get(str(r.get("moe_dtype")))
         t = _latency_s(r.get("latency"))
+        source = str(r.get("kernel_source", ""))
         if fmt is None or t is None:
             out.skip(f"MoE format {r.get('moe_dtype')} not modelled" if t is not None else "no positive latency")
             continue
+        if "nongated" in source:
+            out.skip("non-gated experts (relu2 MLPs; the model's experts are gated)")
+            continue
+
         dtype, scaling = fmt
         params = {"op": "moe", "tokens": int(r["num_tokens"]), "hidden": int(r["hidden_size"]),
                   "inter": int(r["inter_size"]), "top_k": int(r["topk"]), "experts": int(r["num_experts"]),
@@ -435,9 +445,34 @@ def convert_moe(cols: dict[str, list]) -> Converted:
         if scaling != "none":
             params["scaling"] = scaling
         out.rows.append({"id": _row_id("moe", params), "kind": "moe", "params": params, "time_s": t})
+    preferred = {r["params"]["dtype"] for r in out.rows if r["params"]["kernel"] in PREFERRED_MOE_KERNELS}
+    kept = []
+    for r in out.rows:
+        if r["params"]["dtype"] in preferred and r["params"]["kernel"] not in PREFERRED_MOE_KERNELS:
+            out.skip(f"{r['params']['kernel']}: not the kernel family the engine runs for this format")
+            continue
+        kept.append(r)
+    out.rows = kept
     return out
 
 
+def convert_quantize(cols: dict[str, list]) -> Converted:
+    """``scale_matrix_perf``: quantizing an m x k bf16 activation with a given scale (the static per-tensor path
+    of an fp8 linear layer)."""
+    out = Converted()
+    for r in _rows(cols):
+        out.read += 1
+        t = _latency_s(r.get("latency"))
+        dtype = {"fp8": "fp8", "nvfp4": "fp4"}.get(str(r.get("quant_dtype")))
+        if t is None or dtype is None:
+            out.skip("format not modelled" if t is not None else "no positive latency")
+            continue
+        params = {"op": "quantize", "tokens": int(r["m"]), "hidden": int(r["k"]), "dtype": dtype}
+        out.rows.append({"id": _row_id("instream", params), "kind": "instream", "params": params, "time_s": t})
+    return out
+
+
+QUANT_COLUMNS = ("m", "k", "quant_dtype", "latency")
 GEMM_COLUMNS = ("kernel_source", "gemm_dtype", "m", "n", "k", "latency")
 ATTN_COLUMNS = ("kernel_source", "batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "window_size",
                 "beam_width", "attn_dtype", "kv_cache_dtype", "step", "latency")
@@ -469,16 +504,22 @@ def _moe_stratum(r):
 
 @dataclass
 class TablePlan:
-    family: str
+    family: str  # the cost-model family the rows calibrate (what --families selects)
     table: str
     columns: tuple[str, ...]
     convert: Callable[[dict[str, list]], Converted]
     stratum: Callable[[dict], tuple] | None
+    folder: str = ""  # the package's folder for the table, when not the family's name
+
+    @property
+    def where(self) -> str:
+        return self.folder or self.family
 
 
 def plans(engine: str) -> list[TablePlan]:
     return [
         TablePlan("gemm", "gemm_perf", GEMM_COLUMNS, convert_gemm, _gemm_stratum),
+        TablePlan("gemm", "scale_matrix_perf", QUANT_COLUMNS, convert_quantize, None, folder="quantize"),
         TablePlan("attention", "context_attention_perf", ATTN_COLUMNS,
                   lambda c: convert_attention(c, engine, "prefill"), _attn_stratum),
         TablePlan("attention", "generation_attention_perf", ATTN_COLUMNS,
@@ -521,7 +562,7 @@ def import_system(src: Source, system: str, engine: str, out: Path, *, version: 
     for plan in plans(engine):
         if plan.family not in families:
             continue
-        hit = find_table(src, system, plan.family, engine, plan.table, wanted)
+        hit = find_table(src, system, plan.where, engine, plan.table, wanted)
         if hit is None:
             continue
         path, used = hit

@@ -35,6 +35,7 @@ def main() -> None:
             lambda t: pc.and_(pc.equal(t["num_heads"], 32), pc.is_in(t["isl"], pc.cast([1, 1024, 4096], t["isl"].type))),
         "attention/trtllm/1.3.0rc20/generation_attention_perf.parquet":
             lambda t: pc.and_(pc.equal(t["num_heads"], 32), pc.is_in(t["batch_size"], pc.cast([1, 64], t["batch_size"].type))),
+        "quantize/trtllm/1.3.0rc20/scale_matrix_perf.parquet": lambda t: pc.equal(t["k"], 8192),
         "comm/trtllm/1.3.0rc20/custom_allreduce_perf.parquet": lambda t: pc.equal(t["num_gpus"], 8),
         "comm/nccl/2.27.3/nccl_perf.parquet": lambda t: pc.equal(t["num_gpus"], 4),
         "moe/trtllm/1.3.0rc20/moe_perf.parquet":
