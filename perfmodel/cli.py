@@ -309,6 +309,40 @@ def cmd_import(args) -> int:
     return 0
 
 
+def cmd_backtest(args) -> int:
+    from pathlib import Path
+
+    from .backtest import SUMMARY, backtest, markdown, write_summary
+    from .paths import calibration_dir
+
+    root = calibration_dir()
+    sources = args.source or [str(root / "h200"), str(root / "h200-sxm-trtllm")]
+    targets = args.target or [str(p.parent) for p in sorted(root.glob("*-trtllm/environment.json"))]
+    results = []
+    for src in sources:
+        for tgt in targets:
+            if Path(src).resolve() == Path(tgt).resolve():
+                continue
+            r = backtest(src, tgt)
+            if r["source_part"] != r["target_part"]:
+                results.append(r)
+    if not results:
+        raise InputError("no source and target on different parts", field="--target")
+    text = markdown(results, families_only=not args.classes)
+    if args.write:
+        write_summary([r for r in results if r["source_engine"] != "torch"], root / SUMMARY)
+        print(f"wrote {root / SUMMARY}", file=sys.stderr)
+    _emit(text + "\n", args.out)
+    return 0
+
+
+def cmd_sustained(args) -> int:
+    from .sustained import measure, yaml_text
+
+    _emit(yaml_text(measure(args.dir)), None)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -402,6 +436,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fit", action="store_true", help="fit the profile right after (perfmodel fit OUT)")
     p.add_argument("--list", action="store_true", help="list systems, engines and versions, and stop")
     p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("backtest", help="carry a profile to other measured parts and compare kernel by kernel")
+    p.add_argument("--source", action="append", help="profile folder to carry (repeatable; default h200 and "
+                                                     "h200-sxm-trtllm)")
+    p.add_argument("--target", action="append", help="measured folder to predict (repeatable; default every "
+                                                     "calibration/*-trtllm)")
+    p.add_argument("--classes", action="store_true", help="every class (collectives per world size and size, "
+                                                          "MoE per routing) instead of families")
+    p.add_argument("--write", action="store_true",
+                   help="also write calibration/backtest.json (the carry spread of carried projections' bands)")
+    p.add_argument("--out", help="write the markdown here instead of stdout")
+    p.set_defaults(func=cmd_backtest)
+
+    p = sub.add_parser("sustained", help="a part's sustained ceilings read off a calibration folder (spec YAML)")
+    p.add_argument("dir")
+    p.set_defaults(func=cmd_sustained)
 
     _register_outputs(sub)
     return ap

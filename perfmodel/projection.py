@@ -311,6 +311,11 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
     else:
         carried = f", carried from {prof.carried_from} by the transfer rules" if prof.carried_from else ""
         out.append(f"efficiencies fitted on {prof.device or prof.name}{carried}")
+        fams = prof.provenance.get("families") or {}
+        if fams:
+            out.append("calibration by family: " + "; ".join(
+                f"{fam} {v.get('source', '')}" + (f" ({v['engine']})" if v.get("engine") else "")
+                for fam, v in fams.items()))
     out.append(f"{sc.batching} batching; throughput definition in the README")
     if sc.mode != "sol":
         from .kernel_choices import assumption_lines, choices

@@ -31,7 +31,11 @@ def op_row(t: OpTime) -> dict:
 def calibration_info(prof) -> dict:
     return {"profile": prof.name if prof.fitted else None, "label": prof.label, "fitted": prof.fitted,
             "device": prof.device or None, "carried_from": prof.carried_from or None,
-            "description": prof.description, "validation": prof.validation or None}
+            "description": prof.description, "validation": prof.validation or None,
+            "engine": prof.engine if prof.fitted else None,
+            # per cost-model family: which profile (part, engine) it came from and whether it was carried
+            "families": prof.provenance.get("families") if prof.fitted else None,
+            "carry": prof.provenance.get("carry") if prof.carried_from else None}
 
 
 def hardware_info(hw) -> dict:

@@ -100,6 +100,9 @@ class HardwareSpec:
     pcie_bandwidth: float  # bytes/s per direction
     tdp_w: float
     hbm_visible_bytes: float = 0.0  # what a process sees (nvidia-smi memory.total); 0: derived from hbm_bytes
+    # measured (or estimated) sustained ceilings, SUSTAINED_FIELDS keys without "sustained.": bf16, fp8, fp4 (FLOP/s),
+    # bandwidth, allreduce_busbw (bytes/s), allreduce_latency (s); only the transfer rules read them
+    sustained: dict[str, float] = field(default_factory=dict)
     figures: dict[str, Figure] = field(default_factory=dict)  # dotted field path -> Figure
     files: tuple[str, ...] = ()  # the extends chain, most derived first
     sha256: str = ""  # of the spec file's bytes and every file it extends
@@ -176,9 +179,27 @@ SPEC_FIELDS: tuple[SpecField, ...] = (
     SpecField("tdp_w", "power.tdp", "power", "TDP"),
 )
 
-_BY_PATH = {f.path: f for f in SPEC_FIELDS}
-_BY_ATTR = {f.attr: f for f in SPEC_FIELDS}
-_OPTIONAL = {f"compute.tensor.{k}" for k in ("fp64", "tf32", "fp8", "fp4", "int8")} | {"memory.visible"}
+# What the part sustains, measured by microbenchmarks (or estimated for a part nobody has measured): the dense
+# product rate of large GEMMs at the power-limited clock, the bandwidth streaming kernels reach, and NCCL's
+# all-reduce bus bandwidth and small-message time inside the scale-up domain. The cost model never reads them;
+# the transfer rules carry a profile's efficiencies relative to them (perfmodel.transfer), so a part whose
+# sustained ceilings differ from its datasheet's by another ratio than the measured part's is not carried as
+# if they did not. All optional.
+SUSTAINED_FIELDS: tuple[SpecField, ...] = (
+    SpecField("sustained.bf16", "sustained.tensor.bf16", "flop_rate", "Sustained BF16 GEMM rate"),
+    SpecField("sustained.fp8", "sustained.tensor.fp8", "flop_rate", "Sustained FP8 GEMM rate"),
+    SpecField("sustained.fp4", "sustained.tensor.fp4", "flop_rate", "Sustained FP4 GEMM rate"),
+    SpecField("sustained.bandwidth", "sustained.bandwidth", "bandwidth", "Sustained HBM streaming bandwidth"),
+    SpecField("sustained.allreduce_busbw", "sustained.allreduce_busbw", "bandwidth",
+              "Sustained all-reduce bus bandwidth (large messages)"),
+    SpecField("sustained.allreduce_latency", "sustained.allreduce_latency", "time",
+              "All-reduce time of a small message"),
+)
+
+_BY_PATH = {f.path: f for f in SPEC_FIELDS + SUSTAINED_FIELDS}
+_BY_ATTR = {f.attr: f for f in SPEC_FIELDS + SUSTAINED_FIELDS}
+_OPTIONAL = ({f"compute.tensor.{k}" for k in ("fp64", "tf32", "fp8", "fp4", "int8")} | {"memory.visible"}
+             | {f.path for f in SUSTAINED_FIELDS})
 
 # Device-visible memory where no reading is given: a nominal "80 GB" of HBM is 80 GiB of DRAM, of which the
 # driver exposes 99.57% (nvidia-smi memory.total: 81559 of 81920 MiB on an H100 SXM, 143771 of 144384 MiB
@@ -201,7 +222,7 @@ _FIGURE_KEYS = ("value", "source", "ref", "note")
 def _tree() -> dict:
     """The nested key layout of the schema: a dict for each mapping level, None for a figure."""
     root: dict = {k: "scalar" for k in _TOP_SCALARS}
-    for f in SPEC_FIELDS:
+    for f in SPEC_FIELDS + SUSTAINED_FIELDS:
         node = root
         *parents, leaf = f.path.split(".")
         for p in parents:
@@ -232,6 +253,8 @@ def spec_value(spec: HardwareSpec, attr: str) -> float | None:
     """The SI value of ``attr`` (a :data:`SPEC_FIELDS` attr) on ``spec``; None for a format it lacks."""
     if attr.startswith("tensor_flops."):
         return spec.tensor_flops.get(attr.split(".", 1)[1])
+    if attr.startswith("sustained."):
+        return spec.sustained.get(attr.split(".", 1)[1])
     return getattr(spec, attr)
 
 
@@ -458,6 +481,7 @@ def _build(path: Path) -> HardwareSpec:
         scaleout_latency=v["interconnect.scale_out.latency"],
         pcie_bandwidth=v["interconnect.pcie"],
         tdp_w=v["power.tdp"],
+        sustained={f.attr.split(".", 1)[1]: v[f.path] for f in SUSTAINED_FIELDS if f.path in v},
         figures=dict(sorted(figures.items(), key=lambda kv: _ORDER.get(kv[0], 99))),
         files=tuple(str(r.path) for r in chain),
         sha256=_hash(r.data for r in chain),
@@ -466,7 +490,7 @@ def _build(path: Path) -> HardwareSpec:
     return spec
 
 
-_ORDER = {f.path: i for i, f in enumerate(SPEC_FIELDS)}
+_ORDER = {f.path: i for i, f in enumerate(SPEC_FIELDS + SUSTAINED_FIELDS)}
 
 
 def _derive_visible(figures: dict, merged: dict, chain: list) -> None:

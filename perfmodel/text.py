@@ -153,11 +153,11 @@ def _looks_like_spec(spec_err, model_err) -> bool:
 
 
 def show_spec(s) -> str:
-    from .spec import SPEC_FIELDS, spec_value
+    from .spec import SPEC_FIELDS, SUSTAINED_FIELDS, spec_value
 
     lines = [f"{s.name} ({s.key}; {s.vendor} {s.generation})", f"  files: {', '.join(s.files)}"]
     rows = []
-    for f in SPEC_FIELDS:
+    for f in SPEC_FIELDS + SUSTAINED_FIELDS:
         fig = s.figures.get(f.path)
         if fig is None:
             continue

@@ -2,38 +2,56 @@
 
 What carries, and why:
 
-- **Fractions of peak carry unchanged**: GEMM ``gemm_eta`` per format, attention ``attn_eta`` per backend, the memory
-  kernels' ``mem_eta`` and ``attn_dec_eta``, the collectives' link efficiencies. They describe how well the
-  software uses the machine, and the target's own peaks, bandwidths and SM count enter through the spec.
-  A format the source part cannot run natively (fp4 on an H200) was never measured: it takes the
-  source's fp8 fraction, or bf16's, and the projection says so.
+- **Efficiencies carry relative to sustained ceilings**: GEMM ``gemm_eta`` per format, attention ``attn_eta``
+  per backend, the memory kernels' ``mem_eta``, ``attn_dec_eta`` and ``gemm_mem_eta``, the collectives' link
+  efficiencies and their fixed costs. They describe how well the software uses what the machine sustains;
+  where both parts' specs give sustained ceilings (``sustained:``: large-GEMM rate per format, streaming
+  bandwidth, NCCL all-reduce bus bandwidth and small-message time, measured by one procedure,
+  :mod:`perfmodel.sustained`), each efficiency is scaled by the target's sustained share of its datasheet
+  figure over the source's (:func:`sustained_ratios`): a Blackwell part that sustains 0.62 of its datasheet
+  bf16 rate against an H200's 0.72 is not carried as if it sustained 0.72. Where either part lacks the figure
+  the fraction of the datasheet figure carries unchanged (the rule before sustained ceilings; the backtest in
+  docs/backtest.md compares both). A format the source part cannot run natively (fp4 on an H200) was never
+  measured: it takes the source's fp8 efficiency, scaled by the target's fp4 share over the source's fp8 share,
+  and the projection says so.
 - **Structure carries**: tile shapes, the K-loop prologue ``gemm_k0``, the tile-efficiency constant,
   split-K limits, flash block sizes. Tile and wave quantization are recomputed on the target's SM count.
   Which backend plain PyTorch dispatches to (``attn_default``) carries within a vendor: it is decided by the
   software (torch and cuDNN versions), and the target is assumed to run the same stack.
 - **Kernel fixed costs scale with clock**: ``gemm_overhead_s``, ``attn_overhead_s`` and the memory kernels'
   ``mem_alpha_s`` are ramp-up and drain, counted in cycles, so they scale by source clock / target clock.
-- **Host and link latencies carry as-is**: launch gaps (host software) and collective alpha.
+- **Host latencies carry as-is**: launch gaps (host software). Collective fixed costs scale with the parts'
+  measured small-message all-reduce times where both specs give one.
+- **Softmax cycles follow the special-function units** (``attn_sfu_cycles``): divided by the target's
+  exponential throughput per SM relative to the source's (:data:`SFU_EXP_RATE`: Blackwell Ultra doubles it).
 - **Power carries by TDP and process node** (:func:`perfmodel.energy.carry.carry_power`, its rules and
   sources in docs/energy.md).
 - **Nothing carries across vendors**: efficiencies measured on one vendor's software stack say little
   about another's; the target keeps the documented defaults and a wide band.
 
-Each carry widens the uncertainty band by ``carry_spread`` (log-space): an estimate for a change of
-generation within one vendor, to be replaced by the cross-generation backtest's residuals.
+Each carry widens the uncertainty band by ``carry_spread`` (log-space): the kernel-level cross-generation backtest's
+spread (``calibration/backtest.json``, written by ``perfmodel backtest --write``: per family the 80th percentile of
+the carried classes' error, the median over families), or the 0.10 estimate where none is committed.
 """
 from __future__ import annotations
 
 from .energy.carry import carry_power
-from .profile import DEFAULTS, Profile
+from .profile import DEFAULTS, MAX_ETA, Profile
 from .spec import HardwareSpec
 
-SAME_VENDOR_SPREAD = 0.10  # estimate: a generation change within one vendor, on top of the fit's residuals
+SAME_VENDOR_SPREAD = 0.10  # estimate, where no backtest summary is committed: a generation change within one vendor
 CROSS_VENDOR_SPREAD = 0.30  # estimate
 
 
-def carry(profile: Profile, source: HardwareSpec | None, target: HardwareSpec) -> Profile:
-    """The profile as it applies to ``target``. Identity when the target is the part it was measured on."""
+def same_vendor_spread() -> float:
+    from .backtest import carry_spread
+
+    return carry_spread(SAME_VENDOR_SPREAD)
+
+
+def carry(profile: Profile, source: HardwareSpec | None, target: HardwareSpec, *, sustained: bool = True) -> Profile:
+    """The profile as it applies to ``target``. Identity when the target is the part it was measured on.
+    ``sustained=False``: ignore both parts' sustained ceilings (the datasheet-only rule the backtest compares)."""
     if not profile.fitted or profile.spec_key == target.key:
         return profile
     label = profile.spec_key or profile.name
@@ -43,16 +61,94 @@ def carry(profile: Profile, source: HardwareSpec | None, target: HardwareSpec) -
     clock = (source.boost_clock_hz / target.boost_clock_hz) if source is not None else 1.0
     eta = dict(profile.gemm_eta)
     measured = set(profile.provenance.get("measured_formats", eta))
+    measured |= {k for k in eta if k.endswith("_block")}  # variants only a fit writes
     for fmt in target.tensor_flops:
         if fmt not in measured:
             eta[fmt] = eta.get("fp8" if fmt in ("fp4", "int8") and "fp8" in measured else "bf16", eta["bf16"])
+    ratios = sustained_ratios(source, target) if sustained and source is not None else {}
+    attn_eta = dict(profile.attn_eta)
+    if ratios:
+        for fmt in list(eta):
+            r = ratios.get(_RATE_KEY.get(fmt.split("_")[0], fmt.split("_")[0]))
+            if fmt not in measured and fmt in ("fp4", "int8"):  # carried from fp8: relative to its sustained share
+                r = ratios.get(f"{fmt}_from_fp8", r)
+            if r is not None:
+                eta[fmt] = min(eta[fmt] * r, MAX_ETA)
+        for k in attn_eta:
+            r = ratios.get("fp8" if k.endswith(".fp8") else "bf16")
+            if r is not None:
+                attn_eta[k] = min(attn_eta[k] * r, MAX_ETA)
+    bw = ratios.get("bandwidth", 1.0)
+    link = ratios.get("allreduce_busbw", 1.0)
+    lat = ratios.get("allreduce_latency", 1.0)
+    capped = lambda d, r: {k: min(v * r, 1.0) for k, v in d.items()}  # noqa: E731
+    sfu = 1.0
+    if source is not None:  # softmax cycles per score follow the SM's exponential throughput
+        sfu = SFU_EXP_RATE.get(source.generation, (1.0, ""))[0] / SFU_EXP_RATE.get(target.generation, (1.0, ""))[0]
     return profile.with_(
+        attn_sfu_cycles={k: v * sfu for k, v in profile.attn_sfu_cycles.items()},
         carried_from=label,
         gemm_eta=eta,
+        attn_eta=attn_eta,
+        gemm_mem_eta=min(profile.gemm_mem_eta * bw, 1.0),
+        mem_eta=capped(profile.mem_eta, bw),
+        attn_dec_eta=capped(profile.attn_dec_eta, bw),
+        gemm_prologue_eta=capped(profile.gemm_prologue_eta, bw),
+        comm_eta={k: min(v * link, MAX_ETA) for k, v in profile.comm_eta.items()},
+        scaleup_eta=min(profile.scaleup_eta * link, MAX_ETA),
+        comm_alpha_s={k: v * lat for k, v in profile.comm_alpha_s.items()},
         gemm_overhead_s=profile.gemm_overhead_s * clock,
+        gemm_prologue_s={k: v * clock for k, v in profile.gemm_prologue_s.items()},
         attn_overhead_s={k: v * clock for k, v in profile.attn_overhead_s.items()},
         mem_alpha_s={k: v * clock for k, v in profile.mem_alpha_s.items()},
         power=carry_power(profile.power, source, target) if profile.power and source is not None else profile.power,
-        carry_spread=max(profile.carry_spread, SAME_VENDOR_SPREAD),
-        description=f"{profile.description}; carried from {label} to {target.key}",
+        carry_spread=max(profile.carry_spread, same_vendor_spread()),
+        description=f"{profile.description}; carried from {label} to {target.key}"
+                    + (" relative to both parts' sustained ceilings" if ratios else ""),
+        provenance={**profile.provenance, "carry": {"from": label, "to": target.key, "sustained_ratios": ratios}},
     )
+
+
+# Exponentials per clock per SM on the special-function units, relative to Hopper's, by generation, with the source.
+SFU_EXP_RATE: dict[str, tuple[float, str]] = {
+    "ampere": (1.0, "estimate: as Hopper (16 MUFU ops per clock per SM since Volta)"),
+    "hopper": (1.0, "reference"),
+    "blackwell": (1.0, "estimate: NVIDIA states Blackwell Ultra doubles Blackwell's SFU exponential throughput, so "
+                       "Blackwell has Hopper's"),
+    "blackwell-ultra": (2.0, "NVIDIA technical blog 'Inside NVIDIA Blackwell Ultra' (2025): SFU throughput for "
+                             "exponentials doubled for 2x attention-layer acceleration"),
+    "rubin": (2.0, "estimate: as Blackwell Ultra"),
+}
+
+
+# the sustained-rate key a GEMM format's efficiency follows
+_RATE_KEY = {"bf16": "bf16", "fp16": "bf16", "tf32": "bf16", "fp8": "fp8", "int8": "fp8", "fp4": "fp4"}
+
+
+def sustained_ratios(source: HardwareSpec, target: HardwareSpec) -> dict[str, float]:
+    """For each sustained ceiling both parts give (their spec's ``sustained:``), the target's share of its
+    datasheet figure over the source's: how much better or worse the target sustains what its datasheet
+    promises. A format the source lacks (fp4 on an H200, carried from fp8) compares the target's fp4 share
+    with the source's fp8 share (``fp4_from_fp8``)."""
+    out: dict[str, float] = {}
+
+    def share(spec: HardwareSpec, key: str) -> float | None:
+        s = spec.sustained.get(key)
+        if s is None:
+            return None
+        peak = {"bandwidth": spec.hbm_bandwidth, "allreduce_busbw": spec.scaleup_bandwidth}.get(key)
+        if peak is None:
+            peak = spec.tensor_flops.get(key)
+        return s / peak if peak else None
+
+    for key in ("bf16", "fp8", "fp4", "bandwidth", "allreduce_busbw"):
+        a, b = share(source, key), share(target, key)
+        if a and b:
+            out[key] = b / a
+    a, b = share(source, "fp8"), share(target, "fp4")
+    if a and b and "fp4" not in out:
+        out["fp4_from_fp8"] = b / a
+    la, lb = source.sustained.get("allreduce_latency"), target.sustained.get("allreduce_latency")
+    if la and lb:
+        out["allreduce_latency"] = lb / la
+    return out
