@@ -89,12 +89,14 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         }),
     Engine(
         "sglang", "SGLang",
-        attention={"*": "flash", "hopper": "fa3", "blackwell": "flashinfer", "blackwell-ultra": "flashinfer"},
+        attention={"*": "flash", "hopper": "fa3", "blackwell": "trtllm", "blackwell-ultra": "trtllm"},
         kernels="fused", rotary="kernel", launch="auto", fp8_kv=False, fp8_attention=False,
         prefill_chunk=8192, max_batch=4096, mem_policy="total", mem_fraction={1: 0.88, 2: 0.87, 4: 0.85, 8: 0.81},
         mem_reserve=2 * GiB,
         sources={
-            "attention": "SGLang docs (attention backends): FA3 is the default on Hopper, FlashInfer on Blackwell",
+            "attention": "SGLang docs (attention backends): FA3 is the default on Hopper; on Blackwell its trtllm_mha "
+                         "backend (TensorRT-LLM's kernels), the one aiconfigurator-core's SGLang 0.5.14 tables measure "
+                         "on B200 and B300",
             "kernels": "sgl-kernel fused_add_rmsnorm and silu_and_mul; rotary applied by its own kernel",
             "fp8_kv": "SGLang kv_cache_dtype default 'auto': the model's dtype",
             "max_batch": "estimate: SGLang sizes max_running_requests from the KV pool; 4096 as an upper bound",

@@ -62,6 +62,18 @@ def measured_families(prof: Profile) -> tuple[str, ...]:
     return tuple(out)
 
 
+# Which other engine's kernels stand closest to an engine's, where its own were not measured: plain PyTorch's
+# bf16 linear is what vLLM times for bf16 (torch.nn.functional.linear); vLLM and SGLang share FlashInfer and
+# CUTLASS kernels; TensorRT-LLM's are its own.
+ENGINE_NEAR = {"torch": ("torch", "vllm", "sglang", "trtllm"), "vllm": ("vllm", "sglang", "trtllm", "torch"),
+               "sglang": ("sglang", "vllm", "trtllm", "torch"), "trtllm": ("trtllm", "vllm", "sglang", "torch")}
+
+
+def _engine_distance(wanted: str, have: str) -> int:
+    order = ENGINE_NEAR.get(wanted, (wanted,))
+    return order.index(have) if have in order else len(order)
+
+
 def _generation_distance(a: str, b: str) -> float:
     ga, gb = GENERATION_ORDER.get(a), GENERATION_ORDER.get(b)
     if ga is None or gb is None:
@@ -74,7 +86,7 @@ def _rank(hw: HardwareSpec, engine: str, family: str, prof: Profile, source: Har
     """Sort key: same part first, then the requested engine (engine families only), then generation distance,
     then the part whose bandwidth is closest, then the name (deterministic)."""
     same_part = prof.spec_key == hw.key or prof.spec_key in getattr(hw, "aliases", ())
-    engine_miss = 0 if family not in ENGINE_FAMILIES or prof.engine == engine else 1
+    engine_miss = 0 if family not in ENGINE_FAMILIES else _engine_distance(engine, prof.engine)
     if source is None:
         gen, bw = 99.0, 99.0
     else:

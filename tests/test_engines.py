@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from perfmodel.profile import load_profile
+
 from perfmodel.attention_kernels import KERNELS, resolve
 from perfmodel.capacity import max_batch, memory
 from perfmodel.cost import attention_kernel, time_op
@@ -136,8 +138,17 @@ def test_project_json_reports_engine_and_kernels():
     d = projection_dict(project("h200", "llama70b", engine="vllm", dtype="fp8"))
     assert d["engine"] == "vllm"
     assert d["kernels"]["attention"]["prefill"]["kernel"] == "fa3"
-    assert d["kernels"]["attention"]["prefill"]["carried"] is True
+    # vLLM's FA3 measured on the H200 (its imported tables): timed as itself
+    assert d["kernels"]["attention"]["prefill"]["carried"] is False
+    assert d["calibration"]["families"]["attention"]["profile"] == "h200-sxm-vllm"
     assert d["kernels"]["engine"]["sources"]["mem_fraction"]
+    # with this project's suite alone, FA3 is carried from cuDNN's measurement
+    from perfmodel.paths import repo_root
+
+    suite = load_profile(repo_root() / "calibration" / "h200")
+    d = projection_dict(project("h200", "llama70b", engine="vllm", dtype="fp8", profile=suite))
+    assert d["kernels"]["attention"]["prefill"]["carried"] is True
+    assert d["kernels"]["attention"]["prefill"]["timed_as"] == "cudnn"
 
 
 def test_attention_op_standalone_phase_follows_its_shape():

@@ -61,7 +61,11 @@ ATTN_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "fp8": "fp8"}
 # attention kernel_source -> this project's attention kernel key (perfmodel.attention_kernels)
 ATTN_BACKENDS = {
     ("trtllm", "torch_flow"): "trtllm", ("trtllm", "torch_flow_flashinfer"): "flashinfer",
-    ("sglang", "torch_flow"): "flashinfer", ("vllm", "torch_flow"): "flashinfer",
+    ("vllm", "vllm_flash_attn_fa3"): "fa3", ("vllm", "vllm_flashinfer_trtllmprefill"): "flashinfer",
+    ("vllm", "vllm_flashinfer_trtllmdecode"): "flashinfer",
+    ("sglang", "fa3"): "fa3", ("sglang", "trtllm_mha"): "trtllm", ("sglang", "flashinfer"): "flashinfer",
+    # older tables name no kernel
+    ("vllm", "torch_flow"): "flashinfer", ("sglang", "torch_flow"): "flashinfer",
 }
 NCCL_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
             "alltoall": "all_to_all"}
@@ -445,14 +449,6 @@ def convert_moe(cols: dict[str, list]) -> Converted:
         if scaling != "none":
             params["scaling"] = scaling
         out.rows.append({"id": _row_id("moe", params), "kind": "moe", "params": params, "time_s": t})
-    preferred = {r["params"]["dtype"] for r in out.rows if r["params"]["kernel"] in PREFERRED_MOE_KERNELS}
-    kept = []
-    for r in out.rows:
-        if r["params"]["dtype"] in preferred and r["params"]["kernel"] not in PREFERRED_MOE_KERNELS:
-            out.skip(f"{r['params']['kernel']}: not the kernel family the engine runs for this format")
-            continue
-        kept.append(r)
-    out.rows = kept
     return out
 
 
@@ -481,6 +477,41 @@ CUSTOM_AR_COLUMNS = ("allreduce_dtype", "num_gpus", "message_size", "latency", "
                      "kernel_source")
 MOE_COLUMNS = ("kernel_source", "moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
                "moe_tp_size", "moe_ep_size", "distribution", "latency")
+
+
+def _kernel_of(r: dict) -> str:
+    return str(r.get("kernel") or r["params"].get("kernel") or "")
+
+
+def _format_of(r: dict) -> tuple:
+    p = r["params"]
+    phase = "decode" if p.get("packed") else "prefill" if p.get("op") == "attention" else ""
+    return (r["kind"], p.get("op"), p.get("dtype"), p.get("scaling"), phase)
+
+
+def main_kernels(conv: Converted) -> Converted:
+    """Where a table times one format (and phase) with several kernel families, keep the one the engine runs:
+    a preferred one (PREFERRED_MOE_KERNELS) if present, else the family the table measures most (the engine's
+    main path; the others are its alternatives), and count the rest as skipped."""
+    by_fmt: dict[tuple, dict[str, int]] = {}
+    for r in conv.rows:
+        k = _kernel_of(r)
+        if k:
+            by_fmt.setdefault(_format_of(r), {}).setdefault(k, 0)
+            by_fmt[_format_of(r)][k] += 1
+    choice = {}
+    for fmt, counts in by_fmt.items():
+        preferred = [k for k in counts if k in PREFERRED_MOE_KERNELS]
+        choice[fmt] = preferred[0] if preferred else max(sorted(counts), key=lambda k: counts[k])
+    kept = []
+    for r in conv.rows:
+        k = _kernel_of(r)
+        if k and choice.get(_format_of(r), k) != k:
+            conv.skip(f"{k}: another kernel family for this format than the engine's main one")
+            continue
+        kept.append(r)
+    conv.rows = kept
+    return conv
 
 
 def _gemm_stratum(r):
@@ -567,6 +598,7 @@ def import_system(src: Source, system: str, engine: str, out: Path, *, version: 
             continue
         path, used = hit
         conv = plan.convert(read_columns(path, plan.columns))
+        conv = main_kernels(conv)
         kept = subsample(conv.rows, plan.stratum, rows_per_table, seed) if plan.stratum else conv.rows
         for r in kept:
             r["source"] = f"{plan.table}@{used}"
