@@ -7,7 +7,8 @@ the tables this project can model into rows of ``measurements.jsonl`` (:mod:`per
 ``perfmodel fit`` fits a profile to, one folder per part and engine (``calibration/b200-trtllm``).
 
 What each imported row is (the tables time modules of the engine, replayed from CUDA graphs, so every row is
-an in-stream time: no launch latency exposed, no L2 flush before it):
+an in-stream time: no launch latency exposed, no L2 flush before it; on the H200 the TensorRT-LLM table reads 0.99
+of this project's own CUDA-graph measurement of the same bf16 GEMMs at the median, :mod:`.crosscheck`):
 
 - ``gemm_perf`` -> ``instream`` rows of op ``gemm``: the engine's linear layer, ``m x n x k`` in bf16, fp8
   with a per-tensor scale, fp8 with 1x128 / 128x128 block scales (``scaling: block``) or NVFP4 (``fp4``).
