@@ -83,7 +83,7 @@ def layer_weight_params(model: Model, layer: int, sc: Scenario) -> float:
     mats = 3 if model.mlp == "swiglu" else 2
     if is_moe_layer(model, layer):
         moe = model.moe
-        shard = tp // sc.ep
+        shard = sc.moe_group // sc.ep
         ffn = (moe.num_experts // sc.ep) * mats * h * _ceil_div(moe.expert_intermediate, shard)
         ffn += mats * h * _ceil_div(moe.num_shared_experts * moe.shared_intermediate, tp) + h * moe.num_experts
     else:
@@ -164,9 +164,10 @@ def memory(model: Model, sc: Scenario, batch, device) -> Memory:
     visible, nominal = device_bytes(device)
     kv_seq = kv_bytes_per_token(model, sc) * (sc.isl + sc.osl)
     weights = weight_bytes(model, sc)
-    act = activation_bytes(model, sc, batch)
+    local = np.asarray(batch) / sc.attention_dp  # an attention group holds its own sequences' KV cache
+    act = activation_bytes(model, sc, local)
     capacity, kv_budget = _pool(sc, visible, weights + act + sc.mem_reserve)
-    return Memory(weights=weights, kv_cache=np.asarray(batch) * kv_seq, activations=act, workspace=sc.mem_reserve,
+    return Memory(weights=weights, kv_cache=local * kv_seq, activations=act, workspace=sc.mem_reserve,
                   capacity=capacity, hbm=nominal, kv_per_sequence=kv_seq, visible=visible, kv_budget=kv_budget)
 
 
@@ -196,7 +197,7 @@ def max_batch(model: Model, sc: Scenario, device):
     filling = np.where(filling * sc.isl <= sc.prefill_chunk, filling, 0.0)
     full = solve(base + chunk_full, logits)
     full = np.where(full * sc.isl >= sc.prefill_chunk, full, 0.0)
-    best = np.maximum(filling, full)
+    best = np.maximum(filling, full) * sc.attention_dp  # every attention group holds as many sequences
     return best.astype(int) if best.ndim else int(best)
 
 
@@ -235,7 +236,7 @@ def suggest_fit(model: Model, sc: Scenario, hw, batch: int) -> str:
     for tp in (2, 4, 8, 16, 32, 64):
         if tp <= sc.tp:
             continue
-        trial = sc.with_(tp=tp, ep=min(sc.ep, tp))
+        trial = sc.with_(tp=tp, ep=min(sc.ep, tp * sc.attention_dp))
         if max_batch(model, trial, hw) >= batch:
             return f"--tp {tp}"
     for dtype in ("fp8", "fp4"):

@@ -25,7 +25,12 @@ def _scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True) -> None
                        help="prefill tokens per step (continuous; default: the engine's)")
     g.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
     g.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree")
-    g.add_argument("--ep", type=int, default=1, help="expert-parallel degree (divides --tp)")
+    g.add_argument("--ep", type=int, default=1, help="expert-parallel degree (divides --tp x --attention-dp)")
+    g.add_argument("--attention-dp", type=int, default=1,
+                   help="attention data parallel: this many groups of --tp GPUs run attention on their own "
+                        "sequences while the MoE layers spread over all of them (DEP: --tp 1 --attention-dp 8 --ep 8)")
+    g.add_argument("--moe-imbalance", type=float, default=1.0,
+                   help="busiest expert-parallel rank's routed tokens over the mean (default 1: uniform)")
     g.add_argument("--dtype", default="bf16", help="weights and GEMM format: bf16, fp16, fp8, fp4")
     g.add_argument("--kv-dtype", default=None, help="KV-cache format (default: the engine's rule)")
     g.add_argument("--mode", choices=("latency", "sol"), default="latency",
@@ -62,7 +67,7 @@ def _overlap_arg(text: str) -> float | str:
 def _scenario(args, batch=None):
     from .scenario import Scenario, parse_batch
 
-    kw = dict(tp=args.tp, pp=args.pp, ep=args.ep, dtype=args.dtype, kv_dtype=args.kv_dtype, mode=args.mode,
+    kw = dict(tp=args.tp, pp=args.pp, ep=args.ep, attention_dp=args.attention_dp, moe_imbalance=args.moe_imbalance, dtype=args.dtype, kv_dtype=args.kv_dtype, mode=args.mode,
               launch=args.launch, overlap=args.overlap, kernels=args.kernels, engine=args.engine,
               attention_kernel=args.attention_kernel, mem_fraction=args.mem_fraction)
     if hasattr(args, "isl"):

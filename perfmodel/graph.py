@@ -91,6 +91,8 @@ def build_ops(model: Model, step: Step, sc: Scenario) -> list[O.Op]:
     engine's preset for no particular part."""
     sc = sc.for_hardware(None)
     ph = step.phase
+    if sc.attention_dp > 1:  # each attention group runs its own share of the sequences
+        step = Step(step.phase, step.batch / sc.attention_dp, step.seq, step.context)
     tokens = step.batch * step.seq
     act = sc.act_dtype
     w = sc.dtype
@@ -285,13 +287,14 @@ def active_experts(num_experts: int, top_k: int, routed_tokens):
 
 
 def moe_expert_ops(tokens, hidden: int, width: int, top_k: int, num_experts: int, ep: int, w: str, act: str,
-                   ph: str, *, gated: bool = True, fused: bool = True) -> list[O.Op]:
+                   ph: str, *, gated: bool = True, fused: bool = True, imbalance: float = 1.0) -> list[O.Op]:
     """The routed experts of one MoE layer on one rank, as a fused MoE module runs them: permute the tokens to
     their experts, the grouped up (gate and up) products, the activation, the grouped down products, and the
     weighted un-permute. ``tokens`` before routing (each picks ``top_k`` of ``num_experts``, uniformly); this
-    rank holds ``num_experts / ep`` experts, each ``width`` wide (its TP shard). Also what an imported MoE
-    table's module time is fitted against (perfmodel.calibrate.fit)."""
-    routed = tokens * top_k / ep  # token-expert pairs this rank computes
+    rank holds ``num_experts / ep`` experts, each ``width`` wide (its TP shard); ``imbalance``: the busiest
+    rank's share of the routed tokens over the mean (it sets the pace). Also what an imported MoE table's module
+    time is fitted against (perfmodel.calibrate.fit)."""
+    routed = tokens * top_k / ep * imbalance  # token-expert pairs this rank computes
     experts_here = num_experts // ep
     active = active_experts(num_experts, top_k, tokens) * experts_here / num_experts
     per_expert = routed / active
@@ -334,22 +337,24 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
                                  elems=tokens * moe.num_experts, dtype="fp32", phase=ph,
                                  params={"tokens": tokens, "experts": moe.num_experts}), sc)]
     ep = sc.ep
-    shard = sc.tp // ep  # TP ways each expert is split
+    shard = sc.moe_group // ep  # TP ways each expert is split
     width = _ceil_div(moe.expert_intermediate, shard)
-    routed = tokens * moe.top_k / ep  # token-expert pairs this rank computes
+    # tokens of the whole MoE group: with attention data parallel every attention group brings its own
+    group_tokens = tokens * sc.attention_dp
+    routed = group_tokens * moe.top_k / ep  # token-expert pairs this rank computes (uniform routing)
     if ep > 1:
         ops.append(O.collective("moe.dispatch", "all_to_all", routed * h * _b(act), ep, phase=ph))
-    ops += moe_expert_ops(tokens, h, width, moe.top_k, moe.num_experts, ep, w, act, ph,
-                          gated=model.mlp == "swiglu", fused=sc.kernels == "fused")
+    ops += moe_expert_ops(group_tokens, h, width, moe.top_k, moe.num_experts, ep, w, act, ph,
+                          gated=model.mlp == "swiglu", fused=sc.kernels == "fused", imbalance=sc.moe_imbalance)
     if ep > 1:
         ops.append(O.collective("moe.combine", "all_to_all", routed * h * _b(act), ep, phase=ph))
-        if sc.tp > 1:
-            ops.append(O.collective("moe.allgather", "all_gather", tokens * h * _b(act), sc.tp, phase=ph))
+        if shard > 1:  # each expert split over shard ranks: their partial outputs meet
+            ops.append(O.collective("moe.allgather", "all_gather", tokens * h * _b(act), shard, phase=ph))
     if moe.num_shared_experts:
         ops += _dense_ffn(model, ph, sc, tokens, w, act, prefix="moe.shared",
                           width=moe.num_shared_experts * moe.shared_intermediate, allreduce=False, residual=False)
-    if ep == 1 and sc.tp > 1:
-        ops.append(O.collective("moe.allreduce", "all_reduce", tokens * h * _b(act), sc.tp, phase=ph))
+    if ep == 1 and sc.moe_group > 1:
+        ops.append(O.collective("moe.allreduce", "all_reduce", tokens * h * _b(act), sc.moe_group, phase=ph))
     if sc.kernels != "fused":
         ops.append(O.residual("moe.residual", tokens, h, act, phase=ph))
     return ops

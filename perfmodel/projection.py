@@ -198,7 +198,9 @@ def serving_times(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, b
     """
     sc = sc.for_hardware(hw)
     static = sc.batching == "static"
-    n_pre = batch if static else np.maximum(1, np.minimum(batch, sc.prefill_chunk // sc.isl))
+    # under continuous batching every attention group fills its own chunk with its own requests
+    dp = sc.attention_dp
+    n_pre = batch if static else dp * np.maximum(1, np.minimum(batch / dp, sc.prefill_chunk // sc.isl))
     prefill = evaluate_step(model, hw, sc, prof, Step("prefill", n_pre, sc.isl, 0))
     ttft = prefill.time_s
     micro = batch / sc.pp if sc.pp > 1 else batch
@@ -222,8 +224,8 @@ def _utilisation(hw: HardwareSpec, sc: Scenario, phase: Phase, t: float) -> tupl
 
     peak, _ = _rate(hw, sc.dtype, Profile())
     micro = sc.pp if phase.name == "decode" else 1
-    flops = float(phase.flops()) * sc.tp * micro
-    nbytes = float(phase.bytes()) * sc.tp * micro
+    flops = float(phase.flops()) * sc.tp * sc.attention_dp * micro
+    nbytes = float(phase.bytes()) * sc.tp * sc.attention_dp * micro
     gpus = sc.gpus
     return flops / (t * gpus * peak), nbytes / (t * gpus * hw.hbm_bandwidth)
 
@@ -321,6 +323,13 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
         from .kernel_choices import assumption_lines, choices
 
         out += assumption_lines(choices(hw, sc, prof))
+    if sc.attention_dp > 1:
+        out.append(f"attention data parallel: {sc.attention_dp} groups of TP {sc.tp} run attention and dense layers "
+                   f"on their own sequences; the MoE layers spread over all {sc.moe_group} GPUs (EP {sc.ep}"
+                   + (f", each expert split {sc.moe_group // sc.ep} ways)" if sc.moe_group // sc.ep > 1 else ")"))
+    if sc.moe_imbalance > 1.0:
+        out.append(f"expert load imbalance {sc.moe_imbalance:g}: the busiest EP rank routes that many times the mean "
+                   "and sets the pace")
     if sc.tp > 1 or sc.pp > 1 or sc.ep > 1:
         out.append(_overlap_text(sc, prof))
     if model.moe is not None:

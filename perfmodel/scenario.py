@@ -18,7 +18,14 @@ class Scenario:
     batch: int | str = 1  # concurrent sequences per model replica, or "max"
     tp: int = 1  # tensor parallel
     pp: int = 1  # pipeline parallel
-    ep: int = 1  # expert parallel: experts split over ep of the tp ranks (ep divides tp)
+    ep: int = 1  # expert parallel: experts split over ep of the MoE group's ranks (ep divides tp x attention_dp)
+    # attention data parallel: attention_dp groups of tp GPUs each run attention (and dense layers) on their own
+    # share of the batch, while the MoE layers spread over all tp x attention_dp GPUs (TensorRT-LLM's
+    # enable_attention_dp, SGLang's --enable-dp-attention; "DEP8" = tp 1, attention_dp 8, ep 8)
+    attention_dp: int = 1
+    # expert load imbalance: the busiest EP rank's routed tokens over the mean (1: uniform routing); the
+    # ranks meet at every all-to-all, so the busiest sets the pace
+    moe_imbalance: float = 1.0
     dtype: str = "bf16"  # weights and GEMM operands
     kv_dtype: str | None = None  # KV cache; None: the engine's rule (fp8 with fp8/fp4 weights where it does that)
     act_dtype: str = "bf16"  # activations between kernels
@@ -47,7 +54,12 @@ class Scenario:
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp
+        return self.tp * self.pp * self.attention_dp
+
+    @property
+    def moe_group(self) -> int:
+        """GPUs one MoE layer spreads over: every attention group of a pipeline stage."""
+        return self.tp * self.attention_dp
 
     @property
     def kv(self) -> str:
@@ -101,7 +113,7 @@ class Scenario:
         return replace(self, **kw)
 
     def validated(self) -> "Scenario":
-        for name in ("isl", "osl", "tp", "pp", "ep"):
+        for name in ("isl", "osl", "tp", "pp", "ep", "attention_dp"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise InputError(f"expected a positive integer, got {v!r}", field=f"--{name.replace('_', '-')}")
@@ -115,9 +127,14 @@ class Scenario:
         if self.kv_dtype is not None:
             check_dtype(self.kv_dtype, where="--kv-dtype")
         check_dtype(self.act_dtype, where="--act-dtype")
-        if self.tp % self.ep:
-            raise InputError(f"--ep {self.ep} must divide --tp {self.tp} (experts are split over the TP ranks)",
+        if self.moe_group % self.ep:
+            group = f"--tp {self.tp}" + (f" x --attention-dp {self.attention_dp}" if self.attention_dp > 1 else "")
+            raise InputError(f"--ep {self.ep} must divide {group} (experts are split over the MoE group's ranks)",
                              field="--ep")
+        if not (isinstance(self.moe_imbalance, (int, float)) and not isinstance(self.moe_imbalance, bool)
+                and 1.0 <= self.moe_imbalance <= 1e3):
+            raise InputError(f"expected the busiest rank's load over the mean, >= 1, got {self.moe_imbalance!r}",
+                             field="--moe-imbalance")
         _choice(self.mode, ("latency", "sol"), "--mode")
         _choice(self.batching, ("continuous", "static"), "--batching")
         from .attention_kernels import canonical

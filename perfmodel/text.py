@@ -55,6 +55,7 @@ def projection_table(p, *, verbose: bool = False, gpu_hour_usd: float | None = N
     band = p.bands
     lines = [
         f"{p.model.name} on {p.hardware.name}  ({sc.gpus} GPU{'s' if sc.gpus > 1 else ''}: TP {sc.tp}, PP {sc.pp}"
+        f"{f', attention DP {sc.attention_dp}' if sc.attention_dp > 1 else ''}"
         f"{f', EP {sc.ep}' if sc.ep > 1 else ''}; {sc.dtype} weights, {sc.kv} KV cache)",
         f"scenario: isl {sc.isl}, osl {sc.osl}, batch {p.batch}, {sc.batching} batching, engine {_engine_name(sc)}, "
         f"mode {sc.mode}",

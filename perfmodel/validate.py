@@ -11,7 +11,7 @@ request-level serving simulator (:mod:`perfmodel.serve`) under closed-loop concu
 tp, pp, precision, isl and osl, the engine preset's limits and its way of admitting requests
 (:func:`admission_cap`), and compared on the steady-state mean TTFT and mean TPOT (docs/serving.md;
 docs/validation-silicon.md). Nothing is ever fitted to these rows. A row the simulator cannot express gets
-a status instead of a number (disaggregated, attention DP / expert parallel, int4, no model descriptor,
+a status instead of a number (disaggregated, a MoE layout that does not cover the GPUs, int4, no model descriptor,
 concurrency not recorded, a per-worker batch that differs from the client's concurrency, or a projection
 that refuses), never an error.
 The two metrics of one measurement share one simulation; step-time tables are shared by every row with the
@@ -31,7 +31,7 @@ REQUIRED = ("id", "kind", "model", "hardware", "tp", "pp", "precision", "isl", "
 METRICS = {"output_throughput_per_gpu": "throughput_tok_s_per_gpu", "ttft": "ttft_ms", "tpot": "tpot_ms",
            "output_throughput": "throughput_tok_s"}
 SERVING_METRICS = {"ttft": "ttft_ms", "tpot": "tpot_ms"}
-LAYOUT_ISSUE = "attention data parallel / expert parallel layouts: issue 16"
+LAYOUT_ISSUE = "a MoE layout the scenario cannot express"
 
 
 def default_csv() -> Path:
@@ -214,12 +214,18 @@ class _Serving:
         if isinstance(model, InputError):
             rec["reason"], rec["status"] = "no model descriptor", f"no model descriptor for {row['model'].strip()}"
             return rec
+        layout = _moe_layout_refusal(row, where, model)
+        if layout is not None:
+            rec["reason"], rec["status"] = layout
+            return rec
         if (hw.key, rec["engine"]) not in self.profiles:
             self.profiles[(hw.key, rec["engine"])] = resolve_profile(self.calibration, hw, rec["engine"])
         prof = self.profiles[(hw.key, rec["engine"])]
         try:
             sc = Scenario(isl=_int(row, "isl", where), osl=_int(row, "osl", where), batch="max",
                           tp=_int(row, "tp", where), pp=_int(row, "pp", where),
+                          attention_dp=_optional_int(row, "attention_dp", where) or 1,
+                          ep=_optional_int(row, "moe_ep", where) or 1,
                           dtype=row["precision"].strip().lower(), engine=rec["engine"], mode=self.mode).validated()
             sc = sc.with_(batch=admission_cap(sc, hw))
         except InputError as e:
@@ -254,10 +260,7 @@ class _Serving:
                                      "concurrency is simulated for aggregated layouts)")
         if mode != "agg":
             raise InputError(f"expected agg or disagg, got {row.get('mode')!r}", file=where, field="mode")
-        adp = _optional_int(row, "attention_dp", where)
-        ep = _optional_int(row, "moe_ep", where)
-        if (adp or 0) > 1 or (ep or 0) > 1:
-            return "attention DP / expert parallel", f"{LAYOUT_ISSUE} (attention_dp {adp}, moe_ep {ep})"
+        adp = _optional_int(row, "attention_dp", where) or 1
         if row["precision"].strip().lower() == "int4":
             return "int4", "int4 weights: not a format of the cost model"
         conc = _optional_int(row, "concurrency", where)
@@ -265,7 +268,7 @@ class _Serving:
             return "concurrency not recorded", "the client's concurrency is not recorded"
         rec["concurrency"] = conc
         batch = _optional_int(row, "batch", where)
-        if batch is not None and batch != conc:
+        if batch is not None and batch * adp != conc and batch != conc:  # per attention-DP rank, or per worker
             return "batch differs from concurrency", (
                 f"batch {batch} per worker against client concurrency {conc}: more than one worker or attention "
                 "DP rank, which the row does not record")
@@ -285,6 +288,21 @@ class _Serving:
             except InputError as e:
                 self.runs[key] = e
         return self.runs[key]
+
+
+def _moe_layout_refusal(row: dict, where: str, model) -> tuple[str, str] | None:
+    """A MoE model's row whose MoE tensor x expert parallel degrees do not cover its tp x attention_dp GPUs
+    (the scenario spreads every MoE layer over all of them); dense models' moe columns mean nothing."""
+    if model.moe is None:
+        return None
+    adp = _optional_int(row, "attention_dp", where) or 1
+    ep = _optional_int(row, "moe_ep", where) or 1
+    moe_tp = _optional_int(row, "moe_tp", where)
+    tp = _int(row, "tp", where)
+    if moe_tp is not None and moe_tp * ep != tp * adp:
+        return "MoE layout not expressible", (f"{LAYOUT_ISSUE} (moe_tp {moe_tp} x moe_ep {ep} is not the "
+                                              f"{tp * adp} GPUs of tp {tp} x attention_dp {adp})")
+    return None
 
 
 def admission_cap(sc, hw) -> int | str:

@@ -156,6 +156,8 @@ def layout_text(sc) -> str:
     parts = [f"TP {sc.tp}"]
     if sc.pp > 1:
         parts.append(f"PP {sc.pp}")
+    if sc.attention_dp > 1:
+        parts.append(f"attention DP {sc.attention_dp}")
     if sc.ep > 1:
         parts.append(f"EP {sc.ep}")
     return ", ".join(parts) + f" ({sc.gpus} GPU{'s' if sc.gpus > 1 else ''} per replica)"

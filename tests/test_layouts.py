@@ -1,0 +1,67 @@
+"""Inference layouts: attention data parallel with expert-parallel MoE ("DEP"), expert load imbalance."""
+from __future__ import annotations
+
+import pytest
+
+from perfmodel import capacity
+from perfmodel.errors import InputError
+from perfmodel.graph import Step, build_ops
+from perfmodel.models import load_model
+from perfmodel.projection import project
+from perfmodel.scenario import Scenario
+from perfmodel.spec import load_spec
+
+DS = load_model("deepseek-v3")
+B200 = load_spec("b200")
+
+
+def _ops(sc, batch=64):
+    sc = sc.validated().for_hardware(B200)
+    return {op.name: op for op in build_ops(DS, Step("decode", batch, 1, 1024), sc)}
+
+
+def test_dep_runs_attention_on_its_own_sequences_and_spreads_experts_over_all_gpus():
+    dep = _ops(Scenario(tp=1, attention_dp=8, ep=8, dtype="fp4"))
+    tp8 = _ops(Scenario(tp=8, ep=8, dtype="fp4"))
+    # attention: all 128 heads on each GPU, for 64 / 8 = 8 sequences; no attention all-reduce
+    assert dep["attn.core"].params["heads_q"] == 128 and dep["attn.core"].params["batch"] == 8
+    assert tp8["attn.core"].params["heads_q"] == 16 and tp8["attn.core"].params["batch"] == 64
+    assert "attn.allreduce" not in dep and "attn.allreduce" in tp8
+    # MoE: each GPU computes 1/8 of all 64 x 8 token-expert pairs, whole experts, dispatched by all-to-all
+    assert dep["moe.permute"].params["tokens"] == pytest.approx(64 * 8 / 8)
+    assert dep["moe.dispatch"].kind == "all_to_all" and dep["moe.dispatch"].params["group"] == 8
+    assert dep["moe.gate_up"].params["n"] == 2 * 2048
+
+
+def test_dep_memory_holds_whole_attention_weights_and_own_sequences():
+    dep = Scenario(tp=1, attention_dp=8, ep=8, dtype="fp4", isl=1024, osl=1024).validated().for_hardware(B200)
+    tp8 = Scenario(tp=8, ep=8, dtype="fp4", isl=1024, osl=1024).validated().for_hardware(B200)
+    assert capacity.weight_bytes(DS, dep) > capacity.weight_bytes(DS, tp8)  # attention replicated, not split
+    one = capacity.memory(DS, dep, 8, B200)
+    assert one.kv_cache == pytest.approx(capacity.kv_bytes_per_token(DS, dep) * 2048)  # 1 of 8 sequences here
+    b = capacity.max_batch(DS, dep, B200)
+    assert b % 8 == 0 and b > 0
+
+
+def test_dep_projects_and_says_so():
+    p = project("b200", "deepseek-v3", tp=1, attention_dp=8, ep=8, dtype="fp4", batch=256, isl=1024, osl=1024)
+    assert p.scenario.gpus == 8 and p.tpot_s > 0 and p.throughput_tok_s_per_gpu > 0
+    assert any("attention data parallel" in a for a in p.assumptions)
+
+
+def test_expert_imbalance_slows_the_moe_and_nothing_else():
+    even = project("b200", "deepseek-v3", tp=8, ep=8, dtype="fp4", batch=64)
+    skew = project("b200", "deepseek-v3", tp=8, ep=8, dtype="fp4", batch=64, moe_imbalance=1.5)
+    assert skew.tpot_s > even.tpot_s
+    t_even = {t.op.name: t.total for t in even.decode.times}
+    t_skew = {t.op.name: t.total for t in skew.decode.times}
+    assert t_skew["moe.gate_up"] > t_even["moe.gate_up"]
+    assert t_skew["attn.core"] == pytest.approx(t_even["attn.core"], rel=1e-3)  # only via the power-limited clock
+
+
+def test_layout_checks_are_one_line():
+    with pytest.raises(InputError, match="must divide"):
+        Scenario(tp=1, attention_dp=8, ep=3).validated()
+    with pytest.raises(InputError, match="moe-imbalance"):
+        Scenario(moe_imbalance=0.5).validated()
+    Scenario(tp=2, attention_dp=4, ep=8).validated()  # EP over all 8 GPUs of 4 groups of TP 2
