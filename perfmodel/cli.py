@@ -29,6 +29,10 @@ def _scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True) -> None
     g.add_argument("--attention-dp", type=int, default=1,
                    help="attention data parallel: this many groups of --tp GPUs run attention on their own "
                         "sequences while the MoE layers spread over all of them (DEP: --tp 1 --attention-dp 8 --ep 8)")
+    g.add_argument("--mtp", type=int, default=0,
+                   help="speculative decoding: draft tokens a step from the model's multi-token-prediction layer")
+    g.add_argument("--mtp-accept", type=float, default=None,
+                   help="with --mtp: probability that a draft token is accepted (given the ones before it were)")
     g.add_argument("--moe-imbalance", type=float, default=1.0,
                    help="busiest expert-parallel rank's routed tokens over the mean (default 1: uniform)")
     g.add_argument("--dtype", default="bf16", help="weights and GEMM format: bf16, fp16, fp8, fp4")
@@ -67,7 +71,8 @@ def _overlap_arg(text: str) -> float | str:
 def _scenario(args, batch=None):
     from .scenario import Scenario, parse_batch
 
-    kw = dict(tp=args.tp, pp=args.pp, ep=args.ep, attention_dp=args.attention_dp, moe_imbalance=args.moe_imbalance, dtype=args.dtype, kv_dtype=args.kv_dtype, mode=args.mode,
+    kw = dict(tp=args.tp, pp=args.pp, ep=args.ep, attention_dp=args.attention_dp, moe_imbalance=args.moe_imbalance,
+              mtp=args.mtp, mtp_accept=args.mtp_accept, dtype=args.dtype, kv_dtype=args.kv_dtype, mode=args.mode,
               launch=args.launch, overlap=args.overlap, kernels=args.kernels, engine=args.engine,
               attention_kernel=args.attention_kernel, mem_fraction=args.mem_fraction)
     if hasattr(args, "isl"):

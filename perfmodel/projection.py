@@ -125,11 +125,19 @@ def host_cost(op, prof: Profile) -> float:
 
 
 def _decode_mean(model, hw, sc, prof, micro, isl, osl):
-    """Mean decode step over contexts isl .. isl + osl - 2 (Simpson's rule), and the middle step."""
+    """Mean time per output token over contexts isl .. isl + osl - 2 (Simpson's rule), and the middle step.
+
+    With speculative decoding (``sc.mtp`` draft tokens) a step verifies 1 + mtp tokens per sequence and the
+    draft layers ran mtp times before it (each one decoder layer and the LM head: DeepSeek-V3's MTP module);
+    it emits ``sc.tokens_per_step`` tokens per sequence."""
     lo, hi = isl, isl + max(osl - 2, 0)
     mid = (lo + hi) / 2.0
-    steps = [evaluate_step(model, hw, sc, prof, Step("decode", micro, 1, c)) for c in (lo, mid, hi)]
+    steps = [evaluate_step(model, hw, sc, prof, Step("decode", micro, 1 + sc.mtp, c)) for c in (lo, mid, hi)]
     mean = (steps[0].time_s + 4.0 * steps[1].time_s + steps[2].time_s) / 6.0
+    if sc.mtp:
+        draft = evaluate_step(model, hw, sc, prof, Step("decode", micro, 1, mid))
+        head = sum(t.total for t in draft.times if t.op.name == "lm_head")
+        mean = (mean + sc.mtp * (draft.layer_time_s() + head)) / sc.tokens_per_step
     return mean, steps[1]
 
 
@@ -327,6 +335,11 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
         out.append(f"attention data parallel: {sc.attention_dp} groups of TP {sc.tp} run attention and dense layers "
                    f"on their own sequences; the MoE layers spread over all {sc.moe_group} GPUs (EP {sc.ep}"
                    + (f", each expert split {sc.moe_group // sc.ep} ways)" if sc.moe_group // sc.ep > 1 else ")"))
+    if sc.mtp:
+        out.append(f"speculative decoding: {sc.mtp} draft tokens a step from the model's own multi-token-prediction "
+                   f"layer (one decoder layer and the LM head each), each accepted with probability "
+                   f"{sc.mtp_accept:g}: {sc.tokens_per_step:.2f} tokens per verify step of {1 + sc.mtp} tokens; "
+                   "TPOT is the time per emitted token")
     if sc.moe_imbalance > 1.0:
         out.append(f"expert load imbalance {sc.moe_imbalance:g}: the busiest EP rank routes that many times the mean "
                    "and sets the pace")

@@ -26,6 +26,10 @@ class Scenario:
     # expert load imbalance: the busiest EP rank's routed tokens over the mean (1: uniform routing); the
     # ranks meet at every all-to-all, so the busiest sets the pace
     moe_imbalance: float = 1.0
+    # speculative decoding with the model's multi-token-prediction layers (DeepSeek-V3's MTP, EAGLE-style heads):
+    # mtp draft tokens a step, each accepted with probability mtp_accept given its predecessors were
+    mtp: int = 0
+    mtp_accept: float | None = None
     dtype: str = "bf16"  # weights and GEMM operands
     kv_dtype: str | None = None  # KV cache; None: the engine's rule (fp8 with fp8/fp4 weights where it does that)
     act_dtype: str = "bf16"  # activations between kernels
@@ -55,6 +59,15 @@ class Scenario:
     @property
     def gpus(self) -> int:
         return self.tp * self.pp * self.attention_dp
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Tokens a decode step emits per sequence: 1 without speculation; with k draft tokens accepted in turn
+        with probability a each, the expected accepted run plus the verified token, (1 - a^(k+1)) / (1 - a)."""
+        if not self.mtp:
+            return 1.0
+        a = float(self.mtp_accept or 0.0)
+        return (1.0 - a ** (self.mtp + 1)) / (1.0 - a)
 
     @property
     def moe_group(self) -> int:
@@ -131,6 +144,12 @@ class Scenario:
             group = f"--tp {self.tp}" + (f" x --attention-dp {self.attention_dp}" if self.attention_dp > 1 else "")
             raise InputError(f"--ep {self.ep} must divide {group} (experts are split over the MoE group's ranks)",
                              field="--ep")
+        if not isinstance(self.mtp, int) or isinstance(self.mtp, bool) or not 0 <= self.mtp <= 16:
+            raise InputError(f"expected 0 to 16 draft tokens a step, got {self.mtp!r}", field="--mtp")
+        if self.mtp and not (isinstance(self.mtp_accept, (int, float)) and not isinstance(self.mtp_accept, bool)
+                             and 0.0 <= self.mtp_accept < 1.0):
+            raise InputError(f"with --mtp give the acceptance rate of a draft token, in [0, 1), got {self.mtp_accept!r}",
+                             field="--mtp-accept")
         if not (isinstance(self.moe_imbalance, (int, float)) and not isinstance(self.moe_imbalance, bool)
                 and 1.0 <= self.moe_imbalance <= 1e3):
             raise InputError(f"expected the busiest rank's load over the mean, >= 1, got {self.moe_imbalance!r}",

@@ -65,3 +65,18 @@ def test_layout_checks_are_one_line():
     with pytest.raises(InputError, match="moe-imbalance"):
         Scenario(moe_imbalance=0.5).validated()
     Scenario(tp=2, attention_dp=4, ep=8).validated()  # EP over all 8 GPUs of 4 groups of TP 2
+
+
+def test_mtp_emits_more_tokens_per_step_and_charges_the_draft():
+    base = project("b200", "deepseek-v3", tp=8, dtype="fp4", batch=4)
+    spec = project("b200", "deepseek-v3", tp=8, dtype="fp4", batch=4, mtp=3, mtp_accept=0.7)
+    k, a = 3, 0.7
+    assert spec.scenario.tokens_per_step == pytest.approx((1 - a ** (k + 1)) / (1 - a))
+    # faster per token than plain decoding, but not by the whole tokens-per-step factor: verify and draft cost
+    assert spec.tpot_s < base.tpot_s
+    assert spec.tpot_s > base.tpot_s / spec.scenario.tokens_per_step
+    # accepting nothing only adds cost
+    none = project("b200", "deepseek-v3", tp=8, dtype="fp4", batch=4, mtp=2, mtp_accept=0.0)
+    assert none.tpot_s > base.tpot_s
+    with pytest.raises(InputError, match="mtp-accept"):
+        Scenario(mtp=2).validated()

@@ -159,6 +159,9 @@ def simulate(hw, model, sc, prof, reqs, opts: ServeOptions = ServeOptions(), *, 
     if getattr(reqs, "concurrency", None) is not None and opts.disagg:
         raise InputError("closed-loop concurrency is simulated for aggregated layouts only (not with --disagg)",
                          field="--concurrency")
+    if getattr(sc, "mtp", 0):
+        raise InputError("speculative decoding is projected by `perfmodel project`, not simulated request by "
+                         "request yet", field="--mtp")
     power = power_params(prof, hw)
     t0 = time.perf_counter()
     if opts.disagg:
