@@ -125,6 +125,22 @@ def kv_bytes_per_token(model: Model, sc: Scenario) -> float:
     return layers * 2 * hkv * model.head_dim * kv
 
 
+def kv_bytes_per_sequence(model: Model, sc: Scenario, length):
+    """KV-cache bytes one sequence of ``length`` tokens holds on one GPU: sliding-window and chunked layers keep
+    only their window's keys (the engines' windowed KV managers free or overwrite the rest)."""
+    from .graph import attention_layer_kinds
+
+    per_token = kv_bytes_per_token(model, sc)
+    kinds = attention_layer_kinds(model)
+    if set(kinds) == {"full"}:
+        return per_token * length
+    total = 0.0
+    for kind, (n, window) in kinds.items():
+        keep = length if not window else np.minimum(length, 2 * window if kind == "chunked" else window)
+        total = total + per_token * keep * n / model.layers
+    return total
+
+
 def _widest_bytes(model: Model, sc: Scenario) -> float:
     """Bytes per token of the widest set of live activations inside a block (QKV, FFN gate/up, residuals)."""
     act = bytes_per_element(sc.act_dtype)
@@ -162,7 +178,7 @@ def memory(model: Model, sc: Scenario, batch, device) -> Memory:
     """Memory per GPU at ``batch`` on ``device`` (a spec, or device-visible bytes)."""
     sc = sc.for_hardware(device if hasattr(device, "vendor") else None)
     visible, nominal = device_bytes(device)
-    kv_seq = kv_bytes_per_token(model, sc) * (sc.isl + sc.osl)
+    kv_seq = kv_bytes_per_sequence(model, sc, sc.isl + sc.osl)
     weights = weight_bytes(model, sc)
     local = np.asarray(batch) / sc.attention_dp  # an attention group holds its own sequences' KV cache
     act = activation_bytes(model, sc, local)
@@ -183,7 +199,7 @@ def max_batch(model: Model, sc: Scenario, device):
     visible, _ = device_bytes(device)
     visible = np.asarray(visible, dtype=float)
     base = weight_bytes(model, sc) + sc.mem_reserve
-    kv_seq = kv_bytes_per_token(model, sc) * (sc.isl + sc.osl)
+    kv_seq = kv_bytes_per_sequence(model, sc, sc.isl + sc.osl)
     logits, widest = _logit_bytes(model, sc), _widest_bytes(model, sc)
     chunk_full = sc.prefill_chunk * widest
 

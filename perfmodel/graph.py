@@ -78,6 +78,35 @@ def check_layout(model: Model, sc: Scenario) -> list[str]:
     return notes
 
 
+def attention_layer_kinds(model: Model) -> dict[str, tuple[int, int]]:
+    """{attention type: (layers, window in keys)}: full attention (no window), sliding-window layers (the model's
+    window), chunked layers (Llama 4: a query sees its chunk's earlier keys, on average half a chunk; taken as a
+    window of half the chunk). Models without per-layer types: every layer full, or every layer sliding when the
+    model gives a window and no pattern."""
+    types = tuple(getattr(model, "layer_types", ()) or ())
+    window = int(getattr(model, "sliding_window", 0) or 0)
+    if not types:
+        types = ("sliding" if window else "full",) * model.layers
+    out: dict[str, tuple[int, int]] = {}
+    for kind in ("full", "sliding", "chunked"):
+        n = sum(1 for t in types if t == kind)
+        if n:
+            w = {"full": 0, "sliding": window, "chunked": int(getattr(model, "attention_chunk", 0) or 0) // 2}[kind]
+            out[kind] = (n, w)
+    return out
+
+
+def _windowed(core: O.Op, window: int) -> O.Op:
+    """The attention core op of a sliding-window layer: the same shapes, at most ``window`` keys per query."""
+    p = core.params
+    op = O.attention(core.name, p["batch"], p["heads_q"], p["heads_kv"], p["seq_q"], p["seq_kv"], p["head_dim"],
+                     causal=p["causal"], dtype=p["dtype"], head_dim_v=p["head_dim_v"], kv_dtype=p["kv_dtype"],
+                     phase=core.phase, window=window)
+    extra = {k: v for k, v in p.items() if k not in op.params}
+    return O.Op(op.name, op.kind, op.phase, op.flops, op.bytes, {**op.params, **extra}, core.count, core.scope,
+                core.kernels)
+
+
 def layer_counts(model: Model) -> dict[str, int]:
     """How many layers of each block type the model has (dense FFN or MoE FFN)."""
     moe = sum(1 for i in range(model.layers) if is_moe_layer(model, i))
@@ -108,7 +137,16 @@ def build_ops(model: Model, step: Step, sc: Scenario) -> list[O.Op]:
         attn_ops.append(O.residual("attn.residual", tokens, model.hidden, act, phase=ph))
     norm = _norm(model, fused)
     out.append(norm("attn.norm", tokens, model.hidden, act, phase=ph).with_count(model.layers))
-    out += [op.with_count(model.layers) for op in attn_ops]
+    for op in attn_ops:
+        if op.name != "attn.core":
+            out.append(op.with_count(model.layers))
+            continue
+        # layers of each attention type (full, sliding window, chunked) run their own core
+        for kind, (n, window) in attention_layer_kinds(model).items():
+            core = op if not window else _windowed(op, window)
+            out.append(core.with_count(n) if kind == "full" else
+                       O.Op(f"attn.core.{kind}", core.kind, core.phase, core.flops, core.bytes, core.params, n,
+                            core.scope, core.kernels))
 
     ffn_norm = norm("ffn.norm", tokens, model.hidden, act, phase=ph).with_count(model.layers)
     out.append(ffn_norm)
@@ -177,6 +215,8 @@ def _attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]:
     hq, hkv = heads_per_gpu(model, sc.tp)
     d = model.head_dim
     ops = [O.gemm("attn.qkv", tokens, (hq + 2 * hkv) * d, model.hidden, w, phase=ph)]
+    if getattr(model, "qk_norm", False):  # RMSNorm over every query and key head (Qwen3, Gemma 3)
+        ops.append(_act_op(O.rmsnorm("attn.qk_norm", tokens * (hq + hkv), d, act, phase=ph), sc))
     rope = model.position == "rope"
     ops += _rotary_ops(sc, tokens, hq, hkv, d, act, ph) if rope else []
     # new K and V into the cache; with rotary folded in, the same kernel applies it to Q and K

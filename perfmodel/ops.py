@@ -61,20 +61,42 @@ def causal_pairs(seq_q, seq_kv, causal):
     return tri if causal else full
 
 
+def windowed_pairs(seq_q, seq_kv, causal, window):
+    """Pairs when each query sees at most its ``window`` latest keys (sliding-window attention): query i of
+    seq_q (after seq_kv - seq_q cached keys) sees min(seq_kv - seq_q + i + 1, window) of them."""
+    import numpy as np
+
+    if not causal:
+        return seq_q * np.minimum(seq_kv, window)
+    first = seq_kv - seq_q + 1.0  # keys the first new query sees
+    free = np.clip(window - first + 1.0, 0.0, seq_q)  # queries below the window
+    return free * first + free * (free - 1.0) / 2.0 + (seq_q - free) * window
+
+
 def attention(name: str, batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, *, causal: bool, dtype: str = "bf16",
-              head_dim_v=None, kv_dtype: str | None = None, phase: str = "standalone", count: float = 1.0) -> Op:
-    """Fused attention forward (flash style): softmax(Q K^T) V without materialising the scores."""
+              head_dim_v=None, kv_dtype: str | None = None, phase: str = "standalone", count: float = 1.0,
+              window=0) -> Op:
+    """Fused attention forward (flash style): softmax(Q K^T) V without materialising the scores. ``window``:
+    a sliding window of that many keys per query (0: none); the keys read are the window's."""
     dv = head_dim if head_dim_v is None else head_dim_v
     act_b = bytes_per_element(dtype)
     kv_b = bytes_per_element(kv_dtype or dtype)
-    pairs = causal_pairs(seq_q, seq_kv, causal)
+    if window:
+        import numpy as np
+
+        pairs = windowed_pairs(seq_q, seq_kv, causal, window)
+        keys = np.minimum(seq_kv, window + seq_q - 1)
+    else:
+        pairs, keys = causal_pairs(seq_q, seq_kv, causal), seq_kv
     flops = 2.0 * batch * heads_q * pairs * (head_dim + dv)
     nbytes = (batch * heads_q * seq_q * (head_dim + dv) * act_b
-              + batch * heads_kv * seq_kv * (head_dim + dv) * kv_b)
-    return Op(name, "attention", phase, flops, nbytes,
-              {"batch": batch, "heads_q": heads_q, "heads_kv": heads_kv, "seq_q": seq_q, "seq_kv": seq_kv,
-               "head_dim": head_dim, "head_dim_v": dv, "causal": bool(causal), "dtype": dtype,
-               "kv_dtype": kv_dtype or dtype}, count)
+              + batch * heads_kv * keys * (head_dim + dv) * kv_b)
+    params = {"batch": batch, "heads_q": heads_q, "heads_kv": heads_kv, "seq_q": seq_q, "seq_kv": seq_kv,
+              "head_dim": head_dim, "head_dim_v": dv, "causal": bool(causal), "dtype": dtype,
+              "kv_dtype": kv_dtype or dtype}
+    if window:
+        params["window"] = window
+    return Op(name, "attention", phase, flops, nbytes, params, count)
 
 
 def kv_write(name: str, tokens, heads_q, heads_kv, head_dim, *, act_dtype: str, kv_dtype: str, rope_q: bool = False,

@@ -131,7 +131,7 @@ def _time_parts(op: Op, hw, prof: Profile, *, mode: str, world: int, xp, sustain
         return attention_time(shape(p["batch"]), p["heads_q"], p["heads_kv"], shape(p["seq_q"]), shape(p["seq_kv"]),
                               p["head_dim"], p["head_dim_v"], causal, op.bytes, peak, hw.sm_count, bw, prof, xp=xp,
                               packed=p.get("packed", False), sustained=sustained, backend=kernel.backend,
-                              clock=hw.boost_clock_hz, kv_dtype=p.get("kv_dtype"),
+                              clock=hw.boost_clock_hz, kv_dtype=p.get("kv_dtype"), window=p.get("window", 0),
                               eta_scale=fp8_attention_scale(prof, kernel.backend) if p["dtype"] == "fp8" else 1.0)
     if sol:
         return op.bytes / bw, 0.0, op.bytes / bw

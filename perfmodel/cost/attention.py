@@ -20,7 +20,7 @@ from .gemm import power_limited
 
 def attention_time(batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, head_dim_v, causal, nbytes, peak, sms, bw,
                    prof, xp=NP, packed=False, sustained=None, backend="flash", eta_scale=1.0, clock=None,
-                   kv_dtype=None):
+                   kv_dtype=None, window=0):
     """``packed``: a decode kernel that computes only the real query rows (serving engines' decode
     attention), rather than padding them to the block height as a flash prefill kernel does.
     ``backend``: whose fitted parameters and block shapes apply; ``eta_scale``: a factor on its compute
@@ -50,6 +50,10 @@ def attention_time(batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, head_dim_v
     triangle = r * nq * (nq + 1.0) / 2.0 + nq * xp.maximum(1.0 - r, 0.0) / 2.0
     prefix = xp.maximum(seq_kv - seq_q, 0.0) / bk
     per_head = xp.where(causal, triangle + nq * prefix, nq * nk)
+    if window:  # a sliding window: each query block walks at most the window's key blocks (and one partial)
+        reach = xp.ceil(window / bk) + 1.0
+        per_head = xp.minimum(per_head, nq * reach)
+        nk = xp.minimum(nk, reach)
     ctas = batch * grid_heads * nq
     # split-KV decode cuts each sequence's keys until the CTAs fill the SMs (taken as continuous: the kernels'
     # heuristics round differently, and a step function would make a step's time fall as its batch grows)
