@@ -80,3 +80,20 @@ def test_mtp_emits_more_tokens_per_step_and_charges_the_draft():
     assert none.tpot_s > base.tpot_s
     with pytest.raises(InputError, match="mtp-accept"):
         Scenario(mtp=2).validated()
+
+
+def test_training_formats_recipes_and_nvfp4():
+    from perfmodel.train import project_train
+
+    kw = dict(gpus=16, tp=8, pp=1, global_batch=16, seq=4096)
+    bf16 = project_train("b200", "llama-3.1-8b", **kw)
+    fp8 = project_train("b200", "llama-3.1-8b", dtype="fp8", **kw)
+    cur = project_train("b200", "llama-3.1-8b", dtype="fp8", fp8_recipe="tensorwise", **kw)
+    fp4 = project_train("b200", "llama-3.1-8b", dtype="fp4", **kw)
+    assert fp8.step_time_s < bf16.step_time_s
+    assert cur.step_time_s > fp8.step_time_s  # current scaling reads every input once more for its amax
+    assert fp4.step_time_s < bf16.step_time_s
+    with pytest.raises(InputError, match="fp4 tensor cores"):
+        project_train("h100-sxm", "llama-3.1-8b", dtype="fp4", **kw)
+    with pytest.raises(InputError, match="fp8-recipe"):
+        project_train("b200", "llama-3.1-8b", dtype="fp8", fp8_recipe="nope", **kw)

@@ -115,6 +115,34 @@ def _fused(op: O.Op) -> O.Op:
     return replace(op, params={**op.params, "fused": True})
 
 
+# Passes over a quantized GEMM's input per recipe, forward and backward (the backward quantizes the incoming
+# gradient), each pass reading the bf16 tensor and writing it quantized. Estimates from what each recipe does
+# (TransformerEngine's recipes): a cast with its transpose for the weight-gradient GEMM (1.5); current scaling
+# adds a pass for the tensor's amax (2); block and MX scales write rowwise and columnwise copies (1.5); NVFP4
+# adds a random Hadamard transform on the weight-gradient inputs and stochastic rounding of the gradients.
+RECIPE_PASSES = {"delayed": (1.5, 1.5), "tensorwise": (2.0, 2.0), "block": (1.5, 1.5), "mxfp8": (1.5, 1.5),
+                 "nvfp4": (2.5, 2.5)}
+
+
+def recipe(ts: TrainScenario) -> str:
+    return "nvfp4" if ts.dtype == "fp4" else ts.fp8_recipe
+
+
+def _with_recipe(op: O.Op, ts: TrainScenario) -> O.Op:
+    """A low-precision GEMM in the recipe's kernel family: per-tensor fp8, block-scaled fp8 (block, MXFP8) or
+    NVFP4."""
+    if op.params.get("dtype") not in ("fp8", "fp4"):
+        return op
+    scaling = {"delayed": "tensor", "tensorwise": "tensor", "block": "block", "mxfp8": "block",
+               "nvfp4": "nvfp4"}[recipe(ts)]
+    return replace(op, params={**op.params, "scaling": scaling})
+
+
+def _quantize_passes(op: O.Op, ts: TrainScenario, pass_: str) -> O.Op:
+    f = RECIPE_PASSES[recipe(ts)][0 if pass_ == "forward" else 1]
+    return replace(op, bytes=op.bytes * f, flops=op.flops * f, params={**op.params, "recipe": recipe(ts)})
+
+
 def _fwd(op: O.Op, model_flops: float = 0.0, **kw) -> TrainOp:
     return TrainOp(op, "forward", "comm" if op.kind in O.COMM_KINDS else "fwd", model_flops, **kw)
 
@@ -173,7 +201,10 @@ def layer_ops(model: Model, ts: TrainScenario) -> list[TrainOp]:
         if op.kind == "residual" and sp:
             op = _scaled(op, shrink)
         if op.kind == "gemm":
-            out.append(_fwd(op, _gemm_model_flops(op)))
+            out.append(_fwd(_with_recipe(op, ts), _gemm_model_flops(op)))
+            continue
+        if op.kind == "quantize":
+            out.append(_fwd(_quantize_passes(op, ts, "forward")))
             continue
         out.append(_fwd(op))
     if model.moe is not None:
@@ -394,6 +425,9 @@ def backward(fwd: list[TrainOp], ts: TrainScenario) -> list[TrainOp]:
             elems = op.params["tokens"] * op.params["hidden"]
             nb = elems * (_b(act_dtype(ts)) + 8.0)
             out.append(TrainOp(replace(bw, bytes=nb), "backward", "mem_bwd"))
+        elif op.kind == "quantize":  # the incoming gradient quantized for the backward GEMMs
+            base = replace(bw, bytes=op.bytes / RECIPE_PASSES[recipe(ts)][0], flops=op.flops / RECIPE_PASSES[recipe(ts)][0])
+            out.append(TrainOp(_quantize_passes(base, ts, "backward"), "backward", "mem_bwd"))
         else:
             f = BWD_STREAMS.get(op.kind, 1.0)
             out.append(TrainOp(replace(bw, bytes=op.bytes * f, flops=op.flops * f), "backward", "mem_bwd"))
@@ -410,8 +444,10 @@ def _gemm_backward(t: TrainOp, ts: TrainScenario) -> list[TrainOp]:
         db = O.gemm(f"{op.name}.dgrad_b", k, n, m, dt, phase="prefill", groups=g, out_dtype=act, scope=op.scope)
         return [TrainOp(da.with_count(op.count), "backward", "dgrad", float(da.flops)),
                 TrainOp(db.with_count(op.count), "backward", "dgrad", float(db.flops))]
-    dgrad = O.gemm(f"{op.name}.dgrad", m, k, n, dt, phase="prefill", groups=g, out_dtype=act, scope=op.scope)
-    wgrad = O.gemm(f"{op.name}.wgrad", k, n, m, dt, phase="prefill", groups=g, out_dtype=ts.grad_dtype, scope=op.scope)
+    dgrad = _with_recipe(O.gemm(f"{op.name}.dgrad", m, k, n, dt, phase="prefill", groups=g, out_dtype=act,
+                                scope=op.scope), ts)
+    wgrad = _with_recipe(O.gemm(f"{op.name}.wgrad", k, n, m, dt, phase="prefill", groups=g, out_dtype=ts.grad_dtype,
+                                scope=op.scope), ts)
     # gradient-accumulation fusion: the weight gradient is added to the main gradient buffer (read it too)
     wgrad = replace(wgrad, bytes=wgrad.bytes + g * k * n * _b(ts.grad_dtype))
     return [TrainOp(dgrad.with_count(op.count), "backward", "dgrad", float(dgrad.flops)),

@@ -255,7 +255,8 @@ def state_bytes(params: Params, ts: TrainScenario) -> tuple[float, float, float]
     """(weights, gradients, optimizer states) bytes for ``params`` under the scenario's ZeRO stage."""
     dp_dense = ts.data_parallel * ts.cp
     dp_expert = max(1, dp_dense // ts.ep)
-    w_b = 2.0 + (1.0 if ts.dtype == "fp8" else 0.0)
+    # bf16 weights, plus their quantized copy for low-precision GEMMs (fp8: 1 byte; NVFP4: half a byte and scales)
+    w_b = 2.0 + {"fp8": 1.0, "fp4": bytes_per_element("fp4")}.get(ts.dtype, 0.0)
     g_b = bytes_per_element(ts.grad_dtype)
     o_b = OPTIMIZER_BYTES[ts.optimizer]
 

@@ -21,6 +21,8 @@ Definitions (docs/training.md has them with their references):
 """
 from __future__ import annotations
 
+from ..errors import InputError
+
 from dataclasses import dataclass, field
 
 from ..cost import _rate, sustained_compute
@@ -230,6 +232,9 @@ def microbatch_time(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Pro
 
 def project_training(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Profile) -> TrainProjection:
     ts = ts.validated(model)
+    if ts.dtype == "fp4" and "fp4" not in hw.tensor_flops:
+        raise InputError(f"NVFP4 training needs fp4 tensor cores; {hw.name} has none (--dtype fp8 or bf16)",
+                         field="--dtype")
     params = training_params(prof)
     layers = M.stage_layers(model, ts)
     p, m, v = ts.pp, ts.micro_batches, ts.chunks
@@ -397,7 +402,12 @@ def assumptions(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Profile
                    "default factors: no train_kernel measurements in this profile")
     out.append("model FLOPs: Megatron definition (3 x forward matmuls, attention over the whole sequence, LM head "
                "included); hardware FLOPs add the recomputed forward")
-    out.append(f"MFU against the dense {'FP8' if ts.dtype == 'fp8' else 'BF16'} peak "
+    if ts.dtype in ("fp8", "fp4"):
+        from .graph import recipe
+
+        out.append(f"{ts.dtype} GEMMs in the {recipe(ts)} recipe: the quantization passes over each GEMM input, forward "
+                   "and backward, are counted (perfmodel/train/graph.py RECIPE_PASSES, estimates)")
+    out.append(f"MFU against the dense {ts.dtype.upper() if ts.dtype in ('fp8', 'fp4') else 'BF16'} peak "
                f"({_rate(hw, ts.dtype, DEFAULTS)[0] / 1e12:.0f} TFLOP/s)")
     out.append(f"attention: {'FlashAttention-style fused kernel' if ts.attention == 'flash' else 'unfused (scores in HBM)'}"
                f"; kernels: {'fused (Megatron/TransformerEngine)' if ts.kernels == 'fused' else 'plain PyTorch'}; "

@@ -19,7 +19,11 @@ from ..errors import InputError
 SCHEDULES = ("1f1b", "interleaved", "zero-bubble", "dualpipe")
 RECOMPUTE = ("none", "selective", "full")
 OPTIMIZERS = ("adamw", "sgd")
-TRAIN_DTYPES = ("bf16", "fp16", "fp8")
+TRAIN_DTYPES = ("bf16", "fp16", "fp8", "fp4")
+# fp8 training recipes (TransformerEngine's): delayed scaling (amax history), current per-tensor scaling,
+# 1x128 / 128x128 block scales (DeepSeek-V3's), MXFP8 (32-element blocks, e8m0 scales; Blackwell). fp4 is NVFP4
+# training (16-element blocks, random Hadamard transforms and stochastic rounding on the gradients; Blackwell).
+FP8_RECIPES = ("delayed", "tensorwise", "block", "mxfp8")
 ATTENTION_IMPLS = ("flash", "unfused")
 KERNELS = ("fused", "torch")
 
@@ -40,7 +44,8 @@ class TrainScenario:
     recompute: str = "none"  # none | selective (core attention) | full (whole layers)
     sequence_parallel: bool = False  # Korthikanti et al. 2022: norms and dropout split over the TP ranks
     zero: int = 1  # 0: replicated; 1: optimizer states sharded over dp x cp; 2: + gradients; 3: + weights
-    dtype: str = "bf16"  # GEMM operand format (fp8: fp8 GEMMs, bf16 activations and weights)
+    dtype: str = "bf16"  # GEMM operand format (fp8 or fp4: low-precision GEMMs, bf16 activations and weights)
+    fp8_recipe: str = "delayed"  # how fp8 operands are scaled (FP8_RECIPES); fp4 is always NVFP4
     optimizer: str = "adamw"
     # fp32 main gradients: Megatron accumulates and reduces gradients in fp32 for bf16 training
     grad_dtype: str = "fp32"
@@ -91,6 +96,8 @@ class TrainScenario:
             raise InputError(f"expected one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}", field="--optimizer")
         if self.dtype not in TRAIN_DTYPES:
             raise InputError(f"expected one of {', '.join(TRAIN_DTYPES)}, got {self.dtype!r}", field="--dtype")
+        if self.fp8_recipe not in FP8_RECIPES:
+            raise InputError(f"expected one of {', '.join(FP8_RECIPES)}, got {self.fp8_recipe!r}", field="--fp8-recipe")
         check_dtype(self.grad_dtype, where="--grad-dtype")
         if self.grad_dtype not in ("fp32", "bf16", "fp16"):
             raise InputError(f"expected fp32, bf16 or fp16, got {self.grad_dtype!r}", field="--grad-dtype")
