@@ -34,6 +34,10 @@ def register(sub, scenario_flags, scenario_from_args, emit) -> None:
     g.add_argument("--recompute", default="none", help="none (default), selective or full")
     g.add_argument("--sequence-parallel", action="store_true", help="split norms and dropout over the TP ranks")
     g.add_argument("--zero", type=int, default=1, help="ZeRO stage 0, 1 (default: distributed optimizer), 2 or 3")
+    g.add_argument("--fsdp", action="store_true",
+                   help="fully sharded data parallel (Megatron-Bridge / PyTorch FSDP): weights, gradients and "
+                        "optimizer states sharded, each layer's weights all-gathered before its forward and "
+                        "backward and its gradients reduce-scattered: ZeRO stage 3")
     g.add_argument("--dtype", default="bf16", help="GEMM format: bf16 (default), fp16, fp8 or fp4 (NVFP4, Blackwell)")
     g.add_argument("--fp8-recipe", default="delayed",
                    help="fp8 scaling: delayed (default), tensorwise (current scaling), block (1x128/128x128) or mxfp8")
@@ -69,7 +73,7 @@ def scenario_from_args(args):
     return TrainScenario(
         gpus=args.gpus, tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep, dp=args.dp,
         global_batch=args.global_batch, micro_batch=args.micro_batch, seq=args.seq, schedule=schedule,
-        interleave=interleave, recompute=args.recompute, sequence_parallel=args.sequence_parallel, zero=args.zero,
+        interleave=interleave, recompute=args.recompute, sequence_parallel=args.sequence_parallel, zero=3 if args.fsdp else args.zero,
         dtype=args.dtype, fp8_recipe=args.fp8_recipe, optimizer=args.optimizer, grad_dtype=args.grad_dtype, attention=args.attention,
         attention_kernel=args.attention_kernel, dropout=args.dropout, kernels=args.kernels, dp_overlap=not args.no_dp_overlap, tp_overlap=args.tp_overlap,
         mode=args.mode)
