@@ -40,7 +40,8 @@ ENGINE_FAMILIES = ("gemm", "attention", "comm", "moe")
 # An engine's attention module includes writing the new K and V into the cache: that kernel's parameters travel
 # with the attention family when the attention source fitted them.
 ATTENTION_MEMORY_KINDS = ("kv_write",)
-GENERATION_ORDER = {"volta": 0, "ampere": 1, "ada": 1.5, "hopper": 2, "blackwell": 3, "blackwell-ultra": 3.5,
+GENERATION_ORDER = {"volta": 0, "ampere": 1, "ada": 1.5, "blackwell-rtx": 1.75, "hopper": 2, "blackwell": 3,
+                    "blackwell-ultra": 3.5,
                     "rubin": 4, "cdna3": 10, "cdna4": 11}
 
 

@@ -8,9 +8,9 @@ YAML schema (``hardware/README.md`` has the same, with the conventions behind th
 
     name: NVIDIA H100 SXM5 80GB
     vendor: nvidia          # nvidia | amd | other
-    generation: hopper      # ampere | hopper | blackwell | blackwell-ultra | cdna3 | cdna4 | rubin | ...
+    generation: hopper      # ampere | ada | hopper | blackwell | blackwell-ultra | blackwell-rtx | cdna3 | cdna4 | ...
     aliases: [h100]         # optional; other names load_spec() accepts; NOT inherited through extends
-    extends: other.yaml     # optional, path relative to this file
+    extends: other.yaml     # optional: a file beside this one, else a library spec (file name, key, alias)
     note: free text         # optional
     compute:
       sm_count:    {value: 132, source: datasheet, ref: "NVIDIA H100 datasheet"}   # integer (CUs on AMD)
@@ -44,7 +44,9 @@ Each leaf figure is a mapping: ``value`` (a number, taken as SI, or a string wit
 of :data:`SOURCES`), optional ``ref`` and ``note``. All bandwidths are per GPU and per direction. Every
 figure is required except ``compute.tensor.{fp64,tf32,fp8,fp4,int8}``.
 
-``extends:`` deep-merges: the child's mappings override the parent's key by key; a figure mapping is
+``extends:`` names the parent: a path relative to the child's folder, looked up there first, then (a bare name)
+the spec library hardware/ by file name, key or alias (``b200``, ``b200.yaml``, ``hgx-b200``); nothing else is
+reachable. It deep-merges: the child's mappings override the parent's key by key; a figure mapping is
 replaced whole; a figure set to ``null`` in a child drops the inherited (optional) figure. ``name``,
 ``vendor`` and ``generation`` are inherited unless the child gives them; ``aliases`` are not inherited.
 """
@@ -236,9 +238,16 @@ _SCHEMA = _tree()
 # Dense bf16 FLOP per clock per SM (per CU on AMD) of each generation's tensor cores.
 BF16_FLOP_PER_CLK_PER_SM = {
     "ampere": 2048,
+    "ada": 1024,  # AD10x with FP32 accumulate at full rate (data-centre and RTX parts): NVIDIA L40S datasheet,
+    # 362.05 TF dense over 142 SMs x 2490 MHz; L4 datasheet, 121 TF (242 sparse) over 58 SMs x 2040 MHz
     "hopper": 4096,
     "blackwell": 8192,
     "blackwell-ultra": 8192,
+    # GB20x (RTX Blackwell, sm_120): an eighth of GB100's per SM and clock, not half. NVIDIA RTX Blackwell GPU
+    # architecture whitepaper, RTX 5090: 419 TF dense FP16 (FP16 accumulate; GeForce halves FP32 accumulate, RTX PRO
+    # parts do not) over 170 SMs x 2407 MHz = 1024. Its own key: under "blackwell" the sparse guard would pass a
+    # 2:4 figure and clocks implied from the rate (perfmodel.tune.machine) would be 8x too low.
+    "blackwell-rtx": 1024,
     "cdna3": 2048,
     "cdna4": 4096,
 }
@@ -406,17 +415,19 @@ def _chain(path: Path) -> list[_Raw]:
 
 
 def _extends_target(including: Path, parent: str) -> Path:
-    """The file ``extends: parent`` names, confined to the spec library (hardware/) and the including
-    file's own folder, and to .yaml/.yml files: a spec cannot pull in (and an error cannot show a line
-    of) any other file on the machine. The name given is echoed, never the contents of what it points at."""
+    """The file ``extends: parent`` names: first in the including file's own folder (a path relative to it, as
+    written), then, for a bare name, in the spec library (hardware/) by file name, key or alias, so a what-if
+    anywhere can say ``extends: b200``. Confined to those two places and to .yaml/.yml files: a spec cannot pull
+    in (and an error cannot show a line of) any other file on the machine. The name given is echoed, never the
+    contents of what it points at."""
     shown = repr(parent if len(parent) <= 80 else parent[:77] + "...")
     base = including.parent
     target = base / parent
-    if not target.suffix:
-        target = target.with_suffix(".yaml")
     try:
+        if not target.suffix:
+            target = target.with_suffix(".yaml")
         real = target.resolve()
-    except (OSError, RuntimeError):
+    except (OSError, RuntimeError, ValueError):
         raise _err(f"extends target {shown} cannot be resolved", including, "extends") from None
     library = hardware_dir().resolve()
     allowed = (real.parent == base.resolve()) or (real == library or library in real.parents)
@@ -425,9 +436,57 @@ def _extends_target(including: Path, parent: str) -> Path:
                    f"copy the base spec next to this file", including, "extends")
     if real.suffix not in (".yaml", ".yml"):
         raise _err(f"extends target {shown} is not a .yaml spec file", including, "extends")
-    if not real.is_file():
-        raise _err(f"extends target {shown} not found (looked in {base})", including, "extends")
+    # A file never extends itself: `extends: b200` in a what-if named b200.yaml means the library's b200.
+    if real.is_file() and real != including.resolve():
+        return real
+    if "/" not in parent and os.sep not in parent and not parent.startswith("."):  # a bare name
+        found = _library_target(parent, library, including, shown)
+        if found is not None:
+            return found
+    if real.is_file():  # the file itself and no library part of that name: the loop error says so
+        return real
+    names = _library_names(library)
+    close = difflib.get_close_matches(parent.lower(), names, n=3, cutoff=0.5)
+    hint = f"; closest in the library: {', '.join(close)}" if close else ""
+    raise _err(f"extends target {shown} not found in this file's folder nor, by file name, key or alias, in the "
+               f"spec library {library}{hint}", including, "extends")
+
+
+def _library_target(name: str, library: Path, including: Path, shown: str) -> Path | None:
+    """The library spec a bare ``extends:`` name gives by file name (``b200.yaml``), key (``b200``) or alias
+    (``hgx-b200``); no prefix guessing, so a what-if's base does not change when the library grows."""
+    low = name.lower()
+    stem = low[:-5] if low.endswith(".yaml") else low[:-4] if low.endswith(".yml") else low
+    files = _spec_files(library)
+    hits = [p for p in files if p.name.lower() == low or p.stem.lower() == stem]
+    if not hits:
+        for p in files:
+            try:
+                if stem in _read_raw(p.resolve()).top.get("aliases", ()):
+                    hits.append(p)
+            except InputError:
+                continue  # a broken library file is reported when it is loaded itself
+    if len(hits) > 1:
+        raise _err(f"extends target {shown} names several library specs: {', '.join(p.stem for p in hits)}; "
+                   f"give the file name", including, "extends")
+    if not hits:
+        return None
+    real = hits[0].resolve()
+    if real.suffix not in (".yaml", ".yml") or not (library in real.parents):  # a link out of the library
+        raise _err(f"extends target {shown} lies outside the spec library ({library}) and this file's folder; "
+                   f"copy the base spec next to this file", including, "extends")
     return real
+
+
+def _library_names(library: Path) -> list[str]:
+    names = []
+    for p in _spec_files(library):
+        names.append(p.stem)
+        try:
+            names.extend(_read_raw(p.resolve()).top.get("aliases", ()))
+        except InputError:
+            continue
+    return names
 
 
 def _build(path: Path) -> HardwareSpec:
@@ -670,7 +729,9 @@ def load_spec(name_or_path: str | Path) -> HardwareSpec:
         except OSError:
             pass
     spec = _build(path)
-    stamps = tuple((Path(f), Path(f).stat().st_mtime_ns) for f in spec.files)
+    # the folders too: a file added beside a spec may take over a bare `extends:` name the library answered
+    watched = list(dict.fromkeys([*map(Path, spec.files), *(Path(f).parent for f in spec.files)]))
+    stamps = tuple((p, p.stat().st_mtime_ns) for p in watched)
     _SPEC_CACHE[path] = (stamps, spec)
     return _fresh(spec)
 

@@ -181,6 +181,9 @@ def test_scaleup_is_half_the_bidirectional_figure():
         assert load_spec(key).scaleup_bandwidth == pytest.approx(bidir / 2), key
 
 
+RATE_CAPPED = {"h20"}
+
+
 @pytest.mark.parametrize("fname", SHIPPED)
 def test_bf16_per_sm_per_clock_is_dense(fname):
     spec = load_spec(HW / fname)
@@ -189,6 +192,9 @@ def test_bf16_per_sm_per_clock_is_dense(fname):
         assert spec.generation == "rubin"  # the hypothetical part; every other generation is known
         return
     ratio = bf16_flop_per_clk_per_sm(spec) / table
+    if spec.key in RATE_CAPPED:  # an export part: its tensor rate capped far below what its SMs do per clock
+        assert ratio <= 1.15, (spec.key, ratio)
+        return
     assert 0.8 <= ratio <= 1.15, (spec.key, ratio)
     if "fp8" in spec.tensor_flops:
         assert spec.tensor_flops["fp8"] <= 2.2 * spec.tensor_flops["bf16"]

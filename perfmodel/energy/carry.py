@@ -26,6 +26,8 @@ PROCESS_BY_GENERATION: dict[str, tuple[str, str, str]] = {
     "hopper": ("4N", "4N", "NVIDIA H100 Tensor Core GPU Architecture whitepaper (TSMC 4N, custom for NVIDIA)"),
     "blackwell": ("4NP", "4NP", "NVIDIA Blackwell architecture technical brief (custom TSMC 4NP)"),
     "blackwell-ultra": ("4NP", "4NP", "NVIDIA Blackwell Ultra announcement (TSMC 4NP, as Blackwell)"),
+    "ada": ("4N", "4N", "NVIDIA Ada Lovelace architecture whitepaper (TSMC 4N)"),
+    "blackwell-rtx": ("4N", "4N", "NVIDIA RTX Blackwell GPU architecture whitepaper (TSMC 4N)"),
     "cdna3": ("N5", "N6", "AMD CDNA 3 architecture whitepaper (XCDs on TSMC N5, I/O dies with the HBM "
                           "controllers on N6)"),
     "cdna4": ("N3P", "N6", "AMD CDNA 4 architecture whitepaper (XCDs on TSMC N3P, I/O dies on N6)"),
