@@ -49,6 +49,10 @@ KERNELS: dict[str, AttentionKernel] = {k.key: k for k in (
                     "Blackwell is a warp-specialised FA3-class kernel, generation uses XQA for GQA/MQA; no public "
                     "kernel-level timing: carried from cuDNN's measurement as an FA3-class kernel. " + _FA3_CLASS,
                     generations=_HOPPER_PLUS, fallback="flash"),
+    AttentionKernel("mla", "multi-head latent attention kernels (TensorRT-LLM's MLA, FlashMLA, FlashInfer MLA)",
+                    "cudnn", "no measurement of an MLA kernel in this project's suite: carried from cuDNN's as an "
+                    "FA3-class kernel until an engine's MLA tables are imported. " + _FA3_CLASS,
+                    generations=_HOPPER_PLUS, fallback="flash"),
     AttentionKernel("flashinfer", "FlashInfer (FA3 template on Hopper, TRT-LLM-gen kernels on Blackwell)", "cudnn",
                     "FlashInfer 0.2+ uses the FA3 template on sm90 (FlashInfer release notes); " + _FA3_CLASS,
                     generations=_HOPPER_PLUS, fallback="flash"),

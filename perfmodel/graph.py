@@ -246,6 +246,16 @@ def _attention_dtype(sc: Scenario) -> str:
     return "fp8" if sc.fp8_attention and sc.kv == "fp8" else sc.act_dtype
 
 
+def _with_mla_kernel(core: O.Op, sc: Scenario) -> O.Op:
+    """MLA's attention on a serving engine runs the engine's MLA kernels (their own fitted family where an
+    engine's MLA tables were imported); plain PyTorch runs its SDPA dispatch."""
+    op = _with_kernel(core, sc)
+    if sc.kernels != "fused" or sc.attention_kernel in ("flash", "efficient", "cudnn", "auto"):
+        return op
+    return O.Op(op.name, op.kind, op.phase, op.flops, op.bytes, {**op.params, "kernel": "mla"}, op.count, op.scope,
+                op.kernels)
+
+
 def _with_kernel(core: O.Op, sc: Scenario) -> O.Op:
     """The attention op with the scenario's kernel, and packed decode rows under fused kernels."""
     params = {**core.params, "kernel": sc.attention_kernel, "packed": sc.kernels == "fused"}
@@ -277,7 +287,7 @@ def _mla_attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]
     if step.phase == "prefill":
         ops.append(O.gemm("attn.kv_b", step.batch * (step.context + step.seq),
                           hq * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank, w, phase=ph))
-        ops.append(_with_kernel(O.attention("attn.core", step.batch, hq, hq, step.seq, step.context + step.seq, qk,
+        ops.append(_with_mla_kernel(O.attention("attn.core", step.batch, hq, hq, step.seq, step.context + step.seq, qk,
                                             head_dim_v=a.v_head_dim, causal=True, dtype=act, phase=ph), sc))
     else:
         # absorbed: q_nope (per head) @ W_UK -> latent query; latent output @ W_UV -> per-head value
@@ -287,7 +297,7 @@ def _mla_attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]
         # K and V are the same cached latent: read it once
         shared = step.batch * (step.context + step.seq) * latent * _b(sc.kv)
         q_o = step.batch * hq * step.seq * (latent + a.kv_lora_rank) * _b(act)
-        core = _with_kernel(core, sc)
+        core = _with_mla_kernel(core, sc)
         ops.append(O.Op(core.name, core.kind, core.phase, core.flops, shared + q_o, core.params))
         ops.append(O.gemm("attn.absorb_o", tokens, a.v_head_dim, a.kv_lora_rank, w, groups=hq, phase=ph))
     ops.append(O.gemm("attn.o", tokens, model.hidden, hq * a.v_head_dim, w, phase=ph))

@@ -394,6 +394,41 @@ def convert_attention(cols: dict[str, list], engine: str, phase: str) -> Convert
     return out
 
 
+def convert_mla(cols: dict[str, list], phase: str) -> Converted:
+    """``context_mla_perf`` / ``generation_mla_perf``: DeepSeek's multi-head latent attention kernel, as this model's
+    MLA attention op (perfmodel.graph._mla_attention): prefill over the expanded per-head K and V (192-wide
+    queries and keys, 128-wide values), decode absorbed over the cached 576-wide latent (512-wide values), with
+    ``num_heads`` the heads on one GPU."""
+    out = Converted()
+    for r in _rows(cols):
+        out.read += 1
+        t = _latency_s(r.get("latency"))
+        kv = ATTN_DTYPES.get(str(r.get("kv_cache_dtype")))
+        dtype = ATTN_DTYPES.get(str(r.get("mla_dtype")))
+        if t is None or kv is None or dtype is None:
+            out.skip("format not modelled" if t is not None else "no positive latency")
+            continue
+        b, h = int(r["batch_size"]), int(r["num_heads"])
+        if phase == "prefill":
+            isl = int(r["isl"])
+            if isl < 2:
+                out.skip("a one-token context phase (not a prefill)")
+                continue
+            params = {"op": "attention", "backend": "mla", "batch": b, "heads_q": h, "heads_kv": h, "seq_q": isl,
+                      "seq_kv": isl + int(r.get("step") or 0), "head_dim": 192, "head_dim_v": 128, "causal": True,
+                      "dtype": dtype, "kv_dtype": kv}
+        else:
+            params = {"op": "attention", "backend": "mla", "batch": b, "heads_q": h, "heads_kv": 1, "seq_q": 1,
+                      "seq_kv": int(r["step"]) + int(r.get("isl") or 1), "head_dim": 576, "head_dim_v": 512,
+                      "causal": False, "dtype": dtype, "kv_dtype": kv, "packed": True}
+        out.rows.append({"id": _row_id("instream", params), "kind": "instream", "params": params, "time_s": t,
+                         "kernel": str(r.get("kernel_source", ""))})
+    return out
+
+
+MLA_COLUMNS = ("kernel_source", "mla_dtype", "kv_cache_dtype", "num_heads", "batch_size", "isl", "step", "latency")
+
+
 def convert_nccl(cols: dict[str, list]) -> Converted:
     out = Converted()
     for r in _rows(cols):
@@ -556,6 +591,10 @@ def plans(engine: str) -> list[TablePlan]:
                   lambda c: convert_attention(c, engine, "prefill"), _attn_stratum),
         TablePlan("attention", "generation_attention_perf", ATTN_COLUMNS,
                   lambda c: convert_attention(c, engine, "decode"), _attn_stratum),
+        TablePlan("attention", "context_mla_perf", MLA_COLUMNS, lambda c: convert_mla(c, "prefill"), _attn_stratum,
+                  folder="mla"),
+        TablePlan("attention", "generation_mla_perf", MLA_COLUMNS, lambda c: convert_mla(c, "decode"), _attn_stratum,
+                  folder="mla"),
         TablePlan("comm", "custom_allreduce_perf", CUSTOM_AR_COLUMNS, lambda c: convert_custom_allreduce(c, engine),
                   None),
         TablePlan("moe", "moe_perf", MOE_COLUMNS, convert_moe, _moe_stratum),
