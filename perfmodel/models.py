@@ -2,13 +2,14 @@
 
 A :class:`Model` is pure data. ``load_model`` finds one by name or alias in ``workloads/models/``, or
 reads a path (a descriptor YAML or a Hugging Face ``config.json``; local files only, nothing is
-downloaded). ``list_models`` returns every shipped descriptor.
+downloaded). ``list_models`` returns every shipped descriptor. docs/models.md lists the families and what
+each maps to.
 
 Descriptor YAML (one model per file, ``workloads/models/<key>.yaml``)::
 
     key: llama-3.1-70b            # required; canonical name, lower case
     name: Llama-3.1-70B           # required; display name
-    family: llama                 # required; llama | mistral | mixtral | qwen2 | deepseek_v3 | gpt
+    family: llama                 # required; one of FAMILIES
     aliases: [llama70b, llama-70b, llama3.1-70b]   # optional; names people type
     source: "meta-llama/Llama-3.1-70B config.json" # optional; where the numbers come from
     notes: ["..."]                # optional; what the descriptor leaves out
@@ -20,14 +21,27 @@ Descriptor YAML (one model per file, ``workloads/models/<key>.yaml``)::
     intermediate: 28672           # required; dense FFN width
     vocab: 128256                 # required
     max_position: 131072          # optional (required for position: learned)
-    mlp: swiglu                   # swiglu (gate, up, down) | gelu (up, down)
+    mlp: swiglu                   # swiglu (gated: gate, up, down) | gelu (up, down)
     norm: rmsnorm                 # rmsnorm | layernorm
     position: rope                # rope | learned
     tied_embeddings: false
-    qkv_bias: false
+    qkv_bias: false               # biases on q, k, v (Qwen2, GLM-4.5)
+    attention_bias: false         # biases on q, k, v and o (gpt-oss)
+    qk_norm: false                # RMSNorm on queries and keys (Qwen3, Gemma 3, GLM-4.5)
+    qk_norm_type: head            # head (weight of head_dim) | layer (over all heads) | l2 (no weight, Llama 4)
+    sandwich_norm: false          # norms on the attention and FFN outputs too: 4 a layer (Gemma 2/3)
+    attention_sinks: false        # a learned sink logit per head (gpt-oss)
+    sliding_window: 0             # tokens a "sliding" layer attends to; 0: none
+    attention_chunk: 0            # tokens per chunk of a "chunked" layer (Llama 4: 8192)
+    layer_pattern: [sliding, full]   # per-layer attention types, repeated from layer 0 (or {sliding: 5, full: 1})
+    layer_types: [sliding, full, ...]  # or one entry per layer; neither: all full (all sliding if sliding_window)
+    logit_softcap: 0.0            # final logits -> c * tanh(logits / c) (Gemma 2: 30); 0: none
+    attn_softcap: 0.0             # attention scores, likewise (Gemma 2: 50)
+    expert_dtype: ""              # routed experts' format in the published checkpoint when it differs (fp4, int4)
     moe:                          # optional
       {num_experts: 256, top_k: 8, expert_intermediate: 2048,
-       num_shared_experts: 1, shared_intermediate: 2048, first_dense_layers: 3}
+       num_shared_experts: 1, shared_intermediate: 2048, first_dense_layers: 3,
+       layer_step: 1, expert_bias: false, router_bias: false, shared_expert_gate: false}
     mla:                          # optional (multi-head latent attention)
       {q_lora_rank: 1536, kv_lora_rank: 512, qk_nope_head_dim: 128, qk_rope_head_dim: 64, v_head_dim: 128}
 
@@ -40,12 +54,18 @@ spaces, then with a Hugging Face org prefix (``meta-llama/``) dropped.
 from __future__ import annotations
 
 import difflib
-
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import InputError
+
+# The attention a layer runs: over every earlier token (full), over the last sliding_window tokens
+# (sliding), or over the earlier tokens of its own attention_chunk-token chunk (chunked, Llama 4).
+LAYER_TYPES = ("full", "sliding", "chunked")
+QK_NORM_TYPES = ("head", "layer", "l2")
+EXPERT_DTYPES = ("", "fp8", "fp4", "int4")
 
 
 @dataclass(frozen=True)
@@ -53,9 +73,16 @@ class MoE:
     num_experts: int  # routed experts
     top_k: int  # routed experts per token
     expert_intermediate: int  # FFN width of one routed expert
-    num_shared_experts: int = 0  # experts every token visits (DeepSeek)
+    num_shared_experts: int = 0  # experts every token visits (DeepSeek, Llama 4, Qwen2-MoE)
     shared_intermediate: int = 0  # FFN width of one shared expert
     first_dense_layers: int = 0  # leading layers with a dense FFN of Model.intermediate (DeepSeek-V3: 3)
+    # After the first_dense_layers, every layer_step-th layer is MoE and the others dense (Model.intermediate):
+    # layer i is MoE when i >= first_dense_layers and (i - first_dense_layers + 1) % layer_step == 0
+    # (Llama 4 Maverick's interleave_moe_layer_step 2: layers 1, 3, 5, ...; Qwen's decoder_sparse_step alike).
+    layer_step: int = 1
+    expert_bias: bool = False  # biases on each routed expert's products (gpt-oss: 2 x width on gate/up, hidden on down)
+    router_bias: bool = False  # a bias on the router's logits, one per expert (gpt-oss)
+    shared_expert_gate: bool = False  # a sigmoid gate (hidden -> 1) on the shared experts' output (Qwen2-MoE)
 
 
 @dataclass(frozen=True)
@@ -73,7 +100,7 @@ class MLA:
 class Model:
     key: str  # canonical name, e.g. "llama-3.1-70b"
     name: str  # display name, e.g. "Llama-3.1-70B"
-    family: str  # llama | mistral | mixtral | qwen2 | deepseek_v3 | gpt
+    family: str  # one of FAMILIES: the architecture (Kimi K2 is deepseek_v3, Mistral Small 3.1 is mistral)
     hidden: int
     layers: int
     heads: int
@@ -81,11 +108,11 @@ class Model:
     head_dim: int
     intermediate: int  # dense FFN width
     vocab: int
-    mlp: str = "swiglu"  # swiglu (gate, up, down) | gelu (up, down)
+    mlp: str = "swiglu"  # swiglu: gated (gate, up, down; SiLU or GELU-tanh, same shapes) | gelu (up, down)
     norm: str = "rmsnorm"  # rmsnorm | layernorm
     position: str = "rope"  # rope | learned
     tied_embeddings: bool = False
-    qkv_bias: bool = False
+    qkv_bias: bool = False  # biases on the q, k and v projections (Qwen2, GLM-4.5)
     max_position: int = 0
     moe: MoE | None = None
     mla: MLA | None = None
@@ -95,33 +122,101 @@ class Model:
     aliases: tuple[str, ...] = ()
     source: str = ""  # where the dimensions come from
     notes: tuple[str, ...] = ()  # e.g. config.json fields the importer did not use
+    # --- attention variants (2025-26 families) ---
+    qk_norm: bool = False  # a norm on queries and keys before rotary (Qwen3, Gemma 3, GLM-4.5, Llama 4 Scout)
+    # head: RMSNorm per head, one head_dim weight for q and one for k (Qwen3, Gemma 3, GLM-4.5);
+    # layer: RMSNorm over all heads at once, heads*head_dim and kv_heads*head_dim weights (MiniMax-M2); under
+    # TP its variance needs an all-reduce across ranks; l2: weightless L2 norm per head, applied on the
+    # rotary (chunked) layers only (Llama 4 Scout)
+    qk_norm_type: str = "head"
+    attention_bias: bool = False  # biases on q, k, v AND o (gpt-oss, Llama's attention_bias); implies qkv_bias's
+    sliding_window: int = 0  # tokens a "sliding" layer's query attends to at most (itself included); 0: none
+    # per layer, one of LAYER_TYPES; always len(layers) once built (() expands to every layer "full", or every
+    # layer "sliding" when sliding_window > 0: Mistral-7B v0.1, Phi-3-mini)
+    layer_types: tuple[str, ...] = ()
+    attention_chunk: int = 0  # tokens per chunk of the "chunked" layers (Llama 4: 8192); 0: none
+    attention_sinks: bool = False  # one learned logit per query head joins every softmax (gpt-oss): heads params
+    logit_softcap: float = 0.0  # final logits -> c * tanh(logits / c) (Gemma 2: 30.0); 0: none
+    attn_softcap: float = 0.0  # attention scores -> c * tanh(s / c) before softmax (Gemma 2: 50.0); 0: none
+    sandwich_norm: bool = False  # RMSNorms on the attention and FFN outputs as well: 4 norms a layer (Gemma 2/3)
+    # the format the published checkpoint stores routed experts in when it differs from the rest: fp4 (gpt-oss's
+    # MXFP4: 32-element blocks, e8m0 scales), int4 (Kimi K2.5's INT4, groups of 32); "": as the rest
+    expert_dtype: str = ""
+
+    def __post_init__(self) -> None:
+        # the expanded per-layer tuple, whatever the constructor was given (descriptors are validated before
+        # this, with one-line errors; a wrong tuple here is a programming error)
+        types = tuple(self.layer_types) or (("sliding" if self.sliding_window else "full"),) * self.layers
+        if len(types) != self.layers or any(t not in LAYER_TYPES for t in types):
+            raise ValueError(f"{self.key}: layer_types must hold {self.layers} entries of {', '.join(LAYER_TYPES)}")
+        object.__setattr__(self, "layer_types", types)
 
     def param_count(self) -> int:
         """Total parameters (all experts), embeddings and LM head included."""
         return _param_count(self, active=False)
 
     def active_param_count(self) -> int:
-        """Parameters one token touches (top-k routed experts, not all)."""
+        """Parameters one token touches (top-k routed experts, not all), embedding and LM head included."""
         return _param_count(self, active=True)
 
 
+# ---- what the graph and cost side read per layer ----------------------------------------------------
+
+def layer_attention_types(m: Model) -> tuple[str, ...]:
+    """The attention type of every layer ("full", "sliding" or "chunked"), len(m.layers)."""
+    return m.layer_types
+
+
+def attention_span(m: Model, layer: int) -> int:
+    """The most tokens a query of ``layer`` attends to: sliding_window, attention_chunk, or 0 for no bound."""
+    t = m.layer_types[layer]
+    return m.sliding_window if t == "sliding" else m.attention_chunk if t == "chunked" else 0
+
+
+def attention_type_counts(m: Model) -> dict[str, int]:
+    """How many layers run each attention type, e.g. {"full": 12, "sliding": 0, "chunked": 36}."""
+    return {t: m.layer_types.count(t) for t in LAYER_TYPES}
+
+
+def moe_layers(m: Model) -> tuple[int, ...]:
+    """The indices of the layers whose FFN is MoE."""
+    return tuple(i for i in range(m.layers) if is_moe_layer(m, i))
+
+
+def norms_per_layer(m: Model) -> int:
+    """Block norms in one layer: 2 (before attention, before the FFN), 4 with sandwich_norm (Gemma 2/3)."""
+    return 4 if m.sandwich_norm else 2
+
+
+# ---- parameter counts ---------------------------------------------------------------------------------
+
 def _param_count(m: Model, *, active: bool) -> int:
     h = m.hidden
+    nw = 2 if m.norm == "layernorm" else 1  # weight, +bias for LayerNorm
+    attn = attention_params(m)
     total = 0
     for layer in range(m.layers):
-        total += attention_params(m)
-        total += ffn_params(m, layer, active=active)
-        total += 2 * h * (2 if m.norm == "layernorm" else 1)  # two norms per block (weight, +bias for LayerNorm)
+        total += attn + ffn_params(m, layer, active=active) + norms_per_layer(m) * h * nw
     total += m.vocab * h  # embedding
     if m.position == "learned":
         total += m.max_position * h
     if not m.tied_embeddings:
         total += m.vocab * h  # LM head
-    total += h * (2 if m.norm == "layernorm" else 1)  # final norm
+    total += h * nw  # final norm
     return total
 
 
+def qk_norm_params(m: Model) -> int:
+    """Weights of one layer's query and key norms."""
+    if not m.qk_norm or m.qk_norm_type == "l2":
+        return 0
+    if m.qk_norm_type == "layer":
+        return (m.heads + m.kv_heads) * m.head_dim
+    return 2 * m.head_dim
+
+
 def attention_params(m: Model) -> int:
+    """One layer's attention: projections, their biases, query/key norms and sinks."""
     h = m.hidden
     if m.mla is not None:
         a = m.mla
@@ -137,14 +232,31 @@ def attention_params(m: Model) -> int:
     q = h * m.heads * m.head_dim
     kv = 2 * h * m.kv_heads * m.head_dim
     o = m.heads * m.head_dim * h
-    bias = (m.heads + 2 * m.kv_heads) * m.head_dim if m.qkv_bias else 0
+    bias = (m.heads + 2 * m.kv_heads) * m.head_dim if (m.qkv_bias or m.attention_bias) else 0
+    if m.attention_bias:
+        bias += h  # o
     if m.family == "gpt":
         bias = (m.heads + 2 * m.kv_heads) * m.head_dim + h  # GPT-3 has biases on QKV and O
-    return q + kv + o + bias
+    sinks = m.heads if m.attention_sinks else 0
+    return q + kv + o + bias + qk_norm_params(m) + sinks
 
 
 def is_moe_layer(m: Model, layer: int) -> bool:
-    return m.moe is not None and layer >= m.moe.first_dense_layers
+    if m.moe is None or layer < m.moe.first_dense_layers:
+        return False
+    return (layer - m.moe.first_dense_layers + 1) % m.moe.layer_step == 0
+
+
+def expert_params(m: Model) -> int:
+    """One routed expert: its products and, with expert_bias, their biases."""
+    moe = m.moe
+    assert moe is not None
+    h, w = m.hidden, moe.expert_intermediate
+    gated = m.mlp == "swiglu"
+    p = (3 if gated else 2) * h * w
+    if moe.expert_bias:
+        p += (2 * w if gated else w) + h
+    return p
 
 
 def ffn_params(m: Model, layer: int, *, active: bool = False) -> int:
@@ -157,16 +269,20 @@ def ffn_params(m: Model, layer: int, *, active: bool = False) -> int:
         return p
     moe = m.moe
     assert moe is not None
-    routed = (moe.top_k if active else moe.num_experts) * mats * h * moe.expert_intermediate
+    routed = (moe.top_k if active else moe.num_experts) * expert_params(m)
     shared = moe.num_shared_experts * mats * h * moe.shared_intermediate
-    router = h * moe.num_experts
+    if moe.shared_expert_gate and moe.num_shared_experts:
+        shared += h
+    router = h * moe.num_experts + (moe.num_experts if moe.router_bias else 0)
     return routed + shared + router
 
 
 # --------------------------------------------------------------------------------------------------
 # Loading: descriptor YAML, Hugging Face config.json, the name registry.
 
-FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "deepseek_v3", "gpt")
+FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "deepseek_v3", "gpt",
+            "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "glm4_moe", "gpt_oss", "llama4", "gemma2", "gemma3",
+            "phi3", "minimax_m2")
 MLPS = ("swiglu", "gelu")
 NORMS = ("rmsnorm", "layernorm")
 POSITIONS = ("rope", "learned")
@@ -177,9 +293,12 @@ _FIELDS = (
     "key", "name", "family", "aliases", "source", "notes", "hidden", "layers", "heads", "kv_heads",
     "head_dim", "intermediate", "vocab", "max_position", "mlp", "norm", "position", "tied_embeddings",
     "qkv_bias", "moe", "mla", "fp8_scaling",
+    "qk_norm", "qk_norm_type", "attention_bias", "sliding_window", "layer_types", "layer_pattern", "attention_chunk",
+    "attention_sinks", "logit_softcap", "attn_softcap", "sandwich_norm", "expert_dtype",
 )
 _MOE_REQUIRED = ("num_experts", "top_k", "expert_intermediate")
-_MOE_FIELDS = _MOE_REQUIRED + ("num_shared_experts", "shared_intermediate", "first_dense_layers")
+_MOE_FIELDS = _MOE_REQUIRED + ("num_shared_experts", "shared_intermediate", "first_dense_layers", "layer_step",
+                               "expert_bias", "router_bias", "shared_expert_gate")
 _MLA_REQUIRED = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 _MLA_FIELDS = ("q_lora_rank",) + _MLA_REQUIRED
 _KEY_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -224,19 +343,25 @@ def _check_keys(d: dict, allowed, required, file: str, prefix: str = "") -> None
 # hanging the per-layer loops. Descriptor names, with the config.json names mapped onto them.
 SIZE_LIMITS = {
     "layers": 1024, "hidden": 2**17, "heads": 4096, "kv_heads": 4096, "head_dim": 4096, "intermediate": 2**20,
-    "vocab": 2**24, "max_position": 2**27,
+    "vocab": 2**24, "max_position": 2**27, "sliding_window": 2**27, "attention_chunk": 2**27,
     "moe.num_experts": 16384, "moe.top_k": 1024, "moe.expert_intermediate": 2**20,
     "moe.num_shared_experts": 1024, "moe.shared_intermediate": 2**20, "moe.first_dense_layers": 1024,
+    "moe.layer_step": 1024,
     "mla.q_lora_rank": 2**16, "mla.kv_lora_rank": 2**16, "mla.qk_nope_head_dim": 4096, "mla.qk_rope_head_dim": 4096,
     "mla.v_head_dim": 4096,
 }
+_SOFTCAP_LIMIT = 1e6  # a cap is a few tens (Gemma 2: 30 and 50); far above that is a typo
 _HF_SIZE_NAMES = {
     "num_hidden_layers": "layers", "hidden_size": "hidden", "num_attention_heads": "heads",
     "num_key_value_heads": "kv_heads", "head_dim": "head_dim", "intermediate_size": "intermediate",
     "vocab_size": "vocab", "max_position_embeddings": "max_position", "num_local_experts": "moe.num_experts",
-    "n_routed_experts": "moe.num_experts", "num_experts_per_tok": "moe.top_k",
+    "n_routed_experts": "moe.num_experts", "num_experts": "moe.num_experts", "num_experts_per_tok": "moe.top_k",
     "moe_intermediate_size": "moe.expert_intermediate", "n_shared_experts": "moe.num_shared_experts",
+    "shared_expert_intermediate_size": "moe.shared_intermediate", "shared_intermediate_size": "moe.shared_intermediate",
     "first_k_dense_replace": "moe.first_dense_layers", "moe_layer_freq": "layers",
+    "interleave_moe_layer_step": "moe.layer_step", "decoder_sparse_step": "moe.layer_step",
+    "intermediate_size_mlp": "intermediate", "sliding_window": "sliding_window",
+    "attention_chunk_size": "attention_chunk", "sliding_window_pattern": "layers", "no_rope_layer_interval": "layers",
     "q_lora_rank": "mla.q_lora_rank", "kv_lora_rank": "mla.kv_lora_rank", "qk_nope_head_dim": "mla.qk_nope_head_dim",
     "qk_rope_head_dim": "mla.qk_rope_head_dim", "v_head_dim": "mla.v_head_dim",
 }
@@ -286,18 +411,28 @@ def _enum(d: dict, k: str, choices, file: str, *, default: str) -> str:
     if v is None:
         v = default
     if not isinstance(v, str) or v not in choices:
-        raise InputError(f"expected one of {', '.join(choices)}, got {_short(v)}{_suggest(str(v)[:80], choices)}",
+        shown = ", ".join(c if c else '""' for c in choices)
+        raise InputError(f"expected one of {shown}, got {_short(v)}{_suggest(str(v)[:80], [c for c in choices if c])}",
                          file=file, field=k)
     return v
 
 
-def _bool(d: dict, k: str, file: str, *, default: bool = False) -> bool:
+def _bool(d: dict, k: str, file: str, prefix: str = "", *, default: bool = False) -> bool:
     v = d.get(k, default)
     if v is None:
         return default
     if not isinstance(v, bool):
-        raise InputError(f"expected true or false, got {_short(v)}", file=file, field=k)
+        raise InputError(f"expected true or false, got {_short(v)}", file=file, field=prefix + k)
     return v
+
+
+def _softcap(d: dict, k: str, file: str) -> float:
+    v = d.get(k)
+    if v is None:
+        return 0.0
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or v > _SOFTCAP_LIMIT:
+        raise InputError(f"expected a number >= 0 (0: no soft-capping), got {_short(v)}", file=file, field=k)
+    return float(v)
 
 
 def _str_list(d: dict, k: str, file: str) -> tuple[str, ...]:
@@ -309,6 +444,61 @@ def _str_list(d: dict, k: str, file: str) -> tuple[str, ...]:
     if not isinstance(v, list) or not all(isinstance(x, str) and x.strip() for x in v):
         raise InputError("expected a list of strings", file=file, field=k)
     return tuple(x.strip() for x in v)
+
+
+def _layer_type_list(v, file: str, field: str) -> list[str]:
+    if not isinstance(v, list) or not v:
+        raise InputError(f"expected a non-empty list of {', '.join(LAYER_TYPES)}, got {_short(v)}",
+                         file=file, field=field)
+    for i, t in enumerate(v):
+        if not isinstance(t, str) or t not in LAYER_TYPES:
+            raise InputError(f"entry {i}: expected one of {', '.join(LAYER_TYPES)}, got {_short(t)}"
+                             f"{_suggest(str(t)[:80], LAYER_TYPES)}", file=file, field=field)
+    return v
+
+
+def _layer_types_from_dict(d: dict, file: str, layers: int, sliding_window: int, chunk: int) -> tuple[str, ...]:
+    """layer_types (one entry a layer) or layer_pattern (a list, or {type: run length, ...} in order, repeated
+    from layer 0: Gemma 3's {sliding: 5, full: 1}); neither: every layer full, or sliding with a window."""
+    explicit, pattern = d.get("layer_types"), d.get("layer_pattern")
+    if explicit is not None and pattern is not None:
+        raise InputError("give layer_types (one entry a layer) or layer_pattern (repeated), not both",
+                         file=file, field="layer_pattern")
+    if explicit is not None:
+        types = _layer_type_list(explicit, file, "layer_types")
+        if len(types) != layers:
+            raise InputError(f"expected {layers} entries (one per layer; layer_pattern repeats a shorter list), "
+                             f"got {len(types)}", file=file, field="layer_types")
+    elif pattern is not None:
+        if isinstance(pattern, dict):
+            runs = []
+            for t, n in pattern.items():
+                _layer_type_list([t], file, "layer_pattern")
+                if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= layers:
+                    raise InputError(f"{t}: expected a run length from 1 to layers ({layers}), got {_short(n)}",
+                                     file=file, field="layer_pattern")
+                runs += [t] * n
+            pattern = runs
+        unit = _layer_type_list(pattern, file, "layer_pattern")
+        if len(unit) > layers:
+            raise InputError(f"expected at most layers ({layers}) entries, got {len(unit)}",
+                             file=file, field="layer_pattern")
+        types = [unit[i % len(unit)] for i in range(layers)]
+    else:
+        types = ["sliding" if sliding_window else "full"] * layers
+    if "sliding" in types and not sliding_window:
+        raise InputError("missing: some layers are sliding; expected their window in tokens",
+                         file=file, field="sliding_window")
+    if sliding_window and "sliding" not in types:
+        raise InputError(f"{sliding_window} given, but no layer is sliding (see layer_types)",
+                         file=file, field="sliding_window")
+    if "chunked" in types and not chunk:
+        raise InputError("missing: some layers are chunked; expected the chunk in tokens",
+                         file=file, field="attention_chunk")
+    if chunk and "chunked" not in types:
+        raise InputError(f"{chunk} given, but no layer is chunked (see layer_types)",
+                         file=file, field="attention_chunk")
+    return tuple(types)
 
 
 def _model_from_dict(d, file: str) -> Model:
@@ -343,6 +533,16 @@ def _model_from_dict(d, file: str) -> Model:
         max_position = _int(d, "max_position", file, default=0, minimum=0)
     moe = _moe_from_dict(d.get("moe"), file, layers) if d.get("moe") is not None else None
     mla = _mla_from_dict(d.get("mla"), file) if d.get("mla") is not None else None
+    qk_norm = _bool(d, "qk_norm", file)
+    if d.get("qk_norm_type") is not None and not qk_norm:
+        raise InputError("given without qk_norm: true", file=file, field="qk_norm_type")
+    if qk_norm and mla is not None:
+        raise InputError("not with mla (latent attention normalises its latents instead)", file=file, field="qk_norm")
+    sliding_window = _int(d, "sliding_window", file, default=0, minimum=0)
+    chunk = _int(d, "attention_chunk", file, default=0, minimum=0)
+    expert_dtype = _enum(d, "expert_dtype", EXPERT_DTYPES, file, default="")
+    if expert_dtype and moe is None:
+        raise InputError(f"{expert_dtype!r} given, but the model has no experts (moe)", file=file, field="expert_dtype")
     return Model(
         key=key, name=name, family=family, hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads,
         head_dim=head_dim, intermediate=intermediate, vocab=vocab,
@@ -356,6 +556,17 @@ def _model_from_dict(d, file: str) -> Model:
         aliases=tuple(a.lower() for a in _str_list(d, "aliases", file)),
         source=_str(d, "source", file, default=""),
         notes=_str_list(d, "notes", file),
+        qk_norm=qk_norm,
+        qk_norm_type=_enum(d, "qk_norm_type", QK_NORM_TYPES, file, default="head"),
+        attention_bias=_bool(d, "attention_bias", file),
+        sliding_window=sliding_window,
+        layer_types=_layer_types_from_dict(d, file, layers, sliding_window, chunk),
+        attention_chunk=chunk,
+        attention_sinks=_bool(d, "attention_sinks", file),
+        logit_softcap=_softcap(d, "logit_softcap", file),
+        attn_softcap=_softcap(d, "attn_softcap", file),
+        sandwich_norm=_bool(d, "sandwich_norm", file),
+        expert_dtype=expert_dtype,
     )
 
 
@@ -377,9 +588,17 @@ def _moe_from_dict(d, file: str, layers: int) -> MoE:
     if first_dense >= layers:
         raise InputError(f"expected fewer than layers ({layers}), got {first_dense}",
                          file=file, field=p + "first_dense_layers")
+    step = _int(d, "layer_step", file, p, default=1)
+    if first_dense + step > layers:
+        raise InputError(f"{step} leaves no MoE layer among the {layers - first_dense} after first_dense_layers",
+                         file=file, field=p + "layer_step")
+    gate = _bool(d, "shared_expert_gate", file, p)
+    if gate and not num_shared:
+        raise InputError("true, but num_shared_experts is 0", file=file, field=p + "shared_expert_gate")
     return MoE(num_experts=num_experts, top_k=top_k, expert_intermediate=_int(d, "expert_intermediate", file, p),
                num_shared_experts=num_shared, shared_intermediate=shared_intermediate,
-               first_dense_layers=first_dense)
+               first_dense_layers=first_dense, layer_step=step, expert_bias=_bool(d, "expert_bias", file, p),
+               router_bias=_bool(d, "router_bias", file, p), shared_expert_gate=gate)
 
 
 def _mla_from_dict(d, file: str) -> MLA:
@@ -408,19 +627,73 @@ def _read_yaml(path: Path):
 
 # ---- Hugging Face config.json ---------------------------------------------------------------------
 
-# model_type -> (family, architecture)
+# model_type -> (family, the architectures it is published with). Kimi K2 is DeepSeek-V3's architecture.
 _HF_FAMILIES = {
-    "llama": ("llama", "LlamaForCausalLM"),
-    "mistral": ("mistral", "MistralForCausalLM"),
-    "mixtral": ("mixtral", "MixtralForCausalLM"),
-    "qwen2": ("qwen2", "Qwen2ForCausalLM"),
-    "deepseek_v3": ("deepseek_v3", "DeepseekV3ForCausalLM"),
+    "llama": ("llama", ("LlamaForCausalLM",)),
+    "mistral": ("mistral", ("MistralForCausalLM",)),
+    "ministral": ("mistral", ("MinistralForCausalLM",)),
+    "mixtral": ("mixtral", ("MixtralForCausalLM",)),
+    "qwen2": ("qwen2", ("Qwen2ForCausalLM",)),
+    "qwen2_moe": ("qwen2_moe", ("Qwen2MoeForCausalLM",)),
+    "qwen3": ("qwen3", ("Qwen3ForCausalLM",)),
+    "qwen3_moe": ("qwen3_moe", ("Qwen3MoeForCausalLM",)),
+    "deepseek_v2": ("deepseek_v2", ("DeepseekV2ForCausalLM",)),
+    "deepseek_v3": ("deepseek_v3", ("DeepseekV3ForCausalLM",)),
+    "kimi_k2": ("deepseek_v3", ("DeepseekV3ForCausalLM",)),
+    "glm4_moe": ("glm4_moe", ("Glm4MoeForCausalLM",)),
+    "gpt_oss": ("gpt_oss", ("GptOssForCausalLM",)),
+    "llama4_text": ("llama4", ("Llama4ForCausalLM",)),
+    "gemma2": ("gemma2", ("Gemma2ForCausalLM",)),
+    "gemma3_text": ("gemma3", ("Gemma3ForCausalLM",)),
+    "phi3": ("phi3", ("Phi3ForCausalLM",)),
+    "minimax_m2": ("minimax_m2", ("MiniMaxM2ForCausalLM",)),
 }
-_HF_ARCHS = {arch: mt for mt, (_, arch) in _HF_FAMILIES.items()}
+# Multimodal checkpoints: model_type -> (architectures, the text model's model_type where text_config omits
+# it). Their text_config is imported; the vision tower and projector are not modelled (said in notes).
+_HF_WRAPPERS = {
+    "llama4": (("Llama4ForConditionalGeneration",), "llama4_text"),
+    "gemma3": (("Gemma3ForConditionalGeneration",), "gemma3_text"),
+    "mistral3": (("Mistral3ForConditionalGeneration",), "mistral"),
+    "kimi_k25": (("KimiK25ForConditionalGeneration",), "kimi_k2"),
+}
+_HF_ARCHS: dict[str, str] = {}
+for _mt, (_, _archs) in _HF_FAMILIES.items():
+    for _a in _archs:
+        _HF_ARCHS.setdefault(_a, _mt)
+for _mt, (_archs, _) in _HF_WRAPPERS.items():
+    for _a in _archs:
+        _HF_ARCHS.setdefault(_a, _mt)
+
+# Families the descriptor cannot express: refused in one line naming what is missing.
+_DELTANET = "linear attention layers (Gated DeltaNet) are not modelled yet"
+_MAMBA = "state-space (Mamba) layers are not modelled yet"
+_DSA = ("DeepSeek Sparse Attention (a lightning indexer picks the index_topk keys each query attends to) "
+        "is not modelled yet")
+_HF_REFUSED = {
+    "qwen3_next": _DELTANET, "qwen3_5": _DELTANET, "qwen3_5_text": _DELTANET, "qwen3_5_moe": _DELTANET,
+    "qwen3_5_moe_text": _DELTANET,
+    "kimi_linear": "linear attention layers (Kimi Delta Attention) are not modelled yet",
+    "minimax": "linear attention layers (lightning attention) are not modelled yet",
+    "nemotron_h": _MAMBA, "mamba": _MAMBA, "mamba2": _MAMBA, "jamba": _MAMBA, "falcon_h1": _MAMBA,
+    "falcon_mamba": _MAMBA, "zamba": _MAMBA, "zamba2": _MAMBA, "bamba": _MAMBA, "granitemoehybrid": _MAMBA,
+    "glm_moe_dsa": _DSA, "deepseek_v32": _DSA,
+    "gemma4": "per-layer-type head widths (global_head_dim) and KV heads, and K = V attention are not modelled yet",
+    "gemma4_text": "per-layer-type head widths (global_head_dim) and KV heads, and K = V attention are not modelled yet",
+}
+# config.json's names for the attention of a layer
+_HF_LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding", "chunked_attention": "chunked"}
+
+# Class defaults of transformers' config classes for fields the published config.json leaves out
+# (Gemma3TextConfig, Gemma2Config; the Gemmas tie their embeddings).
+_HF_DEFAULTS: dict[str, dict] = {
+    "gemma2": {"tie_word_embeddings": True, "head_dim": 256, "vocab_size": 256000, "max_position_embeddings": 8192},
+    "gemma3_text": {"tie_word_embeddings": True, "head_dim": 256, "vocab_size": 262208,
+                    "max_position_embeddings": 131072, "sliding_window_pattern": 6},
+}
 
 # Fields that are read below, or that cannot change the shapes or the work done per token.
 _HF_HARMLESS = frozenset({
-    "architectures", "model_type", "torch_dtype", "transformers_version", "_name_or_path", "auto_map",
+    "architectures", "model_type", "torch_dtype", "dtype", "transformers_version", "_name_or_path", "auto_map",
     "bos_token_id", "eos_token_id", "pad_token_id", "initializer_range", "rms_norm_eps", "rope_theta",
     "use_cache", "attention_dropout", "pretraining_tp", "tie_word_embeddings", "vocab_size",
     "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
@@ -434,44 +707,146 @@ _HF_HARMLESS = frozenset({
     "moe_layer_freq", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
     "v_head_dim", "aux_loss_alpha", "seq_aux", "n_group", "topk_group", "topk_method", "scoring_func",
     "routed_scaling_factor", "norm_topk_prob", "ep_size", "num_nextn_predict_layers",
+    # scales, dropouts and the pre-extension context of rotary scaling: no shape, no work
+    "query_pre_attn_scalar", "rope_local_base_freq", "embd_pdrop", "resid_pdrop", "original_max_position_embeddings",
+    "attn_temperature_tuning", "floor_scale", "attn_scale", "initial_context_length", "cache_implementation",
+    "experts_per_token", "sliding_window_size",
+    # PretrainedConfig's generation and bookkeeping defaults, which older transformers write into every config
+    "add_cross_attention", "bad_words_ids", "begin_suppress_tokens", "chunk_size_feed_forward",
+    "cross_attention_hidden_size", "decoder_start_token_id", "diversity_penalty", "do_sample", "early_stopping",
+    "encoder_no_repeat_ngram_size", "exponential_decay_length_penalty", "finetuning_task", "forced_bos_token_id",
+    "forced_eos_token_id", "id2label", "label2id", "is_decoder", "is_encoder_decoder", "length_penalty",
+    "max_length", "min_length", "no_repeat_ngram_size", "num_beam_groups", "num_beams", "num_return_sequences",
+    "output_scores", "prefix", "problem_type", "pruned_heads", "remove_invalid_values", "repetition_penalty",
+    "return_dict_in_generate", "sep_token_id", "suppress_tokens", "task_specific_params", "temperature",
+    "tf_legacy_loss", "tie_encoder_decoder", "top_k", "top_p", "torchscript", "typical_p", "use_bfloat16",
 })
-# Harmless when null/false/absent; otherwise they change the compute and are reported.
+# Harmless when null/false/absent; otherwise they change the compute and, unless modelled, are reported.
 _HF_HARMLESS_IF_OFF = frozenset({"rope_scaling", "sliding_window", "quantization_config", "use_sliding_window"})
+# Reported whenever set, even where partly read (quantization_config gives fp8_scaling and expert_dtype only).
+_HF_REPORT_IF_ON = frozenset({"rope_scaling", "quantization_config"})
 
 
-def _hf_int(cfg: dict, k: str, file: str, *, default=None, minimum: int = 1) -> int:
-    v = cfg.get(k)
-    if v is None:
-        if default is None:
-            raise InputError("missing required field", file=file, field=k)
-        return default
-    if isinstance(v, float) and v.is_integer():
-        v = int(v)
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise InputError(f"expected {what}, got {_short(v)}", file=file, field=k)
-    if k in _HF_SIZE_NAMES:
-        _check_size(v, _HF_SIZE_NAMES[k], file, k)
-    return v
+class _Cfg:
+    """One config.json object (or its text_config), read field by field. What was read is remembered, so that
+    the rest can be reported in notes; errors name the field with its path (text_config.hidden_size)."""
+
+    def __init__(self, cfg: dict, file: str, prefix: str = "", defaults: dict | None = None):
+        self.cfg, self.file, self.prefix = cfg, file, prefix
+        self.defaults = defaults or {}
+        self.used: set[str] = set()
+        self.report_first: list[str] = []  # read, but set to what is not modelled (attention_bias on MLA)
+
+    def has(self, k: str) -> bool:
+        return self.cfg.get(k) is not None
+
+    def get(self, k: str, default=None):
+        self.used.add(k)
+        v = self.cfg.get(k)
+        if v is None:
+            v = self.defaults.get(k)
+        return default if v is None else v
+
+    def error(self, k: str, message: str) -> InputError:
+        return InputError(message, file=self.file, field=self.prefix + k)
+
+    def int(self, k: str, *, default=None, minimum: int = 1) -> int:
+        v = self.get(k)
+        if v is None:
+            if default is None:
+                raise self.error(k, "missing required field")
+            return default
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+            raise self.error(k, f"expected {what}, got {_short(v)}")
+        if k in _HF_SIZE_NAMES:
+            _check_size(v, _HF_SIZE_NAMES[k], self.file, self.prefix + k)
+        return v
+
+    def bool(self, k: str, *, default: bool = False) -> bool:
+        v = self.get(k)
+        if v is None:
+            return default
+        if not isinstance(v, bool):
+            raise self.error(k, f"expected true or false, got {_short(v)}")
+        return v
+
+    def softcap(self, k: str) -> float:
+        v = self.get(k)
+        if v is None:
+            return 0.0
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= _SOFTCAP_LIMIT:
+            raise self.error(k, f"expected null or a number >= 0, got {_short(v)}")
+        return float(v)
+
+    def unused(self) -> list[str]:
+        out = [self.prefix + k for k in self.report_first]
+        for k, v in self.cfg.items():
+            if k in self.report_first:
+                continue
+            if k in _HF_REPORT_IF_ON and v:
+                out.append(self.prefix + k)
+            elif k in self.used or k in _HF_HARMLESS or (k in _HF_HARMLESS_IF_OFF and not v):
+                continue
+            else:
+                out.append(self.prefix + k)
+        return out
+
+
+def _hf_refuse(cfg: dict, file: str, prefix: str = "") -> None:
+    """Stop, in one line, on what the descriptor cannot express: linear attention, state-space layers, sparse
+    attention; by model_type, or by the layer types a config lists."""
+    mt = cfg.get("model_type")
+    if isinstance(mt, str) and mt in _HF_REFUSED:
+        raise InputError(f"{mt!r} is not supported: {_HF_REFUSED[mt]}", file=file, field=prefix + "model_type")
+    lt = cfg.get("layer_types")
+    if isinstance(lt, list):
+        kinds = {str(t) for t in lt}
+        if "linear_attention" in kinds:
+            n = sum(1 for t in lt if t == "linear_attention")
+            raise InputError(f"{n} of {len(lt)} layers are linear_attention: linear attention layers are not "
+                             "modelled yet", file=file, field=prefix + "layer_types")
+        if kinds & {"mamba", "mamba2", "ssm"}:
+            raise InputError(_MAMBA, file=file, field=prefix + "layer_types")
+    if cfg.get("linear_num_value_heads") is not None or cfg.get("linear_key_head_dim") is not None:
+        raise InputError(_DELTANET, file=file, field=prefix + "linear_num_value_heads")
+    att = cfg.get("attn_type_list")
+    if isinstance(att, list) and any(t == 0 for t in att):
+        raise InputError("linear attention layers (lightning attention, attn_type 0) are not modelled yet",
+                         file=file, field=prefix + "attn_type_list")
+    pat = cfg.get("hybrid_override_pattern")
+    if isinstance(pat, str) and "M" in pat:
+        raise InputError(_MAMBA, file=file, field=prefix + "hybrid_override_pattern")
+    text = cfg.get("text_config")
+    if isinstance(text, dict) and not prefix:
+        _hf_refuse(text, file, "text_config.")
+
+
+def _supported() -> str:
+    return ", ".join(sorted(set(_HF_FAMILIES) | set(_HF_WRAPPERS)))
 
 
 def _hf_family(cfg: dict, file: str) -> str:
+    """The config's model_type (a text family or a multimodal wrapper), after the refusals."""
+    _hf_refuse(cfg, file)
     mt = cfg.get("model_type")
     archs = cfg.get("architectures") or []
     if isinstance(archs, str):
         archs = [archs]
-    supported = ", ".join(sorted(_HF_FAMILIES))
     if mt is not None:
-        if mt not in _HF_FAMILIES:
-            raise InputError(f"unsupported model_type {mt!r} (supported: {supported})", file=file, field="model_type")
+        if mt not in _HF_FAMILIES and mt not in _HF_WRAPPERS:
+            raise InputError(f"unsupported model_type {_short(mt)} (supported: {_supported()})",
+                             file=file, field="model_type")
         return mt
     for a in archs:
-        if a in _HF_ARCHS:
+        if isinstance(a, str) and a in _HF_ARCHS:
             return _HF_ARCHS[a]
     if archs:
-        raise InputError(f"unsupported architecture {archs[0]!r} (supported: {', '.join(sorted(_HF_ARCHS))})",
+        raise InputError(f"unsupported architecture {_short(archs[0])} (supported: {', '.join(sorted(_HF_ARCHS))})",
                          file=file, field="architectures")
-    raise InputError(f"missing required field (one of: {supported})", file=file, field="model_type")
+    raise InputError(f"missing required field (one of: {_supported()})", file=file, field="model_type")
 
 
 def _hf_name(cfg: dict, path: Path) -> str:
@@ -479,7 +854,9 @@ def _hf_name(cfg: dict, path: Path) -> str:
     if isinstance(np, str) and np.strip() and not np.strip().startswith((".", "/")):
         return np.strip().rstrip("/").split("/")[-1]
     if path.stem != "config":
-        return path.stem
+        # a file saved as ORG--NAME_config.json (the Hugging Face cache's and aiconfigurator's naming)
+        m = re.match(r"^(?:[^-]+(?:-[^-]+)*?--)?(.+?)(?:_config)?$", path.stem)
+        return m.group(1) if m else path.stem
     return path.resolve().parent.name or "hf-model"
 
 
@@ -488,102 +865,288 @@ def _model_from_hf_dict(cfg, path: Path) -> Model:
     if not isinstance(cfg, dict):
         raise InputError("expected a JSON object", file=file)
     mt = _hf_family(cfg, file)
-    family, arch = _HF_FAMILIES[mt]
     archs = cfg.get("architectures") or []
-    if isinstance(archs, list) and archs and arch not in archs:
-        raise InputError(f"unsupported architecture {archs[0]!r} for model_type {mt!r} (expected {arch})",
-                         file=file, field="architectures")
+    accepted = _HF_WRAPPERS[mt][0] if mt in _HF_WRAPPERS else _HF_FAMILIES[mt][1]
+    if isinstance(archs, list) and archs and not any(a in accepted for a in archs):
+        raise InputError(f"unsupported architecture {_short(archs[0])} for model_type {mt!r} "
+                         f"(expected {' or '.join(accepted)})", file=file, field="architectures")
     notes: list[str] = []
-
-    hidden = _hf_int(cfg, "hidden_size", file)
-    layers = _hf_int(cfg, "num_hidden_layers", file)
-    heads = _hf_int(cfg, "num_attention_heads", file)
-    kv_heads = _hf_int(cfg, "num_key_value_heads", file, default=heads)
-    if kv_heads > heads or heads % kv_heads:
-        raise InputError(f"expected a divisor of num_attention_heads ({heads}), got {kv_heads}",
-                         file=file, field="num_key_value_heads")
-    intermediate = _hf_int(cfg, "intermediate_size", file)
-    vocab = _hf_int(cfg, "vocab_size", file)
-    max_position = _hf_int(cfg, "max_position_embeddings", file, default=0, minimum=0)
-
-    act = cfg.get("hidden_act", "silu")
-    if act not in ("silu", "swish"):
-        notes.append(f"hidden_act={act} (gated MLP modelled as swiglu; same shapes)")
-    unused: list[str] = []
-    qkv_bias = mt == "qwen2"  # Qwen2 always has q/k/v biases
-    if cfg.get("attention_bias"):
-        qkv_bias = True
-        unused.append("attention_bias")  # Llama-style attention_bias also puts a bias on o_proj
-    if cfg.get("mlp_bias"):
-        unused.append("mlp_bias")
-
-    moe = mla = None
-    head_dim_default = hidden // heads if hidden % heads == 0 else None
-    if mt == "mixtral":
-        moe = MoE(num_experts=_hf_int(cfg, "num_local_experts", file),
-                  top_k=_hf_int(cfg, "num_experts_per_tok", file),
-                  expert_intermediate=intermediate)
-    elif mt == "deepseek_v3":
-        n_routed = _hf_int(cfg, "n_routed_experts", file, default=0, minimum=0)
-        if n_routed:
-            n_shared = _hf_int(cfg, "n_shared_experts", file, default=0, minimum=0)
-            moe_inter = _hf_int(cfg, "moe_intermediate_size", file)
-            first_dense = _hf_int(cfg, "first_k_dense_replace", file, default=0, minimum=0)
-            freq = _hf_int(cfg, "moe_layer_freq", file, default=1)
-            if freq != 1:
-                raise InputError(f"only 1 is supported (MoE on every layer after first_k_dense_replace), got {freq}",
-                                 file=file, field="moe_layer_freq")
-            if first_dense >= layers:
-                raise InputError(f"expected fewer than num_hidden_layers ({layers}), got {first_dense}",
-                                 file=file, field="first_k_dense_replace")
-            moe = MoE(num_experts=n_routed, top_k=_hf_int(cfg, "num_experts_per_tok", file),
-                      expert_intermediate=moe_inter, num_shared_experts=n_shared,
-                      shared_intermediate=moe_inter if n_shared else 0, first_dense_layers=first_dense)
-        mla = MLA(q_lora_rank=_hf_int(cfg, "q_lora_rank", file, default=0, minimum=0),
-                  kv_lora_rank=_hf_int(cfg, "kv_lora_rank", file),
-                  qk_nope_head_dim=_hf_int(cfg, "qk_nope_head_dim", file),
-                  qk_rope_head_dim=_hf_int(cfg, "qk_rope_head_dim", file),
-                  v_head_dim=_hf_int(cfg, "v_head_dim", file))
-        head_dim_default = mla.qk_nope_head_dim + mla.qk_rope_head_dim
-        mtp = cfg.get("num_nextn_predict_layers") or 0
-        if mtp:
-            notes.append(f"multi-token-prediction module (num_nextn_predict_layers={mtp}) not modelled")
-    if mla is not None:
-        head_dim = head_dim_default  # the q.k width; HF's head_dim for DeepSeek is the rope part only
-    elif cfg.get("head_dim") is not None:
-        head_dim = _hf_int(cfg, "head_dim", file)
-    elif head_dim_default is None:
-        raise InputError(f"missing; hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads})",
-                         file=file, field="head_dim")
+    outer = _Cfg(cfg, file)
+    if mt in _HF_WRAPPERS:
+        text = cfg.get("text_config")
+        if not isinstance(text, dict):
+            raise InputError(f"expected the text model's config (an object) in a {mt} config, got {_short(text)}",
+                             file=file, field="text_config")
+        tmt = text.get("model_type") or _HF_WRAPPERS[mt][1]
+        if tmt not in _HF_FAMILIES:
+            raise InputError(f"unsupported text model_type {_short(tmt)} (supported: {', '.join(sorted(_HF_FAMILIES))})",
+                             file=file, field="text_config.model_type")
+        c = _Cfg(text, file, "text_config.", _HF_DEFAULTS.get(tmt))
+        vision = cfg.get("vision_config")
+        what = f"vision_config {vision.get('model_type')}" if isinstance(vision, dict) and vision.get("model_type") \
+            else "vision_config"
+        notes.append(f"{mt}: the text model only; the vision tower and projector ({what}) are not modelled")
     else:
-        head_dim = head_dim_default
-
-    for k, v in cfg.items():
-        if k in _HF_HARMLESS:
-            continue
-        if k in _HF_HARMLESS_IF_OFF and not v:
-            continue
-        if k in ("sliding_window", "max_window_layers") and mt == "qwen2" and not cfg.get("use_sliding_window"):
-            continue  # Qwen2 applies the window only with use_sliding_window
-        unused.append(k)
+        tmt, c = mt, _Cfg(cfg, file, "", _HF_DEFAULTS.get(mt))
+    kw = _hf_text_model(c, tmt, notes)
+    # tying and quantization are the checkpoint's: a wrapper's own fields win over its text_config's
+    tie = outer.get("tie_word_embeddings") if mt in _HF_WRAPPERS and outer.has("tie_word_embeddings") else \
+        c.get("tie_word_embeddings", False)
+    if not isinstance(tie, bool):
+        raise InputError(f"expected true or false, got {_short(tie)}", file=file, field="tie_word_embeddings")
+    quant = c.get("quantization_config") or (outer.get("quantization_config") if mt in _HF_WRAPPERS else None)
+    if kw["moe"] is not None:
+        kw["expert_dtype"] = _hf_expert_dtype(quant)
+    unused = c.unused()
+    if mt in _HF_WRAPPERS and isinstance(cfg.get("quantization_config"), dict):
+        unused.append("quantization_config")
     if unused:
         notes.insert(0, "config.json fields not used: " + ", ".join(unused))
-
     name = _hf_name(cfg, path)
     key = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-") or "hf-model"
-    return Model(
-        key=key, name=name, family=family, hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads,
-        head_dim=head_dim, intermediate=intermediate, vocab=vocab, mlp="swiglu", norm="rmsnorm",
-        position="rope", tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), qkv_bias=qkv_bias,
-        max_position=max_position, moe=moe, mla=mla, aliases=(), source=f"{path} (Hugging Face config)",
-        notes=tuple(notes), fp8_scaling=_hf_fp8_scaling(cfg),
-    )
+    return Model(key=key, name=name, tied_embeddings=tie, aliases=(), source=f"{path} (Hugging Face config)",
+                 notes=tuple(notes), fp8_scaling=_hf_fp8_scaling(quant), **kw)
 
 
-def _hf_fp8_scaling(cfg: dict) -> str:
+def _hf_text_model(c: _Cfg, mt: str, notes: list[str]) -> dict:
+    """The Model fields of a text model's config (c), by family; notes gets what is not modelled."""
+    family = _HF_FAMILIES[mt][0]
+    hidden = c.int("hidden_size")
+    layers = c.int("num_hidden_layers")
+    heads = c.int("num_attention_heads")
+    kv_heads = c.int("num_key_value_heads", default=heads)
+    if kv_heads > heads or heads % kv_heads:
+        raise c.error("num_key_value_heads", f"expected a divisor of num_attention_heads ({heads}), got {kv_heads}")
+    vocab = c.int("vocab_size")
+    max_position = c.int("max_position_embeddings", default=0, minimum=0)
+    gemma = family in ("gemma2", "gemma3")
+    act_key = "hidden_activation" if gemma and c.has("hidden_activation") else "hidden_act"
+    act = c.get(act_key, "silu")
+    c.get("hidden_act")
+    if act not in ("silu", "swish"):
+        notes.append(f"{act_key}={act} (gated MLP modelled as swiglu; same shapes)")
+    kw: dict = dict(family=family, hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads, vocab=vocab,
+                    max_position=max_position, mlp="swiglu", norm="rmsnorm", position="rope", moe=None, mla=None)
+
+    # --- attention: biases and query/key norms
+    unused_first: list[str] = []
+    if family in ("qwen2", "qwen2_moe"):
+        kw["qkv_bias"] = True  # Qwen2 always has q/k/v biases
+        if c.bool("attention_bias"):
+            unused_first.append("attention_bias")
+    elif family in ("glm4_moe",):
+        kw["qkv_bias"] = c.bool("attention_bias")  # GLM-4.5: q, k, v biases; o has none
+    elif family in ("deepseek_v2", "deepseek_v3"):
+        if c.bool("attention_bias"):
+            unused_first.append("attention_bias")  # biases on MLA's projections: not in any published model
+    else:
+        kw["attention_bias"] = c.bool("attention_bias")  # q, k, v and o (Llama, Qwen3, gpt-oss, Llama 4)
+    if family in ("qwen3", "qwen3_moe"):
+        kw["qkv_bias"] = c.bool("qkv_bias")  # Qwen3-Coder's config spells out qkv_bias: false
+        kw["qk_norm"] = c.bool("use_qk_norm", default=True)  # Qwen3 always normalises q and k per head
+    elif family == "gemma3":
+        kw["qk_norm"] = True
+    elif family == "glm4_moe":
+        kw["qk_norm"] = c.bool("use_qk_norm")
+    elif family == "llama4":
+        kw["qk_norm"] = c.bool("use_qk_norm")
+        if kw["qk_norm"]:
+            kw["qk_norm_type"] = "l2"  # Llama4TextL2Norm: no weight, on the rotary layers only
+    elif family == "minimax_m2":
+        kw["qk_norm"] = c.bool("use_qk_norm")
+        t = c.get("qk_norm_type", "per_layer")
+        if t not in ("per_layer", "per_head"):
+            raise c.error("qk_norm_type", f"expected per_layer or per_head, got {_short(t)}")
+        if kw["qk_norm"]:
+            kw["qk_norm_type"] = "layer" if t == "per_layer" else "head"
+    if c.bool("mlp_bias"):
+        unused_first.append("mlp_bias")
+    if family == "gpt_oss":
+        kw["attention_sinks"] = True  # GptOssAttention.sinks: one logit per head
+        limit = c.get("swiglu_limit")
+        if limit:
+            notes.append(f"swiglu_limit={limit}: clamped SwiGLU (same shapes)")
+    if gemma:
+        kw["sandwich_norm"] = True  # pre- and post-norms around attention and the FFN
+        kw["attn_softcap"] = c.softcap("attn_logit_softcapping")
+        kw["logit_softcap"] = c.softcap("final_logit_softcapping")
+    for k in ("partial_rotary_factor", "rotary_dim"):
+        if c.has(k):
+            notes.append(f"{k}={c.get(k)}: rotary embedding on part of each head (rotary op narrower; same shapes)")
+
+    # --- FFN widths and experts
+    if family == "llama4":
+        kw["intermediate"] = c.int("intermediate_size_mlp")  # the dense layers' FFN
+    else:
+        kw["intermediate"] = c.int("intermediate_size")
+    kw["moe"], kw["mla"] = _hf_moe(c, family, layers, kw["intermediate"], notes)
+
+    # --- head_dim
+    if kw["mla"] is not None:
+        kw["head_dim"] = kw["mla"].qk_nope_head_dim + kw["mla"].qk_rope_head_dim  # HF's head_dim is the rope part
+    elif c.get("head_dim") is not None:
+        kw["head_dim"] = c.int("head_dim")
+    elif hidden % heads:
+        raise c.error("head_dim", f"missing; hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads})")
+    else:
+        kw["head_dim"] = hidden // heads
+
+    # --- which layers attend how far
+    kw.update(_hf_layer_types(c, family, mt, layers, max_position, notes))
+    c.report_first = unused_first
+    return kw
+
+
+def _hf_moe(c: _Cfg, family: str, layers: int, intermediate: int, notes: list[str]):
+    """(MoE or None, MLA or None) of a text config."""
+    moe = mla = None
+    if family in ("mixtral", "gpt_oss", "minimax_m2"):
+        moe = MoE(num_experts=c.int("num_local_experts"), top_k=c.int("num_experts_per_tok"),
+                  expert_intermediate=intermediate,
+                  expert_bias=family == "gpt_oss", router_bias=family == "gpt_oss")  # gpt-oss: biased experts, router
+        if family == "minimax_m2":
+            c.get("attn_type_list")  # 1 (full softmax attention) on every layer; a 0 (lightning) is refused earlier
+            if c.int("shared_intermediate_size", default=0, minimum=0):
+                c.used.discard("shared_intermediate_size")  # a shared expert MiniMax-M2 does not publish: reported
+            if c.bool("use_routing_bias"):
+                notes.append("use_routing_bias: a per-expert bias used only to pick experts (num_experts values a "
+                             "layer) is not counted")
+            if c.bool("use_mtp"):
+                c.get("num_mtp_modules"), c.get("mtp_transformer_layers")
+                notes.append(f"multi-token-prediction modules (num_mtp_modules={c.cfg.get('num_mtp_modules')}) "
+                             "not modelled")
+    elif family in ("qwen2_moe", "qwen3_moe"):
+        n = c.int("num_experts")
+        step = c.int("decoder_sparse_step", default=1)
+        dense = c.get("mlp_only_layers", [])
+        if not isinstance(dense, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in dense):
+            raise c.error("mlp_only_layers", f"expected a list of layer indices, got {_short(dense)}")
+        first = len(dense)
+        if dense and (sorted(dense) != list(range(first)) or step != 1 or first >= layers):
+            raise c.error("mlp_only_layers", "only leading dense layers (0, 1, ..., k-1) with decoder_sparse_step 1 "
+                          f"are supported, got {_short(dense)}")
+        if first + step > layers:
+            raise c.error("decoder_sparse_step", f"expected at most num_hidden_layers ({layers}), got {step}")
+        shared = c.int("shared_expert_intermediate_size", default=0, minimum=0)
+        if family == "qwen3_moe" and shared:
+            c.used.discard("shared_expert_intermediate_size")  # Qwen3-MoE has no shared expert: reported
+            shared = 0
+        moe = MoE(num_experts=n, top_k=c.int("num_experts_per_tok"), expert_intermediate=c.int("moe_intermediate_size"),
+                  num_shared_experts=1 if shared else 0, shared_intermediate=shared, first_dense_layers=first,
+                  layer_step=step, shared_expert_gate=bool(shared))  # Qwen2-MoE gates its shared expert
+    elif family == "llama4":
+        step = c.int("interleave_moe_layer_step", default=1)
+        if step > layers:
+            raise c.error("interleave_moe_layer_step", f"expected at most num_hidden_layers ({layers}), got {step}")
+        listed = c.get("moe_layers")
+        if listed is not None and listed != list(range(step - 1, layers, step)):
+            raise c.error("moe_layers", f"only every interleave_moe_layer_step-th layer ({step}) is supported, "
+                          f"got {_short(listed)}")
+        width = c.int("intermediate_size")  # the routed experts' and the shared expert's FFN
+        moe = MoE(num_experts=c.int("num_local_experts"), top_k=c.int("num_experts_per_tok"), expert_intermediate=width,
+                  num_shared_experts=1, shared_intermediate=width, layer_step=step)
+    elif family in ("deepseek_v2", "deepseek_v3", "glm4_moe"):
+        n_routed = c.int("n_routed_experts", default=0, minimum=0)
+        if n_routed:
+            n_shared = c.int("n_shared_experts", default=0, minimum=0)
+            moe_inter = c.int("moe_intermediate_size")
+            first_dense = c.int("first_k_dense_replace", default=0, minimum=0)
+            freq = c.int("moe_layer_freq", default=1)
+            if freq != 1:
+                raise c.error("moe_layer_freq", f"only 1 is supported (MoE on every layer after first_k_dense_replace), "
+                              f"got {freq}")
+            if first_dense >= layers:
+                raise c.error("first_k_dense_replace", f"expected fewer than num_hidden_layers ({layers}), got {first_dense}")
+            moe = MoE(num_experts=n_routed, top_k=c.int("num_experts_per_tok"), expert_intermediate=moe_inter,
+                      num_shared_experts=n_shared, shared_intermediate=moe_inter if n_shared else 0,
+                      first_dense_layers=first_dense)
+        if family != "glm4_moe":
+            mla = MLA(q_lora_rank=c.int("q_lora_rank", default=0, minimum=0), kv_lora_rank=c.int("kv_lora_rank"),
+                      qk_nope_head_dim=c.int("qk_nope_head_dim"), qk_rope_head_dim=c.int("qk_rope_head_dim"),
+                      v_head_dim=c.int("v_head_dim"))
+        mtp = c.get("num_nextn_predict_layers") or 0
+        if mtp:
+            notes.append(f"multi-token-prediction module (num_nextn_predict_layers={mtp}) not modelled")
+    if moe is not None and moe.top_k > moe.num_experts:
+        raise c.error("num_experts_per_tok", f"expected at most the {moe.num_experts} experts, got {moe.top_k}")
+    return moe, mla
+
+
+def _hf_layer_types(c: _Cfg, family: str, mt: str, layers: int, max_position: int, notes: list[str]) -> dict:
+    """sliding_window, attention_chunk and layer_types, as each family's reference implementation applies them."""
+    window = chunk = 0
+    types: list[str] | None = None
+    listed = c.get("layer_types") if c.has("layer_types") else None
+    if listed is not None:
+        if not isinstance(listed, list) or len(listed) != layers:
+            raise c.error("layer_types", f"expected a list of num_hidden_layers ({layers}) entries, got {_short(listed)}")
+        types = []
+        for i, t in enumerate(listed):
+            if t not in _HF_LAYER_TYPES:
+                raise c.error("layer_types", f"entry {i}: expected one of {', '.join(_HF_LAYER_TYPES)}, got {_short(t)}")
+            types.append(_HF_LAYER_TYPES[t])
+    qwen = family in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
+    if qwen and not c.get("use_sliding_window"):
+        c.get("sliding_window"), c.get("max_window_layers")  # Qwen applies the window only with use_sliding_window
+    elif family == "llama4":
+        chunk = c.int("attention_chunk_size", default=0, minimum=0)
+        rope = c.get("no_rope_layers")
+        if rope is None:
+            # transformers' Llama4TextConfig: every no_rope_layer_interval-th layer (default 4) has no rotary
+            # embedding (NoPE) and attends to everything; the others are rotary and chunked
+            interval = c.int("no_rope_layer_interval", default=4)
+            rope = [int((i + 1) % interval != 0) for i in range(layers)]
+        if not isinstance(rope, list) or len(rope) != layers or any(r not in (0, 1) for r in rope):
+            raise c.error("no_rope_layers", f"expected num_hidden_layers ({layers}) entries of 0 or 1, got {_short(rope)}")
+        if types is None:
+            types = ["chunked" if r and chunk else "full" for r in rope]
+        nope = rope.count(0)
+        if nope:
+            notes.append(f"{nope} of {layers} layers have no rotary embedding (NoPE) and attend to every token")
+    elif family in ("gemma2", "gemma3", "gpt_oss", "phi3", "mixtral") or mt == "ministral":
+        window = c.int("sliding_window", default=0, minimum=0)
+        if types is None and window:
+            if family == "gemma2":  # even layers slide, odd ones are global
+                types = ["sliding" if (i + 1) % 2 else "full" for i in range(layers)]
+            elif family == "gemma3":  # (pattern - 1) sliding layers, then a global one
+                p = c.int("sliding_window_pattern")
+                types = ["sliding" if (i + 1) % p else "full" for i in range(layers)]
+            else:  # every layer slides (Phi-3-mini, Mixtral with a window)
+                types = ["sliding"] * layers
+        if window and max_position and window >= max_position and family not in ("gemma2", "gemma3", "gpt_oss"):
+            types, window = ["full"] * layers, 0  # a window as long as the context changes nothing
+    types = types or ["full"] * layers
+    if "sliding" in types and not window:
+        raise c.error("sliding_window", "missing: layer_types has sliding layers; expected their window in tokens")
+    if "chunked" in types and not chunk:
+        raise c.error("attention_chunk_size", "missing: layer_types has chunked layers; expected the chunk in tokens")
+    if window and "sliding" not in types:
+        window = 0
+    if chunk and "chunked" not in types:
+        chunk = 0
+    return {"sliding_window": window, "attention_chunk": chunk, "layer_types": tuple(types)}
+
+
+def _hf_fp8_scaling(q) -> str:
     """block where the checkpoint's quantization_config gives fp8 weight blocks (DeepSeek's 128 x 128)."""
-    q = cfg.get("quantization_config")
     return "block" if isinstance(q, dict) and q.get("weight_block_size") else "tensor"
+
+
+def _hf_expert_dtype(q) -> str:
+    """The routed experts' format where the checkpoint quantizes them apart from the rest: gpt-oss's MXFP4, or a
+    compressed-tensors INT4 scheme that leaves attention alone (Kimi K2.5: the routed experts only)."""
+    if not isinstance(q, dict):
+        return ""
+    if q.get("quant_method") == "mxfp4":
+        return "fp4"
+    if q.get("quant_method") == "compressed-tensors":
+        ignore = " ".join(str(x) for x in (q.get("ignore") or []))
+        groups = q.get("config_groups")
+        for g in (groups.values() if isinstance(groups, dict) else ()):
+            w = g.get("weights") if isinstance(g, dict) else None
+            if isinstance(w, dict) and w.get("num_bits") == 4 and w.get("type") == "int" and "self_attn" in ignore:
+                return "int4"
+    return ""
 
 
 # ---- files, with a cache by path + mtime ----------------------------------------------------------
@@ -627,7 +1190,7 @@ def _load_file(path: Path) -> Model:
 
 
 def model_from_hf_config(path: str | Path) -> Model:
-    """Import a local Hugging Face ``config.json`` (Llama, Mistral, Mixtral, Qwen2, DeepSeek-V3)."""
+    """Import a local Hugging Face ``config.json`` (the families in _HF_FAMILIES and _HF_WRAPPERS; docs/models.md)."""
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"

@@ -213,11 +213,11 @@ def test_serve_cli_concurrency(capsys):
 # --- perfmodel validate ------------------------------------------------------------------------------
 
 EXPECTED = {  # fixture line -> reason
-    "2": "no model descriptor", "3": "disaggregated", "4": "batch differs from concurrency",
-    "5": "concurrency not recorded", "6": "batch differs from concurrency", "7": "no model descriptor",
+    "2": "projected", "3": "disaggregated", "4": "batch differs from concurrency",
+    "5": "concurrency not recorded", "6": "batch differs from concurrency", "7": "projected",
     "8": "projected", "9": "projected", "10": "projected", "11": "projected", "12": "projection refused",
     "13": "int4", "14": "disaggregated", "15": "projected", "16": "projected",
-    "17": "no model descriptor", "18": "projection refused", "19": "projected", "20": "projected", "21": "projected",
+    "17": "projected", "18": "projection refused", "19": "projected", "20": "projected", "21": "projected",
     "22": "projected", "23": "projected"}
 
 
@@ -251,7 +251,7 @@ def test_summary_and_outputs(validated, converted, capsys):
 
     rows = list(validated.values())
     s = summary(rows)["serving"]
-    assert s["coverage"]["projected"] == 22 and sum(s["coverage"].values()) == 44
+    assert s["coverage"]["projected"] == 28 and sum(s["coverage"].values()) == 44
     assert "h200-sxm vllm ttft" in s["by_part_engine"] and "deepseek-ai/DeepSeek-R1 tpot" in s["by_model"]
     text = validation_table(rows, summary_only=True)
     assert "by part, engine and metric" in text and "aic-8-ttft" not in text
