@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .dtypes import bytes_per_element
-from .graph import heads_per_gpu
+from .graph import expert_format, heads_per_gpu
 from .models import Model, is_moe_layer
 from .scenario import Scenario
 
@@ -68,6 +68,12 @@ def _ceil_div(a: int, b: int) -> int:
 
 def layer_weight_params(model: Model, layer: int, sc: Scenario) -> float:
     """Parameters of one decoder layer held by one GPU."""
+    dense, experts = _layer_params(model, layer, sc)
+    return dense + experts
+
+
+def _layer_params(model: Model, layer: int, sc: Scenario) -> tuple[float, float]:
+    """(parameters in the scenario's format, routed-expert parameters) of one decoder layer on one GPU."""
     h = model.hidden
     tp = sc.tp
     hq, hkv = heads_per_gpu(model, tp)
@@ -81,14 +87,15 @@ def layer_weight_params(model: Model, layer: int, sc: Scenario) -> float:
         d = model.head_dim
         attn = h * (hq + 2 * hkv) * d + hq * d * h
     mats = 3 if model.mlp == "swiglu" else 2
+    experts = 0.0
     if is_moe_layer(model, layer):
         moe = model.moe
         shard = sc.moe_group // sc.ep
-        ffn = (moe.num_experts // sc.ep) * mats * h * _ceil_div(moe.expert_intermediate, shard)
-        ffn += mats * h * _ceil_div(moe.num_shared_experts * moe.shared_intermediate, tp) + h * moe.num_experts
+        experts = (moe.num_experts // sc.ep) * mats * h * _ceil_div(moe.expert_intermediate, shard)
+        ffn = mats * h * _ceil_div(moe.num_shared_experts * moe.shared_intermediate, tp) + h * moe.num_experts
     else:
         ffn = mats * h * _ceil_div(model.intermediate, tp)
-    return attn + ffn + 2 * h
+    return attn + ffn + 2 * h, experts
 
 
 def weight_bytes(model: Model, sc: Scenario) -> float:
@@ -105,7 +112,8 @@ def weight_bytes(model: Model, sc: Scenario) -> float:
         sc.dtype if sc.dtype != "fp4" else "fp8")
     best = 0.0
     for s, layers in enumerate(stages):
-        b = sum(layer_weight_params(model, i, sc) for i in layers) * w
+        w_e = bytes_per_element(expert_format(model, sc))  # a checkpoint's narrower experts (gpt-oss: MXFP4)
+        b = sum(d * w + e * w_e for d, e in (_layer_params(model, i, sc) for i in layers))
         if s == 0:
             b += embed
         if s == sc.pp - 1:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import ops as O
+from .dtypes import DTYPES, bytes_per_element
 from .models import Model, is_moe_layer
 from .scenario import Scenario
 
@@ -150,6 +151,9 @@ def build_ops(model: Model, step: Step, sc: Scenario) -> list[O.Op]:
 
     ffn_norm = norm("ffn.norm", tokens, model.hidden, act, phase=ph).with_count(model.layers)
     out.append(ffn_norm)
+    if getattr(model, "sandwich_norm", False):  # Gemma 2/3 also normalise each block's output: two more a layer
+        post = O.rmsnorm("post.norm", tokens, model.hidden, act, phase=ph)
+        out.append(_act_op(post, sc).with_count(2 * model.layers))
     if counts["dense"]:
         out += [op.with_count(counts["dense"]) for op in _dense_ffn(model, ph, sc, tokens, w, act, prefix="ffn")]
     if counts["moe"]:
@@ -215,8 +219,11 @@ def _attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]:
     hq, hkv = heads_per_gpu(model, sc.tp)
     d = model.head_dim
     ops = [O.gemm("attn.qkv", tokens, (hq + 2 * hkv) * d, model.hidden, w, phase=ph)]
-    if getattr(model, "qk_norm", False):  # RMSNorm over every query and key head (Qwen3, Gemma 3)
+    if getattr(model, "qk_norm", False):  # RMSNorm over the query and key heads (Qwen3, Gemma 3, MiniMax-M2)
         ops.append(_act_op(O.rmsnorm("attn.qk_norm", tokens * (hq + hkv), d, act, phase=ph), sc))
+        if getattr(model, "qk_norm_type", "head") == "layer" and sc.tp > 1:  # one norm over all heads: its
+            # variance is summed over the TP ranks
+            ops.append(O.collective("attn.qk_norm.allreduce", "all_reduce", tokens * 2 * 4.0, sc.tp, phase=ph))
     rope = model.position == "rope"
     ops += _rotary_ops(sc, tokens, hq, hkv, d, act, ph) if rope else []
     # new K and V into the cache; with rotary folded in, the same kernel applies it to Q and K
@@ -337,13 +344,15 @@ def active_experts(num_experts: int, top_k: int, routed_tokens):
 
 
 def moe_expert_ops(tokens, hidden: int, width: int, top_k: int, num_experts: int, ep: int, w: str, act: str,
-                   ph: str, *, gated: bool = True, fused: bool = True, imbalance: float = 1.0) -> list[O.Op]:
+                   ph: str, *, gated: bool = True, fused: bool = True, imbalance: float = 1.0,
+                   weight_dtype: str | None = None) -> list[O.Op]:
     """The routed experts of one MoE layer on one rank, as a fused MoE module runs them: permute the tokens to
     their experts, the grouped up (gate and up) products, the activation, the grouped down products, and the
     weighted un-permute. ``tokens`` before routing (each picks ``top_k`` of ``num_experts``, uniformly); this
     rank holds ``num_experts / ep`` experts, each ``width`` wide (its TP shard); ``imbalance``: the busiest
     rank's share of the routed tokens over the mean (it sets the pace). Also what an imported MoE table's module
-    time is fitted against (perfmodel.calibrate.fit)."""
+    time is fitted against (perfmodel.calibrate.fit). ``weight_dtype``: experts stored narrower than the products
+    run (weight-only quantized: read at their size, computed in ``w``)."""
     routed = tokens * top_k / ep * imbalance  # token-expert pairs this rank computes
     experts_here = num_experts // ep
     active = active_experts(num_experts, top_k, tokens) * experts_here / num_experts
@@ -351,19 +360,33 @@ def moe_expert_ops(tokens, hidden: int, width: int, top_k: int, num_experts: int
     ops = [O.elementwise("moe.permute", "moe_permute", reads=1, writes=1, flops_per_elem=0.0, elems=routed * hidden,
                          dtype=act, phase=ph, params={"tokens": routed, "hidden": hidden})]
     if gated:
-        ops.append(_grouped(O.gemm("moe.gate_up", per_expert, 2 * width, hidden, w, groups=active, phase=ph)))
+        ops.append(_grouped(O.gemm("moe.gate_up", per_expert, 2 * width, hidden, w, groups=active,
+                                   weight_dtype=weight_dtype, phase=ph)))
         act_op = O.swiglu("moe.swiglu", routed, width, act, phase=ph)
     else:
-        ops.append(_grouped(O.gemm("moe.up", per_expert, width, hidden, w, groups=active, phase=ph)))
+        ops.append(_grouped(O.gemm("moe.up", per_expert, width, hidden, w, groups=active,
+                                   weight_dtype=weight_dtype, phase=ph)))
         act_op = O.gelu("moe.gelu", routed, width, act, phase=ph)
     if fused:
         act_op = O.Op(act_op.name, act_op.kind, act_op.phase, act_op.flops, act_op.bytes,
                       {**act_op.params, "fused": True}, act_op.count, act_op.scope)
     ops.append(act_op)
-    ops.append(_grouped(O.gemm("moe.down", per_expert, hidden, width, w, groups=active, phase=ph)))
+    ops.append(_grouped(O.gemm("moe.down", per_expert, hidden, width, w, groups=active,
+                               weight_dtype=weight_dtype, phase=ph)))
     ops.append(O.elementwise("moe.unpermute", "moe_permute", reads=1, writes=1, flops_per_elem=1.0 * top_k,
                              elems=routed * hidden, dtype=act, phase=ph, params={"tokens": routed, "hidden": hidden}))
     return ops
+
+
+def expert_format(model: Model, sc: Scenario) -> str:
+    """The routed experts' storage format: the checkpoint's own where it publishes experts narrower than the
+    scenario's format (gpt-oss: MXFP4 experts), else the scenario's. The products still run in the scenario's
+    format (weight-only quantization: the engines dequantize in the kernel's mainloop), so the narrower experts
+    save memory and bandwidth, not tensor-core time."""
+    own = getattr(model, "expert_dtype", "") or ""
+    if own in DTYPES and bytes_per_element(own) < bytes_per_element(sc.dtype):
+        return own
+    return sc.dtype
 
 
 def _grouped(op: O.Op) -> O.Op:
@@ -395,7 +418,8 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
     if ep > 1:
         ops.append(O.collective("moe.dispatch", "all_to_all", routed * h * _b(act), ep, phase=ph))
     ops += moe_expert_ops(group_tokens, h, width, moe.top_k, moe.num_experts, ep, w, act, ph,
-                          gated=model.mlp == "swiglu", fused=sc.kernels == "fused", imbalance=sc.moe_imbalance)
+                          gated=model.mlp == "swiglu", fused=sc.kernels == "fused", imbalance=sc.moe_imbalance,
+                          weight_dtype=expert_format(model, sc))
     if ep > 1:
         ops.append(O.collective("moe.combine", "all_to_all", routed * h * _b(act), ep, phase=ph))
         if shard > 1:  # each expert split over shard ranks: their partial outputs meet

@@ -73,10 +73,19 @@ def _int(row, col, where):
         raise InputError(f"expected an integer, got {row.get(col)!r}", file=where, field=col) from None
 
 
-def _scenario_for(row: dict, where: str, engine: str):
+def row_format(row: dict, model) -> str:
+    """The scenario's format for a row's ``precision``. A precision that names the checkpoint's own expert format
+    (gpt-oss published as "fp4": MXFP4 experts, bf16 everywhere else) describes that checkpoint as published: the
+    rest of the model runs in bf16 and the experts keep their format (:func:`perfmodel.graph.expert_format`)."""
+    precision = row["precision"].strip().lower()
+    own = getattr(model, "expert_dtype", "") or ""
+    return "bf16" if own and precision == own else precision
+
+
+def _scenario_for(row: dict, where: str, engine: str, model):
     from .scenario import Scenario
 
-    precision = row["precision"].strip().lower()
+    precision = row_format(row, model)
     osl = _int(row, "osl", where)
     static = "static" in (row.get("notes") or "").lower() or row["metric"] == "ttft"
     return Scenario(isl=_int(row, "isl", where), osl=max(1, osl), batch=_int(row, "batch", where),
@@ -157,9 +166,9 @@ def run_validation(path=None, *, calibration=None, mode: str = "latency", engine
             rec["status"] = f"{row['kind']} metric {row['metric']!r} not projected"
             out.append(rec)
             continue
-        sc = _scenario_for(row, where, engine).with_(mode=mode)
         hw = resolve_hardware(row["hardware"])
         model = resolve_model(row["model"])
+        sc = _scenario_for(row, where, engine, model).with_(mode=mode)
         prof = resolve_profile(calibration, hw, sc.engine)
         try:
             proj = project_resolved(hw, model, sc, prof)
@@ -226,7 +235,7 @@ class _Serving:
                           tp=_int(row, "tp", where), pp=_int(row, "pp", where),
                           attention_dp=_optional_int(row, "attention_dp", where) or 1,
                           ep=_optional_int(row, "moe_ep", where) or 1,
-                          dtype=row["precision"].strip().lower(), engine=rec["engine"], mode=self.mode).validated()
+                          dtype=row_format(row, model), engine=rec["engine"], mode=self.mode).validated()
             sc = sc.with_(batch=admission_cap(sc, hw))
         except InputError as e:
             if e.file:  # a malformed cell of the table: bad input
