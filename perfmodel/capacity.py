@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .dtypes import bytes_per_element
-from .graph import expert_format, heads_per_gpu
+from .errors import InputError
+from .graph import attention_layer_kinds, expert_format, heads_per_gpu
 from .models import Model, is_moe_layer
 from .scenario import Scenario
 
@@ -136,8 +137,6 @@ def kv_bytes_per_token(model: Model, sc: Scenario) -> float:
 def kv_bytes_per_sequence(model: Model, sc: Scenario, length):
     """KV-cache bytes one sequence of ``length`` tokens holds on one GPU: sliding-window and chunked layers keep
     only their window's keys (the engines' windowed KV managers free or overwrite the rest)."""
-    from .graph import attention_layer_kinds
-
     per_token = kv_bytes_per_token(model, sc)
     kinds = attention_layer_kinds(model)
     if set(kinds) == {"full"}:
@@ -228,8 +227,6 @@ def max_batch(model: Model, sc: Scenario, device):
 def check_fits(model: Model, sc: Scenario, hw, best: int, batch: int | None = None) -> None:
     """Raise a one-line InputError when the scenario does not fit, stating every term of what it needs
     against what the engine may use, and a tensor-parallel degree or format that would fit."""
-    from .errors import InputError
-
     want = 1 if batch is None else batch
     if best >= want:
         return

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from . import ops as O
 from .dtypes import DTYPES, bytes_per_element
+from .errors import InputError
 from .models import Model, is_moe_layer
 from .scenario import Scenario
 
@@ -42,8 +43,6 @@ def heads_per_gpu(model: Model, tp: int) -> tuple[int, int]:
 def check_layout(model: Model, sc: Scenario) -> list[str]:
     """Refuse a parallel layout or sequence length no engine runs (one-line InputError); return notes on
     what engines do where they pad or replicate, for the projection's assumptions."""
-    from .errors import InputError
-
     notes: list[str] = []
     tp, name = sc.tp, model.name
     if model.heads % tp:

@@ -70,3 +70,21 @@ def _defaults():
     from perfmodel.profile import DEFAULTS
 
     return DEFAULTS
+
+
+def test_sliding_window_layers_train_their_own_attention_core_once_per_layer():
+    # Gemma-3-27B: 10 full-attention layers and 52 with a 1024-token window; each type's core runs once per
+    # layer of that type, forward and backward, and a window bounds its FLOPs
+    from perfmodel.graph import attention_layer_kinds
+    from perfmodel.train.graph import backward, layer_forward
+
+    model = resolve_model("gemma-3-27b")
+    kinds = attention_layer_kinds(model)
+    ts = TrainScenario(gpus=8, tp=8, global_batch=8, seq=8192)
+    fwd = layer_forward(model, ts)
+    counts = {t.name: t.op.count * model.layers for t in fwd if t.name.startswith("attn.core")}
+    assert counts == pytest.approx({"attn.core": kinds["full"][0], "attn.core.sliding": kinds["sliding"][0]})
+    bwd = {t.name for t in backward(fwd, ts)}
+    assert {"attn.core.bwd", "attn.core.sliding.bwd"} <= bwd
+    per_run = {t.name: t.model_flops for t in fwd if t.name.startswith("attn.core")}
+    assert per_run["attn.core.sliding"] == pytest.approx(per_run["attn.core"] * 1024 / 8192)

@@ -179,9 +179,9 @@ def layer_ops(model: Model, ts: TrainScenario) -> list[TrainOp]:
             if fused and model.position == "rope" and not has_rotary:
                 out.append(_fwd(_fused(_rotary(model, ts, tokens, act)).with_count(per)))
             continue
-        if name == "attn.core":
-            op = replace(op, params={**op.params, "kernel": op.params.get("kernel", ts.attention_kernel)})
-            out += [t.counted(per) for t in _core_attention(model, ts, op)]
+        if is_attention_core(name):  # full, or a sliding-window / chunked layer type's own core
+            op = replace(op, count=1.0, params={**op.params, "kernel": op.params.get("kernel", ts.attention_kernel)})
+            out += [t.counted(per) for t in _core_attention(model, ts, op)]  # one run, then this type's share
             continue
         if op.kind == "all_reduce":  # the TP 'g' collective at the end of a block
             out += [t.counted(per) for t in _tp_block_end(op, ts, tokens, act)]
@@ -273,7 +273,9 @@ def _core_attention(model: Model, ts: TrainScenario, core: O.Op) -> list[TrainOp
     """The attention core: flash (one causal kernel; with CP the ring's blocks) or unfused (Megatron 2021)."""
     p = core.params
     b, hq, hkv, s, d, dv = p["batch"], p["heads_q"], p["heads_kv"], p["seq_q"], p["head_dim"], p["head_dim_v"]
-    dense = 2.0 * b * hq * s * s * (d + dv)  # one block's FLOPs without the causal saving (Megatron's count)
+    window = p.get("window") or s
+    # one block's FLOPs without the causal saving (Megatron's count); a window bounds the keys per query
+    dense = 2.0 * b * hq * s * min(window, s) * (d + dv)
     act = p["dtype"]
     if ts.attention == "unfused":
         groups = b * hq
@@ -290,7 +292,8 @@ def _core_attention(model: Model, ts: TrainScenario, core: O.Op) -> list[TrainOp
         out.append(_fwd(context, float(context.flops)))
         return out
     out = [_fwd(core, dense)]
-    if ts.cp > 1:
+    if ts.cp > 1 and window >= s:  # a window within the local chunk needs no other rank's keys (estimate: the
+        # one neighbour chunk a window straddling the boundary reads is left out)
         ring = O.attention("attn.core_ring", b, hq, hkv, s, s / 2.0, d, head_dim_v=dv, causal=False, dtype=act,
                            phase="prefill", count=ts.cp - 1)
         ring = replace(ring, params={**ring.params, "kernel": p.get("kernel", "auto")})
@@ -508,11 +511,21 @@ SELECTIVE = ("attn.core", "attn.core_ring", "attn.cp_kv", "attn.scores", "attn.s
              "attn.context")
 
 
+def is_attention_core(name: str) -> bool:
+    """The attention core of any layer type: ``attn.core`` (full) or ``attn.core.<kind>`` (sliding, chunked)."""
+    return name == "attn.core" or name.startswith("attn.core.")
+
+
+def is_selective(name: str) -> bool:
+    """Recomputed under selective recomputation: the attention core and its pieces, of every layer type."""
+    return name in SELECTIVE or is_attention_core(name)
+
+
 def recompute(fwd: list[TrainOp], ts: TrainScenario) -> list[TrainOp]:
     """The forward ops run again before the backward: the whole layer (full) or its attention core
     (selective, Korthikanti et al. 2022). Their FLOPs count in hardware FLOPs only."""
     if ts.recompute == "none":
         return []
-    keep = fwd if ts.recompute == "full" else [t for t in fwd if t.name in SELECTIVE]
+    keep = fwd if ts.recompute == "full" else [t for t in fwd if is_selective(t.name)]
     return [replace(t, pass_="recompute", op=replace(t.op, name=f"{t.op.name}.recompute"),
                     hide_under=tuple(f"{h}.recompute" for h in t.hide_under)) for t in keep]

@@ -174,7 +174,7 @@ def forward_model_flops(model: Model, ts: TrainScenario) -> tuple[float, float, 
                    schedule="1f1b", interleave=1)
     layer = G.layer_forward(model, ref)
     per_layer = sum(t.model_flops * t.op.count for t in layer)
-    attn = sum(t.model_flops * t.op.count for t in layer if t.name in G.SELECTIVE)
+    attn = sum(t.model_flops * t.op.count for t in layer if G.is_selective(t.name))
     head = sum(t.model_flops * t.op.count for t in G.head_forward(model, ref))
     return per_layer * model.layers, attn * model.layers, head
 
