@@ -223,26 +223,32 @@ class _Serving:
         if isinstance(model, InputError):
             rec["reason"], rec["status"] = "no model descriptor", f"no model descriptor for {row['model'].strip()}"
             return rec
-        layout = _moe_layout_refusal(row, where, model)
+        sides = rec.pop("disagg", None)
+        layout = (_moe_layout_refusal(row, where, model) if sides is None else
+                  next((r for r in (_side_moe_refusal(side, model) for side in sides.values()) if r), None))
         if layout is not None:
             rec["reason"], rec["status"] = layout
             return rec
         if (hw.key, rec["engine"]) not in self.profiles:
             self.profiles[(hw.key, rec["engine"])] = resolve_profile(self.calibration, hw, rec["engine"])
         prof = self.profiles[(hw.key, rec["engine"])]
+        opts = None
         try:
-            sc = Scenario(isl=_int(row, "isl", where), osl=_int(row, "osl", where), batch="max",
-                          tp=_int(row, "tp", where), pp=_int(row, "pp", where),
-                          attention_dp=_optional_int(row, "attention_dp", where) or 1,
-                          ep=_optional_int(row, "moe_ep", where) or 1,
-                          dtype=row_format(row, model), engine=rec["engine"], mode=self.mode).validated()
-            sc = sc.with_(batch=admission_cap(sc, hw))
+            if sides is None:
+                sc = Scenario(isl=_int(row, "isl", where), osl=_int(row, "osl", where), batch="max",
+                              tp=_int(row, "tp", where), pp=_int(row, "pp", where),
+                              attention_dp=_optional_int(row, "attention_dp", where) or 1,
+                              ep=_optional_int(row, "moe_ep", where) or 1,
+                              dtype=row_format(row, model), engine=rec["engine"], mode=self.mode).validated()
+                sc = sc.with_(batch=admission_cap(sc, hw))
+            else:
+                sc, opts = disagg_scenario(row, where, sides, model, rec["engine"], self.mode)
         except InputError as e:
             if e.file:  # a malformed cell of the table: bad input
                 raise
             rec["reason"], rec["status"] = "projection refused", f"not projected: {e}"
             return rec
-        result = self._simulate(hw, model, prof, sc, rec["concurrency"])
+        result = self._simulate(hw, model, prof, sc, rec["concurrency"], opts)
         if isinstance(result, InputError):
             rec["reason"], rec["status"] = "projection refused", f"not projected: {result}"
             return rec
@@ -264,11 +270,14 @@ class _Serving:
     def _refusal(self, row: dict, where: str, rec: dict) -> tuple[str, str] | None:
         """(reason, status) of a row the simulator cannot express; None if it can. Sets the concurrency."""
         mode = (row.get("mode") or "agg").strip().lower()
-        if mode == "disagg":
-            return "disaggregated", ("disaggregated prefill/decode workers: not projected (closed-loop "
-                                     "concurrency is simulated for aggregated layouts)")
-        if mode != "agg":
+        if mode not in ("agg", "disagg"):
             raise InputError(f"expected agg or disagg, got {row.get('mode')!r}", file=where, field="mode")
+        if mode == "disagg":
+            sides = disagg_sides(row)
+            if sides is None:
+                return "disaggregated layout not recorded", ("disaggregated prefill/decode workers whose worker "
+                                                            "count, TP or PP the row does not record")
+            rec["disagg"] = sides
         adp = _optional_int(row, "attention_dp", where) or 1
         if row["precision"].strip().lower() == "int4":
             return "int4", "int4 weights: not a format of the cost model"
@@ -276,6 +285,8 @@ class _Serving:
         if not conc:
             return "concurrency not recorded", "the client's concurrency is not recorded"
         rec["concurrency"] = conc
+        if mode == "disagg":
+            return None
         batch = _optional_int(row, "batch", where)
         if batch is not None and batch * adp != conc and batch != conc:  # per attention-DP rank, or per worker
             return "batch differs from concurrency", (
@@ -283,9 +294,10 @@ class _Serving:
                 "DP rank, which the row does not record")
         return None
 
-    def _simulate(self, hw, model, prof, sc, conc: int):
-        """Mean steady-state TTFT and TPOT of ``conc`` requests in flight (perfmodel.serve), once per scenario."""
-        key = (hw.key, model.key, prof.label, sc, conc)
+    def _simulate(self, hw, model, prof, sc, conc: int, opts=None):
+        """Mean steady-state TTFT and TPOT of ``conc`` requests in flight (perfmodel.serve), once per scenario;
+        ``opts``: the serving options of a disaggregated layout."""
+        key = (hw.key, model.key, prof.label, sc, conc, opts)
         if key not in self.runs:
             from .serve.simulate import ServeOptions, simulate
             from .serve.workload import closed_loop_default_requests, closed_loop_requests, parse_dist
@@ -293,10 +305,53 @@ class _Serving:
             isl, osl = parse_dist(str(sc.isl), field="isl"), parse_dist(str(sc.osl), field="osl")
             reqs = closed_loop_requests(closed_loop_default_requests(conc), conc, isl, osl)
             try:
-                self.runs[key] = simulate(hw, model, sc, prof, reqs, ServeOptions(), cache=self.tables)
+                self.runs[key] = simulate(hw, model, sc, prof, reqs, opts or ServeOptions(), cache=self.tables)
             except InputError as e:
                 self.runs[key] = e
         return self.runs[key]
+
+
+def disagg_sides(row: dict) -> dict | None:
+    """A disaggregated row's prefill ("P") and decode ("D") worker layouts (perfmodel.imports.aic_silicon writes
+    them into ``notes``), or None where the worker count, TP or PP of a side is not recorded."""
+    from .imports.aic_silicon import disagg_layouts
+
+    sides = disagg_layouts(row.get("notes") or "")
+    if sides is None or any(side[k] is None for side in sides.values() for k in ("workers", "tp", "pp")):
+        return None
+    return sides
+
+
+def _side_moe_refusal(side: dict, model) -> tuple[str, str] | None:
+    adp, ep, moe_tp = side["attention_dp"] or 1, side["moe_ep"] or 1, side["moe_tp"]
+    if model.moe is None or moe_tp is None or moe_tp * ep == side["tp"] * adp:
+        return None
+    return "MoE layout not expressible", (f"{LAYOUT_ISSUE} (a worker's moe_tp {moe_tp} x moe_ep {ep} is not the "
+                                          f"{side['tp'] * adp} GPUs of tp {side['tp']} x attention_dp {adp})")
+
+
+def _side_layout(side: dict) -> tuple:
+    """Scenario fields of one disaggregated side beyond TP: PP, attention DP, EP, and the worker's batch limit
+    (the row's batch is per attention-DP rank)."""
+    adp = side["attention_dp"] or 1
+    fields = [("pp", side["pp"]), ("attention_dp", adp), ("ep", side["moe_ep"] or 1)]
+    if side["batch"]:
+        fields.append(("max_batch", side["batch"] * adp))
+    return tuple(fields)
+
+
+def disagg_scenario(row: dict, where: str, sides: dict, model, engine: str, mode: str):
+    """(scenario, serving options) of a disaggregated row: X prefill and Y decode workers, each side with its
+    own TP, PP, attention DP, EP and batch limit, the KV cache moving from one to the other."""
+    from .scenario import Scenario
+    from .serve.simulate import ServeOptions
+
+    p, d = sides["P"], sides["D"]
+    sc = Scenario(isl=_int(row, "isl", where), osl=_int(row, "osl", where), batch="max", tp=d["tp"],
+                  dtype=row_format(row, model), engine=engine, mode=mode, **dict(_side_layout(d))).validated()
+    opts = ServeOptions(disagg=(p["workers"], d["workers"]), prefill_tp=p["tp"], decode_tp=d["tp"],
+                        prefill_layout=_side_layout(p), decode_layout=_side_layout(d))
+    return sc, opts
 
 
 def _moe_layout_refusal(row: dict, where: str, model) -> tuple[str, str] | None:

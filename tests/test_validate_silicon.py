@@ -188,8 +188,7 @@ def test_closed_loop_window_and_metrics(h200_8b):
 def test_closed_loop_refusals(h200_8b):
     hw, model, prof = h200_8b
     sc = for_hardware(Scenario(batch="max"), hw).validated()
-    with pytest.raises(InputError, match="aggregated"):
-        simulate(hw, model, sc, prof, _closed(4), ServeOptions(disagg=(1, 1)))
+    assert simulate(hw, model, sc, prof, _closed(4), ServeOptions(disagg=(1, 1)))["closed_loop"]["concurrency"] == 4
     with pytest.raises(InputError, match="concurrency"):
         closed_loop_requests(10, 0, parse_dist("8", field="isl"), parse_dist("8", field="osl"))
     # open-loop runs are unchanged by the new field
@@ -213,10 +212,10 @@ def test_serve_cli_concurrency(capsys):
 # --- perfmodel validate ------------------------------------------------------------------------------
 
 EXPECTED = {  # fixture line -> reason
-    "2": "projected", "3": "disaggregated", "4": "batch differs from concurrency",
+    "2": "projected", "3": "projected", "4": "batch differs from concurrency",
     "5": "concurrency not recorded", "6": "batch differs from concurrency", "7": "projected",
     "8": "projected", "9": "projected", "10": "projected", "11": "projected", "12": "projection refused",
-    "13": "int4", "14": "disaggregated", "15": "projected", "16": "projected",
+    "13": "int4", "14": "disaggregated layout not recorded", "15": "projected", "16": "projected",
     "17": "projected", "18": "projection refused", "19": "projected", "20": "projected", "21": "projected",
     "22": "projected", "23": "projected"}
 
@@ -251,7 +250,7 @@ def test_summary_and_outputs(validated, converted, capsys):
 
     rows = list(validated.values())
     s = summary(rows)["serving"]
-    assert s["coverage"]["projected"] == 28 and sum(s["coverage"].values()) == 44
+    assert s["coverage"]["projected"] == 30 and sum(s["coverage"].values()) == 44
     assert "h200-sxm vllm ttft" in s["by_part_engine"] and "deepseek-ai/DeepSeek-R1 tpot" in s["by_model"]
     text = validation_table(rows, summary_only=True)
     assert "by part, engine and metric" in text and "aic-8-ttft" not in text

@@ -121,6 +121,18 @@ def _layout(row: dict, prefix: str, where: str) -> tuple[str, int | None]:
     return text, v["num_workers"] * v["tp_size"] * v["pp_size"] * max(v["attention_dp_size"] or 1, 1)
 
 
+_SIDE = re.compile(r"([PD]) (\d+|\?)x\(tp(\d+|\?) pp(\d+|\?) adp(\d+|\?) mtp(\d+|\?) ep(\d+|\?) b(\d+|\?)\)")
+SIDE_FIELDS = ("workers", "tp", "pp", "attention_dp", "moe_tp", "moe_ep", "batch")
+
+
+def disagg_layouts(notes: str) -> dict[str, dict[str, int | None]] | None:
+    """The prefill ("P") and decode ("D") sides :func:`_layout` wrote into a row's ``notes``, each as
+    {workers, tp, pp, attention_dp, moe_tp, moe_ep, batch} (None where not recorded); None if absent."""
+    sides = {m.group(1): {k: None if v == "?" else int(v) for k, v in zip(SIDE_FIELDS, m.groups()[1:])}
+             for m in _SIDE.finditer(notes or "")}
+    return sides if set(sides) == {"P", "D"} else None
+
+
 def _cell(v: int | None):
     return "" if v is None else v
 

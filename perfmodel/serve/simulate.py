@@ -38,6 +38,9 @@ class ServeOptions:
     disagg: tuple[int, int] | None = None  # (prefill instances, decode instances)
     prefill_tp: int | None = None
     decode_tp: int | None = None
+    # scenario fields one side's instances set beyond tp, as ((field, value), ...): ep, attention_dp, max_batch
+    prefill_layout: tuple = ()
+    decode_layout: tuple = ()
     kv_link: str = "auto"  # auto | scaleup | scaleout
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
@@ -156,9 +159,6 @@ def simulate(hw, model, sc, prof, reqs, opts: ServeOptions = ServeOptions(), *, 
         raise InputError(f"expected auto, scaleup or scaleout, got {opts.kv_link!r}", field="--kv-link")
     if opts.replicas < 1:
         raise InputError(f"expected a positive number of replicas, got {opts.replicas}", field="--replicas")
-    if getattr(reqs, "concurrency", None) is not None and opts.disagg:
-        raise InputError("closed-loop concurrency is simulated for aggregated layouts only (not with --disagg)",
-                         field="--concurrency")
     if getattr(sc, "mtp", 0):
         raise InputError("speculative decoding is projected by `perfmodel project`, not simulated request by "
                          "request yet", field="--mtp")
@@ -245,22 +245,29 @@ def _steady_state(whole: dict, arrival, first, finish, reqs, spans, extra, conc:
     return out
 
 
-def _disaggregated(hw, model, sc, prof, reqs, opts, power, t0) -> dict:
-    x, y = opts.disagg
-    sc_p = for_hardware(sc.with_(tp=opts.prefill_tp or sc.tp), hw).validated()
-    sc_d = for_hardware(sc.with_(tp=opts.decode_tp or sc.tp), hw).validated()
-    ip = build_instance(hw, model, sc_p, prof, reqs, "prefill", opts, power)
-    idn = build_instance(hw, model, sc_d, prof, reqs, "decode", opts, power)
-    t_build = time.perf_counter() - t0
+def _side(sc, hw, tp: int | None, layout: tuple):
+    """One side's instance layout: the scenario with that side's TP and other layout fields."""
+    return for_hardware(sc.with_(tp=tp or sc.tp, **dict(layout)), hw).validated()
+
+
+@dataclass
+class _DisaggPass:
+    first: np.ndarray
+    finish: np.ndarray
+    preemptions: np.ndarray
+    spans: list
+    extra: list
+    runs: list
+
+
+def _disagg_pass(ip: Instance, idn: Instance, reqs, x: int, y: int, xfer: np.ndarray) -> _DisaggPass:
+    """Requests at fixed arrival times through ``x`` prefill instances, the KV transfer, ``y`` decode instances."""
     n = len(reqs)
     first = np.zeros(n)
     finish = np.zeros(n)
     pre = np.zeros(n, dtype=int)
     spans, extra, runs = [], [], []
     ready = np.zeros(n)
-    world = x * sc_p.gpus + y * sc_d.gpus
-    link = opts.kv_link if opts.kv_link != "auto" else ("scaleup" if world <= hw.scaleup_domain else "scaleout")
-    xfer = _kv_transfer_s(model, hw, prof, sc_p, sc_d, reqs.isl, link, world)
     for idx in _deal(n, x):
         if idx.size == 0:
             continue
@@ -289,18 +296,56 @@ def _disaggregated(hw, model, sc, prof, reqs, opts, power, t0) -> dict:
         extra += r.itl_extra
         extra += (r.first_token - first[idx]).tolist()  # first token (prefill) to the second (decode)
         runs.append((idn, r))
+    return _DisaggPass(first, finish, pre, spans, extra, runs)
+
+
+def _closed_loop_disagg(ip: Instance, idn: Instance, reqs, x: int, y: int, xfer: np.ndarray, conc: int):
+    """A closed-loop client against disaggregated workers: request C + k is sent when the k-th request
+    finishes, which the workers decide. Solved as a fixed point of the arrival times: start with every request
+    sent at 0 (too early), simulate, send each later request at the finish it waits for, again; arrivals only
+    grow, and each pass settles at least one more round of C requests, so it ends within n / C + 1 passes."""
+    n = len(reqs)
+    arrival = np.zeros(n)
+    for _ in range(n // conc + 2):
+        run = _disagg_pass(ip, idn, reqs.with_arrival(arrival), x, y, xfer)
+        nxt = arrival.copy()
+        nxt[conc:] = np.sort(run.finish)[: n - conc]
+        if np.array_equal(nxt, arrival):
+            break
+        arrival = nxt
+    return arrival, run
+
+
+def _disaggregated(hw, model, sc, prof, reqs, opts, power, t0) -> dict:
+    x, y = opts.disagg
+    sc_p = _side(sc, hw, opts.prefill_tp, opts.prefill_layout)
+    sc_d = _side(sc, hw, opts.decode_tp, opts.decode_layout)
+    conc = getattr(reqs, "concurrency", None)
+    ip = build_instance(hw, model, sc_p, prof, reqs, "prefill", opts, power)
+    idn = build_instance(hw, model, sc_d, prof, reqs, "decode", opts, power)
+    t_build = time.perf_counter() - t0
+    world = x * sc_p.gpus + y * sc_d.gpus
+    link = opts.kv_link if opts.kv_link != "auto" else ("scaleup" if world <= hw.scaleup_domain else "scaleout")
+    xfer = _kv_transfer_s(model, hw, prof, sc_p, sc_d, reqs.isl, link, world)
+    if conc is None:
+        arrival, run = reqs.arrival, _disagg_pass(ip, idn, reqs, x, y, xfer)
+    else:
+        arrival, run = _closed_loop_disagg(ip, idn, reqs, x, y, xfer, int(conc))
+    first, finish, pre, spans, extra, runs = run.first, run.finish, run.preemptions, run.spans, run.extra, run.runs
     t_sim = time.perf_counter() - t0 - t_build
-    out = request_metrics(reqs.arrival, first, finish, reqs.isl, reqs.osl, spans, extra,
-                          slo_ttft_s=opts.slo_ttft_s, slo_tpot_s=opts.slo_tpot_s, slo_e2e_s=opts.slo_e2e_s)
-    gpus = x * sc_p.gpus + y * sc_d.gpus
+    slo = dict(slo_ttft_s=opts.slo_ttft_s, slo_tpot_s=opts.slo_tpot_s, slo_e2e_s=opts.slo_e2e_s)
+    out = request_metrics(arrival, first, finish, reqs.isl, reqs.osl, spans, extra, **slo)
+    whole = out
+    if conc is not None:
+        out = _steady_state(whole, arrival, first, finish, reqs, spans, extra, int(conc), int(conc), slo)
     out["scenario"] = scenario_dict(sc_p)
-    out["layout"] = {"mode": "disaggregated", "prefill_instances": x, "decode_instances": y, "gpus": gpus,
+    out["layout"] = {"mode": "disaggregated", "prefill_instances": x, "decode_instances": y, "gpus": world,
                      "prefill": _instance_info(ip), "decode": _instance_info(idn),
                      "kv_transfer": {"link": link, "mean_ms": float(xfer.mean() * 1e3),
                                      "p99_ms": float(np.percentile(xfer, 99) * 1e3)}}
     out["preemptions"] = int(pre.sum())
     out["prefix_cache_hit_tokens"] = int(sum(r.cached_tokens for _, r in runs))
-    out["energy"] = _energy(runs, power, reqs, out, opts, gpus)
+    out["energy"] = _energy(runs, power, reqs, whole, opts, world)
     out["simulation"] = {"steps": int(sum(r.steps for _, r in runs)), "build_s": t_build, "simulate_s": t_sim}
     return out
 
