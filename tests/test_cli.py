@@ -189,6 +189,65 @@ def test_module_entry_point_exit_code():
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
 
 
+def _parsers(parser, path=("perfmodel",)):
+    """(command path, parser) for the top-level parser and every subparser under it, depth first."""
+    import argparse
+
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _parsers(sub, path + (name,))
+
+
+def test_every_option_has_help():
+    """Every option and positional argument of every command (issue 19); the commands list their own help."""
+    import argparse
+
+    from perfmodel.cli import build_parser
+
+    missing = [f"{' '.join(path)} {'/'.join(a.option_strings) or a.dest}"
+               for path, parser in _parsers(build_parser()) for a in parser._actions
+               if not a.help and not isinstance(a, argparse._SubParsersAction)]
+    assert missing == [], "options without help text: " + ", ".join(missing)
+
+
+def test_every_command_has_a_function():
+    import argparse
+
+    from perfmodel.cli import build_parser
+
+    leaves = [(path, p) for path, p in _parsers(build_parser())
+              if not any(isinstance(a, argparse._SubParsersAction) for a in p._actions)]
+    assert len(leaves) >= 20
+    assert [" ".join(path) for path, p in leaves if not callable(p.get_default("func"))] == []
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["project", "--arch", "h200", "--model", "llama8b", "--bogus"], "unrecognized arguments: --bogus"),
+    (["step", "--arch", "h200", "--model", "llama8b"], "--phase"),
+    (["project", "--arch", "h200", "--model", "llama8b", "--isl", "many"], "--isl"),
+    (["project", "--arch", "h200", "--model", "llama8b", "--format", "yaml"], "invalid choice"),
+    (["tune", "gemm", "--m", "1", "--n", "2", "--k", "3", "--nope"], "perfmodel tune gemm --help"),
+    (["frobnicate"], "invalid choice"),
+    ([], "required"),
+])
+def test_argparse_error_is_one_line_and_exit_2(args, needle, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    assert e.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("perfmodel: error: ") and needle in err, err
+
+
+def test_argparse_error_from_the_entry_point():
+    r = subprocess.run([sys.executable, "-m", "perfmodel", "project", "--arch", "h200", "--model", "llama8b",
+                        "--bogus"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("perfmodel: error: unrecognized arguments: --bogus")
+
+
 def test_package_level_project_is_the_function_even_after_the_module_loaded():
     """README: ``from perfmodel import project; project("b200", "llama70b")``."""
     import perfmodel.projection  # noqa: F401  (loading the module must not shadow the function)

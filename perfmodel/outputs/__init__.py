@@ -6,7 +6,7 @@
   (``time_op(..., xp=XL)``), and flat CSV tables.
 - :mod:`.sweep` evaluates a grid of hardware figures and scenario values, vectorised.
 - :mod:`.sensitivity` moves each hardware figure by +-20% and re-projects.
-- :mod:`.commands` adds ``report``, ``export`` and ``sweep`` to the CLI.
+- :mod:`perfmodel.cli.outputs` adds ``report``, ``export`` and ``sweep`` to the CLI.
 
-Nothing here is imported by the CLI at start-up except :mod:`.commands`, which imports nothing heavy.
+Nothing here is imported by the CLI at start-up.
 """

@@ -1,7 +1,7 @@
 """Training projection: step time, tokens/s, model and hardware TFLOP/s per GPU, MFU and memory of 3D/4D
 parallel LLM training, through the same specs, models, operator graph and cost model as inference.
 
-``perfmodel train ...`` (:mod:`.commands`) or, in Python::
+``perfmodel train ...`` (:mod:`perfmodel.cli.train`) or, in Python::
 
     from perfmodel.train import project_train
     p = project_train("h100-sxm", "llama-3.1-70b", gpus=64, tp=8, pp=4, global_batch=256, seq=8192)

@@ -1,0 +1,48 @@
+"""The command line: argument parsing and printing only. Heavy imports happen inside each command.
+
+One module per command family; each has ``register(subparsers)``, which adds its commands and sets each
+parser's ``func``. :data:`FAMILIES` lists them in the order ``perfmodel --help`` shows them. The shared
+scenario flags, the scenario built from them and the way output is written live in :mod:`.common`.
+"""
+from __future__ import annotations
+
+import sys
+
+from ..errors import InputError
+from . import calibrate, catalog, outputs, project, serve, trace, train, tune, validate
+from .common import EXIT_INPUT, Parser
+
+FAMILIES = (project, catalog, validate, calibrate, outputs, train, serve, tune, trace)
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> Parser:
+    from .. import __version__
+
+    ap = Parser(prog="perfmodel", description="Project LLM inference on any GPU spec.")
+    ap.add_argument("--version", action="version", version=f"perfmodel {__version__}")
+    sub = ap.add_subparsers(dest="command", required=True)
+    for family in FAMILIES:
+        family.register(sub)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    import warnings
+
+    # overflow in the cost formulas is caught where it matters (nothing non-finite leaves the tool, one line
+    # says why); numpy's own multi-line warnings would only bury that line
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"perfmodel\.")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except InputError as e:
+        print(f"perfmodel: error: {e}", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        print("perfmodel: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0

@@ -1,0 +1,131 @@
+"""What the command families share: the parser class (one-line errors), the scenario flags, the scenario
+built from them, and the way a command's text reaches stdout or a file.
+
+Only argparse and the standard library at import time: the CLI starts fast.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..errors import InputError
+
+EXIT_INPUT = 2
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line, ``perfmodel: error: ...``, with exit status 2 (no usage block:
+    ``--help`` has it, and the line names the ``--help`` of the command that failed)."""
+
+    def add_subparsers(self, **kwargs):
+        kwargs.setdefault("parser_class", CommandParser)
+        return super().add_subparsers(**kwargs)
+
+    def error(self, message: str):
+        message = " ".join(str(message).split())
+        self.exit(EXIT_INPUT, f"perfmodel: error: {message} (see {self.prog} --help)\n")
+
+
+class CommandParser(Parser):
+    """A command's parser: it reports its own unrecognized arguments (argparse would hand them up to the
+    top-level parser, whose --help does not list the command's options)."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+
+def scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True) -> None:
+    """The serving scenario's flags (``serving=False``: the layout and kernel flags only, for one step)."""
+    from ..attention_kernels import CHOICES as ATTENTION
+    from ..engines import CHOICES as ENGINES
+
+    g = p.add_argument_group("scenario")
+    if serving:
+        g.add_argument("--isl", type=int, default=1024, help="input tokens per request (default 1024)")
+        g.add_argument("--osl", type=int, default=128, help="output tokens per request (default 128)")
+        g.add_argument("--batch", default="1", help="concurrent sequences, or 'max' for the largest that fits")
+        g.add_argument("--batching", choices=("continuous", "static"), default="continuous",
+                       help="how throughput amortises prefill (README: Throughput)")
+        g.add_argument("--prefill-chunk", type=int, default=None,
+                       help="prefill tokens per step (continuous; default: the engine's)")
+    g.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
+    g.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree")
+    g.add_argument("--ep", type=int, default=1, help="expert-parallel degree (divides --tp x --attention-dp)")
+    g.add_argument("--attention-dp", type=int, default=1,
+                   help="attention data parallel: this many groups of --tp GPUs run attention on their own "
+                        "sequences while the MoE layers spread over all of them (DEP: --tp 1 --attention-dp 8 --ep 8)")
+    g.add_argument("--mtp", type=int, default=0,
+                   help="speculative decoding: draft tokens a step from the model's multi-token-prediction layer")
+    g.add_argument("--mtp-accept", type=float, default=None,
+                   help="with --mtp: probability that a draft token is accepted (given the ones before it were)")
+    g.add_argument("--moe-imbalance", type=float, default=1.0,
+                   help="busiest expert-parallel rank's routed tokens over the mean (default 1: uniform)")
+    g.add_argument("--dtype", default="bf16", help="weights and GEMM format: bf16, fp16, fp8, fp4")
+    g.add_argument("--kv-dtype", default=None, help="KV-cache format (default: the engine's rule)")
+    g.add_argument("--mode", choices=("latency", "sol"), default="latency",
+                   help="latency: calibrated model (default); sol: pure roofline")
+    g.add_argument("--engine", choices=ENGINES, default="auto" if serving else "torch",
+                   help="serving engine preset: kernels, fusions, launch mode, KV format, chunk size and memory "
+                        "share (docs/engines.md); default " + ("auto: TensorRT-LLM on NVIDIA parts, vLLM elsewhere"
+                                                               if serving else "torch: plain PyTorch"))
+    g.add_argument("--attention-kernel", choices=ATTENTION, default=None,
+                   help="attention kernel (default: the engine's; auto: what plain PyTorch dispatches to)")
+    g.add_argument("--launch", choices=("auto", "graph", "eager"), default=None,
+                   help="auto: decode from a CUDA graph, prefill eager; graph or eager: both phases "
+                        "(default: the engine's)")
+    g.add_argument("--kernels", choices=("fused", "torch"), default=None,
+                   help="fused: a serving engine's kernels; torch: the plain PyTorch layer the calibration "
+                        "measures (default: the engine's)")
+    g.add_argument("--mem-fraction", type=float, default=None,
+                   help="share of device memory (vLLM, SGLang) or of free memory (TensorRT-LLM) the engine takes")
+    g.add_argument("--overlap", type=overlap_arg, default=0.0,
+                   help="collective overlap: none (default), stream, decomposed, fused (docs/collectives.md), or a "
+                        "fixed fraction of collective time hidden under compute")
+    g.add_argument("--calibration", default=None,
+                   help="profile folder or profile.json; 'none' for documented defaults (default: automatic)")
+
+
+def overlap_arg(text: str) -> float | str:
+    """--overlap: a number keeps its old meaning (a fixed fraction), anything else is a method name."""
+    try:
+        return float(text)
+    except ValueError:
+        return text.strip().lower()
+
+
+def scenario_from_args(args, batch=None):
+    """The validated :class:`~perfmodel.scenario.Scenario` of :func:`scenario_flags`' values."""
+    from ..scenario import Scenario, parse_batch
+
+    kw = dict(tp=args.tp, pp=args.pp, ep=args.ep, attention_dp=args.attention_dp, moe_imbalance=args.moe_imbalance,
+              mtp=args.mtp, mtp_accept=args.mtp_accept, dtype=args.dtype, kv_dtype=args.kv_dtype, mode=args.mode,
+              launch=args.launch, overlap=args.overlap, kernels=args.kernels, engine=args.engine,
+              attention_kernel=args.attention_kernel, mem_fraction=args.mem_fraction)
+    if hasattr(args, "isl"):
+        kw.update(isl=args.isl, osl=args.osl, batch=parse_batch(str(args.batch)) if batch is None else batch,
+                  batching=args.batching, prefill_chunk=args.prefill_chunk)
+    return Scenario(**kw).validated()
+
+
+def emit(text: str, out: str | None) -> None:
+    """``text`` to the file ``out`` (atomically, saying so on stderr), or to stdout when ``out`` is None."""
+    if out:
+        from ..io import write_text_atomic
+
+        write_text_atomic(out, text)
+        print(f"wrote {out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+
+
+def json_text(data) -> str:
+    """JSON text; nothing non-finite may reach it (strict JSON has no NaN or Infinity)."""
+    try:
+        return json.dumps(data, indent=2, allow_nan=False) + "\n"
+    except ValueError:
+        raise InputError("a result is not finite: check the spec figures and the calibration profile "
+                         "(a value out of any physical range)", field="--format json") from None

@@ -1,0 +1,140 @@
+"""``perfmodel project``, ``perfmodel step`` and ``perfmodel predict``: a serving scenario, one forward step,
+standalone operators. Only argparse at import time; the model loads inside the commands."""
+from __future__ import annotations
+
+import sys
+
+from ..errors import InputError
+from .common import emit, json_text, scenario_flags, scenario_from_args
+
+MODEL_HELP = "model name, descriptor YAML or config.json"
+OUT_HELP = "write to this file (atomically) instead of stdout"
+
+
+def register(sub) -> None:
+    p = sub.add_parser("project", help="project a serving scenario: TTFT, TPOT, throughput, memory")
+    p.add_argument("--arch", action="append", required=True, help="hardware spec name or path (repeatable)")
+    p.add_argument("--model", required=True, help=MODEL_HELP)
+    scenario_flags(p)
+    p.add_argument("--format", choices=("table", "json", "csv"), default="table",
+                   help="table (default), json (one object; a list of them with several --arch) or csv (a row "
+                        "per --arch)")
+    p.add_argument("--ops", action="store_true", help="list every operator in the table")
+    p.add_argument("--gpu-hour-usd", type=float, default=None,
+                   help="price of one GPU-hour: adds dollars per million output tokens")
+    p.add_argument("--out", help=OUT_HELP)
+    p.set_defaults(func=cmd_project)
+
+    p = sub.add_parser("step", help="time one forward step (prefill or decode)")
+    p.add_argument("--arch", action="append", required=True, help="hardware spec name or path (repeatable)")
+    p.add_argument("--model", required=True, help=MODEL_HELP)
+    p.add_argument("--phase", choices=("prefill", "decode"), required=True,
+                   help="prefill: --seq new tokens a sequence after --context cached ones (defaults 1024 and 0); "
+                        "decode: --seq tokens (default 1) after --context cached ones (default 1024)")
+    p.add_argument("--batch", type=int, default=1, help="sequences in the step (default 1)")
+    p.add_argument("--seq", type=int, default=None, help="new tokens per sequence (prefill; default 1024)")
+    p.add_argument("--context", type=int, default=None, help="cached tokens per sequence (decode; default 1024)")
+    scenario_flags(p, serving=False)
+    p.add_argument("--format", choices=("table", "json"), default="table",
+                   help="table (default) or json (one object; a list of them with several --arch)")
+    p.add_argument("--out", help=OUT_HELP)
+    p.set_defaults(func=cmd_step)
+
+    p = sub.add_parser("predict", help="time standalone operators listed one a row in a CSV file")
+    p.add_argument("--arch", required=True, help="hardware spec name or path")
+    p.add_argument("--ops", required=True, help="CSV with an 'op' column (gemm, attention, rmsnorm, swiglu, copy...)")
+    p.add_argument("--out", help="CSV to write (default stdout)")
+    p.add_argument("--mode", choices=("latency", "sol"), default="latency",
+                   help="latency: calibrated model (default); sol: pure roofline")
+    p.add_argument("--calibration", default=None,
+                   help="profile folder or profile.json; 'none' for documented defaults (default: automatic)")
+    p.set_defaults(func=cmd_predict)
+
+
+def cmd_project(args) -> int:
+    from ..projection import project_resolved
+    from ..resolve import resolve_hardware, resolve_model, resolve_profile
+
+    model = resolve_model(args.model)
+    sc = scenario_from_args(args)
+    results = []
+    for arch in args.arch:
+        hw = resolve_hardware(arch)
+        prof = resolve_profile(args.calibration, hw, sc.engine)
+        results.append(project_resolved(hw, model, sc, prof))
+    usd = _gpu_hour_usd(args)
+    if args.format == "json":
+        from ..serialize import projection_dict
+
+        data = [projection_dict(p, gpu_hour_usd=usd) for p in results]
+        emit(json_text(data[0] if len(data) == 1 else data), args.out)
+    elif args.format == "csv":
+        from ..io import csv_dicts_text
+        from ..serialize import PROJECTION_CSV_FIELDS, projection_csv_row
+
+        emit(csv_dicts_text(PROJECTION_CSV_FIELDS, [projection_csv_row(p, gpu_hour_usd=usd) for p in results]),
+             args.out)
+    else:
+        from ..text import projection_table
+
+        emit("\n\n".join(projection_table(p, verbose=args.ops, gpu_hour_usd=usd) for p in results) + "\n",
+             args.out)
+    return 0
+
+
+def _gpu_hour_usd(args) -> float | None:
+    import math
+
+    v = getattr(args, "gpu_hour_usd", None)
+    if v is not None and not (math.isfinite(v) and v > 0):
+        raise InputError(f"expected a positive price per GPU-hour, got {v}", field="--gpu-hour-usd")
+    return v
+
+
+def cmd_step(args) -> int:
+    from ..graph import Step, check_layout
+    from ..projection import evaluate_step
+    from ..resolve import resolve_hardware, resolve_model, resolve_profile
+    from ..serialize import step_dict
+
+    model = resolve_model(args.model)
+    sc = scenario_from_args(args)
+    for name in ("batch", "seq", "context"):
+        v = getattr(args, name)
+        if v is not None and v < (0 if name == "context" else 1):
+            raise InputError(f"expected a {'non-negative' if name == 'context' else 'positive'} integer, got {v}",
+                             field=f"--{name}")
+    if args.phase == "prefill":
+        seq, context = args.seq or 1024, args.context or 0
+    else:
+        seq, context = args.seq or 1, args.context if args.context is not None else 1024
+    check_layout(model, sc.with_(isl=context + seq, osl=1))
+    dicts = []
+    for arch in args.arch:
+        hw = resolve_hardware(arch)
+        prof = resolve_profile(args.calibration, hw, sc.engine)
+        phase = evaluate_step(model, hw, sc, prof, Step(args.phase, args.batch, seq, context))
+        dicts.append(step_dict(hw, model, sc, prof, phase))
+    if args.format == "json":
+        emit(json_text(dicts[0] if len(dicts) == 1 else dicts), args.out)
+    else:
+        from ..text import step_table
+
+        emit("\n\n".join(step_table(d) for d in dicts) + "\n", args.out)
+    return 0
+
+
+def cmd_predict(args) -> int:
+    from ..predict import predict_rows, read_rows, write_rows
+    from ..resolve import resolve_hardware, resolve_profile
+
+    hw = resolve_hardware(args.arch)
+    prof = resolve_profile(args.calibration, hw)
+    fields, rows = read_rows(args.ops)
+    out = predict_rows(rows, hw, prof, mode=args.mode, source=args.ops)
+    text = write_rows(fields, out, args.out)
+    if args.out:
+        print(f"wrote {args.out} ({len(out)} rows, calibration: {prof.label})", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0

@@ -1,0 +1,271 @@
+"""``perfmodel serve`` (request-level serving simulation) and ``perfmodel plan`` (SLA planning).
+
+Only argparse at import time; numpy and the model load inside the commands, for start-up time. Numeric flags
+are read as text and checked here, so that every bad value is one line naming the flag (exit 2).
+"""
+from __future__ import annotations
+
+import json
+import math
+
+from ..errors import InputError
+from .common import emit, scenario_flags, scenario_from_args
+
+DIST_HELP = ("N | fixed:N | uniform:A:B | normal:MU:SIGMA | lognormal:MEDIAN:SIGMA | exponential:MEAN "
+             "(tokens; docs/serving.md)")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("serve", help="simulate serving under load: TTFT/TPOT/ITL/E2E percentiles, goodput, energy")
+    p.add_argument("--arch", required=True, help="hardware spec name or path")
+    p.add_argument("--model", required=True, help="model name, descriptor YAML or config.json")
+    scenario_flags(p)
+    p.set_defaults(batch="max")
+    _workload_flags(p)
+    g = p.add_argument_group("serving layout")
+    g.add_argument("--replicas", default="1", help="identical instances (data parallel), requests dealt round-robin")
+    g.add_argument("--disagg", default=None, metavar="XpYd",
+                   help="disaggregated prefill/decode: X prefill and Y decode instances (e.g. 1p2d)")
+    g.add_argument("--prefill-tp", default=None, help="TP of a prefill instance (default --tp)")
+    g.add_argument("--decode-tp", default=None, help="TP of a decode instance (default --tp)")
+    g.add_argument("--kv-link", choices=("auto", "scaleup", "scaleout"), default="auto",
+                   help="link the KV cache moves over (auto: scale-up when every instance fits one domain)")
+    g.add_argument("--block-size", default="16", help="KV-cache block in tokens (vLLM's default 16)")
+    g.add_argument("--prefix-cache", action="store_true", help="reuse resident shared-prefix KV blocks")
+    _slo_flags(p)
+    p.add_argument("--format", choices=("table", "json"), default="table",
+                   help="table (default) or json (the fields docs/serving.md lists)")
+    p.add_argument("--out", help="write to this file (atomically) instead of stdout")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("plan", help="rank TP/PP/batch/engine and aggregated vs disaggregated layouts by goodput per GPU")
+    p.add_argument("--arch", required=True, help="hardware spec name or path")
+    p.add_argument("--model", required=True, help="model name, descriptor YAML or config.json")
+    p.add_argument("--gpus", required=True, help="GPUs available")
+    scenario_flags(p)
+    p.set_defaults(batch="max")
+    _workload_flags(p, plan=True)
+    g = p.add_argument_group("search space")
+    g.add_argument("--tp-options", default="1,2,4,8", help="TP degrees to try (default 1,2,4,8)")
+    g.add_argument("--pp-options", default="1", help="PP degrees to try (default 1)")
+    g.add_argument("--batch-options", default="16,32,64,128,256,max",
+                   help="running-sequence caps to try (default 16,32,64,128,256,max)")
+    g.add_argument("--engines", default=None, help="engines to compare, e.g. trtllm,vllm (default: --engine)")
+    g.add_argument("--no-disagg", action="store_true", help="aggregated layouts only")
+    g.add_argument("--attainment", default="0.9", help="share of requests that must meet the SLOs (default 0.9)")
+    g.add_argument("--kv-link", choices=("auto", "scaleup", "scaleout"), default="auto",
+                   help="link the KV cache moves over in disaggregated layouts (auto: scale-up when every instance "
+                        "fits one domain)")
+    g.add_argument("--top", default="15", help="rows to show (default 15)")
+    _slo_flags(p)
+    p.add_argument("--format", choices=("table", "json"), default="table",
+                   help="table (default: the --top layouts) or json (every layout tried, ranked)")
+    p.add_argument("--out", help="write to this file (atomically) instead of stdout")
+    p.set_defaults(func=cmd_plan)
+
+
+def _workload_flags(p, plan: bool = False) -> None:
+    g = p.add_argument_group("workload")
+    if not plan:
+        g.add_argument("--rate", default=None, help="requests per second (poisson or constant arrivals)")
+        g.add_argument("--arrival", nargs="+", default=None, metavar="KIND",
+                       help="poisson (default) | constant | trace FILE (CSV or JSONL: arrival_s, isl, osl)")
+        g.add_argument("--concurrency", default=None, metavar="C",
+                       help="closed loop instead of a rate: C requests in flight, each finished one replaced at once "
+                            "(benchmark_serving --max-concurrency C at an infinite rate; aiperf --concurrency C); "
+                            "latencies over the steady state (docs/serving.md)")
+    g.add_argument("--requests", default=None,
+                   help="requests to simulate (default 1000, the whole trace, or with --concurrency C "
+                        "2C + max(200, 2C) + C; plan: 400 per trial)")
+    g.add_argument("--isl-dist", default=None, help=f"prompt lengths: {DIST_HELP}; default --isl")
+    g.add_argument("--osl-dist", default=None, help=f"output lengths: {DIST_HELP}; default --osl")
+    g.add_argument("--prefix-len", default="0", help="tokens of a shared prefix (system prompt) per request")
+    g.add_argument("--prefix-groups", default="0", help="distinct shared prefixes, picked uniformly")
+    g.add_argument("--seed", default="0", help="random seed of arrivals and lengths")
+
+
+def _slo_flags(p) -> None:
+    g = p.add_argument_group("service-level objectives and cost")
+    g.add_argument("--slo-ttft-ms", default=None, help="TTFT objective, ms")
+    g.add_argument("--slo-tpot-ms", default=None, help="TPOT objective, ms")
+    g.add_argument("--slo-e2e-ms", default=None, help="end-to-end latency objective, ms")
+    if "--gpu-hour-usd" not in p._option_string_actions:
+        g.add_argument("--gpu-hour-usd", default=None, help="price of one GPU-hour, for $ per million tokens")
+
+
+# --- checked values ------------------------------------------------------------------------------------
+
+def _int(text, flag: str, minimum: int = 1) -> int:
+    try:
+        v = int(str(text).strip())
+    except ValueError:
+        raise InputError(f"expected an integer >= {minimum}, got {text!r}", field=flag) from None
+    if v < minimum:
+        raise InputError(f"expected an integer >= {minimum}, got {text!r}", field=flag)
+    return v
+
+
+def _float(text, flag: str, *, positive: bool = True) -> float | None:
+    if text is None:
+        return None
+    try:
+        v = float(str(text).strip())
+    except ValueError:
+        v = math.nan
+    if not math.isfinite(v) or v < 0 or (positive and v == 0):
+        raise InputError(f"expected a {'positive' if positive else 'non-negative'} finite number, got {text!r}",
+                         field=flag)
+    return v
+
+
+def _ms(text, flag: str) -> float | None:
+    v = _float(text, flag)
+    return None if v is None else v / 1e3
+
+
+def _int_list(text: str, flag: str, allow_max: bool = False) -> tuple:
+    out = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if allow_max and part == "max":
+            out.append("max")
+            continue
+        out.append(_int(part, flag))
+    if not out:
+        raise InputError("expected a comma-separated list", field=flag)
+    return tuple(out)
+
+
+def _resolve(args):
+    from ..resolve import resolve_hardware, resolve_model, resolve_profile
+
+    hw = resolve_hardware(args.arch)
+    model = resolve_model(args.model)
+    sc = scenario_from_args(args)
+    prof = resolve_profile(args.calibration, hw, sc.engine)
+    return hw, model, prof, sc
+
+
+def _lengths(args, sc):
+    from ..serve.workload import parse_dist
+
+    isl = parse_dist(args.isl_dist if args.isl_dist is not None else str(sc.isl), field="--isl-dist")
+    osl = parse_dist(args.osl_dist if args.osl_dist is not None else str(sc.osl), field="--osl-dist")
+    return isl, osl
+
+
+def _options(args, **kw):
+    from ..serve.simulate import ServeOptions
+
+    return ServeOptions(slo_ttft_s=_ms(args.slo_ttft_ms, "--slo-ttft-ms"),
+                        slo_tpot_s=_ms(args.slo_tpot_ms, "--slo-tpot-ms"),
+                        slo_e2e_s=_ms(args.slo_e2e_ms, "--slo-e2e-ms"),
+                        gpu_hour_usd=_float(getattr(args, "gpu_hour_usd", None), "--gpu-hour-usd", positive=False),
+                        kv_link=args.kv_link, **kw)
+
+
+CLOSED = "closed-loop"  # the workload's arrival kind under --concurrency
+
+
+def _requests(args, sc):
+    """The workload of ``serve``: synthetic (rate, distributions), closed loop (concurrency) or a trace."""
+    from ..serve.workload import synthetic_requests
+
+    n = _int(args.requests, "--requests") if args.requests is not None else None
+    if args.concurrency is not None:
+        return _closed_loop(args, sc, n)
+    arrival = args.arrival or ["poisson"]
+    kind = arrival[0].lower()
+    if kind == "trace":
+        if len(arrival) != 2:
+            raise InputError("expected 'trace FILE'", field="--arrival")
+        from ..serve.trace import read_trace
+
+        return read_trace(arrival[1], limit=n), {"arrival": "trace", "trace": arrival[1]}
+    if len(arrival) != 1:
+        raise InputError(f"expected poisson, constant or trace FILE, got {' '.join(arrival)!r}", field="--arrival")
+    if args.rate is None:
+        raise InputError("a request rate is needed (requests/s) unless --arrival trace FILE", field="--rate")
+    rate = _float(args.rate, "--rate")
+    isl, osl = _lengths(args, sc)
+    reqs = synthetic_requests(n or 1000, rate, isl, osl, arrival=kind, seed=_int(args.seed, "--seed", 0),
+                              prefix_len=_int(args.prefix_len, "--prefix-len", 0),
+                              prefix_groups=_int(args.prefix_groups, "--prefix-groups", 0))
+    return reqs, {"arrival": kind, "rate_req_s": rate, "isl_dist": isl.text, "osl_dist": osl.text}
+
+
+def _closed_loop(args, sc, n: int | None):
+    """The closed-loop workload of ``serve --concurrency C``."""
+    from ..serve.workload import closed_loop_default_requests, closed_loop_requests, closed_loop_window
+
+    c = _int(args.concurrency, "--concurrency")
+    if args.rate is not None:
+        raise InputError("a closed loop has no request rate: give --concurrency or --rate, not both", field="--rate")
+    if args.arrival is not None:
+        raise InputError("a closed loop sends a request when one finishes: --arrival does not apply",
+                         field="--arrival")
+    n = n or closed_loop_default_requests(c)
+    isl, osl = _lengths(args, sc)
+    reqs = closed_loop_requests(n, c, isl, osl, seed=_int(args.seed, "--seed", 0),
+                                prefix_len=_int(args.prefix_len, "--prefix-len", 0),
+                                prefix_groups=_int(args.prefix_groups, "--prefix-groups", 0))
+    lo, hi = closed_loop_window(n, c)
+    return reqs, {"arrival": CLOSED, "concurrency": c, "rate_req_s": None, "isl_dist": isl.text,
+                  "osl_dist": osl.text, "measured": [lo, hi]}
+
+
+def cmd_serve(args) -> int:
+    from ..serve.report import serve_document, serve_table
+    from ..serve.simulate import parse_disagg, simulate
+
+    hw, model, prof, sc = _resolve(args)
+    reqs, workload = _requests(args, sc)
+    opts = _options(args, block_size=_int(args.block_size, "--block-size"), prefix_caching=args.prefix_cache,
+                    replicas=_int(args.replicas, "--replicas"), disagg=parse_disagg(args.disagg),
+                    prefill_tp=_int(args.prefill_tp, "--prefill-tp") if args.prefill_tp else None,
+                    decode_tp=_int(args.decode_tp, "--decode-tp") if args.decode_tp else None)
+    result = simulate(hw, model, sc, prof, reqs, opts)
+    doc = serve_document(hw, model, sc, prof, reqs, workload, result)
+    if args.format == "json":
+        emit(json.dumps(doc, indent=2, allow_nan=False) + "\n", args.out)
+    else:
+        text = serve_table(doc)
+        if workload["arrival"] == CLOSED:  # the report's workload line is written for a rate
+            lo, hi = workload["measured"]
+            text = text.replace(f"{CLOSED} - req/s", f"closed loop at concurrency {workload['concurrency']} "
+                                f"(steady state: requests {lo + 1}-{hi} measured)")
+        emit(text + "\n", args.out)
+    return 0
+
+
+def cmd_plan(args) -> int:
+    from ..serve.plan import PlanSpace, plan
+    from ..serve.report import plan_document, plan_table
+    from ..serve.workload import synthetic_requests
+
+    hw, model, prof, sc = _resolve(args)
+    isl, osl = _lengths(args, sc)
+    n = _int(args.requests, "--requests") if args.requests is not None else 400
+    base = synthetic_requests(n, 1.0, isl, osl, seed=_int(args.seed, "--seed", 0),
+                              prefix_len=_int(args.prefix_len, "--prefix-len", 0),
+                              prefix_groups=_int(args.prefix_groups, "--prefix-groups", 0))
+    attainment = _float(args.attainment, "--attainment")
+    if attainment > 1:
+        raise InputError(f"expected a share in (0, 1], got {args.attainment!r}", field="--attainment")
+    engines = None
+    if args.engines:
+        engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
+    space = PlanSpace(gpus=_int(args.gpus, "--gpus"), tps=_int_list(args.tp_options, "--tp-options"),
+                      pps=_int_list(args.pp_options, "--pp-options"),
+                      batches=_int_list(args.batch_options, "--batch-options", allow_max=True),
+                      disagg=not args.no_disagg, attainment=attainment, engines=engines)
+    opts = _options(args)
+    if opts.slo_ttft_s is None and opts.slo_tpot_s is None:
+        raise InputError("planning needs --slo-ttft-ms and/or --slo-tpot-ms", field="--slo-ttft-ms")
+    rows = plan(hw, model, sc, prof, base, space, opts)
+    doc = plan_document(hw, model, sc, prof, base, space, opts, rows, {"isl_dist": isl.text, "osl_dist": osl.text})
+    if args.format == "json":
+        emit(json.dumps(doc, indent=2, allow_nan=False) + "\n", args.out)
+    else:
+        emit(plan_table(doc, top=_int(args.top, "--top")) + "\n", args.out)
+    return 0

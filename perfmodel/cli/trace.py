@@ -1,0 +1,94 @@
+"""``perfmodel trace import TRACE...``: a profiler trace in, per-operator residuals out.
+
+Only argparse at import time.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ..errors import InputError
+from .common import emit
+
+
+def register(sub) -> None:
+    tr = sub.add_parser("trace", help="import profiler traces: per-operator residuals against the model")
+    ts = tr.add_subparsers(dest="trace_command", required=True)
+    p = ts.add_parser("import", help="map a Kineto trace (.json/.json.gz) or nsys SQLite export to operators")
+    p.add_argument("traces", nargs="+", help="trace files; each needs its <name>.sidecar.json (or --sidecar)")
+    p.add_argument("--sidecar", default=None, help="the run's description (with a single trace)")
+    p.add_argument("--arch", default="h200", help="hardware spec the trace was taken on (default h200)")
+    p.add_argument("--calibration", default=None, help="profile folder or 'none' (default: automatic)")
+    p.add_argument("--out-dir", default=None, help="where the CSV and SVG go (default: beside each trace)")
+    p.add_argument("--format", choices=("table", "json"), default="table",
+                   help="table (default) or json (the rows and summary of each trace)")
+    p.add_argument("--refit", default=None, metavar="PROFILE_JSON",
+                   help="fold the mapped rows of all traces into a profile (perfmodel fit's fitter) written here")
+    p.set_defaults(func=cmd_import)
+
+
+def _stem(p: Path) -> str:
+    name = p.name
+    for suffix in (".json.gz", ".json", ".sqlite"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return p.stem
+
+
+def cmd_import(args) -> int:
+    from ..io import write_text_atomic
+    from ..resolve import resolve_hardware, resolve_profile
+    from ..trace.mapping import read_sidecar, residual_rows, sidecar_path
+    from ..trace.reader import read_trace
+    from ..trace.residuals import cases_from_rows, refit, summary, to_csv, to_svg, to_table
+
+    if args.sidecar and len(args.traces) > 1:
+        raise InputError("--sidecar describes one trace; give each trace its <name>.sidecar.json", field="--sidecar")
+    hw = resolve_hardware(args.arch)
+    prof = resolve_profile(args.calibration, hw, "torch")
+    texts, docs, cases = [], [], []
+    for t in args.traces:
+        path = Path(t)
+        side = read_sidecar(args.sidecar or sidecar_path(path))
+        kernels = read_trace(path)
+        rows, annotated = residual_rows(kernels, side, hw, prof)
+        title = (f"{path.name}: {side.extra.get('model_name', 'model')} {side.phase}, batch {side.batch}, seq "
+                 f"{side.seq}, context {side.context}, {side.dtype} on {side.extra.get('device', '?')} "
+                 f"against {hw.key} ({prof.label})" + ("" if annotated else "; no module annotations: by family"))
+        out_dir = Path(args.out_dir) if args.out_dir else path.parent
+        stem = _stem(path)
+        write_text_atomic(out_dir / f"{stem}.residuals.csv", to_csv(rows))
+        write_text_atomic(out_dir / f"{stem}.residuals.svg", to_svg(rows, title))
+        print(f"wrote {out_dir / (stem + '.residuals.csv')} and .svg", file=sys.stderr)
+        texts.append(to_table(rows, title))
+        docs.append({"trace": str(path), "sidecar": {"phase": side.phase, "batch": side.batch, "seq": side.seq,
+                                                      "context": side.context, "dtype": side.dtype, **side.extra},
+                     "annotated": annotated, "summary": summary(rows),
+                     "rows": [{"operator": r.name, "kind": r.kind, "scope": r.scope, "kernels": r.kernels,
+                               "measured_s": r.measured_s, "predicted_s": r.predicted_s, "error": r.error}
+                              for r in rows]})
+        cases += cases_from_rows(rows, f"{stem}")
+    if args.refit:
+        from ..profile import save_profile
+
+        fitted = refit(cases, hw, prof)
+        fitted = fitted.with_(name=Path(args.refit).stem, fitted=True,
+                              description=f"{prof.label} refitted to {len(cases)} operators of {len(args.traces)} "
+                                          f"trace(s)",
+                              provenance={**prof.provenance, "traces": [str(t) for t in args.traces],
+                                          "command": "perfmodel trace import " + " ".join(sys.argv[3:])})
+        save_profile(fitted, Path(args.refit))
+        rows2 = []
+        for t in args.traces:
+            path = Path(t)
+            side = read_sidecar(args.sidecar or sidecar_path(path))
+            rows2 += residual_rows(read_trace(path), side, hw, fitted)[0]
+        s = summary(rows2)
+        texts.append(f"refit: {len(cases)} operators folded into {args.refit}; median |error| after the refit "
+                     f"{s['median_abs_error']:.1%}" if s["median_abs_error"] is not None else "refit written")
+    if args.format == "json":
+        emit(json.dumps(docs[0] if len(docs) == 1 else docs, indent=1) + "\n", None)
+    else:
+        emit("\n\n".join(texts) + "\n", None)
+    return 0

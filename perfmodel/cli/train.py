@@ -1,0 +1,170 @@
+"""``perfmodel train``: project a training step (or ``--search`` the layouts of a GPU count).
+
+Only argparse at import time; the model loads inside the command, for start-up time.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from ..errors import InputError
+from .common import emit
+
+
+def register(sub) -> None:
+    p = sub.add_parser("train", help="project a training step: step time, tokens/s, TFLOP/s and MFU, memory",
+                       description="Project one optimizer step of LLM training on a parallel layout "
+                                   "(docs/training.md has the definitions).")
+    p.add_argument("--arch", required=True, help="hardware spec name or path")
+    p.add_argument("--model", required=True, help="model name, descriptor YAML or config.json")
+    g = p.add_argument_group("layout")
+    g.add_argument("--gpus", type=int, required=True, help="GPUs in the job")
+    g.add_argument("--tp", type=int, default=1, help="tensor parallel (default 1)")
+    g.add_argument("--pp", type=int, default=1, help="pipeline parallel (default 1)")
+    g.add_argument("--cp", type=int, default=1, help="context parallel (default 1)")
+    g.add_argument("--ep", type=int, default=1, help="expert parallel, carved from dp x cp (MoE models)")
+    g.add_argument("--dp", type=int, default=None, help="data parallel (default gpus / (tp x pp x cp))")
+    g = p.add_argument_group("batch")
+    g.add_argument("--global-batch", type=int, required=True, help="sequences per optimizer step")
+    g.add_argument("--micro-batch", type=int, default=1, help="sequences per micro-batch (default 1)")
+    g.add_argument("--seq", type=int, required=True, help="tokens per sequence")
+    g = p.add_argument_group("training")
+    g.add_argument("--schedule", default=None, help="1f1b (default), interleaved, zero-bubble or dualpipe")
+    g.add_argument("--interleave", type=int, default=None, help="model chunks per rank (interleaved; default 2)")
+    g.add_argument("--recompute", default="none", help="none (default), selective or full")
+    g.add_argument("--sequence-parallel", action="store_true", help="split norms and dropout over the TP ranks")
+    g.add_argument("--zero", type=int, default=1, help="ZeRO stage 0, 1 (default: distributed optimizer), 2 or 3")
+    g.add_argument("--fsdp", action="store_true",
+                   help="fully sharded data parallel (Megatron-Bridge / PyTorch FSDP): weights, gradients and "
+                        "optimizer states sharded, each layer's weights all-gathered before its forward and "
+                        "backward and its gradients reduce-scattered: ZeRO stage 3")
+    g.add_argument("--dtype", default="bf16", help="GEMM format: bf16 (default), fp16, fp8 or fp4 (NVFP4, Blackwell)")
+    g.add_argument("--fp8-recipe", default="delayed",
+                   help="fp8 scaling: delayed (default), tensorwise (current scaling), block (1x128/128x128) or mxfp8")
+    g.add_argument("--optimizer", default="adamw", help="adamw (default) or sgd (with momentum)")
+    g.add_argument("--grad-dtype", default="fp32", help="main gradients: fp32 (default), bf16 or fp16")
+    g.add_argument("--attention", default="flash", help="flash (default) or unfused (scores in HBM)")
+    g.add_argument("--attention-kernel", default="auto",
+                   help="fused attention kernel: auto (PyTorch's dispatch on the part, default), flash, cudnn, fa3, ...")
+    g.add_argument("--dropout", action="store_true", help="hidden and attention dropout (GPT-era training)")
+    g.add_argument("--kernels", default="fused", help="fused (Megatron/TransformerEngine, default) or torch")
+    g.add_argument("--no-dp-overlap", action="store_true", help="gradient reduce after the backward, exposed")
+    g.add_argument("--tp-overlap", type=float, default=0.0, help="share of TP collectives hidden (default 0)")
+    g.add_argument("--mode", default="latency", help="latency (calibrated, default) or sol (roofline)")
+    g.add_argument("--calibration", default=None,
+                   help="profile folder or profile.json; 'none' for documented defaults (default: automatic)")
+    o = p.add_argument_group("output")
+    o.add_argument("--search", action="store_true", help="list the fastest layouts of --gpus that fit")
+    o.add_argument("--top", type=int, default=10, help="layouts --search lists (default 10)")
+    o.add_argument("--format", choices=("table", "json", "csv"), default="table",
+                   help="table (default), json (the fields docs/training.md lists) or csv (a row per layout)")
+    o.add_argument("--ops", action="store_true", help="list every operator in the table")
+    o.add_argument("--out", default=None, help="write to this file (atomically) instead of stdout")
+    o.add_argument("--report", default=None, metavar="FILE.html", help="also write a self-contained HTML report")
+    o.add_argument("--export", default=None, metavar="FILE.xlsx|FILE.csv",
+                   help="also write a workbook (xlsx) or CSV tables (FILE.csv and FILE-ops.csv)")
+    p.set_defaults(func=cmd_train)
+
+
+def train_scenario(args):
+    """The :class:`~perfmodel.train.scenario.TrainScenario` of the flags (not yet validated)."""
+    from ..train.scenario import TrainScenario
+
+    schedule = args.schedule or "1f1b"
+    interleave = args.interleave if args.interleave is not None else (2 if schedule == "interleaved" else 1)
+    return TrainScenario(
+        gpus=args.gpus, tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep, dp=args.dp,
+        global_batch=args.global_batch, micro_batch=args.micro_batch, seq=args.seq, schedule=schedule,
+        interleave=interleave, recompute=args.recompute, sequence_parallel=args.sequence_parallel, zero=3 if args.fsdp else args.zero,
+        dtype=args.dtype, fp8_recipe=args.fp8_recipe, optimizer=args.optimizer, grad_dtype=args.grad_dtype, attention=args.attention,
+        attention_kernel=args.attention_kernel, dropout=args.dropout, kernels=args.kernels, dp_overlap=not args.no_dp_overlap, tp_overlap=args.tp_overlap,
+        mode=args.mode)
+
+
+def cmd_train(args) -> int:
+    from ..resolve import resolve_hardware, resolve_model, resolve_profile
+
+    hw = resolve_hardware(args.arch)
+    model = resolve_model(args.model)
+    prof = resolve_profile(args.calibration, hw, "torch")
+    ts = train_scenario(args)
+    if args.search:
+        return _search(args, hw, model, ts, prof)
+    from ..train.project import project_training
+    from ..train.serialize import CSV_FIELDS, csv_row, train_dict, train_table
+
+    proj = project_training(hw, model, ts.validated(model), prof)
+    if args.format == "json":
+        emit(json.dumps(train_dict(proj), indent=2) + "\n", args.out)
+    elif args.format == "csv":
+        emit(_csv([csv_row(proj)], CSV_FIELDS), args.out)
+    else:
+        emit(train_table(proj, verbose=args.ops) + "\n", args.out)
+    if args.report:
+        from ..train.report import render_train_report
+
+        _write(args.report, render_train_report(proj, argv=list(sys.argv[1:])))
+    if args.export:
+        _export(args.export, proj)
+    return 0
+
+
+def _search(args, hw, model, ts, prof) -> int:
+    from ..train.search import search
+    from ..train.serialize import CSV_FIELDS, csv_row, search_table, train_dict
+
+    if args.top < 1:
+        raise InputError(f"expected a positive integer, got {args.top}", field="--top")
+    for name in ("gpus", "global_batch", "seq"):
+        v = getattr(args, name)
+        if v < 1:
+            raise InputError(f"expected a positive integer, got {v}", field=f"--{name.replace('_', '-')}")
+    ts.with_(tp=1, pp=1, cp=1, ep=1, dp=None, schedule="1f1b", interleave=1, sequence_parallel=False,
+             micro_batch=1, global_batch=ts.gpus).validated()  # the remaining flags, checked once
+    schedules = None
+    if args.schedule and args.schedule != "1f1b":
+        schedules = [(args.schedule, ts.interleave)]
+    results, considered = search(hw, model, ts, prof, top=args.top, schedules=schedules)
+    if args.format == "json":
+        emit(json.dumps({"considered": considered, "results": [
+            {k: v for k, v in train_dict(p).items() if k != "ops"} for p in results]}, indent=2) + "\n", args.out)
+    elif args.format == "csv":
+        emit(_csv([csv_row(p) for p in results], CSV_FIELDS), args.out)
+    else:
+        emit(search_table(results, ts.gpus, considered) + "\n", args.out)
+    if (args.report or args.export) and results:
+        if args.report:
+            from ..train.report import render_train_report
+
+            _write(args.report, render_train_report(results[0], argv=list(sys.argv[1:]), alternatives=results))
+        if args.export:
+            _export(args.export, results[0])
+    return 0
+
+
+def _csv(rows: list[dict], fields) -> str:
+    from ..io import csv_dicts_text
+
+    return csv_dicts_text(list(fields), rows)
+
+
+def _write(path: str, data) -> None:
+    from ..io import write_bytes_atomic
+
+    write_bytes_atomic(path, data.encode("utf-8") if isinstance(data, str) else data)
+    print(f"wrote {path}", file=sys.stderr)
+
+
+def _export(path: str, proj) -> None:
+    from pathlib import Path
+
+    from ..train.export import ops_csv, summary_csv, workbook_bytes
+
+    p = Path(path)
+    if p.suffix.lower() == ".xlsx":
+        _write(path, workbook_bytes(proj, argv=list(sys.argv[1:])))
+    elif p.suffix.lower() == ".csv":
+        _write(path, summary_csv(proj))
+        _write(str(p.with_name(p.stem + "-ops.csv")), ops_csv(proj))
+    else:
+        raise InputError(f"expected a .xlsx or .csv file name, got {path!r}", field="--export")
