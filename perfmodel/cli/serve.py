@@ -214,17 +214,61 @@ def _closed_loop(args, sc, n: int | None):
                   "osl_dist": osl.text, "measured": [lo, hi]}
 
 
+def _check_context(model, reqs) -> None:
+    """No request longer than the model's context (prompt plus output, when the model states one)."""
+    ctx = int(getattr(model, "max_position", 0) or 0)
+    if ctx <= 0 or not len(reqs):
+        return
+    total = reqs.isl.astype("int64") + reqs.osl.astype("int64")
+    k = int(total.argmax())
+    if int(total[k]) > ctx:
+        field = "--isl-dist" if int(reqs.isl[k]) > ctx else "--osl-dist"
+        raise InputError(f"a request of {int(reqs.isl[k]):,} prompt + {int(reqs.osl[k]):,} output tokens exceeds "
+                         f"the context of {model.name} ({ctx:,} tokens)", field=field)
+
+
+def _bad_number(x, path: str = "") -> str | None:
+    """The first number in ``x`` (nested dicts and lists) that is not finite or is negative, as 'path = value'."""
+    if isinstance(x, dict):
+        for k, v in x.items():
+            bad = _bad_number(v, f"{path}.{k}" if path else str(k))
+            if bad:
+                return bad
+        return None
+    if isinstance(x, (list, tuple)):
+        for i, v in enumerate(x):
+            bad = _bad_number(v, f"{path}[{i}]")
+            if bad:
+                return bad
+        return None
+    if hasattr(x, "item") and getattr(x, "size", 1) == 1 and not isinstance(x, (str, bytes)):
+        x = x.item()
+    if isinstance(x, (int, float)) and not isinstance(x, bool) and not (math.isfinite(x) and x >= 0):
+        return f"{path} = {x:g}"
+    return None
+
+
+def _check_result(result: dict, model, hw) -> None:
+    """Every number the simulation gives is finite and non-negative, or the command stops with one line."""
+    bad = _bad_number(result)
+    if bad:
+        raise InputError(f"the simulation of {model.name} on {hw.name} gave {bad}: the workload or a spec figure "
+                         "is out of the range the simulation models", field="serve")
+
+
 def cmd_serve(args) -> int:
     from ..serve.report import serve_document, serve_table
     from ..serve.simulate import parse_disagg, simulate
 
     hw, model, prof, sc = _resolve(args)
     reqs, workload = _requests(args, sc)
+    _check_context(model, reqs)
     opts = _options(args, block_size=_int(args.block_size, "--block-size"), prefix_caching=args.prefix_cache,
                     replicas=_int(args.replicas, "--replicas"), disagg=parse_disagg(args.disagg),
                     prefill_tp=_int(args.prefill_tp, "--prefill-tp") if args.prefill_tp else None,
                     decode_tp=_int(args.decode_tp, "--decode-tp") if args.decode_tp else None)
     result = simulate(hw, model, sc, prof, reqs, opts)
+    _check_result(result, model, hw)
     doc = serve_document(hw, model, sc, prof, reqs, workload, result)
     if args.format == "json":
         emit(json.dumps(doc, indent=2, allow_nan=False) + "\n", args.out)

@@ -22,6 +22,7 @@ reuse their KV cache.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +31,13 @@ from ..errors import InputError
 
 DIST_HELP = ("N | fixed:N | uniform:A:B | normal:MU:SIGMA | lognormal:MEDIAN:SIGMA | exponential:MEAN "
              "(tokens; docs/serving.md)")
+
+# the longest prompt or output a draw may give: 10M tokens, beyond the longest context any model ships (a draw
+# past it is a distribution whose tail runs off to overflow, not a workload)
+MAX_TOKENS = 10 ** 7
+# the latest a request may arrive: 1e9 s (about 32 years); past it a float second no longer resolves the
+# microseconds of an engine step, and latencies round to 0
+MAX_ARRIVAL_S = 1e9
 
 
 @dataclass
@@ -63,7 +71,19 @@ class LengthDist:
     b: float = 0.0
     text: str = ""
 
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+    def sample(self, rng: np.random.Generator, n: int, field: str | None = None) -> np.ndarray:
+        """``n`` whole-token lengths, each at least 1; a draw that is not finite or exceeds :data:`MAX_TOKENS`
+        stops with one line naming ``field``."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            x = self._draw(rng, n)
+        x = np.asarray(x, dtype=float)
+        if x.size and not (np.all(np.isfinite(x)) and float(x.max()) <= MAX_TOKENS):
+            worst = float(np.nan_to_num(x, nan=np.inf).max())
+            raise InputError(f"{self.text or self.kind} draws {worst:.3g} tokens, more than the cap of "
+                             f"{MAX_TOKENS:,} (10^7); narrow the distribution", field=field)
+        return np.maximum(np.rint(x), 1).astype(np.int64)
+
+    def _draw(self, rng: np.random.Generator, n: int):
         if self.kind == "fixed":
             x = np.full(n, self.a)
         elif self.kind == "uniform":
@@ -74,7 +94,7 @@ class LengthDist:
             x = np.exp(rng.normal(np.log(self.a), self.b, size=n))
         else:  # exponential
             x = rng.exponential(self.a, size=n)
-        return np.maximum(np.rint(x), 1).astype(np.int64)
+        return x
 
     @property
     def mean(self) -> float:
@@ -83,7 +103,7 @@ class LengthDist:
         if self.kind == "uniform":
             return (self.a + self.b) / 2.0
         if self.kind == "lognormal":
-            return self.a * float(np.exp(self.b ** 2 / 2.0))
+            return self.a * math.exp(self.b ** 2 / 2.0)
         return self.a
 
     def upper(self) -> int:
@@ -127,7 +147,15 @@ def parse_dist(text: str, *, field: str) -> LengthDist:
         raise InputError(f"expected a positive {'median' if kind == 'lognormal' else 'mean'}, got {t!r}", field=field)
     if kind in ("normal", "lognormal") and b < 0:
         raise InputError(f"expected a non-negative sigma, got {t!r}", field=field)
-    return LengthDist(kind, a, b, t)
+    d = LengthDist(kind, a, b, t)
+    try:
+        mean = d.mean
+    except OverflowError:
+        mean = math.inf
+    if not (math.isfinite(mean) and mean <= MAX_TOKENS):
+        raise InputError(f"{t!r} has a mean of {mean:.3g} tokens, more than the cap of {MAX_TOKENS:,} (10^7)",
+                         field=field)
+    return d
 
 
 def synthetic_requests(n: int, rate: float, isl: LengthDist, osl: LengthDist, *, arrival: str = "poisson",
@@ -144,9 +172,14 @@ def synthetic_requests(n: int, rate: float, isl: LengthDist, osl: LengthDist, *,
         gaps = np.full(n, 1.0 / rate)
     else:
         raise InputError(f"expected poisson, constant or trace FILE, got {arrival!r}", field="--arrival")
-    t = np.cumsum(gaps) - gaps[0]  # the first request at t = 0
-    i = isl.sample(rng, n)
-    o = osl.sample(rng, n)
+    with np.errstate(over="ignore", invalid="ignore"):
+        t = np.cumsum(gaps) - gaps[0]  # the first request at t = 0
+    if not (np.all(np.isfinite(t)) and float(t[-1]) <= MAX_ARRIVAL_S):
+        raise InputError(f"{n} requests at {rate:g} req/s arrive over {float(np.nan_to_num(t[-1], nan=np.inf)):.3g} s, "
+                         f"more than {MAX_ARRIVAL_S:.0e} s (about 32 years), past which latencies round to 0; "
+                         f"expected at least {n / MAX_ARRIVAL_S:.3g} req/s", field="--rate")
+    i = isl.sample(rng, n, "--isl-dist")
+    o = osl.sample(rng, n, "--osl-dist")
     group, plen = _prefixes(rng, i, prefix_len, prefix_groups)
     return Requests(t, i, o, group, plen)
 
@@ -196,7 +229,7 @@ def closed_loop_requests(n: int, concurrency: int, isl: LengthDist, osl: LengthD
     if isinstance(concurrency, bool) or not isinstance(concurrency, (int, np.integer)) or concurrency < 1:
         raise InputError(f"expected a positive integer concurrency, got {concurrency!r}", field="--concurrency")
     rng = np.random.default_rng(seed)
-    i = isl.sample(rng, n)
-    o = osl.sample(rng, n)
+    i = isl.sample(rng, n, "--isl-dist")
+    o = osl.sample(rng, n, "--osl-dist")
     group, plen = _prefixes(rng, i, prefix_len, prefix_groups)
     return Requests(np.zeros(n), i, o, group, plen, int(concurrency))

@@ -1,0 +1,83 @@
+"""Hostile inputs, second round (issue 19): no wrong number leaves with exit code 0.
+
+Each command checks the finiteness and sign of what it prints; inputs whose numbers cannot be simulated stop
+with one line naming the flag or file, exit code 2, no traceback.
+"""
+from __future__ import annotations
+
+import pytest
+
+from perfmodel.cli import main
+from perfmodel.errors import InputError
+
+
+def fails_with_one_line(argv, capsys, *words) -> str:
+    capsys.readouterr()
+    rc = main([str(a) for a in argv])
+    cap = capsys.readouterr()
+    err = cap.err.strip()
+    assert rc == 2, (rc, err, cap.out[-500:])
+    assert err.startswith("perfmodel: error:") and "\n" not in err, err
+    assert "Traceback" not in err
+    for w in words:
+        assert w.lower() in err.lower(), (w, err)
+    return err
+
+
+SERVE = ["serve", "--arch", "h200", "--model", "llama8b", "--requests", "50"]
+
+
+# --- serve: length distributions and rates -----------------------------------------------------------------
+
+@pytest.mark.parametrize("flag", ["--isl-dist", "--osl-dist"])
+@pytest.mark.parametrize("dist", ["lognormal:200:1e308", "lognormal:200:40", "20000000", "exponential:9e6",
+                                  "normal:1e300:1"])
+def test_serve_length_distribution_overflow(flag, dist, capsys):
+    fails_with_one_line(SERVE + ["--rate", "5", flag, dist], capsys, flag)
+    fails_with_one_line(SERVE + ["--concurrency", "4", flag, dist], capsys, flag)
+
+
+def test_serve_draws_longer_than_the_context(capsys):
+    fails_with_one_line(SERVE + ["--rate", "5", "--osl-dist", "lognormal:200:3.5"], capsys, "--osl-dist",
+                        "context")
+    fails_with_one_line(SERVE + ["--rate", "5", "--isl-dist", "normal:1e6:1e5"], capsys, "--isl-dist", "context")
+
+
+@pytest.mark.parametrize("rate", ["1e-300", "5e-324", "1e-9"])
+def test_serve_rate_too_low_for_finite_arrivals(rate, capsys):
+    fails_with_one_line(SERVE + ["--rate", rate], capsys, "--rate")
+
+
+def test_length_distribution_sampling_is_capped():
+    import numpy as np
+
+    from perfmodel.serve.workload import MAX_TOKENS, LengthDist, parse_dist
+
+    with pytest.raises(InputError, match="cap"):
+        LengthDist("lognormal", 200.0, 1e308, "x").sample(np.random.default_rng(0), 10, "--osl-dist")
+    d = parse_dist("lognormal:200:2", field="--osl-dist")
+    x = d.sample(np.random.default_rng(0), 1000, "--osl-dist")
+    assert x.min() >= 1 and x.max() <= MAX_TOKENS
+
+
+def test_serve_checks_every_number_it_prints(monkeypatch, capsys):
+    """A simulation giving a negative or non-finite number is refused, not printed."""
+    import perfmodel.serve.simulate as sim
+
+    real = sim.simulate
+
+    def bad(*a, **k):
+        r = real(*a, **k)
+        r["throughput_tok_s"] = -1.0
+        return r
+
+    monkeypatch.setattr(sim, "simulate", bad)
+    fails_with_one_line(SERVE + ["--rate", "5"], capsys, "throughput_tok_s")
+
+    def nan(*a, **k):
+        r = real(*a, **k)
+        r["duration_s"] = float("nan")
+        return r
+
+    monkeypatch.setattr(sim, "simulate", nan)
+    fails_with_one_line(SERVE + ["--rate", "5", "--format", "json"], capsys, "duration_s")
