@@ -81,3 +81,26 @@ def test_serve_checks_every_number_it_prints(monkeypatch, capsys):
 
     monkeypatch.setattr(sim, "simulate", nan)
     fails_with_one_line(SERVE + ["--rate", "5", "--format", "json"], capsys, "duration_s")
+
+
+# --- train: a hostile profile ------------------------------------------------------------------------------
+
+TRAIN = ["train", "--arch", "h200", "--model", "llama8b", "--gpus", "8", "--global-batch", "64", "--seq", "4096"]
+
+
+@pytest.mark.parametrize("body", ['{"gemm_overhead_s": 1e308}', '{"comm_base_s": 1e308}', '{"gemm_k0": 1e308}',
+                                  '{"gemm_overhead_s": 1e300, "standalone_overhead_s": 1e300}'])
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_train_hostile_profile_is_refused_not_printed(body, fmt, tmp_path, capsys):
+    """Before: 'step time inf s', 'pipeline bubble nan%', JSON step_time_s 0.0, exit 0."""
+    prof = tmp_path / "profile.json"
+    prof.write_text(body)
+    out = tmp_path / "t.json"
+    fails_with_one_line(TRAIN + ["--calibration", prof, "--format", fmt, "--out", out], capsys, "not finite",
+                        "profile")
+    assert not out.exists()
+
+
+def test_train_projection_check_accepts_a_normal_run(capsys):
+    assert main(TRAIN) == 0
+    assert "inf" not in capsys.readouterr().out

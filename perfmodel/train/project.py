@@ -21,9 +21,10 @@ Definitions (docs/training.md has them with their references):
 """
 from __future__ import annotations
 
-from ..errors import InputError
-
+import math
 from dataclasses import dataclass, field
+
+from ..errors import InputError
 
 from ..cost import _rate, sustained_compute
 from ..models import Model
@@ -290,13 +291,53 @@ def project_training(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Pr
         "optimizer": opt_s,
     }
     mem = M.memory(model, ts, hw.hbm_visible_bytes)
-    return TrainProjection(
+    proj = TrainProjection(
         hardware=hw, model=model, scenario=ts, profile=prof, step_time_s=step_time,
-        tokens_per_s=ts.tokens_per_step / step_time, model_flops=model_flops, hardware_flops=hw_flops,
+        tokens_per_s=_div(ts.tokens_per_step, step_time), model_flops=model_flops, hardware_flops=hw_flops,
         model_tflops_per_gpu=mtf / 1e12, hardware_tflops_per_gpu=htf / 1e12, mfu=mtf / peak, hfu=htf / peak,
-        bubble_fraction=pipe.bubble_s / step_time, exposed_comm_s=exposed_comm, memory=mem, pipeline=pipe,
+        bubble_fraction=_div(pipe.bubble_s, step_time), exposed_comm_s=exposed_comm, memory=mem, pipeline=pipe,
         stages=stages, slowest_stage=slow, ops=ops, breakdown=breakdown,
         assumptions=assumptions(hw, model, ts, prof))
+    _check_finite(proj)
+    return proj
+
+
+# a training step longer than this (about 32 years) is an overflow in a profile or spec figure, not a projection
+MAX_STEP_S = 1e9
+
+
+def _div(a: float, b: float) -> float:
+    """a / b, NaN where b is 0 or not finite (the check below refuses it)."""
+    try:
+        return a / b if math.isfinite(b) and b != 0 else math.nan
+    except (ZeroDivisionError, OverflowError):
+        return math.nan
+
+
+def _check_finite(p: TrainProjection) -> None:
+    """Nothing non-finite, negative or out of any physical range leaves the training projection: one line naming
+    the quantities, as :func:`perfmodel.projection._check_finite` does for inference."""
+    values = {"step time": p.step_time_s, "tokens/s": p.tokens_per_s, "model FLOP/s": p.model_tflops_per_gpu,
+              "hardware FLOP/s": p.hardware_tflops_per_gpu, "MFU": p.mfu, "HFU": p.hfu,
+              "pipeline bubble": p.bubble_fraction, "exposed communication": p.exposed_comm_s}
+    values.update({f"step part {k!r}": v for k, v in p.breakdown.items()})
+    for k, st in enumerate(p.stages):
+        values.update({f"stage {k} forward": st.forward, f"stage {k} backward": st.backward})
+    bad = []
+    for k, v in values.items():
+        try:
+            x = float(v)
+        except (TypeError, ValueError, OverflowError):
+            x = math.nan
+        if not math.isfinite(x) or x < 0:
+            bad.append(k)
+    if not bad and not (0 < p.step_time_s <= MAX_STEP_S and p.tokens_per_s > 0):
+        bad.append(f"step time {p.step_time_s:.3g} s")
+    if bad:
+        files = getattr(p.hardware, "files", None)
+        raise InputError(f"the training projection of {p.model.name} on {p.hardware.name} is not finite or out of "
+                         f"range ({', '.join(bad[:3])}): a spec figure or a parameter of calibration profile "
+                         f"{p.profile.name!r} is out of any physical range", file=files[0] if files else None)
 
 
 def _ordered(ops: list[TimedOp]) -> list[TimedOp]:
