@@ -104,3 +104,32 @@ def test_train_hostile_profile_is_refused_not_printed(body, fmt, tmp_path, capsy
 def test_train_projection_check_accepts_a_normal_run(capsys):
     assert main(TRAIN) == 0
     assert "inf" not in capsys.readouterr().out
+
+
+# --- sweep --vary: the scenario checks per grid point ------------------------------------------------------
+
+SWEEP = ["sweep", "--arch", "h200", "--model", "llama8b"]
+
+
+@pytest.mark.parametrize("vary, words", [
+    ("tp=1,3", ("tp=3", "attention heads")),
+    ("pp=1,64", ("pp=64", "layers")),
+    ("osl=128,1000000000000", ("osl=1000000000000", "context")),
+    ("ep=1,3", ("ep=3",)),
+])
+def test_sweep_refuses_grid_points_no_engine_runs(vary, words, tmp_path, capsys):
+    """Before: tp=3 on 32 heads, pp=64 on 32 layers and osl=1e12 each a row, marked fits=True or given numbers."""
+    out = tmp_path / "s.csv"
+    fails_with_one_line(SWEEP + ["--vary", vary, "--out", out], capsys, "--vary", *words)
+    assert not out.exists()
+
+
+def test_sweep_marks_points_that_do_not_fit_memory(capsys):
+    """A point that runs but does not fit stays, marked fits=False (sweeping memory to find where it stops)."""
+    assert main(SWEEP + ["--vary", "hbm_bytes=1GB,141GB"]) == 0
+    rows = capsys.readouterr().out.strip().splitlines()
+    assert rows[1].endswith(",False") and rows[2].endswith(",True")
+
+
+def test_sweep_base_scenario_checked_too(capsys):
+    fails_with_one_line(SWEEP + ["--vary", "batch=1,2", "--tp", "3"], capsys, "--tp", "attention heads")

@@ -193,8 +193,7 @@ def run_sweep(hw, model, sc, prof, axes: list[Axis], *, description: str = "") -
                 hw2 = spec_with(hw2, **{a.field: a.values[j]})
             else:
                 kw[a.field] = a.values[j]
-        if kw:
-            sc2 = sc.with_(**kw).validated()
+        sc2 = _checked_point(model, sc, hw2, kw, {axes[i].field: axes[i].values[j] for i, j in zip(loop, combo)})
         grids = np.meshgrid(*[np.arange(shape[i]) for i in vec], indexing="ij") if vec else []
         overrides = {}
         batch_idx = None
@@ -229,6 +228,10 @@ def run_sweep(hw, model, sc, prof, axes: list[Axis], *, description: str = "") -
         index = tuple(index)
         for m, v in vals.items():
             v = np.broadcast_to(np.asarray(v, dtype=float), sub_shape)
+            bad = (batch >= 1) & ~(np.isfinite(v) & (v >= 0))
+            if bad.any():
+                raise InputError(f"{m} is not finite or negative at {_point(axes, loop, combo, vec, bad)}: a swept "
+                                 "figure is out of any physical range", field="--vary")
             out[m][index] = np.where(batch >= 1, v, np.nan)
         batch_out[index] = batch
         fits_out[index] = fits
@@ -236,6 +239,32 @@ def run_sweep(hw, model, sc, prof, axes: list[Axis], *, description: str = "") -
         description = (f"{model.name} on {hw.name}; " + "; ".join(f"{a.field} = {_show(a)}" for a in axes)
                        + f"; tp {sc.tp}, {sc.dtype}, isl {sc.isl}, osl {sc.osl}, {sc.batching} batching")
     return SweepResult(axes, out, batch_out, fits_out, description)
+
+
+def _checked_point(model, sc, hw, kw: dict, where: dict):
+    """The scenario at one grid point, put through the checks a single projection runs (:meth:`Scenario.validated`,
+    :func:`perfmodel.graph.check_layout`: head and layer divisibility, experts, the model's context). A point no
+    engine runs stops the sweep with one line naming it; a point that runs but does not fit in memory is kept and
+    marked ``fits=False``."""
+    from ..graph import check_layout
+
+    try:
+        sc2 = sc.with_(**kw).validated() if kw else sc
+        check_layout(model, sc2.for_hardware(hw))
+    except InputError as e:
+        if not where:
+            raise
+        at = ", ".join(f"{k}={v}" for k, v in where.items())
+        raise InputError(f"{e.detail} (at grid point {at})", file=e.file, field="--vary") from None
+    return sc2
+
+
+def _point(axes, loop, combo, vec, bad) -> str:
+    """The first grid point where ``bad`` holds, as FIELD=VALUE, ..."""
+    first = np.argwhere(np.atleast_1d(bad))[0] if np.ndim(bad) else ()
+    parts = [f"{axes[i].field}={axes[i].values[j]}" for i, j in zip(loop, combo)]
+    parts += [f"{axes[i].field}={axes[i].values[int(j)]}" for i, j in zip(vec, first)]
+    return ", ".join(parts) or "the base scenario"
 
 
 def combine(results: list[tuple[str, SweepResult]]) -> SweepResult:
