@@ -326,11 +326,13 @@ def _one_line(text: str) -> str:
 # ---- descriptor YAML ------------------------------------------------------------------------------
 
 def _check_keys(d: dict, allowed, required, file: str, prefix: str = "") -> None:
+    from .safeyaml import key_text
+
     for k in d:
         if not isinstance(k, str) or k not in allowed:
             raise InputError(
                 f"unknown field{_suggest(str(k), allowed)} (expected one of: {', '.join(allowed)})",
-                file=file, field=prefix + str(k),
+                file=file, field=prefix + key_text(k),
             )
     for k in required:
         if k not in d or d[k] is None:

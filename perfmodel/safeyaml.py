@@ -10,7 +10,10 @@ hard limits.
 - recurses once per nesting level while composing, so ``[[[[...]]]]`` a few hundred deep raises
   RecursionError instead of a message;
 - keeps the last of two equal keys without a word;
-- reads a file of any size (a 200 MB spec took 98 s to refuse).
+- reads a file of any size (a 200 MB spec took 98 s to refuse);
+- takes control characters (NUL, ESC, CR, bidirectional overrides), written raw (a ``ReaderError``
+  traceback) or escaped in a quoted value (``"\\e[31m"``), into names that reach terminals, CSV, HTML and
+  xlsx cells raw.
 
 :func:`load` refuses each of these with a one-line :class:`~perfmodel.errors.InputError` naming the
 file and the line, before anything is built, and never echoes the offending value. Its limits are far
@@ -19,6 +22,7 @@ anchors), so they only ever stop hostile or broken files.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import yaml
@@ -38,6 +42,54 @@ MAX_DEPTH = 32  # nested mappings/sequences; a spec is four deep
 MAX_NODES = 100_000  # nodes after alias expansion: what walking the loaded value costs
 MAX_ALIASES = 100  # alias uses in one file
 MAX_SCALAR = 64 * 1024  # characters in one value
+
+
+# C0 controls but tab and newline, DEL, C1 controls, line/paragraph separators, bidirectional overrides and
+# isolates: no name, key or note needs one, and each can rewrite a terminal line or break a spreadsheet cell
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# in the raw text a carriage return is a line break (CRLF files)
+_RAW_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def control_message(ch: str) -> str:
+    return f"control character U+{ord(ch):04X}; names, keys and notes must be printable text"
+
+
+def printable(text, limit: int = 40) -> str:
+    """``text`` shortened to ``limit`` characters with every control character shown as ``?``: safe to echo in
+    an error line."""
+    return _short(CONTROL.sub("?", str(text)), limit)
+
+
+_KEY_LIKE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,39}")
+
+
+def key_text(key) -> str:
+    """An unknown key as an error line may show it: the key itself when it looks like a field name (letters,
+    digits, ``_ . + -``, at most 40), else only its length, so that a system file handed over as a spec or
+    model (``/etc/shadow``'s ``root:$6$...``) has none of its content echoed."""
+    k = str(key)
+    if _KEY_LIKE.fullmatch(k):
+        return k
+    return f"<a key of {len(k)} characters, not a field name>"
+
+
+def check_printable(value, *, file: str, where: str = "") -> None:
+    """Refuse (one line naming ``file`` and the key path) a control character in any key or text value of a
+    loaded document (JSON: ``config.json``)."""
+    stack = [(value, where)]
+    while stack:
+        v, at = stack.pop()
+        if isinstance(v, dict):
+            for k, x in v.items():
+                if isinstance(k, str) and (m := CONTROL.search(k)):
+                    raise InputError(f"key {printable(k)!r}: {control_message(m.group())}", file=file,
+                                     field=at or None)
+                stack.append((x, f"{at}.{k}" if at else str(k)))
+        elif isinstance(v, list):
+            stack.extend((x, f"{at}[{i}]") for i, x in enumerate(v))
+        elif isinstance(v, str) and (m := CONTROL.search(v)):
+            raise InputError(control_message(m.group()), file=file, field=printable(at) or None)
 
 
 class _Refused(Exception):
@@ -106,6 +158,8 @@ class _Composer(Composer):
         if isinstance(event, ScalarEvent) and len(event.value) > self._limits["max_scalar"]:
             raise _Refused(f"a value of {len(event.value):,} characters (limit {self._limits['max_scalar']:,})",
                            _line(event.start_mark))
+        if isinstance(event, ScalarEvent) and (m := CONTROL.search(event.value)):
+            raise _Refused(control_message(m.group()), _line(event.start_mark))
         return super().compose_scalar_node(anchor)
 
     def compose_mapping_node(self, anchor):
@@ -132,7 +186,7 @@ class _Loader(Reader, Scanner, Parser, _Composer, SafeConstructor, Resolver):
 
 
 def _short(text, limit: int = 40) -> str:
-    s = " ".join(str(text).split())
+    s = " ".join(CONTROL.sub("?", str(text)).split())
     return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
@@ -171,6 +225,11 @@ def load(data: bytes | str, *, file: str, what: str = "YAML file", max_depth: in
         text = data
         if len(text) > max_bytes:
             raise InputError(f"larger than {max_bytes // 1024} KiB; a {what} is a few KB", file=file)
+    m = _RAW_CONTROL.search(text)
+    if m:  # PyYAML's Reader would raise ReaderError while the loader is built, outside any message
+        line = text.count("\n", 0, m.start()) + 1
+        column = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
+        raise InputError(control_message(m.group()), file=file, field=f"line {line}, column {column}")
     limits = {"max_depth": max_depth, "max_nodes": max_nodes, "max_aliases": max_aliases, "max_scalar": max_scalar}
     loader = _Loader(text, limits)
     try:
@@ -223,10 +282,12 @@ def load_json(data: bytes | str, *, file: str, what: str = "JSON file", max_byte
         raise ValueError(f"{name} is not a JSON number")
 
     try:
-        return json.loads(data, parse_constant=no_constant)
+        value = json.loads(data, parse_constant=no_constant)
     except json.JSONDecodeError as e:
         raise InputError(f"not valid JSON: {e.msg}", file=file, field=f"line {e.lineno}, column {e.colno}") from None
     except ValueError as e:  # NaN / Infinity
         raise InputError(f"not valid JSON: {e}", file=file) from None
     except RecursionError:
         raise InputError(f"nested too deeply; expected a {what}", file=file) from None
+    check_printable(value, file=file)
+    return value

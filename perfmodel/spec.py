@@ -330,6 +330,8 @@ def _read_raw(path: Path) -> _Raw:
 
 
 def _walk(node: dict, schema: dict, prefix: str, path: Path, top: dict, figures: dict) -> None:
+    from .safeyaml import key_text
+
     for key, value in node.items():
         dotted = f"{prefix}{key}"
         if not isinstance(key, str) or key not in schema:
@@ -338,7 +340,7 @@ def _walk(node: dict, schema: dict, prefix: str, path: Path, top: dict, figures:
                 hint = "fp16 is filed under bf16 (same rate); "
             else:
                 hint = _suggest(key, schema)
-            raise _err(f"unknown key; {hint}expected one of: {', '.join(schema)}", path, dotted)
+            raise _err(f"unknown key; {hint}expected one of: {', '.join(schema)}", path, f"{prefix}{key_text(key)}")
         sub = schema[key]
         if sub == "scalar":
             top[key] = _check_top(key, value, path)
@@ -351,8 +353,8 @@ def _walk(node: dict, schema: dict, prefix: str, path: Path, top: dict, figures:
                            f"got {value!r}", path, dotted)
             for k in value:
                 if k not in _FIGURE_KEYS:
-                    raise _err(f"unknown key {k!r} in a figure; {_suggest(k, _FIGURE_KEYS)}"
-                               f"expected: {', '.join(_FIGURE_KEYS)}", path, f"{dotted}.{k}")
+                    raise _err(f"unknown key {key_text(k)!r} in a figure; {_suggest(k, _FIGURE_KEYS)}"
+                               f"expected: {', '.join(_FIGURE_KEYS)}", path, f"{dotted}.{key_text(k)}")
             for k in ("value", "source"):
                 if value.get(k) is None:
                     raise _err(f"missing {k!r}; a figure is {{value: ..., source: one of "

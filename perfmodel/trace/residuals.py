@@ -2,8 +2,6 @@
 the refit: the mapped rows folded into a profile by perfmodel's own fitter."""
 from __future__ import annotations
 
-import csv
-import io
 import math
 from html import escape
 
@@ -17,13 +15,12 @@ def _us(x) -> str:
 
 
 def to_csv(rows: list[Row]) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(CSV_FIELDS)
-    for r in rows:
-        w.writerow([r.name, r.kind, r.scope, f"{r.kernels:g}", _us(r.measured_s), _us(r.predicted_s),
-                    "" if r.error is None else f"{r.error:+.4f}"])
-    return buf.getvalue()
+    """The residual table as CSV, every cell through the one escaping rule (:func:`perfmodel.io.csv_safe`): an
+    operator name from the trace that starts like a formula is written as text."""
+    from ..io import csv_text
+
+    return csv_text(CSV_FIELDS, ([r.name, r.kind, r.scope, f"{r.kernels:g}", _us(r.measured_s), _us(r.predicted_s),
+                                  "" if r.error is None else f"{r.error:+.4f}"] for r in rows))
 
 
 def summary(rows: list[Row]) -> dict:
