@@ -91,3 +91,39 @@ def test_validate_csv_escapes_a_hostile_id(tmp_path, capsys):
     assert main(["validate", "--csv", str(table), "--format", "csv"]) == 0
     out = list(csv.reader(io.StringIO(capsys.readouterr().out)))
     assert out[1][0].startswith("'=")
+
+
+# --- writes before all checks pass (issue 19) ------------------------------------------------------------
+
+TRAIN = ["train", "--arch", "h200", "--model", "llama8b", "--gpus", "8", "--global-batch", "64", "--seq", "4096"]
+
+
+def test_train_checks_every_output_before_writing_any(tmp_path, capsys):
+    """Before: --report ok.html was written, then --export x.x failed."""
+    ok, out = tmp_path / "ok.html", tmp_path / "o.txt"
+    fails_with_one_line(TRAIN + ["--report", ok, "--export", tmp_path / "x.x", "--out", out], capsys, "--export",
+                        ".xlsx")
+    fails_with_one_line(TRAIN + ["--report", tmp_path / "ok.txt"], capsys, "--report", ".html")
+    fails_with_one_line(TRAIN + ["--report", ok, "--export", tmp_path / "no" / "x.xlsx"], capsys, "--export",
+                        "does not exist")
+    fails_with_one_line(TRAIN + ["--report", ok, "--out", ok], capsys, "same file")
+    fails_with_one_line(TRAIN + ["--export", tmp_path / "x.csv", "--out", tmp_path / "x-ops.csv"], capsys,
+                        "same file")
+    assert sorted(tmp_path.iterdir()) == []
+    assert main([str(a) for a in TRAIN + ["--report", ok, "--export", tmp_path / "x.csv", "--out", out]]) == 0
+    assert {p.name for p in tmp_path.iterdir()} == {"ok.html", "x.csv", "x-ops.csv", "o.txt"}
+
+
+def test_out_may_not_overwrite_the_commands_own_input(tmp_path, capsys):
+    root = Path(__file__).resolve().parent.parent
+    prof = tmp_path / "profile.json"
+    prof.write_bytes((root / "calibration" / "h200" / "profile.json").read_bytes())
+    before = prof.read_bytes()
+    spec = tmp_path / "my.yaml"
+    spec.write_text("name: My H200\nextends: h200-sxm\n")
+    for argv in (TRAIN + ["--calibration", prof, "--out", prof],
+                 ["project", "--arch", "h200", "--model", "llama8b", "--calibration", prof, "--out", prof],
+                 ["project", "--arch", spec, "--model", "llama8b", "--out", spec],
+                 ["serve", "--arch", spec, "--model", "llama8b", "--rate", "5", "--requests", "20", "--out", spec]):
+        fails_with_one_line(argv, capsys, "--out", "input")
+    assert prof.read_bytes() == before and spec.read_text().startswith("name: My H200")

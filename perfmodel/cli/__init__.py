@@ -10,7 +10,7 @@ import sys
 
 from ..errors import InputError
 from . import calibrate, catalog, outputs, project, serve, trace, train, tune, validate
-from .common import EXIT_INPUT, Parser
+from .common import EXIT_INPUT, Parser, check_outputs_not_inputs
 
 FAMILIES = (project, catalog, validate, calibrate, outputs, train, serve, tune, trace)
 
@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        check_outputs_not_inputs(args)
         return args.func(args)
     except InputError as e:
         print(f"perfmodel: error: {e}", file=sys.stderr)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from ..errors import InputError
@@ -129,3 +130,52 @@ def json_text(data) -> str:
     except ValueError:
         raise InputError("a result is not finite: check the spec figures and the calibration profile "
                          "(a value out of any physical range)", field="--format json") from None
+
+
+# flags naming a file a command writes (``--refit`` is left out: refitting a profile in place is its purpose)
+OUTPUT_FILE_FLAGS = {"out": "--out", "report": "--report", "export": "--export", "plot": "--plot"}
+
+
+def check_outputs_not_inputs(args) -> None:
+    """Refuse (one line, before anything is computed) an output file that is one of the command's own input
+    files (a spec, a model, a profile, a CSV table, a trace): ``--out`` would replace what it was computed from."""
+    outs = {flag: getattr(args, a) for a, flag in OUTPUT_FILE_FLAGS.items() if isinstance(getattr(args, a, None), str)}
+    outs = {flag: path for flag, path in outs.items() if path and os.path.isfile(path)}
+    if not outs:
+        return
+    inputs = []
+    for name, value in vars(args).items():
+        if name in OUTPUT_FILE_FLAGS or name == "func":
+            continue
+        for x in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(x, str) and x and os.path.isfile(x):
+                inputs.append((name, x))
+    for flag, path in outs.items():
+        for name, x in inputs:
+            try:
+                same = os.path.samefile(path, x)
+            except OSError:
+                same = False
+            if same:
+                raise InputError(f"is this command's --{name.replace('_', '-')} input; refusing to overwrite it "
+                                 "(give another file name)", file=path, field=flag)
+
+
+def check_output_file(path: str | None, flag: str, suffixes: tuple[str, ...] | None = None) -> None:
+    """An output file name, checked before anything is computed or written: the extension (when the flag takes
+    given ones), not a folder, and a parent folder that exists."""
+    if not path:
+        return
+    from pathlib import Path
+
+    from ..safeyaml import printable
+
+    p = Path(path)
+    if suffixes and p.suffix.lower() not in suffixes:
+        raise InputError(f"expected a {' or '.join(suffixes)} file name, got {printable(path)!r}", field=flag)
+    if p.is_dir():
+        raise InputError("is a folder; expected a file path (give a file name inside it)", file=path, field=flag)
+    parent = p.parent
+    if not parent.is_dir():
+        raise InputError(f"the folder {printable(str(parent), 80)} does not exist (create it first)", file=path,
+                         field=flag)

@@ -4,11 +4,11 @@ Only argparse at import time; the model loads inside the command, for start-up t
 """
 from __future__ import annotations
 
-import json
+import os
 import sys
 
 from ..errors import InputError
-from .common import emit
+from .common import check_output_file, json_text
 
 
 def register(sub) -> None:
@@ -84,6 +84,7 @@ def train_scenario(args):
 def cmd_train(args) -> int:
     from ..resolve import resolve_hardware, resolve_model, resolve_profile
 
+    _check_outputs(args)  # every output name first, then the projection, then the writes
     hw = resolve_hardware(args.arch)
     model = resolve_model(args.model)
     prof = resolve_profile(args.calibration, hw, "torch")
@@ -95,18 +96,63 @@ def cmd_train(args) -> int:
 
     proj = project_training(hw, model, ts.validated(model), prof)
     if args.format == "json":
-        emit(json.dumps(train_dict(proj), indent=2) + "\n", args.out)
+        text = json_text(train_dict(proj))
     elif args.format == "csv":
-        emit(_csv([csv_row(proj)], CSV_FIELDS), args.out)
+        text = _csv([csv_row(proj)], CSV_FIELDS)
     else:
-        emit(train_table(proj, verbose=args.ops) + "\n", args.out)
+        text = train_table(proj, verbose=args.ops) + "\n"
+    files = {}
     if args.report:
         from ..train.report import render_train_report
 
-        _write(args.report, render_train_report(proj, argv=list(sys.argv[1:])))
+        files[args.report] = render_train_report(proj, argv=list(sys.argv[1:]))
     if args.export:
-        _export(args.export, proj)
+        files.update(_export_files(args.export, proj))
+    _write_all(args, text, files)
     return 0
+
+
+REPORT_SUFFIXES = (".html", ".htm")
+EXPORT_SUFFIXES = (".xlsx", ".csv")
+
+
+def _check_outputs(args) -> None:
+    """--out, --report and --export (and the -ops.csv beside a CSV export) checked before anything is computed:
+    the extensions, the folders, no name twice."""
+    check_output_file(args.out, "--out")
+    check_output_file(args.report, "--report", REPORT_SUFFIXES)
+    check_output_file(args.export, "--export", EXPORT_SUFFIXES)
+    names = [(f, p) for f, p in (("--out", args.out), ("--report", args.report), ("--export", args.export),
+                                 ("--export", _ops_csv_name(args.export))) if p]
+    seen: dict = {}
+    for flag, p in names:
+        key = os.path.abspath(p)
+        if key in seen:
+            raise InputError(f"given twice: {seen[key]} and {flag} name the same file", file=p, field=flag)
+        seen[key] = flag
+
+
+def _ops_csv_name(export: str | None) -> str | None:
+    from pathlib import Path
+
+    if not export or Path(export).suffix.lower() != ".csv":
+        return None
+    p = Path(export)
+    return str(p.with_name(p.stem + "-ops.csv"))
+
+
+def _write_all(args, text: str, files: dict) -> None:
+    """The command's files, all or nothing, then its text (to --out among them, or stdout)."""
+    from ..io import write_files_atomic
+
+    if args.out:
+        files = {args.out: text, **files}
+    if files:
+        write_files_atomic(files)
+        for path in files:
+            print(f"wrote {path}", file=sys.stderr)
+    if not args.out:
+        sys.stdout.write(text)
 
 
 def _search(args, hw, model, ts, prof) -> int:
@@ -126,19 +172,21 @@ def _search(args, hw, model, ts, prof) -> int:
         schedules = [(args.schedule, ts.interleave)]
     results, considered = search(hw, model, ts, prof, top=args.top, schedules=schedules)
     if args.format == "json":
-        emit(json.dumps({"considered": considered, "results": [
-            {k: v for k, v in train_dict(p).items() if k != "ops"} for p in results]}, indent=2) + "\n", args.out)
+        text = json_text({"considered": considered, "results": [
+            {k: v for k, v in train_dict(p).items() if k != "ops"} for p in results]})
     elif args.format == "csv":
-        emit(_csv([csv_row(p) for p in results], CSV_FIELDS), args.out)
+        text = _csv([csv_row(p) for p in results], CSV_FIELDS)
     else:
-        emit(search_table(results, ts.gpus, considered) + "\n", args.out)
+        text = search_table(results, ts.gpus, considered) + "\n"
+    files = {}
     if (args.report or args.export) and results:
         if args.report:
             from ..train.report import render_train_report
 
-            _write(args.report, render_train_report(results[0], argv=list(sys.argv[1:]), alternatives=results))
+            files[args.report] = render_train_report(results[0], argv=list(sys.argv[1:]), alternatives=results)
         if args.export:
-            _export(args.export, results[0])
+            files.update(_export_files(args.export, results[0]))
+    _write_all(args, text, files)
     return 0
 
 
@@ -148,23 +196,15 @@ def _csv(rows: list[dict], fields) -> str:
     return csv_dicts_text(list(fields), rows)
 
 
-def _write(path: str, data) -> None:
-    from ..io import write_bytes_atomic
-
-    write_bytes_atomic(path, data.encode("utf-8") if isinstance(data, str) else data)
-    print(f"wrote {path}", file=sys.stderr)
-
-
-def _export(path: str, proj) -> None:
+def _export_files(path: str, proj) -> dict:
+    """{file name: bytes} of ``--export`` (a workbook, or a summary CSV and an -ops.csv beside it)."""
     from pathlib import Path
 
     from ..train.export import ops_csv, summary_csv, workbook_bytes
 
     p = Path(path)
     if p.suffix.lower() == ".xlsx":
-        _write(path, workbook_bytes(proj, argv=list(sys.argv[1:])))
-    elif p.suffix.lower() == ".csv":
-        _write(path, summary_csv(proj))
-        _write(str(p.with_name(p.stem + "-ops.csv")), ops_csv(proj))
-    else:
-        raise InputError(f"expected a .xlsx or .csv file name, got {path!r}", field="--export")
+        return {path: workbook_bytes(proj, argv=list(sys.argv[1:]))}
+    if p.suffix.lower() == ".csv":
+        return {path: summary_csv(proj), _ops_csv_name(path): ops_csv(proj)}
+    raise InputError(f"expected a .xlsx or .csv file name, got {path!r}", field="--export")
