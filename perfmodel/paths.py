@@ -1,7 +1,8 @@
 """Where the data folders (hardware/, workloads/, calibration/, templates/) live.
 
-They sit beside the package in a checkout. ``PERFMODEL_ROOT`` overrides, for installs that keep the
-data elsewhere.
+They sit beside the package in a checkout; an installed package (``pip install .``) carries them as
+``perfmodel/_data/`` (pyproject.toml: the specs, models, validation tables, templates and calibration
+profiles, not the raw measurements). ``PERFMODEL_ROOT`` overrides, for installs that keep the data elsewhere.
 """
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ def repo_root() -> Path:
     here = Path(__file__).resolve().parent.parent
     if (here / "hardware").is_dir():
         return here
+    installed = Path(__file__).resolve().parent / "_data"  # pip install . (not -e): the package data
+    if (installed / "hardware").is_dir():
+        return installed
     return Path.cwd()
 
 

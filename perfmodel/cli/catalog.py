@@ -15,14 +15,23 @@ def register(sub) -> None:
 
 
 def cmd_list(args) -> int:
+    from ..errors import InputError
+    from ..paths import hardware_dir, workloads_dir
     from ..text import table
+
+    def models_dir():
+        return workloads_dir() / "models"
 
     if args.what == "hardware":
         from ..spec import list_specs
         from ..units import format_si
 
+        specs = list_specs()
+        if not specs:
+            raise InputError(f"no hardware specs found in {hardware_dir()} (an install without its data: "
+                             "reinstall perfmodel, or set PERFMODEL_ROOT to a checkout)", field="list hardware")
         rows = [["spec", "name", "SMs", "bf16 dense", "HBM (visible)", "bandwidth"]]
-        for s in list_specs():
+        for s in specs:
             rows.append([s.key, s.name, str(s.sm_count), format_si(s.tensor_flops.get("bf16", 0.0), "FLOP/s"),
                          f"{format_si(s.hbm_bytes, 'B')} ({s.hbm_visible_bytes / 2**30:.1f} GiB)",
                          format_si(s.hbm_bandwidth, "B/s")])
@@ -30,8 +39,12 @@ def cmd_list(args) -> int:
     else:
         from ..models import list_models
 
+        models = list_models()
+        if not models:
+            raise InputError(f"no models found in {models_dir()} (an install without its data: reinstall "
+                             "perfmodel, or set PERFMODEL_ROOT to a checkout)", field="list models")
         rows = [["model", "name", "params", "aliases"]]
-        for m in list_models():
+        for m in models:
             rows.append([m.key, m.name, f"{m.param_count() / 1e9:.1f}B", ", ".join(m.aliases[:4])])
         print("\n".join(table(rows, "llrl", indent="")))
     return 0

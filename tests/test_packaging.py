@@ -1,0 +1,76 @@
+"""``pip install .`` (not ``-e``) ships what a projection reads (issue 19): the package list in pyproject.toml
+is complete, the wheel carries the data folders as perfmodel/_data/, and a library that finds no specs says so
+instead of printing an empty table."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from perfmodel.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _pyproject_packages() -> set[str]:
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    block = re.search(r"^packages = \[(.*?)\]", text, re.S | re.M).group(1)
+    return set(re.findall(r'"([^"]+)"', block))
+
+
+def test_every_subpackage_is_listed_in_pyproject():
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "perfmodel").rglob("__init__.py")}
+    listed = {p for p in _pyproject_packages() if not p.startswith("perfmodel._data")}
+    assert found == listed, ("pyproject.toml [tool.setuptools] packages", found ^ listed)
+
+
+def test_list_with_no_library_is_an_error(tmp_path, monkeypatch, capsys):
+    """Before: an install without its data printed an empty table, exit 0."""
+    monkeypatch.setenv("PERFMODEL_ROOT", str(tmp_path))
+    for what in ("hardware", "models"):
+        assert main(["list", what]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("perfmodel: error:") and "\n" not in err and "found" in err
+
+
+def test_installed_data_folder_is_found(tmp_path, monkeypatch):
+    import perfmodel.paths as paths
+
+    pkg = tmp_path / "site" / "perfmodel"
+    (pkg / "_data" / "hardware").mkdir(parents=True)
+    monkeypatch.delenv("PERFMODEL_ROOT", raising=False)
+    monkeypatch.setattr(paths, "__file__", str(pkg / "paths.py"))
+    assert paths.repo_root() == (pkg / "_data").resolve()
+
+
+@pytest.mark.slow
+def test_wheel_ships_the_data(tmp_path):
+    """Build the wheel from a copy of the tree (no build/ in the checkout) and look inside."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    skip = shutil.ignore_patterns("__pycache__", "*.jsonl", "*.gz", "*.log", "validation.json")
+    for name in ("perfmodel", "hardware", "workloads", "templates", "calibration"):
+        shutil.copytree(ROOT / name, src / name, ignore=skip)
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                        str(tmp_path / "whl"), str(src)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (whl,) = (tmp_path / "whl").glob("*.whl")
+    names = set(zipfile.ZipFile(whl).namelist())
+    for spec in (ROOT / "hardware").glob("*.yaml"):
+        assert f"perfmodel/_data/hardware/{spec.name}" in names
+    for model in (ROOT / "workloads" / "models").glob("*.yaml"):
+        assert f"perfmodel/_data/workloads/models/{model.name}" in names
+    for prof in (ROOT / "calibration").glob("*/profile.json"):
+        assert f"perfmodel/_data/calibration/{prof.parent.name}/profile.json" in names
+    for tpl in (ROOT / "templates").glob("*.j2"):
+        assert f"perfmodel/_data/templates/{tpl.name}" in names
+    assert "perfmodel/_data/workloads/validation/public_validation.csv" in names
+    assert not any(n.endswith((".jsonl.gz", "measurements.jsonl", ".log")) and "_data" in n for n in names)
+    assert whl.stat().st_size < 5 * 2**20
