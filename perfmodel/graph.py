@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from . import ops as O
 from .dtypes import DTYPES, bytes_per_element
 from .errors import InputError
@@ -290,23 +292,59 @@ def _mla_attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]
     ops += _rotary_ops(sc, tokens, hq, 1, a.qk_rope_head_dim, act, ph)
     ops.append(O.Op("attn.kv_write", "kv_write", ph, 0.0, tokens * latent * (_b(act) + _b(sc.kv)),
                     {"tokens": tokens, "elems": tokens * latent, "dtype": sc.kv}))
+    topk = a.index_topk  # DeepSeek Sparse Attention: the core reads the indexer's topk keys per query
+    if topk:
+        ops += _indexer_ops(model, step, sc, tokens)
     if step.phase == "prefill":
         ops.append(O.gemm("attn.kv_b", step.batch * (step.context + step.seq),
                           hq * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank, w, phase=ph))
         ops.append(_with_mla_kernel(O.attention("attn.core", step.batch, hq, hq, step.seq, step.context + step.seq, qk,
-                                            head_dim_v=a.v_head_dim, causal=True, dtype=act, phase=ph), sc))
+                                                head_dim_v=a.v_head_dim, causal=True, dtype=act, phase=ph,
+                                                window=topk), sc))
     else:
         # absorbed: q_nope (per head) @ W_UK -> latent query; latent output @ W_UV -> per-head value
         ops.append(O.gemm("attn.absorb_q", tokens, a.kv_lora_rank, a.qk_nope_head_dim, w, groups=hq, phase=ph))
         core = O.attention("attn.core", step.batch, hq, 1, step.seq, step.context + step.seq, latent,
-                           head_dim_v=a.kv_lora_rank, causal=False, dtype=act, kv_dtype=sc.kv, phase=ph)
-        # K and V are the same cached latent: read it once
-        shared = step.batch * (step.context + step.seq) * latent * _b(sc.kv)
+                           head_dim_v=a.kv_lora_rank, causal=False, dtype=act, kv_dtype=sc.kv, phase=ph, window=topk)
+        # K and V are the same cached latent: read it once (with sparse attention, the topk rows it gathers)
+        keys = step.context + step.seq
+        if topk:
+            keys = np.minimum(keys, topk + step.seq - 1)
+        shared = step.batch * keys * latent * _b(sc.kv)
         q_o = step.batch * hq * step.seq * (latent + a.kv_lora_rank) * _b(act)
         core = _with_mla_kernel(core, sc)
         ops.append(O.Op(core.name, core.kind, core.phase, core.flops, shared + q_o, core.params))
         ops.append(O.gemm("attn.absorb_o", tokens, a.v_head_dim, a.kv_lora_rank, w, groups=hq, phase=ph))
     ops.append(O.gemm("attn.o", tokens, model.hidden, hq * a.v_head_dim, w, phase=ph))
+    return ops
+
+
+INDEXER_FORMAT = "fp8"  # DeepSeek-V3.2's indexer keys and logits kernels run in fp8 (its inference code, FP8 MQA
+# logits); GLM-5 publishes the same indexer
+
+
+def _indexer_ops(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]:
+    """The lightning indexer of DeepSeek Sparse Attention: its query heads (from the query latent), one key and
+    per-head weights (from the hidden state), the key into its fp8 cache, the logits of every query against
+    every earlier key, and the top-k over each query's logits. Its heads are not sharded over TP (estimate: the
+    engines replicate the small indexer)."""
+    a = model.mla
+    ph, act, w = step.phase, sc.act_dtype, sc.dtype
+    hi, di = a.index_heads, a.index_head_dim
+    keys = step.context + step.seq
+    causal = step.phase == "prefill"
+    ops = [O.gemm("attn.indexer.q", tokens, hi * di, a.q_lora_rank or model.hidden, w, phase=ph),
+           O.gemm("attn.indexer.k", tokens, di + hi, model.hidden, w, phase=ph),
+           O.Op("attn.indexer.k_write", "kv_write", ph, 0.0, tokens * di * (_b(act) + _b(INDEXER_FORMAT)),
+                {"tokens": tokens, "elems": tokens * di, "dtype": INDEXER_FORMAT})]
+    # every query head against every earlier key: DeepGEMM's fp8 MQA-logits kernel is an attention kernel with
+    # one KV head and no values (ReLU and the weighted sum over heads where softmax would be), timed with the
+    # attention model (estimate: its softmax term overstates the ReLU)
+    ops.append(O.attention("attn.indexer.logits", step.batch, hi, 1, step.seq, keys, di, head_dim_v=0,
+                           causal=causal, dtype=INDEXER_FORMAT, kv_dtype=INDEXER_FORMAT, phase=ph))
+    scores = step.batch * O.causal_pairs(step.seq, keys, causal)  # fp32 logits, one per (query, key)
+    ops.append(O.elementwise("attn.indexer.topk", "reduce", reads=1, writes=0, flops_per_elem=1.0, elems=scores,
+                             dtype="fp32", phase=ph, params={"rows": tokens, "row_len": keys}))
     return ops
 
 

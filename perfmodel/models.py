@@ -94,6 +94,12 @@ class MLA:
     qk_nope_head_dim: int
     qk_rope_head_dim: int  # the decoupled rotary key, also cached per token
     v_head_dim: int
+    # DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): a lightning indexer (index_heads heads of index_head_dim,
+    # fp8, one key per token cached beside the latent) scores every earlier token and the attention reads only
+    # the index_topk best; 0: dense MLA
+    index_topk: int = 0
+    index_heads: int = 0
+    index_head_dim: int = 0
 
 
 @dataclass(frozen=True)
@@ -206,6 +212,17 @@ def _param_count(m: Model, *, active: bool) -> int:
     return total
 
 
+def indexer_params(m: Model) -> int:
+    """One layer's lightning indexer (DeepSeek Sparse Attention): query heads from the query latent, one key
+    from the hidden state with its LayerNorm (weight and bias), and a per-head weight from the hidden state."""
+    a = m.mla
+    if a is None or not a.index_topk:
+        return 0
+    q_in = a.q_lora_rank or m.hidden
+    return q_in * a.index_heads * a.index_head_dim + m.hidden * a.index_head_dim + 2 * a.index_head_dim \
+        + m.hidden * a.index_heads
+
+
 def qk_norm_params(m: Model) -> int:
     """Weights of one layer's query and key norms."""
     if not m.qk_norm or m.qk_norm_type == "l2":
@@ -227,6 +244,7 @@ def attention_params(m: Model) -> int:
             q = h * m.heads * qk_head
         kv_a = h * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank
         kv_b = a.kv_lora_rank * m.heads * (a.qk_nope_head_dim + a.v_head_dim)
+        q += indexer_params(m)
         o = m.heads * a.v_head_dim * h
         return q + kv_a + kv_b + o
     q = h * m.heads * m.head_dim
@@ -282,7 +300,7 @@ def ffn_params(m: Model, layer: int, *, active: bool = False) -> int:
 
 FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "deepseek_v3", "gpt",
             "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "glm4_moe", "gpt_oss", "llama4", "gemma2", "gemma3",
-            "phi3", "minimax_m2")
+            "phi3", "minimax_m2", "deepseek_v32", "glm_moe_dsa")
 MLPS = ("swiglu", "gelu")
 NORMS = ("rmsnorm", "layernorm")
 POSITIONS = ("rope", "learned")
@@ -300,7 +318,7 @@ _MOE_REQUIRED = ("num_experts", "top_k", "expert_intermediate")
 _MOE_FIELDS = _MOE_REQUIRED + ("num_shared_experts", "shared_intermediate", "first_dense_layers", "layer_step",
                                "expert_bias", "router_bias", "shared_expert_gate")
 _MLA_REQUIRED = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-_MLA_FIELDS = ("q_lora_rank",) + _MLA_REQUIRED
+_MLA_FIELDS = ("q_lora_rank",) + _MLA_REQUIRED + ("index_topk", "index_heads", "index_head_dim")
 _KEY_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
 
@@ -608,12 +626,18 @@ def _mla_from_dict(d, file: str) -> MLA:
         raise InputError("expected a mapping", file=file, field="mla")
     p = "mla."
     _check_keys(d, _MLA_FIELDS, _MLA_REQUIRED, file, p)
+    sparse = {k: _int(d, k, file, p, default=0, minimum=0) for k in ("index_topk", "index_heads", "index_head_dim")}
+    if any(sparse.values()) and not all(sparse.values()):
+        missing = next(k for k, v in sparse.items() if not v)
+        raise InputError("DeepSeek Sparse Attention needs index_topk, index_heads and index_head_dim together",
+                         file=file, field=p + missing)
     return MLA(
         q_lora_rank=_int(d, "q_lora_rank", file, p, default=0, minimum=0),
         kv_lora_rank=_int(d, "kv_lora_rank", file, p),
         qk_nope_head_dim=_int(d, "qk_nope_head_dim", file, p),
         qk_rope_head_dim=_int(d, "qk_rope_head_dim", file, p),
         v_head_dim=_int(d, "v_head_dim", file, p),
+        **sparse,
     )
 
 
@@ -641,6 +665,8 @@ _HF_FAMILIES = {
     "qwen3_moe": ("qwen3_moe", ("Qwen3MoeForCausalLM",)),
     "deepseek_v2": ("deepseek_v2", ("DeepseekV2ForCausalLM",)),
     "deepseek_v3": ("deepseek_v3", ("DeepseekV3ForCausalLM",)),
+    "deepseek_v32": ("deepseek_v32", ("DeepseekV32ForCausalLM",)),
+    "glm_moe_dsa": ("glm_moe_dsa", ("GlmMoeDsaForCausalLM",)),
     "kimi_k2": ("deepseek_v3", ("DeepseekV3ForCausalLM",)),
     "glm4_moe": ("glm4_moe", ("Glm4MoeForCausalLM",)),
     "gpt_oss": ("gpt_oss", ("GptOssForCausalLM",)),
@@ -678,7 +704,6 @@ _HF_REFUSED = {
     "minimax": "linear attention layers (lightning attention) are not modelled yet",
     "nemotron_h": _MAMBA, "mamba": _MAMBA, "mamba2": _MAMBA, "jamba": _MAMBA, "falcon_h1": _MAMBA,
     "falcon_mamba": _MAMBA, "zamba": _MAMBA, "zamba2": _MAMBA, "bamba": _MAMBA, "granitemoehybrid": _MAMBA,
-    "glm_moe_dsa": _DSA, "deepseek_v32": _DSA,
     "gemma4": "per-layer-type head widths (global_head_dim) and KV heads, and K = V attention are not modelled yet",
     "gemma4_text": "per-layer-type head widths (global_head_dim) and KV heads, and K = V attention are not modelled yet",
 }
@@ -938,7 +963,7 @@ def _hf_text_model(c: _Cfg, mt: str, notes: list[str]) -> dict:
             unused_first.append("attention_bias")
     elif family in ("glm4_moe",):
         kw["qkv_bias"] = c.bool("attention_bias")  # GLM-4.5: q, k, v biases; o has none
-    elif family in ("deepseek_v2", "deepseek_v3"):
+    elif family in ("deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa"):
         if c.bool("attention_bias"):
             unused_first.append("attention_bias")  # biases on MLA's projections: not in any published model
     else:
@@ -1047,7 +1072,7 @@ def _hf_moe(c: _Cfg, family: str, layers: int, intermediate: int, notes: list[st
         width = c.int("intermediate_size")  # the routed experts' and the shared expert's FFN
         moe = MoE(num_experts=c.int("num_local_experts"), top_k=c.int("num_experts_per_tok"), expert_intermediate=width,
                   num_shared_experts=1, shared_intermediate=width, layer_step=step)
-    elif family in ("deepseek_v2", "deepseek_v3", "glm4_moe"):
+    elif family in ("deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "glm4_moe"):
         n_routed = c.int("n_routed_experts", default=0, minimum=0)
         if n_routed:
             n_shared = c.int("n_shared_experts", default=0, minimum=0)
@@ -1063,9 +1088,15 @@ def _hf_moe(c: _Cfg, family: str, layers: int, intermediate: int, notes: list[st
                       num_shared_experts=n_shared, shared_intermediate=moe_inter if n_shared else 0,
                       first_dense_layers=first_dense)
         if family != "glm4_moe":
+            sparse = {}
+            if family in ("deepseek_v32", "glm_moe_dsa"):  # DeepSeek Sparse Attention's lightning indexer
+                sparse = dict(index_topk=c.int("index_topk"), index_heads=c.int("index_n_heads"),
+                              index_head_dim=c.int("index_head_dim"))
+                for k in ("indexer_rope_interleave", "rope_interleave", "qk_head_dim", "head_dim"):
+                    c.get(k)  # the rotary layout, and qk_nope + qk_rope and the rope part restated: no shape
             mla = MLA(q_lora_rank=c.int("q_lora_rank", default=0, minimum=0), kv_lora_rank=c.int("kv_lora_rank"),
                       qk_nope_head_dim=c.int("qk_nope_head_dim"), qk_rope_head_dim=c.int("qk_rope_head_dim"),
-                      v_head_dim=c.int("v_head_dim"))
+                      v_head_dim=c.int("v_head_dim"), **sparse)
         mtp = c.get("num_nextn_predict_layers") or 0
         if mtp:
             notes.append(f"multi-token-prediction module (num_nextn_predict_layers={mtp}) not modelled")

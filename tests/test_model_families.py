@@ -127,6 +127,15 @@ CARDS: dict[str, dict[str, Card]] = {
         "total": Card(15.7e9, 1e8, "huggingface.co/deepseek-ai/DeepSeek-V2-Lite model card"),
         "active": Card(2.4e9, 1e8, "huggingface.co/deepseek-ai/DeepSeek-V2-Lite model card", counts="no-input-embedding",
                        tol=0.025, why="ours is 2.451B without the input embedding (2.661B with it); the card prints 2.4B")},
+    # DeepSeek Sparse Attention (MLA and a lightning indexer)
+    "deepseek-v3.2": {"total": Card(685e9, 1e9, "huggingface.co/deepseek-ai/DeepSeek-V3.2 model card, model size "
+                                    "685B (the main model and its MTP layer)", counts="+mtp"),
+                      "active": Card(37e9, 1e9, "DeepSeek-V3 technical report (arXiv 2412.19437): 37B activated per "
+                                     "token; V3.2 is V3's architecture with the indexer added",
+                                     counts="no-input-embedding", why="printed to two digits; ours is 37.48B")},
+    "glm-5": {"total": Card(744e9, 1e9, "huggingface.co/zai-org/GLM-5 model card: 744B parameters, 40B active"),
+              "active": Card(40e9, 1e9, "huggingface.co/zai-org/GLM-5 model card: 744B parameters, 40B active",
+                             counts="no-embeddings", why="printed to two digits; ours is 39.88B")},
     "qwen2-57b-a14b": {"total": Card(57e9, 1e9, "huggingface.co/Qwen/Qwen2-57B-A14B model card"),
                        "active": Card(14e9, 1e9, "huggingface.co/Qwen/Qwen2-57B-A14B model card",
                                   why="printed to two digits; ours is 14.25B")},
@@ -146,6 +155,7 @@ CONFIGS = {
     "phi-3-mini-4k": "microsoft--Phi-3-mini-4k-instruct",
     "mistral-small-3.1-24b": "mistralai--Mistral-Small-3.1-24B-Instruct-2503",
     "deepseek-v2-lite": "deepseek-ai--DeepSeek-V2-Lite", "qwen2-57b-a14b": "Qwen--Qwen2-57B-A14B",
+    "deepseek-v3.2": "deepseek-ai--DeepSeek-V3.2", "glm-5": "zai-org--GLM-5",
 }
 
 
@@ -368,8 +378,6 @@ def _one_line_exit_2(capsys, *argv) -> str:
 @pytest.mark.parametrize("name,needle", [
     ("Qwen--Qwen3-Next-80B-A3B-Instruct", "linear attention layers (Gated DeltaNet) are not modelled yet"),
     ("Qwen--Qwen3.5-397B-A17B", "linear attention layers (Gated DeltaNet) are not modelled yet"),
-    ("zai-org--GLM-5", "DeepSeek Sparse Attention"),
-    ("deepseek-ai--DeepSeek-V3.2", "DeepSeek Sparse Attention"),
     ("nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "state-space (Mamba) layers are not modelled yet"),
     ("google--gemma-4-26B-A4B", "global_head_dim"),
 ])
@@ -522,3 +530,39 @@ def test_new_descriptor_fields_round_trip(tmp_path):
     assert ffn_params(m, 2, active=True) == 2 * (3 * h * 64 + 2 * 64 + h) + 3 * h * 32 + h + h * 4 + 4
     assert ffn_params(m, 1) == 3 * h * 512
     assert attention_params(m) == 4 * h * 64 * 4 + (4 + 8) * 64 + h + (4 + 4) * 64 + 4
+
+
+# ---- DeepSeek Sparse Attention ------------------------------------------------------------------------------
+
+def test_sparse_attention_bounds_what_decode_reads_and_adds_the_indexer():
+    from perfmodel.graph import Step, build_ops
+    from perfmodel.scenario import Scenario
+
+    sparse, dense = load_model("deepseek-v3.2"), load_model("deepseek-v3")
+    sc = Scenario(tp=8, dtype="fp8").for_hardware(None)
+
+    def core_bytes(m, ctx):
+        ops = {o.name: o for o in build_ops(m, Step("decode", 8, 1, ctx), sc)}
+        return ops["attn.core"].bytes, ops
+
+    # below the top-k the two attend to the same keys; far above it the sparse core reads topk rows
+    short_s, ops = core_bytes(sparse, 1024)
+    short_d, _ = core_bytes(dense, 1024)
+    assert short_s == pytest.approx(short_d)
+    long_s, ops = core_bytes(sparse, 65536)
+    long_d, _ = core_bytes(dense, 65536)
+    assert long_s < long_d / 20
+    assert {"attn.indexer.q", "attn.indexer.k", "attn.indexer.logits", "attn.indexer.topk"} <= set(ops)
+    # the indexer reads every earlier key (fp8, index_head_dim wide): it grows with the context
+    assert ops["attn.indexer.logits"].bytes > 8 * 65536 * 128
+
+
+def test_sparse_attention_fields_come_together(tmp_path):
+    text = (Path(load_model("deepseek-v3.2").source.split("copied: ")[-1].rstrip(")")).name)
+    assert text.endswith("_config.json")
+    src = (Path(__file__).parents[1] / "workloads" / "models" / "deepseek-v3.2.yaml").read_text()
+    bad = tmp_path / "m.yaml"
+    bad.write_text(src.replace(", index_heads: 64", ""))
+    with pytest.raises(InputError) as e:
+        load_model(str(bad))
+    assert e.value.field == "mla.index_heads"
