@@ -98,6 +98,11 @@ def attention_layer_kinds(model: Model) -> dict[str, tuple[int, int]]:
     return out
 
 
+def linear_layers(model: Model) -> int:
+    """Layers whose token mixer is Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5): no KV cache."""
+    return sum(1 for t in (getattr(model, "layer_types", ()) or ()) if t == "linear")
+
+
 def _windowed(core: O.Op, window: int) -> O.Op:
     """The attention core op of a sliding-window layer: the same shapes, at most ``window`` keys per query."""
     p = core.params
@@ -132,16 +137,23 @@ def build_ops(model: Model, step: Step, sc: Scenario) -> list[O.Op]:
 
     fused = sc.kernels == "fused"
     attn = _mla_attention if model.mla is not None else _attention
-    attn_ops = attn(model, step, sc, tokens)
+    n_linear = linear_layers(model)
+    n_attn = model.layers - n_linear  # softmax-attention layers; the others run Gated DeltaNet
+    attn_ops = attn(model, step, sc, tokens) if n_attn else []
+    # the block's end, the same whichever mixer the layer runs
+    block_end = []
     if sc.tp > 1:
-        attn_ops.append(O.collective("attn.allreduce", "all_reduce", tokens * model.hidden * _b(act), sc.tp, phase=ph))
+        block_end.append(O.collective("attn.allreduce", "all_reduce", tokens * model.hidden * _b(act), sc.tp, phase=ph))
     if not fused:  # fused kernels add the residual inside the next norm
-        attn_ops.append(O.residual("attn.residual", tokens, model.hidden, act, phase=ph))
+        block_end.append(O.residual("attn.residual", tokens, model.hidden, act, phase=ph))
     norm = _norm(model, fused)
     out.append(norm("attn.norm", tokens, model.hidden, act, phase=ph).with_count(model.layers))
+    if n_linear:
+        out += [op.with_count(n_linear) for op in _linear_attention(model, step, sc, tokens)]
+    out += [op.with_count(model.layers) for op in block_end]
     for op in attn_ops:
         if op.name != "attn.core":
-            out.append(op.with_count(model.layers))
+            out.append(op.with_count(n_attn))
             continue
         # layers of each attention type (full, sliding window, chunked) run their own core
         for kind, (n, window) in attention_layer_kinds(model).items():
@@ -219,7 +231,8 @@ def _attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]:
     ph, act, w = step.phase, sc.act_dtype, sc.dtype
     hq, hkv = heads_per_gpu(model, sc.tp)
     d = model.head_dim
-    ops = [O.gemm("attn.qkv", tokens, (hq + 2 * hkv) * d, model.hidden, w, phase=ph)]
+    gate = getattr(model, "attn_output_gate", False)  # Qwen3-Next: a second q-sized output, the gate
+    ops = [O.gemm("attn.qkv", tokens, ((2 if gate else 1) * hq + 2 * hkv) * d, model.hidden, w, phase=ph)]
     if getattr(model, "qk_norm", False):  # RMSNorm over the query and key heads (Qwen3, Gemma 3, MiniMax-M2)
         ops.append(_act_op(O.rmsnorm("attn.qk_norm", tokens * (hq + hkv), d, act, phase=ph), sc))
         if getattr(model, "qk_norm_type", "head") == "layer" and sc.tp > 1:  # one norm over all heads: its
@@ -233,7 +246,50 @@ def _attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]:
     core = O.attention("attn.core", step.batch, hq, hkv, step.seq, step.context + step.seq, d,
                        causal=step.phase == "prefill", dtype=_attention_dtype(sc), kv_dtype=sc.kv, phase=ph)
     ops.append(_with_kernel(core, sc))
+    if gate:  # output * sigmoid(gate), before the output projection
+        ops.append(_act_op(O.swiglu("attn.gate", tokens, hq * d, act, phase=ph), sc))  # sigmoid and a product
     ops.append(O.gemm("attn.o", tokens, model.hidden, hq * d, w, phase=ph))
+    return ops
+
+
+DELTANET_CHUNK = 64  # tokens per chunk of the chunked gated delta rule (flash-linear-attention's kernels)
+
+
+def _linear_attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]:
+    """One Gated DeltaNet layer on one GPU (heads sharded over TP): the input projections (q, k, v, the output
+    gate z, the per-head gates a and b), the causal convolution over q, k and v (its last conv_kernel - 1 inputs
+    kept per sequence), the gated delta rule, the gated RMSNorm and the output projection.
+
+    The delta rule keeps a key_head_dim x value_head_dim state per value head. A decode step reads and writes
+    it (memory-bound: the state replaces the KV cache and does not grow with the context). Prefill runs the
+    chunked form (chunks of DELTANET_CHUNK tokens): per token and value head about 2 C (2 dk + 2 dv) FLOPs
+    inside its chunk and 6 dk dv against the state, timed as a product on the tensor cores (estimate), reading
+    the state once per sequence."""
+    la = model.linear_attention
+    ph, act, w = step.phase, sc.act_dtype, sc.dtype
+    kh, vh = _ceil_div(la.key_heads, sc.tp), _ceil_div(la.value_heads, sc.tp)
+    dk, dv = la.key_head_dim, la.value_head_dim
+    qk, v = kh * dk, vh * dv
+    conv = 2 * qk + v
+    state = step.batch * vh * dk * dv * _b(la.state_dtype)  # every sequence's recurrent state on this GPU
+    ops = [O.gemm("linear.in_proj", tokens, 2 * qk + 2 * v + 2 * vh, model.hidden, w, phase=ph),
+           O.elementwise("linear.conv", "copy", reads=1, writes=1, flops_per_elem=2.0 * la.conv_kernel,
+                         elems=tokens * conv, dtype=act, phase=ph,
+                         extra_bytes=2.0 * step.batch * conv * (la.conv_kernel - 1) * _b(act))]
+    io = tokens * (conv + 2 * vh + v) * _b(act)  # q, k, v and the gates in, the output out
+    if step.phase == "decode":
+        ops.append(O.elementwise("linear.core", "copy", reads=1, writes=1, flops_per_elem=6.0 * step.seq,
+                                 elems=step.batch * vh * dk * dv, dtype=la.state_dtype, phase=ph, extra_bytes=io))
+    else:
+        c = DELTANET_CHUNK
+        per_token = 2.0 * c * (2 * dk + 2 * dv) + 6.0 * dk * dv  # FLOPs per token per value head
+        k_eff = per_token / (2.0 * dv)
+        ops.append(O.Op("linear.core", "gemm", ph, 2.0 * tokens * v * k_eff, io + 2.0 * state,
+                        {"m": tokens, "n": v, "k": k_eff, "dtype": act, "groups": 1, "out_dtype": act}))
+    ops.append(_act_op(O.elementwise("linear.norm", "rmsnorm", reads=2, writes=1, flops_per_elem=6.0,
+                                     elems=tokens * v, dtype=act, phase=ph,
+                                     params={"tokens": tokens * vh, "hidden": dv}), sc))
+    ops.append(O.gemm("linear.out", tokens, model.hidden, v, w, phase=ph))
     return ops
 
 

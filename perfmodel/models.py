@@ -63,7 +63,7 @@ from .errors import InputError
 
 # The attention a layer runs: over every earlier token (full), over the last sliding_window tokens
 # (sliding), or over the earlier tokens of its own attention_chunk-token chunk (chunked, Llama 4).
-LAYER_TYPES = ("full", "sliding", "chunked")
+LAYER_TYPES = ("full", "sliding", "chunked", "linear")  # linear: Gated DeltaNet (LinearAttention), no KV cache
 QK_NORM_TYPES = ("head", "layer", "l2")
 EXPERT_DTYPES = ("", "fp8", "fp4", "int4")
 
@@ -100,6 +100,20 @@ class MLA:
     index_topk: int = 0
     index_heads: int = 0
     index_head_dim: int = 0
+
+
+@dataclass(frozen=True)
+class LinearAttention:
+    """Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5): a recurrent state of key_head_dim x value_head_dim
+    per value head replaces the KV cache; queries and keys have key_heads heads (shared by groups of value
+    heads), a short causal convolution runs over q, k and v first."""
+
+    key_heads: int
+    value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int = 4
+    state_dtype: str = "fp32"  # the recurrent state's format (Qwen3.5's mamba_ssm_dtype: float32)
 
 
 @dataclass(frozen=True)
@@ -148,6 +162,8 @@ class Model:
     # the format the published checkpoint stores routed experts in when it differs from the rest: fp4 (gpt-oss's
     # MXFP4: 32-element blocks, e8m0 scales), int4 (Kimi K2.5's INT4, groups of 32); "": as the rest
     expert_dtype: str = ""
+    linear_attention: LinearAttention | None = None  # the "linear" layers' Gated DeltaNet
+    attn_output_gate: bool = False  # a sigmoid gate (hidden -> heads x head_dim, beside q) on attention's output
 
     def __post_init__(self) -> None:
         # the expanded per-layer tuple, whatever the constructor was given (descriptors are validated before
@@ -155,6 +171,8 @@ class Model:
         types = tuple(self.layer_types) or (("sliding" if self.sliding_window else "full"),) * self.layers
         if len(types) != self.layers or any(t not in LAYER_TYPES for t in types):
             raise ValueError(f"{self.key}: layer_types must hold {self.layers} entries of {', '.join(LAYER_TYPES)}")
+        if ("linear" in types) != (self.linear_attention is not None):
+            raise ValueError(f"{self.key}: linear layers and linear_attention go together")
         object.__setattr__(self, "layer_types", types)
 
     def param_count(self) -> int:
@@ -200,9 +218,11 @@ def _param_count(m: Model, *, active: bool) -> int:
     h = m.hidden
     nw = 2 if m.norm == "layernorm" else 1  # weight, +bias for LayerNorm
     attn = attention_params(m)
+    linear = linear_attention_params(m)
     total = 0
     for layer in range(m.layers):
-        total += attn + ffn_params(m, layer, active=active) + norms_per_layer(m) * h * nw
+        mixer = linear if m.layer_types[layer] == "linear" else attn
+        total += mixer + ffn_params(m, layer, active=active) + norms_per_layer(m) * h * nw
     total += m.vocab * h  # embedding
     if m.position == "learned":
         total += m.max_position * h
@@ -210,6 +230,20 @@ def _param_count(m: Model, *, active: bool) -> int:
         total += m.vocab * h  # LM head
     total += h * nw  # final norm
     return total
+
+
+def linear_attention_params(m: Model) -> int:
+    """One Gated DeltaNet layer: q, k, v and the output gate z from the hidden state, the per-head decay and
+    update gates (a, b), the causal convolution over q, k, v, the decay's A and dt bias per head, the gated
+    RMSNorm of the output, and the output projection (Qwen3NextGatedDeltaNet)."""
+    la = m.linear_attention
+    if la is None:
+        return 0
+    qk = la.key_heads * la.key_head_dim
+    v = la.value_heads * la.value_head_dim
+    conv = (2 * qk + v) * la.conv_kernel
+    return m.hidden * (2 * qk + 2 * v + 2 * la.value_heads) + conv + 2 * la.value_heads + la.value_head_dim \
+        + v * m.hidden
 
 
 def indexer_params(m: Model) -> int:
@@ -247,7 +281,7 @@ def attention_params(m: Model) -> int:
         q += indexer_params(m)
         o = m.heads * a.v_head_dim * h
         return q + kv_a + kv_b + o
-    q = h * m.heads * m.head_dim
+    q = h * m.heads * m.head_dim * (2 if m.attn_output_gate else 1)  # the gate comes out of the q projection
     kv = 2 * h * m.kv_heads * m.head_dim
     o = m.heads * m.head_dim * h
     bias = (m.heads + 2 * m.kv_heads) * m.head_dim if (m.qkv_bias or m.attention_bias) else 0
@@ -300,7 +334,7 @@ def ffn_params(m: Model, layer: int, *, active: bool = False) -> int:
 
 FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "deepseek_v3", "gpt",
             "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "glm4_moe", "gpt_oss", "llama4", "gemma2", "gemma3",
-            "phi3", "minimax_m2", "deepseek_v32", "glm_moe_dsa")
+            "phi3", "minimax_m2", "deepseek_v32", "glm_moe_dsa", "qwen3_next", "qwen3_5", "qwen3_5_moe")
 MLPS = ("swiglu", "gelu")
 NORMS = ("rmsnorm", "layernorm")
 POSITIONS = ("rope", "learned")
@@ -313,10 +347,13 @@ _FIELDS = (
     "qkv_bias", "moe", "mla", "fp8_scaling",
     "qk_norm", "qk_norm_type", "attention_bias", "sliding_window", "layer_types", "layer_pattern", "attention_chunk",
     "attention_sinks", "logit_softcap", "attn_softcap", "sandwich_norm", "expert_dtype",
+    "linear_attention", "attn_output_gate",
 )
 _MOE_REQUIRED = ("num_experts", "top_k", "expert_intermediate")
 _MOE_FIELDS = _MOE_REQUIRED + ("num_shared_experts", "shared_intermediate", "first_dense_layers", "layer_step",
                                "expert_bias", "router_bias", "shared_expert_gate")
+_LINEAR_REQUIRED = ("key_heads", "value_heads", "key_head_dim", "value_head_dim")
+_LINEAR_FIELDS = _LINEAR_REQUIRED + ("conv_kernel", "state_dtype")
 _MLA_REQUIRED = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 _MLA_FIELDS = ("q_lora_rank",) + _MLA_REQUIRED + ("index_topk", "index_heads", "index_head_dim")
 _KEY_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -426,14 +463,14 @@ def _str(d: dict, k: str, file: str, *, default: str | None = None) -> str:
     return v.strip()
 
 
-def _enum(d: dict, k: str, choices, file: str, *, default: str) -> str:
+def _enum(d: dict, k: str, choices, file: str, *, default: str, prefix: str = "") -> str:
     v = d.get(k, default)
     if v is None:
         v = default
     if not isinstance(v, str) or v not in choices:
         shown = ", ".join(c if c else '""' for c in choices)
         raise InputError(f"expected one of {shown}, got {_short(v)}{_suggest(str(v)[:80], [c for c in choices if c])}",
-                         file=file, field=k)
+                         file=file, field=prefix + k)
     return v
 
 
@@ -563,6 +600,11 @@ def _model_from_dict(d, file: str) -> Model:
     expert_dtype = _enum(d, "expert_dtype", EXPERT_DTYPES, file, default="")
     if expert_dtype and moe is None:
         raise InputError(f"{expert_dtype!r} given, but the model has no experts (moe)", file=file, field="expert_dtype")
+    linear = _linear_from_dict(d.get("linear_attention"), file) if d.get("linear_attention") is not None else None
+    types = _layer_types_from_dict(d, file, layers, sliding_window, chunk)
+    if ("linear" in types) != (linear is not None):
+        raise InputError("linear layers (layer_types) and linear_attention go together", file=file,
+                         field="linear_attention")
     return Model(
         key=key, name=name, family=family, hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads,
         head_dim=head_dim, intermediate=intermediate, vocab=vocab,
@@ -580,13 +622,15 @@ def _model_from_dict(d, file: str) -> Model:
         qk_norm_type=_enum(d, "qk_norm_type", QK_NORM_TYPES, file, default="head"),
         attention_bias=_bool(d, "attention_bias", file),
         sliding_window=sliding_window,
-        layer_types=_layer_types_from_dict(d, file, layers, sliding_window, chunk),
+        layer_types=types,
         attention_chunk=chunk,
         attention_sinks=_bool(d, "attention_sinks", file),
         logit_softcap=_softcap(d, "logit_softcap", file),
         attn_softcap=_softcap(d, "attn_softcap", file),
         sandwich_norm=_bool(d, "sandwich_norm", file),
         expert_dtype=expert_dtype,
+        linear_attention=linear,
+        attn_output_gate=_bool(d, "attn_output_gate", file),
     )
 
 
@@ -619,6 +663,22 @@ def _moe_from_dict(d, file: str, layers: int) -> MoE:
                num_shared_experts=num_shared, shared_intermediate=shared_intermediate,
                first_dense_layers=first_dense, layer_step=step, expert_bias=_bool(d, "expert_bias", file, p),
                router_bias=_bool(d, "router_bias", file, p), shared_expert_gate=gate)
+
+
+def _linear_from_dict(d, file: str) -> LinearAttention:
+    if not isinstance(d, dict):
+        raise InputError("expected a mapping", file=file, field="linear_attention")
+    p = "linear_attention."
+    _check_keys(d, _LINEAR_FIELDS, _LINEAR_REQUIRED, file, p)
+    la = LinearAttention(key_heads=_int(d, "key_heads", file, p), value_heads=_int(d, "value_heads", file, p),
+                         key_head_dim=_int(d, "key_head_dim", file, p), value_head_dim=_int(d, "value_head_dim", file, p),
+                         conv_kernel=_int(d, "conv_kernel", file, p, default=4),
+                         state_dtype=_enum(d, "state_dtype", ("fp32", "bf16", "fp16"), file, default="fp32",
+                                           prefix=p))
+    if la.value_heads % la.key_heads:
+        raise InputError(f"expected a multiple of key_heads ({la.key_heads}), got {la.value_heads}", file=file,
+                         field=p + "value_heads")
+    return la
 
 
 def _mla_from_dict(d, file: str) -> MLA:
@@ -663,6 +723,9 @@ _HF_FAMILIES = {
     "qwen2_moe": ("qwen2_moe", ("Qwen2MoeForCausalLM",)),
     "qwen3": ("qwen3", ("Qwen3ForCausalLM",)),
     "qwen3_moe": ("qwen3_moe", ("Qwen3MoeForCausalLM",)),
+    "qwen3_next": ("qwen3_next", ("Qwen3NextForCausalLM",)),
+    "qwen3_5_text": ("qwen3_5", ("Qwen3_5ForCausalLM",)),
+    "qwen3_5_moe_text": ("qwen3_5_moe", ("Qwen3_5MoeForCausalLM",)),
     "deepseek_v2": ("deepseek_v2", ("DeepseekV2ForCausalLM",)),
     "deepseek_v3": ("deepseek_v3", ("DeepseekV3ForCausalLM",)),
     "deepseek_v32": ("deepseek_v32", ("DeepseekV32ForCausalLM",)),
@@ -683,6 +746,8 @@ _HF_WRAPPERS = {
     "gemma3": (("Gemma3ForConditionalGeneration",), "gemma3_text"),
     "mistral3": (("Mistral3ForConditionalGeneration",), "mistral"),
     "kimi_k25": (("KimiK25ForConditionalGeneration",), "kimi_k2"),
+    "qwen3_5": (("Qwen3_5ForConditionalGeneration",), "qwen3_5_text"),
+    "qwen3_5_moe": (("Qwen3_5MoeForConditionalGeneration",), "qwen3_5_moe_text"),
 }
 _HF_ARCHS: dict[str, str] = {}
 for _mt, (_, _archs) in _HF_FAMILIES.items():
@@ -698,8 +763,6 @@ _MAMBA = "state-space (Mamba) layers are not modelled yet"
 _DSA = ("DeepSeek Sparse Attention (a lightning indexer picks the index_topk keys each query attends to) "
         "is not modelled yet")
 _HF_REFUSED = {
-    "qwen3_next": _DELTANET, "qwen3_5": _DELTANET, "qwen3_5_text": _DELTANET, "qwen3_5_moe": _DELTANET,
-    "qwen3_5_moe_text": _DELTANET,
     "kimi_linear": "linear attention layers (Kimi Delta Attention) are not modelled yet",
     "minimax": "linear attention layers (lightning attention) are not modelled yet",
     "nemotron_h": _MAMBA, "mamba": _MAMBA, "mamba2": _MAMBA, "jamba": _MAMBA, "falcon_h1": _MAMBA,
@@ -708,7 +771,10 @@ _HF_REFUSED = {
     "gemma4_text": "per-layer-type head widths (global_head_dim) and KV heads, and K = V attention are not modelled yet",
 }
 # config.json's names for the attention of a layer
-_HF_LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding", "chunked_attention": "chunked"}
+_HF_LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding", "chunked_attention": "chunked",
+                   "linear_attention": "linear"}
+# Families whose linear_attention layers are Gated DeltaNet, which the descriptor expresses
+_HF_DELTANET = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe")
 
 # Class defaults of transformers' config classes for fields the published config.json leaves out
 # (Gemma3TextConfig, Gemma2Config; the Gemmas tie their embeddings).
@@ -829,7 +895,8 @@ def _hf_refuse(cfg: dict, file: str, prefix: str = "") -> None:
     if isinstance(mt, str) and mt in _HF_REFUSED:
         raise InputError(f"{mt!r} is not supported: {_HF_REFUSED[mt]}", file=file, field=prefix + "model_type")
     lt = cfg.get("layer_types")
-    if isinstance(lt, list):
+    deltanet = mt in _HF_DELTANET
+    if isinstance(lt, list) and not deltanet:
         kinds = {str(t) for t in lt}
         if "linear_attention" in kinds:
             n = sum(1 for t in lt if t == "linear_attention")
@@ -837,7 +904,7 @@ def _hf_refuse(cfg: dict, file: str, prefix: str = "") -> None:
                              "modelled yet", file=file, field=prefix + "layer_types")
         if kinds & {"mamba", "mamba2", "ssm"}:
             raise InputError(_MAMBA, file=file, field=prefix + "layer_types")
-    if cfg.get("linear_num_value_heads") is not None or cfg.get("linear_key_head_dim") is not None:
+    if not deltanet and (cfg.get("linear_num_value_heads") is not None or cfg.get("linear_key_head_dim") is not None):
         raise InputError(_DELTANET, file=file, field=prefix + "linear_num_value_heads")
     att = cfg.get("attn_type_list")
     if isinstance(att, list) and any(t == 0 for t in att):
@@ -971,6 +1038,11 @@ def _hf_text_model(c: _Cfg, mt: str, notes: list[str]) -> dict:
     if family in ("qwen3", "qwen3_moe"):
         kw["qkv_bias"] = c.bool("qkv_bias")  # Qwen3-Coder's config spells out qkv_bias: false
         kw["qk_norm"] = c.bool("use_qk_norm", default=True)  # Qwen3 always normalises q and k per head
+    elif family in ("qwen3_next", "qwen3_5", "qwen3_5_moe"):
+        kw["qk_norm"] = True  # Qwen3NextAttention's q_norm and k_norm, per head
+        # its full-attention layers gate their output with a sigmoid of a second half of the q projection
+        kw["attn_output_gate"] = c.bool("attn_output_gate", default=True)
+        kw["linear_attention"] = _hf_linear_attention(c)
     elif family == "gemma3":
         kw["qk_norm"] = True
     elif family == "glm4_moe":
@@ -1004,6 +1076,8 @@ def _hf_text_model(c: _Cfg, mt: str, notes: list[str]) -> dict:
     # --- FFN widths and experts
     if family == "llama4":
         kw["intermediate"] = c.int("intermediate_size_mlp")  # the dense layers' FFN
+    elif family == "qwen3_5_moe" and not c.has("intermediate_size"):
+        kw["intermediate"] = c.int("moe_intermediate_size")  # every layer is MoE: no dense FFN width published
     else:
         kw["intermediate"] = c.int("intermediate_size")
     kw["moe"], kw["mla"] = _hf_moe(c, family, layers, kw["intermediate"], notes)
@@ -1042,7 +1116,7 @@ def _hf_moe(c: _Cfg, family: str, layers: int, intermediate: int, notes: list[st
                 c.get("num_mtp_modules"), c.get("mtp_transformer_layers")
                 notes.append(f"multi-token-prediction modules (num_mtp_modules={c.cfg.get('num_mtp_modules')}) "
                              "not modelled")
-    elif family in ("qwen2_moe", "qwen3_moe"):
+    elif family in ("qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe"):
         n = c.int("num_experts")
         step = c.int("decoder_sparse_step", default=1)
         dense = c.get("mlp_only_layers", [])
@@ -1060,7 +1134,11 @@ def _hf_moe(c: _Cfg, family: str, layers: int, intermediate: int, notes: list[st
             shared = 0
         moe = MoE(num_experts=n, top_k=c.int("num_experts_per_tok"), expert_intermediate=c.int("moe_intermediate_size"),
                   num_shared_experts=1 if shared else 0, shared_intermediate=shared, first_dense_layers=first,
-                  layer_step=step, shared_expert_gate=bool(shared))  # Qwen2-MoE gates its shared expert
+                  layer_step=step, shared_expert_gate=bool(shared))  # Qwen2-MoE, Qwen3-Next gate their shared expert
+        mtp = c.get("mtp_num_hidden_layers") or 0
+        c.get("mtp_use_dedicated_embeddings")
+        if mtp:
+            notes.append(f"multi-token-prediction layers (mtp_num_hidden_layers={mtp}) not modelled")
     elif family == "llama4":
         step = c.int("interleave_moe_layer_step", default=1)
         if step > layers:
@@ -1105,6 +1183,23 @@ def _hf_moe(c: _Cfg, family: str, layers: int, intermediate: int, notes: list[st
     return moe, mla
 
 
+_STATE_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def _hf_linear_attention(c: _Cfg) -> LinearAttention:
+    """Gated DeltaNet's shapes (Qwen3-Next, Qwen3.5): linear_num_key_heads / linear_num_value_heads heads of
+    linear_key_head_dim / linear_value_head_dim, the convolution's width, the recurrent state's format."""
+    kh, vh = c.int("linear_num_key_heads"), c.int("linear_num_value_heads")
+    if vh % kh:
+        raise c.error("linear_num_value_heads", f"expected a multiple of linear_num_key_heads ({kh}), got {vh}")
+    state = c.get("mamba_ssm_dtype", "bfloat16")
+    if state not in _STATE_DTYPES:
+        raise c.error("mamba_ssm_dtype", f"expected one of {', '.join(_STATE_DTYPES)}, got {_short(state)}")
+    return LinearAttention(key_heads=kh, value_heads=vh, key_head_dim=c.int("linear_key_head_dim"),
+                           value_head_dim=c.int("linear_value_head_dim"),
+                           conv_kernel=c.int("linear_conv_kernel_dim", default=4), state_dtype=_STATE_DTYPES[state])
+
+
 def _hf_layer_types(c: _Cfg, family: str, mt: str, layers: int, max_position: int, notes: list[str]) -> dict:
     """sliding_window, attention_chunk and layer_types, as each family's reference implementation applies them."""
     window = chunk = 0
@@ -1118,7 +1213,14 @@ def _hf_layer_types(c: _Cfg, family: str, mt: str, layers: int, max_position: in
             if t not in _HF_LAYER_TYPES:
                 raise c.error("layer_types", f"entry {i}: expected one of {', '.join(_HF_LAYER_TYPES)}, got {_short(t)}")
             types.append(_HF_LAYER_TYPES[t])
-    qwen = family in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
+    qwen = family in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_next")
+    if family in ("qwen3_next", "qwen3_5", "qwen3_5_moe"):
+        interval = c.int("full_attention_interval", default=4)
+        derived = ["full" if (i + 1) % interval == 0 else "linear" for i in range(layers)]
+        if types is None:
+            types = derived  # every full_attention_interval-th layer softmax attention, the rest Gated DeltaNet
+        elif types != derived and c.has("full_attention_interval"):
+            raise c.error("layer_types", f"disagrees with full_attention_interval ({interval})")
     if qwen and not c.get("use_sliding_window"):
         c.get("sliding_window"), c.get("max_window_layers")  # Qwen applies the window only with use_sliding_window
     elif family == "llama4":

@@ -127,6 +127,19 @@ CARDS: dict[str, dict[str, Card]] = {
         "total": Card(15.7e9, 1e8, "huggingface.co/deepseek-ai/DeepSeek-V2-Lite model card"),
         "active": Card(2.4e9, 1e8, "huggingface.co/deepseek-ai/DeepSeek-V2-Lite model card", counts="no-input-embedding",
                        tol=0.025, why="ours is 2.451B without the input embedding (2.661B with it); the card prints 2.4B")},
+    # Gated DeltaNet linear attention in three of every four layers
+    "qwen3-next-80b-a3b": {
+        "total": Card(80e9, 1e9, "huggingface.co/Qwen/Qwen3-Next-80B-A3B-Instruct model card: 80B in total and 3B "
+                      "activated, 79B non-embedding"),
+        "non_embedding": Card(79e9, 1e9, "huggingface.co/Qwen/Qwen3-Next-80B-A3B-Instruct model card"),
+        "active": Card(3e9, 1e9, "huggingface.co/Qwen/Qwen3-Next-80B-A3B-Instruct model card", counts="no-embeddings",
+                       tol=0.1, why="printed to one digit (3B); ours is 3.25B without embeddings (3.87B with), "
+                                    "held to 10%")},
+    "qwen3.5-397b-a17b": {
+        "total": Card(397e9, 1e9, "huggingface.co/Qwen/Qwen3.5-397B-A17B model card (397B total, 17B activated)",
+                      why="the card's figure holds the vision encoder; ours is the text model, 396.35B"),
+        "active": Card(17e9, 1e9, "huggingface.co/Qwen/Qwen3.5-397B-A17B model card (397B total, 17B activated)",
+                       why="printed to two digits; ours is 17.35B")},
     # DeepSeek Sparse Attention (MLA and a lightning indexer)
     "deepseek-v3.2": {"total": Card(685e9, 1e9, "huggingface.co/deepseek-ai/DeepSeek-V3.2 model card, model size "
                                     "685B (the main model and its MTP layer)", counts="+mtp"),
@@ -156,6 +169,7 @@ CONFIGS = {
     "mistral-small-3.1-24b": "mistralai--Mistral-Small-3.1-24B-Instruct-2503",
     "deepseek-v2-lite": "deepseek-ai--DeepSeek-V2-Lite", "qwen2-57b-a14b": "Qwen--Qwen2-57B-A14B",
     "deepseek-v3.2": "deepseek-ai--DeepSeek-V3.2", "glm-5": "zai-org--GLM-5",
+    "qwen3-next-80b-a3b": "Qwen--Qwen3-Next-80B-A3B-Instruct", "qwen3.5-397b-a17b": "Qwen--Qwen3.5-397B-A17B",
 }
 
 
@@ -301,7 +315,7 @@ def test_qwen3_and_gemma_norms():
     g = load_model("gemma-3-27b")
     assert g.sandwich_norm and norms_per_layer(g) == 4 and g.tied_embeddings and g.vocab == 262208
     assert g.layer_types[:6] == ("sliding",) * 5 + ("full",) and g.layer_types[-2:] == ("sliding", "sliding")
-    assert attention_type_counts(g) == {"full": 10, "sliding": 52, "chunked": 0}
+    assert attention_type_counts(g) == {"full": 10, "sliding": 52, "chunked": 0, "linear": 0}
     g2 = load_model("gemma-2-9b")
     assert (g2.attn_softcap, g2.logit_softcap, g2.sliding_window, g2.head_dim) == (50.0, 30.0, 4096, 256)
     assert g2.layer_types[:2] == ("sliding", "full") and not g2.qk_norm
@@ -376,8 +390,6 @@ def _one_line_exit_2(capsys, *argv) -> str:
 
 
 @pytest.mark.parametrize("name,needle", [
-    ("Qwen--Qwen3-Next-80B-A3B-Instruct", "linear attention layers (Gated DeltaNet) are not modelled yet"),
-    ("Qwen--Qwen3.5-397B-A17B", "linear attention layers (Gated DeltaNet) are not modelled yet"),
     ("nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "state-space (Mamba) layers are not modelled yet"),
     ("google--gemma-4-26B-A4B", "global_head_dim"),
 ])
@@ -566,3 +578,36 @@ def test_sparse_attention_fields_come_together(tmp_path):
     with pytest.raises(InputError) as e:
         load_model(str(bad))
     assert e.value.field == "mla.index_heads"
+
+
+# ---- Gated DeltaNet linear attention -------------------------------------------------------------------------
+
+def test_linear_layers_keep_a_state_not_a_kv_cache():
+    from perfmodel.graph import Step, build_ops
+    from perfmodel.scenario import Scenario
+
+    m = load_model("qwen3-next-80b-a3b")
+    assert m.layer_types.count("linear") == 36 and m.layer_types[3] == "full"
+    sc = Scenario(tp=2).for_hardware(None)
+
+    def ops(ctx):
+        return {o.name: o for o in build_ops(m, Step("decode", 16, 1, ctx), sc)}
+
+    short, long = ops(1024), ops(65536)
+    # the delta rule's state is the same at any context; softmax layers read more keys as it grows
+    assert short["linear.core"].bytes == long["linear.core"].bytes
+    assert long["attn.core"].bytes > 30 * short["attn.core"].bytes
+    assert short["linear.core"].count == 36 and short["attn.core"].count == 12
+    # the state: 16 sequences x 16 value heads on each of 2 GPUs x 128 x 128, bf16, read and written
+    assert short["linear.core"].bytes >= 2 * 16 * 16 * 128 * 128 * 2
+    # the full-attention layers' output gate widens their q projection
+    assert short["attn.qkv"].params["n"] == (2 * 8 + 2 * 1) * 256
+
+
+def test_linear_attention_fields_come_together(tmp_path):
+    src = (Path(__file__).parents[1] / "workloads" / "models" / "qwen3-next-80b-a3b.yaml").read_text()
+    bad = tmp_path / "m.yaml"
+    bad.write_text("\n".join(ln for ln in src.splitlines() if not ln.startswith("linear_attention")) + "\n")
+    with pytest.raises(InputError) as e:
+        load_model(str(bad))
+    assert e.value.field == "linear_attention"
