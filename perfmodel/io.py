@@ -260,3 +260,121 @@ def csv_text(header: Sequence[str], rows: Iterable[Sequence]) -> str:
 def csv_dicts_text(fields: Sequence[str], rows: Iterable[Mapping]) -> str:
     """As :func:`csv_text` for rows given as mappings (missing keys: empty cells)."""
     return csv_text(fields, ([r.get(f) for f in fields] for r in rows))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading files
+# ---------------------------------------------------------------------------------------------------
+
+MAX_JSON_DEPTH = 64  # no input the tool reads nests deeper than a dozen levels; Python's parser fails near 1,000
+
+
+def check_input_path(path, *, what: str, field: str | None = None) -> None:
+    """Refuse, in one line naming the file, a path no reader could open because of its name: a component over
+    255 bytes (ENAMETOOLONG), a whole path over PATH_MAX, a NUL byte, or a loop of links. A path that simply
+    does not exist passes (the reader says what it expected there)."""
+    text = os.fspath(path)
+    if "\x00" in str(text):
+        raise InputError(f"a NUL byte in the path; expected {what}", field=field)
+    try:
+        os.stat(text)
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    except OSError as e:
+        from .safeyaml import printable
+
+        raise InputError(f"cannot read {what} ({e.strerror or e})", file=printable(str(text), 120),
+                         field=field) from None
+
+
+def read_input_bytes(path, *, what: str, max_bytes: int | None = None, gz: bool = False) -> bytes:
+    """The bytes of an input file, every OS failure (missing, a folder, no permission, a name component over
+    255 bytes: ENAMETOOLONG, a path too long, an I/O error) a one-line :class:`InputError` naming the file and
+    ``what`` was expected; a file over ``max_bytes`` refused without reading it all (``gz``: gunzipped)."""
+    import gzip
+    import zlib
+
+    limit = -1 if max_bytes is None else max_bytes + 1
+    check_input_path(path, what=what)
+    try:
+        if gz:
+            with gzip.open(path, "rb") as f:
+                data = f.read(limit)
+        else:
+            with open(path, "rb") as f:
+                data = f.read(limit)
+    except FileNotFoundError:
+        raise InputError(f"no such file; expected {what}", file=str(path)) from None
+    except IsADirectoryError:
+        raise InputError(f"is a folder; expected {what}", file=str(path)) from None
+    except OSError as e:
+        raise InputError(f"cannot read {what} ({e.strerror or e})", file=str(path)) from None
+    except (EOFError, zlib.error) as e:
+        raise InputError(f"cannot read {what}: not a complete gzip file ({e})", file=str(path)) from None
+    if max_bytes is not None and len(data) > max_bytes:
+        size = f"{max_bytes >> 20} MiB" if max_bytes >= 1 << 20 else f"{max_bytes >> 10} KiB"
+        raise InputError(f"larger than {size}{' unpacked' if gz else ''}; refused unread as {what}", file=str(path))
+    return data
+
+
+def read_input_text(path, *, what: str, max_bytes: int | None = None, errors: str = "strict") -> str:
+    """:func:`read_input_bytes` decoded as UTF-8 (a leading BOM dropped); undecodable bytes a one-line error."""
+    data = read_input_bytes(path, what=what, max_bytes=max_bytes)
+    try:
+        return data.decode("utf-8-sig", errors=errors)
+    except UnicodeDecodeError as e:
+        raise InputError(f"not UTF-8 text (byte {e.start}); expected {what}", file=str(path)) from None
+
+
+def json_depth(data: bytes | str) -> int:
+    """The deepest nesting of ``[`` and ``{`` in a JSON text, brackets inside strings not counted. Linear time
+    at C and numpy speed (escaped backslashes and quotes dropped, then a bracket counts when an even number of
+    quotes precede it), in chunks of 32 MiB, so it runs before ``json.loads``, whose recursion would otherwise
+    end in a RecursionError traceback."""
+    import numpy as np
+
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    if b"\\" in raw:
+        raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    best = depth = 0
+    quotes = 0
+    step = 32 << 20
+    for i in range(0, len(raw), step):
+        a = np.frombuffer(raw, dtype=np.uint8, count=min(step, len(raw) - i), offset=i)
+        qpos = np.flatnonzero(a == ord('"'))
+        bpos = np.flatnonzero((a == ord("[")) | (a == ord("{")) | (a == ord("]")) | (a == ord("}")))
+        outside = ((np.searchsorted(qpos, bpos) + quotes) & 1) == 0  # an even number of quotes before it
+        quotes = (quotes + qpos.size) & 1
+        bpos = bpos[outside]
+        opens = (a[bpos] == ord("[")) | (a[bpos] == ord("{"))
+        if bpos.size:
+            d = depth + np.cumsum(np.where(opens, 1, -1), dtype=np.int64)
+            best = max(best, int(d.max()))
+            depth = int(d[-1])
+    return best
+
+
+def check_json_depth(data: bytes | str, *, file: str, what: str, max_depth: int = MAX_JSON_DEPTH,
+                     field: str | None = None) -> None:
+    d = json_depth(data)
+    if d > max_depth:
+        raise InputError(f"JSON nested {d} levels deep; expected {what} (at most {max_depth} levels)", file=file,
+                         field=field)
+
+
+def loads_json(data: bytes | str, *, file: str, what: str, max_depth: int = MAX_JSON_DEPTH,
+               field: str | None = None, **kwargs):
+    """``json.loads`` after :func:`check_json_depth`: a syntax error or deep nesting is one line naming ``file``."""
+    import json
+
+    check_json_depth(data, file=file, what=what, max_depth=max_depth, field=field)
+    try:
+        return json.loads(data, **kwargs)
+    except json.JSONDecodeError as e:
+        where = f"{field}: " if field else ""
+        raise InputError(f"{where}not valid JSON ({e.msg}, line {e.lineno} column {e.colno}); expected {what}",
+                         file=file) from None
+    except UnicodeDecodeError as e:
+        raise InputError(f"not UTF-8 text (byte {e.start}); expected {what}", file=file, field=field) from None
+    except RecursionError:
+        raise InputError(f"nested too deeply; expected {what}", file=file, field=field) from None

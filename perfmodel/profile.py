@@ -196,18 +196,18 @@ MAX_ETA = 2.0
 
 def load_profile(path: str | Path) -> Profile:
     """Read ``profile.json`` (or a calibration folder holding one), checking every field."""
+    from .io import check_input_path, loads_json, read_input_bytes
+
+    check_input_path(path, what="a calibration profile (profile.json or its folder)")
     p = Path(path)
     if p.is_dir():
         p = p / "profile.json"
     if not p.is_file():
         raise InputError("no calibration profile here (expected profile.json; run `perfmodel fit DIR` first)",
                          file=str(path))
-    if p.stat().st_size > 16 * 2**20:
-        raise InputError("larger than 16 MiB: not a profile", file=str(p))
+    raw = read_input_bytes(p, what="a calibration profile", max_bytes=16 << 20)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"), parse_constant=_no_constant)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InputError(f"not valid JSON ({getattr(e, 'msg', e)})", file=str(p)) from None
+        data = loads_json(raw, file=str(p), what="a calibration profile", parse_constant=_no_constant)
     except ValueError as e:
         raise InputError(str(e), file=str(p)) from None
     if not isinstance(data, dict):

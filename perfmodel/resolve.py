@@ -11,16 +11,20 @@ from .spec import HardwareSpec
 def resolve_hardware(hw) -> HardwareSpec:
     if isinstance(hw, HardwareSpec):
         return hw
+    from .io import check_input_path
     from .spec import load_spec
 
+    check_input_path(str(hw), what="a hardware name or spec file", field="--arch")
     return load_spec(hw)
 
 
 def resolve_model(model) -> Model:
     if isinstance(model, Model):
         return model
+    from .io import check_input_path
     from .models import load_model
 
+    check_input_path(str(model), what="a model name or model file", field="--model")
     return load_model(model)
 
 
@@ -86,6 +90,9 @@ def resolve_profile(arg, hw: HardwareSpec, engine: str | None = None) -> Profile
     elif str(arg).lower() == "none":
         return DEFAULTS
     else:
+        from .io import check_input_path
+
+        check_input_path(str(arg), what="a calibration profile", field="--calibration")
         prof = load_profile(arg)
     return carry(prof, _source_spec(prof), hw)
 

@@ -47,3 +47,14 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as e:
+        # the readers turn their own OS errors into InputErrors (perfmodel.io.read_input_bytes); this catches
+        # one that a reader outside them met on a path the user gave (a name component over 255 bytes,
+        # ENAMETOOLONG, in Path.is_file), so that it is still one line naming the file and exit 2
+        if e.filename is None:
+            raise
+        from ..safeyaml import printable
+
+        print(f"perfmodel: error: {printable(str(e.filename), 120)}: cannot read or write "
+              f"({e.strerror or e})", file=sys.stderr)
+        return EXIT_INPUT

@@ -100,10 +100,33 @@ def cmd_calibrate(args) -> int:
     return 0
 
 
+def _check_folder_json(folder) -> None:
+    """Every JSON and JSON-lines file at the top of a calibration folder (environment.json, measurements.jsonl,
+    profile.json, ...) pre-scanned for nesting depth (linear time) before the fitter parses them: Python's
+    parser ends a deeply nested document in a RecursionError."""
+    from pathlib import Path
+
+    from ..io import check_input_path, check_json_depth, read_input_bytes
+
+    check_input_path(folder, what="a calibration folder")
+    root = Path(folder)
+    if not root.is_dir():
+        return
+    for p in sorted(root.iterdir()):
+        if p.suffix in (".json", ".jsonl") and p.is_file():
+            check_json_depth(read_input_bytes(p, what="calibration JSON", max_bytes=1 << 30), file=str(p),
+                             what="a calibration row or description (a few levels)")
+
+
 def cmd_fit(args) -> int:
     from ..calibrate.fit import fit_directory
 
-    report = fit_directory(args.dir, spec=args.arch, holdout=args.holdout, seed=args.seed)
+    _check_folder_json(args.dir)
+    try:
+        report = fit_directory(args.dir, spec=args.arch, holdout=args.holdout, seed=args.seed)
+    except RecursionError:  # a file below the folder's top level; the scan above covers the ones fit reads
+        raise InputError("a JSON file in this folder is nested too deeply to be calibration data",
+                         file=str(args.dir)) from None
     print(report)
     return 0
 

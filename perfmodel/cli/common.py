@@ -179,3 +179,61 @@ def check_output_file(path: str | None, flag: str, suffixes: tuple[str, ...] | N
     if not parent.is_dir():
         raise InputError(f"the folder {printable(str(parent), 80)} does not exist (create it first)", file=path,
                          field=flag)
+
+
+class _Ticker:
+    """``label: done/total (pct) elapsed`` redrawn on one stderr line, at most five times a second and only
+    once a second has passed (a quick command shows nothing); the line is cleared at the end."""
+
+    def __init__(self, total: int | None, label: str):
+        import time
+
+        self.total, self.label, self.done = total, label, 0
+        self.clock = time.monotonic
+        self.start = self.last = self.clock()
+        self.shown = False
+
+    def __call__(self, n: int = 1) -> None:
+        self.done += n
+        now = self.clock()
+        if now - self.start < 1.0 or now - self.last < 0.2:
+            return
+        self.last = now
+        of = f"/{self.total} ({self.done / self.total:.0%})" if self.total else ""
+        sys.stderr.write(f"\r\x1b[K{self.label}: {self.done}{of}, {now - self.start:.0f} s")
+        sys.stderr.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+
+
+def _quiet(n: int = 1) -> None:
+    return None
+
+
+class progress:
+    """``with progress(total, "serve") as tick: ... tick()``: a progress line on stderr for a command that can
+    run longer than a few seconds, only when stderr is a terminal (nothing in pipes, files or tests;
+    ``PERFMODEL_PROGRESS=0`` turns it off). A 30-line ticker rather than tqdm: tqdm is only in the calibrate
+    extra, and one redrawn line is all the commands need."""
+
+    def __init__(self, total: int | None, label: str):
+        self.total, self.label, self.ticker = total, label, None
+
+    def __enter__(self):
+        try:
+            tty = sys.stderr.isatty()
+        except (AttributeError, ValueError):
+            tty = False
+        if tty and os.environ.get("PERFMODEL_PROGRESS", "1") != "0":
+            self.ticker = _Ticker(self.total, self.label)
+            return self.ticker
+        return _quiet
+
+    def __exit__(self, *exc):
+        if self.ticker is not None:
+            self.ticker.close()
+        return False

@@ -37,56 +37,77 @@ def _stem(p: Path) -> str:
 
 
 def cmd_import(args) -> int:
-    from ..io import write_text_atomic
+    from ..io import write_files_atomic
     from ..resolve import resolve_hardware, resolve_profile
     from ..trace.mapping import read_sidecar, residual_rows, sidecar_path
     from ..trace.reader import read_trace
     from ..trace.residuals import cases_from_rows, refit, summary, to_csv, to_svg, to_table
+    from .common import check_output_file, progress
 
     if args.sidecar and len(args.traces) > 1:
         raise InputError("--sidecar describes one trace; give each trace its <name>.sidecar.json", field="--sidecar")
-    hw = resolve_hardware(args.arch)
-    prof = resolve_profile(args.calibration, hw, "torch")
-    texts, docs, cases = [], [], []
+    # every output named and checked (folder exists, not a folder, no name twice) before any trace is read;
+    # nothing is written until every trace has been read, mapped and (with --refit) refitted
+    outputs: dict[Path, str | None] = {}
     for t in args.traces:
         path = Path(t)
-        side = read_sidecar(args.sidecar or sidecar_path(path))
-        kernels = read_trace(path)
-        rows, annotated = residual_rows(kernels, side, hw, prof)
-        title = (f"{path.name}: {side.extra.get('model_name', 'model')} {side.phase}, batch {side.batch}, seq "
-                 f"{side.seq}, context {side.context}, {side.dtype} on {side.extra.get('device', '?')} "
-                 f"against {hw.key} ({prof.label})" + ("" if annotated else "; no module annotations: by family"))
         out_dir = Path(args.out_dir) if args.out_dir else path.parent
-        stem = _stem(path)
-        write_text_atomic(out_dir / f"{stem}.residuals.csv", to_csv(rows))
-        write_text_atomic(out_dir / f"{stem}.residuals.svg", to_svg(rows, title))
-        print(f"wrote {out_dir / (stem + '.residuals.csv')} and .svg", file=sys.stderr)
-        texts.append(to_table(rows, title))
-        docs.append({"trace": str(path), "sidecar": {"phase": side.phase, "batch": side.batch, "seq": side.seq,
-                                                      "context": side.context, "dtype": side.dtype, **side.extra},
-                     "annotated": annotated, "summary": summary(rows),
-                     "rows": [{"operator": r.name, "kind": r.kind, "scope": r.scope, "kernels": r.kernels,
-                               "measured_s": r.measured_s, "predicted_s": r.predicted_s, "error": r.error}
-                              for r in rows]})
-        cases += cases_from_rows(rows, f"{stem}")
+        for suffix in (".residuals.csv", ".residuals.svg"):
+            target = out_dir / f"{_stem(path)}{suffix}"
+            check_output_file(str(target), "--out-dir" if args.out_dir else "trace")
+            if target in outputs:
+                raise InputError("two traces would write the same residuals file (same name in one folder); "
+                                 "give them different names or --out-dir", file=str(target))
+            outputs[target] = None
     if args.refit:
-        from ..profile import save_profile
-
+        check_output_file(args.refit, "--refit")
+    hw = resolve_hardware(args.arch)
+    prof = resolve_profile(args.calibration, hw, "torch")
+    texts, docs, cases, files, mapped = [], [], [], {}, []
+    with progress(len(args.traces), "trace import") as tick:
+        for t in args.traces:
+            path = Path(t)
+            side = read_sidecar(args.sidecar or sidecar_path(path))
+            kernels = read_trace(path)
+            rows, annotated = residual_rows(kernels, side, hw, prof)
+            mapped.append((side, kernels))
+            title = (f"{path.name}: {side.extra.get('model_name', 'model')} {side.phase}, batch {side.batch}, seq "
+                     f"{side.seq}, context {side.context}, {side.dtype} on {side.extra.get('device', '?')} "
+                     f"against {hw.key} ({prof.label})" + ("" if annotated else "; no module annotations: by family"))
+            out_dir = Path(args.out_dir) if args.out_dir else path.parent
+            stem = _stem(path)
+            files[out_dir / f"{stem}.residuals.csv"] = to_csv(rows)
+            files[out_dir / f"{stem}.residuals.svg"] = to_svg(rows, title)
+            texts.append(to_table(rows, title))
+            docs.append({"trace": str(path), "sidecar": {"phase": side.phase, "batch": side.batch, "seq": side.seq,
+                                                          "context": side.context, "dtype": side.dtype, **side.extra},
+                         "annotated": annotated, "summary": summary(rows),
+                         "rows": [{"operator": r.name, "kind": r.kind, "scope": r.scope, "kernels": r.kernels,
+                                   "measured_s": r.measured_s, "predicted_s": r.predicted_s, "error": r.error}
+                                  for r in rows]})
+            cases += cases_from_rows(rows, f"{stem}")
+            tick()
+    if args.refit:
         fitted = refit(cases, hw, prof)
         fitted = fitted.with_(name=Path(args.refit).stem, fitted=True,
                               description=f"{prof.label} refitted to {len(cases)} operators of {len(args.traces)} "
                                           f"trace(s)",
                               provenance={**prof.provenance, "traces": [str(t) for t in args.traces],
                                           "command": "perfmodel trace import " + " ".join(sys.argv[3:])})
-        save_profile(fitted, Path(args.refit))
+        files[Path(args.refit)] = fitted.to_json() + "\n"
         rows2 = []
-        for t in args.traces:
-            path = Path(t)
-            side = read_sidecar(args.sidecar or sidecar_path(path))
-            rows2 += residual_rows(read_trace(path), side, hw, fitted)[0]
+        for side, kernels in mapped:
+            rows2 += residual_rows(kernels, side, hw, fitted)[0]
         s = summary(rows2)
         texts.append(f"refit: {len(cases)} operators folded into {args.refit}; median |error| after the refit "
                      f"{s['median_abs_error']:.1%}" if s["median_abs_error"] is not None else "refit written")
+    write_files_atomic(files)  # all or nothing: a failure on one (a full disk: /dev/full) changes none
+    for t in args.traces:
+        path = Path(t)
+        out_dir = Path(args.out_dir) if args.out_dir else path.parent
+        print(f"wrote {out_dir / (_stem(path) + '.residuals.csv')} and .svg", file=sys.stderr)
+    if args.refit:
+        print(f"wrote {args.refit}", file=sys.stderr)
     if args.format == "json":
         emit(json.dumps(docs[0] if len(docs) == 1 else docs, indent=1) + "\n", None)
     else:

@@ -22,6 +22,9 @@ import numpy as np
 from ..errors import InputError
 from .workload import Requests
 
+MAX_TRACE_BYTES = 512 << 20  # about 10^7 requests of CSV or JSONL; larger is refused unread
+MAX_ROW_DEPTH = 8  # a request is one flat object; deeper JSON is refused before any line is parsed
+
 ALIASES = {
     "arrival_s": ("arrival_s", "arrival", "timestamp", "time"),
     "isl": ("isl", "input_tokens", "prompt_tokens", "input_length"),
@@ -52,9 +55,14 @@ def _number(v, *, where: str, field: str, integer: bool, minimum: float):
 
 
 def _rows(path: Path):
-    text = path.read_text(encoding="utf-8", errors="replace")
+    from ..io import check_json_depth, read_input_text
+
+    text = read_input_text(path, what="a request trace (CSV or JSONL: arrival_s, isl, osl)",
+                           max_bytes=MAX_TRACE_BYTES, errors="replace")
     first = text.lstrip()[:1]
     if path.suffix.lower() in (".jsonl", ".json") or first == "{":
+        # one pass over the whole text before any line is parsed: a request is a flat object
+        check_json_depth(text, file=str(path), what="one flat JSON object per line", max_depth=MAX_ROW_DEPTH)
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
@@ -62,6 +70,8 @@ def _rows(path: Path):
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
                 raise InputError(f"line {n}: not valid JSON ({e.msg})", file=str(path)) from None
+            except RecursionError:
+                raise InputError(f"line {n}: nested too deeply; expected a flat JSON object", file=str(path)) from None
             if not isinstance(obj, dict):
                 raise InputError(f"line {n}: expected a JSON object per line", file=str(path))
             yield n, obj
@@ -80,6 +90,9 @@ def _rows(path: Path):
 
 def read_trace(path: str | Path, limit: int | None = None) -> Requests:
     """Requests from a trace file (module doc); the first ``limit`` arrivals when given."""
+    from ..io import check_input_path
+
+    check_input_path(path, what="a request trace (CSV or JSONL)")
     p = Path(path)
     if not p.is_file():
         raise InputError("no such trace file", file=str(path))

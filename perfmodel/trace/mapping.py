@@ -14,7 +14,6 @@ durations have none either.
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,14 +64,15 @@ def sidecar_path(trace: Path) -> Path:
 
 
 def read_sidecar(path) -> Sidecar:
+    from ..io import check_input_path, loads_json, read_input_bytes
+
+    check_input_path(path, what="the trace's sidecar JSON")
     p = Path(path)
     if not p.is_file():
         raise InputError("no sidecar describing the run (the capture script writes <trace>.sidecar.json); "
                          "pass --sidecar", file=str(p))
-    try:
-        d = json.loads(p.read_text())
-    except json.JSONDecodeError as e:
-        raise InputError(f"not valid JSON ({e.msg})", file=str(p)) from None
+    d = loads_json(read_input_bytes(p, what="the trace's sidecar JSON", max_bytes=1 << 20), file=str(p),
+                   what="the trace's sidecar JSON")
     if not isinstance(d, dict) or not isinstance(d.get("model"), dict):
         raise InputError("expected an object with a 'model' object", file=str(p), field="model")
     for f in SIDECAR_FIELDS:

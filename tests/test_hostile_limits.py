@@ -1,0 +1,195 @@
+"""Hostile inputs, second round (issue 19): unbounded work and unreadable paths.
+
+Trace import in linear time (checked against a brute-force reference, never timed: benchmarks/bench_trace.py
+has the speed figure), JSON nesting capped before the parser recurses (trace, sidecar, serve JSONL, profile,
+calibration folder), NaN or negative kernel durations skipped with a counted warning, all outputs checked and
+written together, and path components over 255 bytes (ENAMETOOLONG) a one-line error in every reader.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from perfmodel.cli import main
+from perfmodel.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[1]
+FIX = ROOT / "tests/data/traces"
+TRACE = FIX / "synthetic_llama_prefill.json.gz"
+SIDECAR = FIX / "synthetic_llama_prefill.sidecar.json"
+LONG = "a" * 300  # one path component over NAME_MAX (255 bytes)
+
+
+def fails_with_one_line(argv, capsys, *words) -> str:
+    capsys.readouterr()
+    rc = main([str(a) for a in argv])
+    cap = capsys.readouterr()
+    err = cap.err.strip()
+    assert rc == 2, (rc, err, cap.out[-500:])
+    lines = [x for x in err.splitlines() if not x.startswith("perfmodel: warning:")]
+    assert len(lines) == 1 and lines[0].startswith("perfmodel: error:"), err
+    assert "Traceback" not in err
+    for w in words:
+        assert w.lower() in err.lower(), (w, err)
+    return err
+
+
+def _trace_events(tmp_path, mutate) -> Path:
+    with gzip.open(TRACE, "rb") as fh:
+        doc = json.loads(fh.read())
+    mutate(doc["traceEvents"])
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(doc))
+    shutil.copy(SIDECAR, tmp_path / "t.sidecar.json")
+    return p
+
+
+# --- linear-time annotation lookup -------------------------------------------------------------------------
+
+def _brute(ranges, t):
+    best, best_len = "", float("inf")
+    for s, e, name in sorted(ranges):
+        if s <= t <= e and e - s <= best_len:
+            best, best_len = name, e - s
+    return best
+
+
+def test_innermost_sweep_matches_brute_force():
+    from perfmodel.trace.reader import _innermost_all
+
+    rng = random.Random(7)
+    ranges = []
+    for i in range(300):
+        s = rng.uniform(0, 1000)
+        ranges.append((s, s + rng.expovariate(1 / 50), f"r{i}"))
+    times = [rng.uniform(-10, 1100) for _ in range(2000)] + [None]
+    got = _innermost_all(ranges, times)
+    want = [_brute(ranges, t) if t is not None else "" for t in times]
+    assert got == want
+
+
+# --- JSON nesting ------------------------------------------------------------------------------------------
+
+def test_json_depth_ignores_brackets_in_strings():
+    from perfmodel.io import json_depth
+
+    assert json_depth(b'{"a": [1, [2]], "b": "[[[[\\"[[", "c": "\\\\"}') == 3
+    assert json_depth("[" * 5000 + "]" * 5000) == 5000
+    assert json_depth(b"") == 0
+
+
+def test_deep_trace_refused(tmp_path, capsys):
+    t = tmp_path / "deep.json"
+    t.write_text('{"traceEvents": [' + "[" * 100_000 + "]" * 100_000 + "]}")
+    shutil.copy(SIDECAR, tmp_path / "deep.sidecar.json")
+    fails_with_one_line(["trace", "import", t, "--calibration", "none", "--out-dir", tmp_path], capsys,
+                        "deep.json", "nested")
+    assert not list(tmp_path.glob("*.residuals.*"))
+
+
+def test_deep_sidecar_refused(tmp_path, capsys):
+    side = tmp_path / "side.json"
+    side.write_text('{"model": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    fails_with_one_line(["trace", "import", TRACE, "--sidecar", side, "--calibration", "none", "--out-dir",
+                         tmp_path], capsys, "side.json", "nested")
+
+
+def test_deep_serve_jsonl_refused(tmp_path, capsys):
+    p = tmp_path / "reqs.jsonl"
+    p.write_text('{"arrival_s": 0, "isl": 10, "osl": 5}\n{"x": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    fails_with_one_line(["serve", "--arch", "h200", "--model", "llama8b", "--arrival", "trace", p], capsys,
+                        "reqs.jsonl", "nested")
+
+
+def test_deep_profile_refused(tmp_path, capsys):
+    p = tmp_path / "profile.json"
+    p.write_text('{"gemm_eta": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    fails_with_one_line(["project", "--arch", "h200", "--model", "llama8b", "--calibration", p], capsys,
+                        "profile.json", "nested")
+
+
+def test_deep_calibration_folder_refused(tmp_path, capsys):
+    (tmp_path / "environment.json").write_text('{"env": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    fails_with_one_line(["fit", tmp_path], capsys, "environment.json", "nested")
+
+
+# --- kernel durations --------------------------------------------------------------------------------------
+
+def _set_dur(values):
+    def mutate(events):
+        ks = [e for e in events if e.get("cat") == "kernel"]
+        for e, v in zip(ks, values):
+            e["dur"] = v
+    return mutate
+
+
+def test_nan_and_negative_durations_skipped_with_a_count(tmp_path, capsys):
+    from perfmodel.trace.reader import read_trace
+
+    p = _trace_events(tmp_path, _set_dur(["NaN", -5.0, None, 1e300]))
+    capsys.readouterr()
+    total = len(read_trace(TRACE))
+    ks = read_trace(p)
+    err = capsys.readouterr().err
+    assert len(ks) == total - 4
+    assert "skipped 4 of" in err and err.count("\n") == 1
+    rc = main(["trace", "import", str(p), "--calibration", "none", "--out-dir", str(tmp_path)])
+    assert rc == 0
+
+
+def test_no_usable_duration_refused(tmp_path, capsys):
+    p = _trace_events(tmp_path, _set_dur([float("nan")] * 10_000))
+    fails_with_one_line(["trace", "import", p, "--calibration", "none", "--out-dir", tmp_path], capsys,
+                        "t.json", "usable duration")
+
+
+# --- outputs checked first, written together ---------------------------------------------------------------
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+def test_refit_to_dev_full_writes_nothing(tmp_path, capsys):
+    shutil.copy(TRACE, tmp_path / TRACE.name)
+    shutil.copy(SIDECAR, tmp_path / SIDECAR.name)
+    fails_with_one_line(["trace", "import", tmp_path / TRACE.name, "--calibration", "none", "--refit",
+                         "/dev/full"], capsys, "/dev/full")
+    assert not list(tmp_path.glob("*.residuals.*"))
+
+
+def test_trace_out_dir_missing_refused_before_reading(tmp_path, capsys):
+    fails_with_one_line(["trace", "import", TRACE, "--calibration", "none", "--out-dir", tmp_path / "nope"],
+                        capsys, "does not exist")
+    assert not (tmp_path / "nope").exists()
+
+
+# --- path components over 255 bytes ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [
+    ["project", "--arch", LONG + ".yaml", "--model", "llama8b"],
+    ["project", "--arch", "h200", "--model", LONG + ".yaml"],
+    ["project", "--arch", "h200", "--model", "llama8b", "--calibration", LONG],
+    ["trace", "import", LONG + ".json", "--calibration", "none"],
+    ["trace", "import", str(TRACE), "--sidecar", LONG + ".json", "--calibration", "none"],
+    ["serve", "--arch", "h200", "--model", "llama8b", "--arrival", "trace", LONG + ".jsonl"],
+    ["fit", LONG],
+    ["predict", "--arch", "h200", "--ops", LONG + ".csv"],
+    ["validate", "--csv", LONG + ".csv"],
+])
+def test_name_too_long_one_line(argv, capsys):
+    fails_with_one_line(argv, capsys, "aaaa")
+
+
+def test_read_input_bytes_names_the_file(tmp_path):
+    from perfmodel.io import read_input_bytes
+
+    with pytest.raises(InputError, match="cannot read a thing"):
+        read_input_bytes(tmp_path / LONG, what="a thing")
+    with pytest.raises(InputError, match="is a folder"):
+        read_input_bytes(tmp_path, what="a thing")
+    (tmp_path / "big").write_bytes(b"x" * 2048)
+    with pytest.raises(InputError, match="larger than 1 KiB"):
+        read_input_bytes(tmp_path / "big", what="a thing", max_bytes=1024)
