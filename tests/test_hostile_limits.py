@@ -193,3 +193,36 @@ def test_read_input_bytes_names_the_file(tmp_path):
     (tmp_path / "big").write_bytes(b"x" * 2048)
     with pytest.raises(InputError, match="larger than 1 KiB"):
         read_input_bytes(tmp_path / "big", what="a thing", max_bytes=1024)
+
+
+# --- request counts ----------------------------------------------------------------------------------------
+
+SERVE = ["serve", "--arch", "h200", "--model", "llama8b"]
+
+
+@pytest.mark.parametrize("argv,words", [
+    (SERVE + ["--rate", "5", "--requests", "1e9"], ["--requests", "at most 1,000,000", "KB per request"]),
+    (SERVE + ["--rate", "5", "--requests", "1000000001"], ["--requests", "memory"]),
+    (SERVE + ["--concurrency", "1000000"], ["--concurrency", "at most 1,000,000"]),
+    (SERVE + ["--concurrency", "8", "--requests", "2e6"], ["--requests", "at most"]),
+    (["plan", "--arch", "h200", "--model", "llama8b", "--gpus", "8", "--slo-ttft-ms", "500", "--requests", "1e6"],
+     ["--requests", "at most 100,000", "every layout"]),
+    (SERVE + ["--rate", "5", "--requests", "1e400"], ["--requests", "integer"]),
+    (SERVE + ["--rate", "5", "--requests", "1.5"], ["--requests", "integer"]),
+])
+def test_request_counts_capped(argv, words, capsys):
+    fails_with_one_line(argv, capsys, *words)
+
+
+def test_request_count_as_float_notation_accepted(capsys):
+    assert main(SERVE + ["--rate", "5", "--requests", "2e1", "--isl", "64", "--osl", "4"]) == 0
+    assert "20" in capsys.readouterr().out
+
+
+def test_serve_trace_over_the_cap_refused(tmp_path, capsys, monkeypatch):
+    import perfmodel.serve.workload as W
+
+    monkeypatch.setattr(W, "MAX_REQUESTS", 5)
+    p = tmp_path / "reqs.csv"
+    p.write_text("arrival_s,isl,osl\n" + "".join(f"{i},10,5\n" for i in range(10)))
+    fails_with_one_line(SERVE + ["--arrival", "trace", p], capsys, "reqs.csv", "more than 5", "split")

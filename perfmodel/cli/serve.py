@@ -76,7 +76,8 @@ def _workload_flags(p, plan: bool = False) -> None:
                             "latencies over the steady state (docs/serving.md)")
     g.add_argument("--requests", default=None,
                    help="requests to simulate (default 1000, the whole trace, or with --concurrency C "
-                        "2C + max(200, 2C) + C; plan: 400 per trial)")
+                        "2C + max(200, 2C) + C; plan: 400 per trial); at most 10^6 (plan: 10^5 per layout): "
+                        "about 2 KB of memory each")
     g.add_argument("--isl-dist", default=None, help=f"prompt lengths: {DIST_HELP}; default --isl")
     g.add_argument("--osl-dist", default=None, help=f"output lengths: {DIST_HELP}; default --osl")
     g.add_argument("--prefix-len", default="0", help="tokens of a shared prefix (system prompt) per request")
@@ -99,7 +100,13 @@ def _int(text, flag: str, minimum: int = 1) -> int:
     try:
         v = int(str(text).strip())
     except ValueError:
-        raise InputError(f"expected an integer >= {minimum}, got {text!r}", field=flag) from None
+        try:  # 1e6: an integer written as a float
+            f = float(str(text).strip())
+            v = int(f) if math.isfinite(f) and f == int(f) else None
+        except ValueError:
+            v = None
+        if v is None:
+            raise InputError(f"expected an integer >= {minimum}, got {text!r}", field=flag) from None
     if v < minimum:
         raise InputError(f"expected an integer >= {minimum}, got {text!r}", field=flag)
     return v
@@ -169,9 +176,9 @@ CLOSED = "closed-loop"  # the workload's arrival kind under --concurrency
 
 def _requests(args, sc):
     """The workload of ``serve``: synthetic (rate, distributions), closed loop (concurrency) or a trace."""
-    from ..serve.workload import synthetic_requests
+    from ..serve.workload import check_request_count, synthetic_requests
 
-    n = _int(args.requests, "--requests") if args.requests is not None else None
+    n = check_request_count(_int(args.requests, "--requests")) if args.requests is not None else None
     if args.concurrency is not None:
         return _closed_loop(args, sc, n)
     arrival = args.arrival or ["poisson"]
@@ -196,7 +203,8 @@ def _requests(args, sc):
 
 def _closed_loop(args, sc, n: int | None):
     """The closed-loop workload of ``serve --concurrency C``."""
-    from ..serve.workload import closed_loop_default_requests, closed_loop_requests, closed_loop_window
+    from ..serve.workload import (check_request_count, closed_loop_default_requests, closed_loop_requests,
+                                  closed_loop_window)
 
     c = _int(args.concurrency, "--concurrency")
     if args.rate is not None:
@@ -204,7 +212,9 @@ def _closed_loop(args, sc, n: int | None):
     if args.arrival is not None:
         raise InputError("a closed loop sends a request when one finishes: --arrival does not apply",
                          field="--arrival")
-    n = n or closed_loop_default_requests(c)
+    if n is None:  # the default (warm-up 2C, measured, drain C) grows with C
+        n = check_request_count(closed_loop_default_requests(c), field="--concurrency",
+                                what=f"--concurrency {c:,} needs {closed_loop_default_requests(c):,} requests")
     isl, osl = _lengths(args, sc)
     reqs = closed_loop_requests(n, c, isl, osl, seed=_int(args.seed, "--seed", 0),
                                 prefix_len=_int(args.prefix_len, "--prefix-len", 0),
@@ -285,11 +295,13 @@ def cmd_serve(args) -> int:
 def cmd_plan(args) -> int:
     from ..serve.plan import PlanSpace, plan
     from ..serve.report import plan_document, plan_table
-    from ..serve.workload import synthetic_requests
+    from ..serve.workload import MAX_PLAN_REQUESTS, check_request_count, synthetic_requests
 
+    n = _int(args.requests, "--requests") if args.requests is not None else 400
+    check_request_count(n, cap=MAX_PLAN_REQUESTS, what=f"{n:,} requests a layout (plan simulates every layout "
+                        "it tries on them)")
     hw, model, prof, sc = _resolve(args)
     isl, osl = _lengths(args, sc)
-    n = _int(args.requests, "--requests") if args.requests is not None else 400
     base = synthetic_requests(n, 1.0, isl, osl, seed=_int(args.seed, "--seed", 0),
                               prefix_len=_int(args.prefix_len, "--prefix-len", 0),
                               prefix_groups=_int(args.prefix_groups, "--prefix-groups", 0))

@@ -98,7 +98,12 @@ def read_trace(path: str | Path, limit: int | None = None) -> Requests:
         raise InputError("no such trace file", file=str(path))
     arr, isl, osl, pid, plen = [], [], [], [], []
     groups: dict[str, int] = {}
+    from .workload import MAX_REQUESTS, check_request_count
+
     for n, row in _rows(p):
+        if len(arr) >= MAX_REQUESTS:
+            check_request_count(MAX_REQUESTS + 1, field="--arrival", what=f"{p} holds more than {MAX_REQUESTS:,} "
+                                "requests (split it)")
         where = f"line {n}"
         vals = {}
         for field in ("arrival_s", "isl", "osl"):
