@@ -8,6 +8,7 @@ Writing (:func:`write_bytes_atomic`, :func:`write_text_atomic`, :func:`write_fil
 - a symbolic link is followed: its target is replaced, the link stays;
 - a special file (``/dev/null``, ``/dev/stdout``, a FIFO, a terminal) is written through, never renamed
   over (renaming would put a regular file in ``/dev``);
+- a missing parent folder is refused, never created (a typo in a folder name is an error);
 - a folder, a missing or read-only folder, a full disk (``/dev/full``: ENOSPC) are one-line
   :class:`~perfmodel.errors.InputError` s naming the path, never tracebacks;
 - ``overwrite=False`` refuses to replace a file that exists (a default output name the user did not give);
@@ -71,6 +72,7 @@ class _Target:
         except OSError as e:
             raise _fail(given, "cannot write", e) from None
         if st is None:
+            self._check_parent()
             return
         self.exists = True
         if stat.S_ISDIR(st.st_mode):
@@ -86,17 +88,24 @@ class _Target:
             raise InputError("is read-only; not replaced", file=str(given))
         self.mode = stat.S_IMODE(st.st_mode)
 
+    def _check_parent(self) -> None:
+        """A new file's folder must exist: writers never create folders (docs/outputs.md), so a typo in a
+        folder name is an error, not a new tree of folders."""
+        parent = self.path.parent
+        try:
+            st = os.stat(parent)
+        except FileNotFoundError:
+            raise InputError(f"the folder {parent} does not exist (create it first)", file=str(self.given)) from None
+        except OSError as e:
+            raise _fail(self.given, f"cannot use the folder {parent}", e) from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise InputError(f"{parent} is not a folder", file=str(self.given))
+
     def stage(self, data: bytes) -> str | None:
         """Write ``data`` to a temporary file beside the target (None for a special file, written later)."""
         if self.special:
             return None
         parent = self.path.parent
-        try:
-            parent.mkdir(parents=True, exist_ok=True)
-        except FileExistsError:
-            raise InputError(f"{parent} is not a folder", file=str(self.given)) from None
-        except OSError as e:
-            raise _fail(self.given, f"cannot create the folder {parent}", e) from None
         try:
             fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{self.path.name}.", suffix=".tmp")
         except OSError as e:

@@ -226,3 +226,39 @@ def test_serve_trace_over_the_cap_refused(tmp_path, capsys, monkeypatch):
     p = tmp_path / "reqs.csv"
     p.write_text("arrival_s,isl,osl\n" + "".join(f"{i},10,5\n" for i in range(10)))
     fails_with_one_line(SERVE + ["--arrival", "trace", p], capsys, "reqs.csv", "more than 5", "split")
+
+
+# --- writers refuse a missing folder, before any work ------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [
+    ["report", "--arch", "b200", "--baseline", "h100", "--model", "llama8b", "--out", "{d}/r.html"],
+    ["export", "--arch", "h200", "--model", "llama8b", "--out", "{d}/x.xlsx"],
+    ["export", "--arch", "h200", "--model", "llama8b", "--format", "csv", "--out", "{d}/"],
+    ["export", "--arch", "h200", "--model", "llama8b", "--format", "csv", "--out", "{d}/t"],
+    ["sweep", "--arch", "h200", "--model", "llama8b", "--vary", "batch=1,2", "--out", "{d}/s.csv"],
+    ["sweep", "--arch", "h200", "--model", "llama8b", "--vary", "batch=1,2", "--plot", "{d}/s.svg"],
+    ["trace", "import", str(TRACE), "--calibration", "none", "--out-dir", "{d}"],
+    ["trace", "import", str(TRACE), "--calibration", "none", "--refit", "{d}/p.json"],
+    ["project", "--arch", "h200", "--model", "llama8b", "--out", "{d}/p.txt"],
+    ["serve", "--arch", "h200", "--model", "llama8b", "--rate", "5", "--requests", "20", "--out", "{d}/s.txt"],
+])
+def test_writers_refuse_a_missing_folder(argv, tmp_path, capsys, monkeypatch):
+    import perfmodel.resolve as R
+
+    def no_work(*a, **k):
+        raise AssertionError("computed before the output folder was checked")
+
+    monkeypatch.setattr(R, "resolve_model", no_work)
+    missing = tmp_path / "no" / "such"
+    fails_with_one_line([a.replace("{d}", str(missing)) for a in argv], capsys, "does not exist")
+    assert not (tmp_path / "no").exists()
+
+
+def test_atomic_writer_never_creates_folders(tmp_path):
+    from perfmodel.io import write_files_atomic, write_text_atomic
+
+    with pytest.raises(InputError, match="does not exist"):
+        write_text_atomic(tmp_path / "a" / "b.txt", "x")
+    with pytest.raises(InputError, match="does not exist"):
+        write_files_atomic({tmp_path / "ok.txt": "x", tmp_path / "a" / "b.txt": "y"})
+    assert not (tmp_path / "ok.txt").exists() and not (tmp_path / "a").exists()

@@ -230,9 +230,16 @@ def test_symlink_is_followed_and_permissions_kept(tmp_path):
     assert link.is_symlink() and target.read_text() == "new"
     assert stat.S_IMODE(os.stat(target).st_mode) == 0o640
     dangling = tmp_path / "dangling.txt"
+    (tmp_path / "sub").mkdir()
     dangling.symlink_to(tmp_path / "sub" / "made.txt")
     write_text_atomic(dangling, "made")
     assert dangling.is_symlink() and (tmp_path / "sub" / "made.txt").read_text() == "made"
+    # a link into a folder that is not there: refused like any missing folder (writers never create folders)
+    lost = tmp_path / "lost.txt"
+    lost.symlink_to(tmp_path / "gone" / "made.txt")
+    with pytest.raises(InputError, match="does not exist"):
+        write_text_atomic(lost, "made")
+    assert not (tmp_path / "gone").exists()
 
 
 def test_out_to_a_folder_or_a_read_only_place_is_one_line(tmp_path, capsys):
@@ -241,7 +248,7 @@ def test_out_to_a_folder_or_a_read_only_place_is_one_line(tmp_path, capsys):
     fails_with_one_line(base + [str(tmp_path) + "/"], capsys, "path separator")
     fails_with_one_line(base + ["/proc/perfmodel-cannot-write-here.txt"], capsys, "cannot")
     fails_with_one_line(["report", "--arch", "h200", "--model", "llama8b", "--out", "/proc/no/such/r.html"], capsys,
-                        "cannot")
+                        "does not exist")
     if os.geteuid() != 0:  # root writes anywhere
         ro = tmp_path / "ro"
         ro.mkdir()

@@ -10,7 +10,7 @@ import sys
 
 from ..errors import InputError
 from . import calibrate, catalog, outputs, project, serve, trace, train, tune, validate
-from .common import EXIT_INPUT, Parser, check_outputs_not_inputs
+from .common import EXIT_INPUT, Parser, check_output_folders, check_outputs_not_inputs
 
 FAMILIES = (project, catalog, validate, calibrate, outputs, train, serve, tune, trace)
 
@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         check_outputs_not_inputs(args)
+        check_output_folders(args)
         return args.func(args)
     except InputError as e:
         print(f"perfmodel: error: {e}", file=sys.stderr)

@@ -161,6 +161,39 @@ def check_outputs_not_inputs(args) -> None:
                                  "(give another file name)", file=path, field=flag)
 
 
+# flags naming a folder a command writes into
+OUTPUT_DIR_FLAGS = {"out_dir": "--out-dir"}
+
+
+def check_output_folders(args) -> None:
+    """Every output a command was given, checked before anything is computed: a file's folder exists, a folder
+    given for files (``--out-dir``, ``export --format csv --out DIR/``) exists. Writers never create folders
+    (docs/outputs.md); perfmodel.io refuses a missing folder again at the write."""
+    from pathlib import Path
+
+    from ..safeyaml import printable
+
+    def refuse(path: str, folder, flag: str):
+        raise InputError(f"the folder {printable(str(folder), 80)} does not exist (create it first)",
+                         file=printable(path, 120), field=flag)
+
+    for attr, flag in {**OUTPUT_FILE_FLAGS, "refit": "--refit"}.items():
+        path = getattr(args, attr, None)
+        if not isinstance(path, str) or not path.strip():
+            continue
+        if path.endswith(("/", os.sep)):
+            if not os.path.isdir(path):
+                refuse(path, path, flag)
+            continue
+        parent = Path(path).parent
+        if not parent.is_dir():
+            refuse(path, parent, flag)
+    for attr, flag in OUTPUT_DIR_FLAGS.items():
+        path = getattr(args, attr, None)
+        if isinstance(path, str) and path.strip() and not os.path.isdir(path):
+            refuse(path, path, flag)
+
+
 def check_output_file(path: str | None, flag: str, suffixes: tuple[str, ...] | None = None) -> None:
     """An output file name, checked before anything is computed or written: the extension (when the flag takes
     given ones), not a folder, and a parent folder that exists."""

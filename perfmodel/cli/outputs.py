@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ..errors import InputError
-from .common import scenario_flags, scenario_from_args
+from .common import check_output_file, scenario_flags, scenario_from_args
 
 
 def register(sub) -> None:
@@ -79,6 +79,7 @@ def cmd_report(args) -> int:
     out = args.out if args.out is not None else DEFAULT_REPORT
     if args.out is None and not args.force and Path(out).exists():
         raise InputError(f"{out} exists; give --out PATH, or --force to replace it", field="--out")
+    check_output_file(out, "--out")
     html = render_report(args.arch, args.model, sc, baseline=args.baseline, calibration=args.calibration,
                          argv=_argv(), auto_tp=auto_tp)
     write_output(out, html, overwrite=args.out is not None or args.force)

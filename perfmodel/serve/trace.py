@@ -102,7 +102,7 @@ def read_trace(path: str | Path, limit: int | None = None) -> Requests:
 
     for n, row in _rows(p):
         if len(arr) >= MAX_REQUESTS:
-            check_request_count(MAX_REQUESTS + 1, field="--arrival", what=f"{p} holds more than {MAX_REQUESTS:,} "
+            check_request_count(MAX_REQUESTS + 1, field="--arrival", cap=MAX_REQUESTS, what=f"{p} holds more than {MAX_REQUESTS:,} "
                                 "requests (split it)")
         where = f"line {n}"
         vals = {}
