@@ -192,6 +192,33 @@ _TEXT = ("name", "description", "device", "spec_key", "carried_from", "engine", 
 # A fraction of a datasheet peak may pass 1 by the clock headroom (rates are quoted at a sustained clock
 # below max boost: 1980 / 1830 MHz on Hopper), never by 2.
 MAX_ETA = 2.0
+# Physical ranges, checked at load (one line naming the file and field): a fraction of a datasheet rate or
+# bandwidth reaches at most 1.5 (clock headroom and a datasheet quoted low, never more; the shipped profiles
+# reach 1.2); ratios between two rates (gemm_mem_eta_scale, the grouped-GEMM ratios, comm_eta) keep MAX_ETA;
+# a fixed time (launch, overhead, alpha, prologue, a row's element, the power ramp) is under 1 s per kernel
+# (the shipped profiles reach 0.02 s); a share is within [0, 1]; any other number (tile constants, cycles,
+# block sizes, p-norms) under 10^6. `gemm_overhead_s: 1e308` loaded before and gave infinite times.
+MAX_FRACTION_OF_PEAK = 1.5
+MAX_TIME_S = 1.0
+MAX_OTHER = 1e6
+MAX_LOG_SPREAD = 5.0  # a quantile or spread of log(measured / predicted): e^5, a factor of 150
+# comm_eta: bus bandwidth over the spec's link bandwidth, which the fitter bounds at 2 (perfmodel.calibrate.fit)
+_RELATIVE_ETA = ("gemm_mem_eta_scale", "gemm_grouped_eta", "gemm_grouped_mem", "comm_eta")
+_SHARES = ("gemm_wave_q", "gemm_power_drop", "gemm_format_power_drop")
+_TIMES = ("gemm_power_tau",)  # times whose name does not end in _s
+
+
+def _range_problem(key: str, v: float) -> str | None:
+    """What ``v`` (finite, non-negative: checked before) of field ``key`` should be, when out of range."""
+    if key.endswith("_s") or key in _TIMES:
+        return None if v <= MAX_TIME_S else f"a time under {MAX_TIME_S:g} s per kernel"
+    if key in _SHARES:
+        return None if v <= 1 else "a share in [0, 1]"
+    if "eta" in key:
+        top = MAX_ETA if key in _RELATIVE_ETA else MAX_FRACTION_OF_PEAK
+        return None if v <= top else (f"a ratio to the datasheet rate or bandwidth in (0, {top:g}] "
+                                      "(fractions of peak)")
+    return None if v <= MAX_OTHER else f"a number under {MAX_OTHER:g}"
 
 
 def load_profile(path: str | Path) -> Profile:
@@ -256,8 +283,10 @@ def _check_field(key: str, value, default, file: str) -> None:
             raise bad('an object keyed "<collective>:<world size>" (e.g. "all_reduce:8", world size >= 2)')
         if not all(_positive(v) for v in value.values()):
             raise bad("positive finite numbers")
-        if key == "comm_eta" and any(v > MAX_ETA for v in value.values()):
-            raise bad(f"fractions of the link bandwidth in (0, {MAX_ETA}]")
+        for k, v in value.items():
+            problem = _range_problem(key, v)
+            if problem:
+                raise InputError(f"expected {problem}, got {v!r}", file=file, field=f"{key}.{k}")
     elif key == "overlap":
         from .cost.overlap import check_params
 
@@ -268,8 +297,10 @@ def _check_field(key: str, value, default, file: str) -> None:
         if not isinstance(value, dict) or not all(isinstance(k, str) and (_positive(v) or (v == 0 and key in (
                 "host_floor_s",))) for k, v in value.items()):
             raise bad("an object of positive finite numbers")
-        if "eta" in key and any(v > MAX_ETA for v in value.values()):
-            raise bad(f"ratios to the datasheet rate or bandwidth in (0, {MAX_ETA}] (fractions of peak)")
+        for k, v in value.items():
+            problem = _range_problem(key, v)
+            if problem:
+                raise InputError(f"expected {problem}, got {v!r}", file=file, field=f"{key}.{k}")
     elif key == "attn_default":
         from .attention_kernels import KERNELS
 
@@ -278,20 +309,23 @@ def _check_field(key: str, value, default, file: str) -> None:
     elif key == "residual_quantiles":
         if not isinstance(value, dict) or not all(
                 isinstance(q, list) and len(q) == 3 and all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                                                          and math.isfinite(x) for x in q) and q[0] <= q[1] <= q[2]
-                for q in value.values()):
-            raise bad("an object of [p10, p50, p90] lists of finite, ascending numbers")
+                                                          and math.isfinite(x) and abs(x) <= MAX_LOG_SPREAD for x in q)
+                and q[0] <= q[1] <= q[2] for q in value.values()):
+            raise bad(f"an object of [p10, p50, p90] lists of ascending numbers within +-{MAX_LOG_SPREAD:g} "
+                      "(logs of measured / predicted)")
     elif key == "carry_spread":
         if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-                and value >= 0):
-            raise bad("a non-negative number")
+                and 0 <= value <= MAX_LOG_SPREAD):
+            raise bad(f"a non-negative number up to {MAX_LOG_SPREAD:g} (a log-spread)")
     elif isinstance(default, (int, float)) and not isinstance(default, bool):
-        if key in _MAY_BE_ZERO and value == 0 and not isinstance(value, bool):
+        if key in _MAY_BE_ZERO and isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value \
+                <= MAX_TIME_S:
             return
         if not _positive(value):
             raise bad("a positive finite number")
-        if "eta" in key and value > MAX_ETA:
-            raise bad(f"a ratio to the datasheet rate or bandwidth in (0, {MAX_ETA}] (a fraction of peak)")
+        problem = _range_problem(key, value)
+        if problem:
+            raise bad(problem)
 
 
 def save_profile(profile: Profile, path: Path) -> None:

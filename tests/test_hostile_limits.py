@@ -262,3 +262,37 @@ def test_atomic_writer_never_creates_folders(tmp_path):
     with pytest.raises(InputError, match="does not exist"):
         write_files_atomic({tmp_path / "ok.txt": "x", tmp_path / "a" / "b.txt": "y"})
     assert not (tmp_path / "ok.txt").exists() and not (tmp_path / "a").exists()
+
+
+# --- profile parameters in a physical range ----------------------------------------------------------------
+
+@pytest.mark.parametrize("field,value,words", [
+    ("gemm_overhead_s", 1e308, ["gemm_overhead_s", "under 1 s"]),
+    ("gemm_overhead_s", 2.0, ["gemm_overhead_s", "under 1 s"]),
+    ("launch_eager_s", -1e-6, ["launch_eager_s", "positive"]),
+    ("gemm_grouped_overhead_s", 5.0, ["gemm_grouped_overhead_s", "under 1 s"]),
+    ("gemm_grouped_overhead_s", -1.0, ["gemm_grouped_overhead_s"]),
+    ("gemm_mem_eta", 1.7, ["gemm_mem_eta", "(0, 1.5]"]),
+    ("gemm_eta", {"bf16": 1.6}, ["gemm_eta.bf16", "(0, 1.5]"]),
+    ("gemm_eta", {"bf16": 0}, ["gemm_eta"]),
+    ("mem_alpha_s", {"copy": 3.0}, ["mem_alpha_s.copy", "under 1 s"]),
+    ("comm_alpha_s", {"all_reduce:8": 10.0}, ["comm_alpha_s.all_reduce:8", "under 1 s"]),
+    ("comm_eta", {"all_reduce:8": 2.5}, ["comm_eta.all_reduce:8", "(0, 2]"]),
+    ("gemm_wave_q", 3.0, ["gemm_wave_q", "share"]),
+    ("gemm_tile_c", 1e300, ["gemm_tile_c", "under 1e+06"]),
+    ("attn_block_q", {"flash": 1e9}, ["attn_block_q.flash"]),
+    ("carry_spread", 1e308, ["carry_spread"]),
+    ("residual_quantiles", {"gemm": [-1e300, 0, 1e300]}, ["residual_quantiles"]),
+])
+def test_profile_out_of_physical_range_refused(field, value, words, tmp_path, capsys):
+    p = tmp_path / "profile.json"
+    p.write_text(json.dumps({field: value}))
+    fails_with_one_line(["project", "--arch", "h200", "--model", "llama8b", "--calibration", p], capsys,
+                        "profile.json", *words)
+
+
+def test_shipped_profiles_within_range():
+    from perfmodel.profile import load_profile
+
+    for p in sorted((ROOT / "calibration").glob("*/profile.json")):
+        load_profile(p)
