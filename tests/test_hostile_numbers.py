@@ -92,12 +92,15 @@ TRAIN = ["train", "--arch", "h200", "--model", "llama8b", "--gpus", "8", "--glob
                                   '{"gemm_overhead_s": 1e300, "standalone_overhead_s": 1e300}'])
 @pytest.mark.parametrize("fmt", ["table", "json"])
 def test_train_hostile_profile_is_refused_not_printed(body, fmt, tmp_path, capsys):
-    """Before: 'step time inf s', 'pipeline bubble nan%', JSON step_time_s 0.0, exit 0."""
+    """Before: 'step time inf s', 'pipeline bubble nan%', JSON step_time_s 0.0, exit 0. Now the profile is
+    refused at load, its field out of any physical range (perfmodel.profile._range_problem)."""
+    import json
+
     prof = tmp_path / "profile.json"
     prof.write_text(body)
     out = tmp_path / "t.json"
-    fails_with_one_line(TRAIN + ["--calibration", prof, "--format", fmt, "--out", out], capsys, "not finite",
-                        "profile")
+    fails_with_one_line(TRAIN + ["--calibration", prof, "--format", fmt, "--out", out], capsys, "profile.json",
+                        next(iter(json.loads(body))))
     assert not out.exists()
 
 
