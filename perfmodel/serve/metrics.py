@@ -115,4 +115,42 @@ def request_metrics(arrival, first, finish, isl, osl, itl_spans, itl_extra, *, s
         out["littles_law"] = {"mean_in_system": in_system_s / duration, "arrival_rate_req_s": n / duration,
                               "mean_e2e_s": float(e2e.mean()),
                               "arrival_rate_x_mean_e2e": n / duration * float(e2e.mean())}
+    load = overload(arrival, finish, ttft)
+    if load is not None:
+        out["load"] = load
     return out
+
+
+OVERLOAD_SHORTFALL = 0.05  # served rate this far below the offered rate ...
+OVERLOAD_TTFT_GROWTH = 2.0  # ... and the last quarter's median TTFT this many times the first quarter's
+OVERLOAD_MIN_REQUESTS = 8
+
+
+def overload(arrival, finish, ttft) -> dict | None:
+    """Whether the queue grew without bound over the run, from the simulation's own per-request times.
+
+    Offered rate: requests over the span of their arrivals. Served rate: requests over the span of their
+    finishes (the departure rate; while the layout keeps up it equals the arrival rate, shifted by one
+    latency; when it does not, the layout is busy throughout and departures come at its capacity, however
+    long the run). Overloaded when the served rate falls more than 5% short of the offered rate AND the median
+    TTFT of the last quarter of arrivals is more than twice that of the first quarter: the second condition
+    tells a queue that grew across the run (TTFT growing with arrival order) from a short run whose departure
+    span is stretched only by the last request's own latency. None for a closed loop's placeholder arrivals
+    (all at 0) or fewer than 8 requests."""
+    n = arrival.size
+    if n < OVERLOAD_MIN_REQUESTS:
+        return None
+    a_span = float(arrival.max() - arrival.min())
+    f_span = float(finish.max() - finish.min())
+    if not (a_span > 0 and f_span > 0):
+        return None
+    offered = (n - 1) / a_span
+    served = min((n - 1) / f_span, offered)
+    order = np.argsort(arrival, kind="stable")
+    q = max(n // 4, 1)
+    first_q = float(np.median(ttft[order[:q]]))
+    last_q = float(np.median(ttft[order[-q:]]))
+    growing = last_q > OVERLOAD_TTFT_GROWTH * first_q
+    return {"overloaded": bool(served < (1 - OVERLOAD_SHORTFALL) * offered and growing),
+            "offered_req_s": offered, "served_req_s": served,
+            "ttft_first_quarter_ms": first_q * 1e3, "ttft_last_quarter_ms": last_q * 1e3}

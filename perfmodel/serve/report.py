@@ -94,6 +94,14 @@ def serve_table(doc: dict) -> str:
         s = doc[key]
         rows.append([label] + [_num(s[k]) for k in ("p50", "p90", "p99", "mean")])
     lines += table(rows, "lrrrr")
+    load = doc.get("load") or {}
+    if load.get("overloaded"):
+        lines.append("")
+        lines.append(f"overloaded: arrivals exceed what the layout serves ({_num(load['offered_req_s'])} req/s offered, "
+                     f"{_num(load['served_req_s'])} req/s served); the queue grew through the run (median TTFT "
+                     f"{_num(load['ttft_first_quarter_ms'])} ms in the first quarter of arrivals, "
+                     f"{_num(load['ttft_last_quarter_ms'])} ms in the last): the latencies above depend on the run's "
+                     "length, not on the layout")
     gpus = doc["layout"]["gpus"]
     lines.append("")
     lines.append(f"  throughput      {doc['throughput_tok_s']:,.0f} output tok/s ({doc['throughput_tok_s'] / gpus:,.0f} "

@@ -167,8 +167,11 @@ def run_training_validation(paths, calibration=None) -> list[dict]:
 def default_tables() -> list:
     from ..paths import repo_root, workloads_dir
 
+    # the table the package ships (workloads/validation/, found by perfmodel.paths in a checkout and in an
+    # installed package alike); the shared reference copy beside a checkout only when that is missing
     out = []
-    for cand in (repo_root().parent / "shared" / "reference" / "public_validation.csv",
+    for cand in (workloads_dir() / "validation" / "public_validation.csv",
+                 repo_root().parent / "shared" / "reference" / "public_validation.csv",
                  repo_root() / "shared" / "reference" / "public_validation.csv"):
         if cand.is_file():
             out.append(cand)
@@ -176,6 +179,9 @@ def default_tables() -> list:
     extra = workloads_dir() / "validation" / "training_public.csv"
     if extra.is_file():
         out.append(extra)
+    if not out:
+        raise InputError(f"no validation table found (looked in {workloads_dir() / 'validation'}); pass --csv FILE",
+                         field="--csv")
     return out
 
 
@@ -223,7 +229,11 @@ def main(argv: list[str] | None = None) -> int:
         calibration = args.calibration
         if args.training_rows:
             calibration = with_training_rows(args.training_rows, args.calibration)
-        rows = run_training_validation(args.csv or default_tables(), calibration)
+        tables = args.csv or default_tables()
+        rows = run_training_validation(tables, calibration)
+        if not rows:
+            raise InputError("no training rows (kind = training) in " + ", ".join(str(t) for t in tables),
+                             field="--csv")
     except InputError as e:
         print(f"perfmodel: error: {e}", file=sys.stderr)
         return 2

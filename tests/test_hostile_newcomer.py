@@ -1,0 +1,68 @@
+"""Newcomer paths (issue 19): entry points that work outside the source tree, and a serve run that says when
+it is overloaded."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(args, cwd, env_root=None):
+    import os
+
+    env = dict(os.environ)
+    if env_root is not None:
+        env["PERFMODEL_ROOT"] = str(env_root)
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_train_validate_outside_the_source_tree(tmp_path):
+    # an installed package's data folder (perfmodel/_data): hardware, workloads, calibration profiles
+    data = tmp_path / "data"
+    shutil.copytree(ROOT / "hardware", data / "hardware")
+    (data / "workloads" / "validation").mkdir(parents=True)
+    shutil.copy(ROOT / "workloads/validation/public_validation.csv", data / "workloads/validation")
+    (data / "calibration").mkdir()
+    r = _run(["-m", "perfmodel.train.validate", "--calibration", "none"], tmp_path, data)
+    assert r.returncode == 0, r.stderr
+    assert "megatron" in r.stdout and len(r.stdout.splitlines()) > 3
+
+
+def test_train_validate_with_no_table_is_one_line(tmp_path):
+    data = tmp_path / "empty"
+    (data / "hardware").mkdir(parents=True)
+    r = _run(["-m", "perfmodel.train.validate", "--calibration", "none"], tmp_path, data)
+    assert r.returncode == 2 and r.stderr.startswith("perfmodel: error:") and "--csv" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not r.stdout
+
+
+def test_serve_says_when_overloaded(capsys):
+    import json
+
+    from perfmodel.cli import main
+
+    over = ["serve", "--arch", "h200", "--model", "llama8b", "--rate", "500", "--requests", "600", "--isl", "2048",
+            "--osl", "64"]
+    assert main(over) == 0
+    out = capsys.readouterr().out
+    line = [x for x in out.splitlines() if x.startswith("overloaded:")]
+    assert len(line) == 1 and "req/s offered" in line[0] and "req/s served" in line[0]
+    assert main(over + ["--format", "json"]) == 0
+    load = json.loads(capsys.readouterr().out)["load"]
+    assert load["overloaded"] and load["served_req_s"] < 0.5 * load["offered_req_s"]
+
+
+def test_serve_within_capacity_is_not_overloaded(capsys):
+    import json
+
+    from perfmodel.cli import main
+
+    ok = ["serve", "--arch", "h200", "--model", "llama8b", "--rate", "2", "--requests", "200", "--isl", "512",
+          "--osl", "64"]
+    assert main(ok) == 0
+    assert "overloaded" not in capsys.readouterr().out
+    assert main(ok + ["--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["load"]["overloaded"] is False
