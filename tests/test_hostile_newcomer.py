@@ -66,3 +66,16 @@ def test_serve_within_capacity_is_not_overloaded(capsys):
     assert "overloaded" not in capsys.readouterr().out
     assert main(ok + ["--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["load"]["overloaded"] is False
+
+
+def test_fit_of_a_cpu_calibration_says_why_not(tmp_path, capsys):
+    import json
+
+    from perfmodel.cli import main
+
+    (tmp_path / "environment.json").write_text(json.dumps({"device": "cpu", "env": {"device_name": "AMD EPYC"}}))
+    (tmp_path / "measurements.jsonl").write_text("")
+    assert main(["fit", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("perfmodel: error:") and "\n" not in err
+    assert "--device cpu" in err and "cannot be fitted" in err and "GPU" in err

@@ -14,7 +14,8 @@ from .common import emit
 def register(sub) -> None:
     p = sub.add_parser("calibrate", help="measure microkernels on the attached device (needs torch)")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
-                   help="cuda: the attached GPU (default); cpu: the CPU (for the quick suite)")
+                   help="cuda: the attached GPU (default); cpu: the CPU, to try the suite end to end (a CPU "
+                        "calibration cannot be fitted: there is no CPU hardware spec for the model to fit)")
     p.add_argument("--suite", choices=("quick", "full"), default="quick",
                    help="quick: a few shapes a family (default; a minute on the CPU); full: the shapes the fit "
                         "needs (minutes on an H200)")
@@ -118,10 +119,34 @@ def _check_folder_json(folder) -> None:
                              what="a calibration row or description (a few levels)")
 
 
+def _refuse_cpu_calibration(folder) -> None:
+    """A folder measured with ``calibrate --device cpu`` cannot be fitted: the latency model's parameters are
+    fractions of a GPU spec's datasheet rates (tensor-core peak, HBM bandwidth, SMs), and there is no CPU spec
+    for them to be fractions of. Said in one line, rather than 'no hardware spec matches' or, with --arch, a
+    GPU profile fitted to CPU times."""
+    import json
+    from pathlib import Path
+
+    env_file = Path(folder) / "environment.json"
+    try:
+        doc = json.loads(env_file.read_text(encoding="utf-8")) if env_file.is_file() else {}
+    except (OSError, ValueError):
+        return
+    if not isinstance(doc, dict):
+        return
+    env = doc.get("env") if isinstance(doc.get("env"), dict) else {}
+    if str(doc.get("device", env.get("device", ""))).lower() == "cpu":
+        raise InputError("measured on the CPU (perfmodel calibrate --device cpu): a CPU calibration checks the "
+                         "suite end to end and cannot be fitted (the model's parameters are fractions of a GPU "
+                         "spec's rates; there is no CPU spec); calibrate on a GPU to fit a profile",
+                         file=str(env_file))
+
+
 def cmd_fit(args) -> int:
     from ..calibrate.fit import fit_directory
 
     _check_folder_json(args.dir)
+    _refuse_cpu_calibration(args.dir)
     try:
         report = fit_directory(args.dir, spec=args.arch, holdout=args.holdout, seed=args.seed)
     except RecursionError:  # a file below the folder's top level; the scan above covers the ones fit reads
