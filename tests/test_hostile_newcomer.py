@@ -79,3 +79,33 @@ def test_fit_of_a_cpu_calibration_says_why_not(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("perfmodel: error:") and "\n" not in err
     assert "--device cpu" in err and "cannot be fitted" in err and "GPU" in err
+
+
+def test_progress_only_on_a_terminal(monkeypatch, capsys):
+    import io
+    import time
+
+    from perfmodel.cli.common import progress
+
+    with progress(3, "work") as tick:  # pytest's captured stderr is not a terminal
+        tick()
+        time.sleep(1.3)
+    assert capsys.readouterr().err == ""
+
+    class Term(io.StringIO):
+        def isatty(self):
+            return True
+
+    term = Term()
+    monkeypatch.setattr("sys.stderr", term)
+    with progress(3, "work") as tick:
+        tick()
+        time.sleep(1.5)
+    text = term.getvalue()
+    assert "work: 1/3 (33%)" in text and text.endswith("\r\x1b[K")
+    term2 = Term()
+    monkeypatch.setattr("sys.stderr", term2)
+    monkeypatch.setenv("PERFMODEL_PROGRESS", "0")
+    with progress(None, "off"):
+        time.sleep(1.3)
+    assert term2.getvalue() == ""

@@ -215,32 +215,48 @@ def check_output_file(path: str | None, flag: str, suffixes: tuple[str, ...] | N
 
 
 class _Ticker:
-    """``label: done/total (pct) elapsed`` redrawn on one stderr line, at most five times a second and only
-    once a second has passed (a quick command shows nothing); the line is cleared at the end."""
+    """``label: done/total (pct), elapsed`` (or ``label: elapsed`` with no count) redrawn on one stderr line by a
+    daemon thread five times a second, starting once a second has passed (a quick command shows nothing), so
+    that a computation with no hook of its own (the serving simulation) still shows it is running; the line
+    is cleared at the end."""
 
     def __init__(self, total: int | None, label: str):
+        import threading
         import time
 
         self.total, self.label, self.done = total, label, 0
         self.clock = time.monotonic
-        self.start = self.last = self.clock()
+        self.start = self.clock()
         self.shown = False
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
 
     def __call__(self, n: int = 1) -> None:
         self.done += n
-        now = self.clock()
-        if now - self.start < 1.0 or now - self.last < 0.2:
+
+    def _run(self) -> None:
+        if self.stop.wait(1.0):
             return
-        self.last = now
-        of = f"/{self.total} ({self.done / self.total:.0%})" if self.total else ""
-        sys.stderr.write(f"\r\x1b[K{self.label}: {self.done}{of}, {now - self.start:.0f} s")
-        sys.stderr.flush()
-        self.shown = True
+        while not self.stop.is_set():
+            elapsed = self.clock() - self.start
+            of = f"{self.done}/{self.total} ({self.done / self.total:.0%}), " if self.total else ""
+            with self.lock:
+                if self.stop.is_set():
+                    return
+                sys.stderr.write(f"\r\x1b[K{self.label}: {of}{elapsed:.0f} s")
+                sys.stderr.flush()
+                self.shown = True
+            self.stop.wait(0.2)
 
     def close(self) -> None:
-        if self.shown:
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
+        with self.lock:
+            self.stop.set()
+            if self.shown:
+                sys.stderr.write("\r\x1b[K")
+                sys.stderr.flush()
+        self.thread.join(timeout=1.0)
 
 
 def _quiet(n: int = 1) -> None:
@@ -249,9 +265,10 @@ def _quiet(n: int = 1) -> None:
 
 class progress:
     """``with progress(total, "serve") as tick: ... tick()``: a progress line on stderr for a command that can
-    run longer than a few seconds, only when stderr is a terminal (nothing in pipes, files or tests;
-    ``PERFMODEL_PROGRESS=0`` turns it off). A 30-line ticker rather than tqdm: tqdm is only in the calibrate
-    extra, and one redrawn line is all the commands need."""
+    run longer than a few seconds (``total`` None: elapsed time only), only when stderr is a terminal (nothing
+    in pipes, files or tests; ``PERFMODEL_PROGRESS=0`` turns it off). A 40-line ticker rather than tqdm or
+    rich: neither is a base dependency (tqdm is in the calibrate extra only), and one redrawn line is all the
+    commands need; the standard library alone, imported when a command runs, keeps the CLI start fast."""
 
     def __init__(self, total: int | None, label: str):
         self.total, self.label, self.ticker = total, label, None

@@ -277,7 +277,10 @@ def cmd_serve(args) -> int:
                     replicas=_int(args.replicas, "--replicas"), disagg=parse_disagg(args.disagg),
                     prefill_tp=_int(args.prefill_tp, "--prefill-tp") if args.prefill_tp else None,
                     decode_tp=_int(args.decode_tp, "--decode-tp") if args.decode_tp else None)
-    result = simulate(hw, model, sc, prof, reqs, opts)
+    from .common import progress
+
+    with progress(None, f"serve: simulating {len(reqs):,} requests"):
+        result = simulate(hw, model, sc, prof, reqs, opts)
     _check_result(result, model, hw)
     doc = serve_document(hw, model, sc, prof, reqs, workload, result)
     if args.format == "json":
@@ -318,7 +321,10 @@ def cmd_plan(args) -> int:
     opts = _options(args)
     if opts.slo_ttft_s is None and opts.slo_tpot_s is None:
         raise InputError("planning needs --slo-ttft-ms and/or --slo-tpot-ms", field="--slo-ttft-ms")
-    rows = plan(hw, model, sc, prof, base, space, opts)
+    from .common import progress
+
+    with progress(None, "plan: simulating the layouts"):
+        rows = plan(hw, model, sc, prof, base, space, opts)
     doc = plan_document(hw, model, sc, prof, base, space, opts, rows, {"isl_dist": isl.text, "osl_dist": osl.text})
     if args.format == "json":
         emit(json.dumps(doc, indent=2, allow_nan=False) + "\n", args.out)

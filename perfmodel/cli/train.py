@@ -170,7 +170,10 @@ def _search(args, hw, model, ts, prof) -> int:
     schedules = None
     if args.schedule and args.schedule != "1f1b":
         schedules = [(args.schedule, ts.interleave)]
-    results, considered = search(hw, model, ts, prof, top=args.top, schedules=schedules)
+    from .common import progress
+
+    with progress(None, f"train --search: layouts of {ts.gpus} GPUs"):
+        results, considered = search(hw, model, ts, prof, top=args.top, schedules=schedules)
     if args.format == "json":
         text = json_text({"considered": considered, "results": [
             {k: v for k, v in train_dict(p).items() if k != "ops"} for p in results]})

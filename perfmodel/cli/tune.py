@@ -169,8 +169,11 @@ def cmd_fit(args) -> int:
     hw, prof = _resolve(args)
     if not Path(args.dir).is_dir():
         raise InputError("expected a folder of tuning measurements", file=args.dir)
-    tp, _ = fit_directory(args.dir, hw, prof, holdout=args.holdout, seed=args.seed, folds=args.folds, top=top, tol=tol,
-                          log=lambda s: print(s, file=sys.stderr, flush=True))
+    from .common import progress
+
+    with progress(None, "tune fit"):
+        tp, _ = fit_directory(args.dir, hw, prof, holdout=args.holdout, seed=args.seed, folds=args.folds, top=top,
+                              tol=tol, log=lambda s: print(s, file=sys.stderr, flush=True))
     out = Path(args.out) if args.out else Path(args.dir) / TUNE_PROFILE
     save_tune_profile(tp, out)
     print(fit_text(tp))
@@ -188,7 +191,10 @@ def cmd_evaluate(args) -> int:
         from ..tune.constants import load_tune_profile
 
         tp = load_tune_profile(args.constants)
-    result = evaluate_directory(args.dir, hw, prof, top=top, tol=tol, tune_profile=tp,
-                                estimates=args.constants is not None and str(args.constants).lower() == "none")
+    from .common import progress
+
+    with progress(None, "tune evaluate"):
+        result = evaluate_directory(args.dir, hw, prof, top=top, tol=tol, tune_profile=tp,
+                                    estimates=args.constants is not None and str(args.constants).lower() == "none")
     emit(to_json(result) if args.format == "json" else evaluation_table(result) + "\n", args.out)
     return 0

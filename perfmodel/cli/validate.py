@@ -36,8 +36,11 @@ def cmd_validate(args) -> int:
             limit = 0
         if limit < 1:
             raise InputError(f"expected a positive number of rows, got {args.limit!r}", field="--limit")
-    rows = run_validation(args.csv, calibration=args.calibration, mode=args.mode, engine=args.engine,
-                          where=args.where, limit=limit)
+    from .common import progress
+
+    with progress(None, "validate"):
+        rows = run_validation(args.csv, calibration=args.calibration, mode=args.mode, engine=args.engine,
+                              where=args.where, limit=limit)
     if args.format == "json":
         emit(json_text(rows), args.out)
     elif args.format == "csv":
