@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from .errors import InputError
+from .generations import async_mma_generations, with_mma
 
 AUTO = "auto"
 
@@ -36,14 +37,14 @@ class AttentionKernel:
 _FA3_CLASS = ("Shah et al. 2024, FlashAttention-3 (arXiv 2407.08608), Fig. 5-6: on H100, bf16 forward at head dim "
               "128 and 4k-16k tokens, FA3 and cuDNN 9 reach comparable throughput (about 600-760 TFLOP/s), "
               "1.5-2x FlashAttention-2; so FA3-class kernels take cuDNN's fitted efficiencies")
-_HOPPER_PLUS = ("hopper", "blackwell", "blackwell-ultra", "rubin")
+_HOPPER_PLUS = async_mma_generations()  # FA3-class kernels need asynchronous MMA (wgmma, tcgen05)
 
 KERNELS: dict[str, AttentionKernel] = {k.key: k for k in (
     AttentionKernel("flash", "FlashAttention-2 (PyTorch SDPA flash backend)", "flash", ""),
     AttentionKernel("cudnn", "cuDNN fused attention (PyTorch SDPA cuDNN backend)", "cudnn", ""),
     AttentionKernel("efficient", "memory-efficient attention (PyTorch SDPA efficient backend)", "efficient", ""),
     AttentionKernel("fa3", "FlashAttention-3 (wgmma + TMA, warp-specialised)", "cudnn", _FA3_CLASS,
-                    generations=("hopper",), fallback="cudnn"),
+                    generations=with_mma("wgmma"), fallback="cudnn"),  # FA3 is written for wgmma
     AttentionKernel("trtllm", "TensorRT-LLM context FMHA and XQA generation kernels", "cudnn",
                     "TensorRT-LLM docs (docs/source/advanced/gpt-attention.md): context FMHA on Hopper and "
                     "Blackwell is a warp-specialised FA3-class kernel, generation uses XQA for GQA/MQA; no public "

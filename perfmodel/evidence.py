@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+from . import generations
 from .profile import DEFAULTS, Profile
 from .spec import HardwareSpec
 
@@ -40,9 +41,6 @@ ENGINE_FAMILIES = ("gemm", "attention", "comm", "moe")
 # An engine's attention module includes writing the new K and V into the cache: that kernel's parameters travel
 # with the attention family when the attention source fitted them.
 ATTENTION_MEMORY_KINDS = ("kv_write",)
-GENERATION_ORDER = {"volta": 0, "ampere": 1, "ada": 1.5, "blackwell-rtx": 1.75, "hopper": 2, "blackwell": 3,
-                    "blackwell-ultra": 3.5,
-                    "rubin": 4, "cdna3": 10, "cdna4": 11}
 
 
 def measured_families(prof: Profile) -> tuple[str, ...]:
@@ -76,7 +74,7 @@ def _engine_distance(wanted: str, have: str) -> int:
 
 
 def _generation_distance(a: str, b: str) -> float:
-    ga, gb = GENERATION_ORDER.get(a), GENERATION_ORDER.get(b)
+    ga, gb = generations.order(a), generations.order(b)
     if ga is None or gb is None:
         return 0.0 if a == b else 50.0
     d = gb - ga  # target minus source: a source older than the target carries forward (preferred over newer)

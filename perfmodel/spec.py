@@ -59,7 +59,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from . import safeyaml
+from . import generations, safeyaml
 from .errors import InputError
 from .paths import hardware_dir
 from .units import parse_quantity
@@ -235,27 +235,13 @@ def _tree() -> dict:
 
 _SCHEMA = _tree()
 
-# Dense bf16 FLOP per clock per SM (per CU on AMD) of each generation's tensor cores.
-BF16_FLOP_PER_CLK_PER_SM = {
-    "ampere": 2048,
-    "ada": 1024,  # AD10x with FP32 accumulate at full rate (data-centre and RTX parts): NVIDIA L40S datasheet,
-    # 362.05 TF dense over 142 SMs x 2490 MHz; L4 datasheet, 121 TF (242 sparse) over 58 SMs x 2040 MHz
-    "hopper": 4096,
-    "blackwell": 8192,
-    "blackwell-ultra": 8192,
-    # GB20x (RTX Blackwell, sm_120): an eighth of GB100's per SM and clock, not half. NVIDIA RTX Blackwell GPU
-    # architecture whitepaper, RTX 5090: 419 TF dense FP16 (FP16 accumulate; GeForce halves FP32 accumulate, RTX PRO
-    # parts do not) over 170 SMs x 2407 MHz = 1024. Its own key: under "blackwell" the sparse guard would pass a
-    # 2:4 figure and clocks implied from the rate (perfmodel.tune.machine) would be 8x too low.
-    "blackwell-rtx": 1024,
-    "cdna3": 2048,
-    "cdna4": 4096,
-}
+# Dense bf16 FLOP per clock per SM (per CU on AMD) of each generation's tensor cores, with their sources:
+# perfmodel.generations (a view of that table, for the sparse guard below and its readers)
+BF16_FLOP_PER_CLK_PER_SM = generations.flop_per_clk_table("bf16")
 SPARSE_GUARD = 1.5  # a bf16 rate above 1.5x the table's FLOP/clk/SM is taken for a 2:4 sparse figure
-# Largest plausible dense rate of a format relative to dense bf16. Blackwell Ultra's FP4 is 1.5x
-# Blackwell's (B300: 13125 vs 2250 TFLOPS, 5.8x; GB300: 15000 vs 2500, 6x), hence its own limit.
+# Largest plausible dense rate of a format relative to dense bf16; a generation may raise it
+# (perfmodel.generations rate_ratio_limits: Blackwell Ultra's FP4 is 1.5x Blackwell's).
 _RATIO_LIMITS = {"fp8": 2.2, "fp4": 4.5}
-_RATIO_LIMITS_BY_GEN = {"blackwell-ultra": {"fp4": 6.75}, "rubin": {"fp4": 6.75}}
 
 
 def spec_value(spec: HardwareSpec, attr: str) -> float | None:
@@ -622,7 +608,7 @@ def _check_plausible(spec: HardwareSpec) -> None:
                 f"{spec.boost_clock_hz / 1e6:.0f} MHz, {per / table:.2f}x the {table} of a dense "
                 f"{spec.generation} part: it looks like a 2:4 sparse rate; give the dense one (half)",
                 fig.file, "compute.tensor.bf16")
-    limits = {**_RATIO_LIMITS, **_RATIO_LIMITS_BY_GEN.get(spec.generation, {})}
+    limits = {**_RATIO_LIMITS, **generations.rate_ratio_limits(spec.generation)}
     for dtype, limit in limits.items():
         rate = spec.tensor_flops.get(dtype)
         if rate is not None and rate > limit * bf16 * (1 + 1e-9):

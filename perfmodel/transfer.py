@@ -23,7 +23,8 @@ What carries, and why:
 - **Host latencies carry as-is**: launch gaps (host software). Collective fixed costs scale with the parts'
   measured small-message all-reduce times where both specs give one.
 - **Softmax cycles follow the special-function units** (``attn_sfu_cycles``): divided by the target's
-  exponential throughput per SM relative to the source's (:data:`SFU_EXP_RATE`: Blackwell Ultra doubles it).
+  exponential throughput per SM relative to the source's (:func:`sfu_exp_rate`, from
+  :mod:`perfmodel.generations`: Blackwell Ultra doubles it).
 - **Power carries by TDP and process node** (:func:`perfmodel.energy.carry.carry_power`, its rules and
   sources in docs/energy.md).
 - **Nothing carries across vendors**: efficiencies measured on one vendor's software stack say little
@@ -35,6 +36,7 @@ the carried classes' error, the median over families), or the 0.10 estimate wher
 """
 from __future__ import annotations
 
+from . import generations
 from .energy.carry import carry_power
 from .profile import DEFAULTS, MAX_ETA, Profile
 from .spec import HardwareSpec
@@ -84,7 +86,7 @@ def carry(profile: Profile, source: HardwareSpec | None, target: HardwareSpec, *
     capped = lambda d, r: {k: min(v * r, 1.0) for k, v in d.items()}  # noqa: E731
     sfu = 1.0
     if source is not None:  # softmax cycles per score follow the SM's exponential throughput
-        sfu = SFU_EXP_RATE.get(source.generation, (1.0, ""))[0] / SFU_EXP_RATE.get(target.generation, (1.0, ""))[0]
+        sfu = sfu_exp_rate(source.generation) / sfu_exp_rate(target.generation)
     return profile.with_(
         attn_sfu_cycles={k: v * sfu for k, v in profile.attn_sfu_cycles.items()},
         carried_from=label,
@@ -109,16 +111,11 @@ def carry(profile: Profile, source: HardwareSpec | None, target: HardwareSpec, *
     )
 
 
-# Exponentials per clock per SM on the special-function units, relative to Hopper's, by generation, with the source.
-SFU_EXP_RATE: dict[str, tuple[float, str]] = {
-    "ampere": (1.0, "estimate: as Hopper (16 MUFU ops per clock per SM since Volta)"),
-    "hopper": (1.0, "reference"),
-    "blackwell": (1.0, "estimate: NVIDIA states Blackwell Ultra doubles Blackwell's SFU exponential throughput, so "
-                       "Blackwell has Hopper's"),
-    "blackwell-ultra": (2.0, "NVIDIA technical blog 'Inside NVIDIA Blackwell Ultra' (2025): SFU throughput for "
-                             "exponentials doubled for 2x attention-layer acceleration"),
-    "rubin": (2.0, "estimate: as Blackwell Ultra"),
-}
+def sfu_exp_rate(generation: str) -> float:
+    """Exponentials per clock per SM relative to Hopper's (:mod:`perfmodel.generations`, with sources); 1.0
+    where the table has no figure (estimate: as Hopper)."""
+    rate = generations.sfu_exp_rate(generation)
+    return 1.0 if rate is None else rate
 
 
 # the sustained-rate key a GEMM format's efficiency follows

@@ -18,21 +18,8 @@ Process of each generation (compute die, memory path), with its source:
 """
 from __future__ import annotations
 
+from .. import generations
 from ..errors import InputError
-
-# generation -> (compute-die process, memory-path process, source)
-PROCESS_BY_GENERATION: dict[str, tuple[str, str, str]] = {
-    "ampere": ("N7", "N7", "NVIDIA A100 Tensor Core GPU Architecture whitepaper (TSMC 7 nm N7)"),
-    "hopper": ("4N", "4N", "NVIDIA H100 Tensor Core GPU Architecture whitepaper (TSMC 4N, custom for NVIDIA)"),
-    "blackwell": ("4NP", "4NP", "NVIDIA Blackwell architecture technical brief (custom TSMC 4NP)"),
-    "blackwell-ultra": ("4NP", "4NP", "NVIDIA Blackwell Ultra announcement (TSMC 4NP, as Blackwell)"),
-    "ada": ("4N", "4N", "NVIDIA Ada Lovelace architecture whitepaper (TSMC 4N)"),
-    "blackwell-rtx": ("4N", "4N", "NVIDIA RTX Blackwell GPU architecture whitepaper (TSMC 4N)"),
-    "cdna3": ("N5", "N6", "AMD CDNA 3 architecture whitepaper (XCDs on TSMC N5, I/O dies with the HBM "
-                          "controllers on N6)"),
-    "cdna4": ("N3P", "N6", "AMD CDNA 4 architecture whitepaper (XCDs on TSMC N3P, I/O dies on N6)"),
-    "rubin": ("N3", "N3", "estimate: reported, not in a datasheet"),
-}
 
 # Logic power at the same speed, relative to TSMC N7.
 NODE_POWER: dict[str, tuple[float, str]] = {
@@ -46,14 +33,14 @@ NODE_POWER: dict[str, tuple[float, str]] = {
                                  "(estimate)"),
 }
 
-__doc__ += "\n".join(f"    {g}: {c}/{m} ({src})" for g, (c, m, src) in PROCESS_BY_GENERATION.items())
+__doc__ += "\n".join(f"    {g.name}: {g.process[0]}/{g.process[1]} ({g.sources['process']})"
+                      for g in generations.GENERATIONS.values() if g.process)
 
 
 def process_node(generation: str) -> tuple[str, str]:
     """(compute-die process, memory-path process) of a generation; unknown generations are taken as
     Hopper's (estimate), which the docs say."""
-    c, m, _ = PROCESS_BY_GENERATION.get(generation, PROCESS_BY_GENERATION["hopper"])
-    return c, m
+    return generations.process(generation) or generations.process("hopper")
 
 
 def node_factor(node: str) -> float:

@@ -20,8 +20,10 @@ import json
 import sys
 from pathlib import Path
 
+from .. import generations
+
 TABLE = Path(__file__).resolve().parent / "data" / "compiled_sm90.jsonl"
-ARCH_GENERATIONS = {"hopper": 90}
+TABLE_SM = 90  # the compute capability the table was compiled for (sm_90: its file name)
 
 
 def _gemm_key(block_m, block_n, block_k, num_warps, num_stages, split: bool, aligned: bool, even_k: bool) -> tuple:
@@ -89,7 +91,7 @@ def _load(path: str) -> dict[tuple, tuple[int, int]]:
 
 
 def _usable(hw, dtype: str) -> bool:
-    return getattr(hw, "generation", "") in ARCH_GENERATIONS and dtype in ("bf16", "fp16")
+    return generations.sm_version(getattr(hw, "generation", "")) == TABLE_SM and dtype in ("bf16", "fp16")
 
 
 def gemm_resources(hw, cfg, dtype: str, aligned: bool, even_k: bool) -> tuple[int, int] | None:

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import generations
 from ..cost import _rate
 from ..profile import Profile
-from ..spec import BF16_FLOP_PER_CLK_PER_SM, HardwareSpec
+from ..spec import HardwareSpec
 from .constants import TuneConstants, default_constants
 
 SMEM_BYTES_PER_CLK = 128.0  # 32 banks x 4 bytes a clock per SM (CUDA C++ Programming Guide, shared memory)
-# Combined L1 + shared memory per SM (bytes): 192 KB on the A100 (Ampere whitepaper), 256 KB on Hopper
-# (Hopper whitepaper); Blackwell's is taken as Hopper's (the b200 spec's note: reference gives 256 KB)
-L1_SMEM_BYTES = {"ampere": 192 * 1024, "hopper": 256 * 1024}
+# Combined L1 + shared memory per SM: perfmodel.generations (192 KB on the A100, 256 KB on Hopper, with sources);
+# a generation without the figure is taken as Hopper's (estimate)
 L1_SMEM_DEFAULT = 256 * 1024
 SFU_OPS_PER_CLK = 16.0  # exp2 results a clock per SM (CUDA C++ Programming Guide, arithmetic throughput, cc 8.0/9.0)
 FP32_OPS_PER_CLK = 128.0  # fp32 add/mul/fma a clock per SM (same table)
@@ -58,11 +58,11 @@ class Machine:
 
 def machine(hw: HardwareSpec, prof: Profile, dtype: str, consts: TuneConstants | None = None) -> Machine:
     c = consts if consts is not None else default_constants(prof)
-    per_clk = BF16_FLOP_PER_CLK_PER_SM.get(hw.generation, 4096)
+    per_clk = generations.flop_per_clk_per_sm(hw.generation, "bf16") or 4096  # unknown: Hopper's (estimate)
     clock = hw.tensor_flops["bf16"] / (hw.sm_count * per_clk)
     peak, _ = _rate(hw, dtype, prof)
     return Machine(
         sms=hw.sm_count, clock_hz=clock, tensor_per_sm=peak / hw.sm_count,
         smem_bw_sm=SMEM_BYTES_PER_CLK * clock, l2_bw_sm=c.l2_bytes_per_clk * clock / hw.sm_count,
         hbm_bw=hw.hbm_bandwidth * c.hbm_eta, hbm_peak=hw.hbm_bandwidth, l2_bytes=hw.l2_bytes,
-        generation=hw.generation, c=c, l1_smem_bytes=L1_SMEM_BYTES.get(hw.generation, L1_SMEM_DEFAULT))
+        generation=hw.generation, c=c, l1_smem_bytes=generations.l1_smem_bytes(hw.generation) or L1_SMEM_DEFAULT)

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import generations
 from ..dtypes import bytes_per_element
 from ..errors import InputError
 from .compiled import attention_resources, gemm_resources
@@ -54,7 +55,9 @@ SMEM_RESERVED_PER_CTA = 1024  # bytes; same guide, shared memory of cc 8.x / 9.0
 REG_ALLOC_UNIT = 256  # registers per warp allocation unit (occupancy calculator)
 VECTOR_BYTES = 16  # one 128-bit load a thread: the widest global/async-copy access
 
-ASYNC_MMA_GENERATIONS = ("hopper", "blackwell", "blackwell-ultra", "rubin")
+# the generations the model describes: those with asynchronous MMA (wgmma, tcgen05; perfmodel.generations) and
+# Ampere, whose mma.sync is its full-rate path
+ASYNC_MMA_GENERATIONS = generations.async_mma_generations()
 MMA_GENERATIONS = ("ampere",) + ASYNC_MMA_GENERATIONS
 
 # registers a thread ~= base + per_acc * accumulator + per_vector * (16-byte operand vectors a thread loads
