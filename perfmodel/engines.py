@@ -36,6 +36,7 @@ class Engine:
     mem_reserve: float  # bytes per GPU outside the engine's pool: CUDA context, library workspaces, graphs
     sources: dict[str, str] = field(default_factory=dict)
     vendors: tuple[str, ...] = ("nvidia", "amd", "other")
+    kv_cache: str = "paged"  # paged (a block pool) | dynamic | static (Hugging Face transformers' caches)
 
     def attention_for(self, generation: str) -> str:
         return self.attention.get(generation, self.attention["*"])
@@ -117,6 +118,27 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
             "kernels": "the decoder layer as the calibration suite writes it: eager rotary, silu(g) * u, SDPA",
             "prefill_chunk": "no chunking: a request's prompt is one forward pass",
             "max_batch": "no scheduler: memory alone caps the batch",
+            "mem_fraction": "no pool: the whole device less the reserve",
+            "mem_reserve": _RESERVE_NOTE,
+        }),
+    Engine(
+        "hf", "Hugging Face transformers generate()",
+        attention={"*": "auto"},
+        kernels="hf", rotary="eager", launch="eager", fp8_kv=False, fp8_attention=False,
+        prefill_chunk=1 << 30, max_batch=1 << 30, mem_policy="total", mem_fraction=1.0, mem_reserve=2 * GiB,
+        kv_cache="dynamic",
+        sources={
+            "attention": "attn_implementation='sdpa': F.scaled_dot_product_attention, PyTorch's dispatch (cuDNN on "
+                         "the H200: calibration/h200/hf/kernels.csv)",
+            "kernels": "transformers 5.17 LlamaDecoderLayer run eager: q, k, v, o, gate, up, down as seven products, "
+                       "LlamaRMSNorm as eight kernels in fp32, rotary as five, SiLU and the product as two "
+                       "(measured: 45 kernels a layer at batch 1, calibration/h200/hf/kernels.csv)",
+            "kv_cache": "generate()'s default DynamicCache (torch.cat of the whole cache each step); "
+                        "--kv-cache static: StaticCache run eager (disable_compile=True)",
+            "launch": "eager: generate() runs the model in Python, one launch per kernel; the host cost per kernel, "
+                      "per step and per request is measured (perfmodel.host_costs)",
+            "prefill_chunk": "no chunking: generate() runs the prompt as one forward pass",
+            "max_batch": "no scheduler: the batch is the call's",
             "mem_fraction": "no pool: the whole device less the reserve",
             "mem_reserve": _RESERVE_NOTE,
         }),

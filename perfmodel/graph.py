@@ -12,6 +12,7 @@ Nothing here knows about hardware.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -186,7 +187,90 @@ def build_ops(model: Model, step: Step, sc: Scenario) -> list[O.Op]:
     if sc.pp > 1:
         out.append(O.collective("pp.send", "p2p", tokens * model.hidden * _b(act), 2, phase=ph, scope="model",
                                 count=sc.pp - 1, span="auto"))
+    if sc.kernels == "hf":
+        out = hf_eager(out, model, step, sc)
     return [q for op in out for q in _quantized(op, model, sc)]
+
+
+# Hugging Face transformers' eager decoder layer (LlamaDecoderLayer and its relatives), as measured on the H200
+# (calibration/h200/hf/kernels.csv): LlamaRMSNorm is eight kernels over fp32 copies (to fp32, pow, mean, add,
+# rsqrt, mul, to bf16, weight mul: about 36 bytes an element against a fused norm's 4); rotary five kernels a
+# tensor; SiLU and the product two; q, k, v and gate, up separate products.
+HF_NORM_KERNELS = 8
+HF_NORM_BYTES = 36.0  # bytes moved per element by the eight kernels (bf16 in and out, fp32 between)
+HF_ROTARY_KERNELS = 5
+_HF_SPLIT = {"attn.qkv": ("attn.q", "attn.k", "attn.v"), "ffn.gate_up": ("ffn.gate", "ffn.up")}
+
+
+def hf_eager(ops: list[O.Op], model: Model, step: Step, sc: Scenario) -> list[O.Op]:
+    """A step's operators as transformers' eager modules run them: products split as the modules hold them,
+    norms, rotary and activations as the eager kernels they launch, and the KV cache as its cache class keeps it
+    (dynamic: a concatenation of the whole cache each step; static: max_cache_len = isl + osl keys, expanded to
+    every query head and attended in full)."""
+    hq, hkv = heads_per_gpu(model, sc.tp)
+    d = model.head_dim
+    out: list[O.Op] = []
+    for op in ops:
+        if op.name in _HF_SPLIT and op.kind == "gemm":
+            m, k = op.params["m"], op.params["k"]
+            widths = ((hq * d, hkv * d, hkv * d) if op.name == "attn.qkv" else (op.params["n"] // 2,) * 2)
+            out += [_hf_gemm(O.gemm(name, m, n, k, op.params["dtype"], phase=op.phase, count=op.count, scope=op.scope))
+                    for name, n in zip(_HF_SPLIT[op.name], widths)]
+        elif op.kind == "gemm":
+            out.append(_hf_gemm(op))
+        elif op.kind in ("rmsnorm", "layernorm"):
+            elems = op.params["tokens"] * op.params["hidden"]
+            out.append(O.elementwise(op.name, "copy", reads=0, writes=0, flops_per_elem=6.0, elems=elems,
+                                     dtype=op.params["dtype"], phase=op.phase, count=op.count, scope=op.scope,
+                                     extra_bytes=HF_NORM_BYTES * elems, kernels=HF_NORM_KERNELS,
+                                     params={"elems": elems}))
+        elif op.kind == "rotary":
+            out.append(dataclasses.replace(op, kernels=HF_ROTARY_KERNELS))
+        elif op.kind == "swiglu":
+            out.append(dataclasses.replace(op, kernels=2.0))
+        elif op.name == "attn.kv_write":
+            out += _hf_cache(op, model, step, sc, hq, hkv, d)
+        elif op.name.startswith("attn.core") and sc.kv_cache == "static":
+            p = op.params
+            keys = sc.isl + sc.osl  # max_cache_len: every position, masked
+            out.append(O.Op(op.name, op.kind, op.phase, 2.0 * p["batch"] * hq * p["seq_q"] * keys * (d + p["head_dim_v"]),
+                            p["batch"] * keys * hq * (d + p["head_dim_v"]) * _b(p["kv_dtype"]),
+                            {**p, "heads_kv": hq, "seq_kv": keys, "causal": False}, op.count, op.scope, op.kernels))
+        else:
+            out.append(op)
+    return out
+
+
+HF_SPLIT_K_KERNELS = 12.0 / 7.0  # launches a product at one to 16 tokens: cuBLAS split 5 of the layer's 7 products
+# in two kernels (the product and its reduction) at batch 1 on the H200 (calibration/h200/hf/kernels.csv)
+
+
+def _hf_gemm(op: O.Op) -> O.Op:
+    """An eager product's launches: at a few tokens cuBLAS splits most products over K (one more kernel)."""
+    if op.params["m"] * op.params.get("groups", 1) <= 16:
+        return dataclasses.replace(op, kernels=HF_SPLIT_K_KERNELS)
+    return op
+
+
+def _hf_cache(op: O.Op, model: Model, step: Step, sc: Scenario, hq: int, hkv: int, d: int) -> list[O.Op]:
+    """The new keys and values into transformers' cache: DynamicCache concatenates them onto the whole layer
+    cache (reads and writes all of it: two kernels); StaticCache index_copy_s them into max_cache_len slots and,
+    run eager with its mask, repeat_kv expands K and V to every query head over all of its slots (SDPA's own GQA
+    is not used): two more kernels that move the whole expanded cache."""
+    kv_b = _b(sc.kv)
+    if sc.kv_cache == "dynamic":
+        held = step.batch * (step.context + step.seq) * 2 * hkv * d * kv_b
+        return [O.elementwise("attn.cache_cat", "copy", reads=0, writes=0, flops_per_elem=0.0, elems=held / kv_b,
+                              dtype=sc.kv, phase=op.phase, count=op.count, extra_bytes=2.0 * held, kernels=2.0,
+                              params={"elems": held / kv_b})]
+    keys = sc.isl + sc.osl
+    ops = [dataclasses.replace(op, kernels=4.0)]  # arange, add_, two index_copy_
+    if hq > hkv:
+        moved = step.batch * keys * 2 * d * (hkv + hq) * kv_b
+        ops.append(O.elementwise("attn.repeat_kv", "copy", reads=0, writes=0, flops_per_elem=0.0, elems=moved / kv_b,
+                                 dtype=sc.kv, phase=op.phase, count=op.count, extra_bytes=moved, kernels=2.0,
+                                 params={"elems": moved / kv_b}))
+    return ops
 
 
 def _quantized(op: O.Op, model: Model, sc: Scenario) -> list[O.Op]:

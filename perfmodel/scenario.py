@@ -8,7 +8,8 @@ from .errors import InputError
 
 
 ENGINE_FIELDS = ("kernels", "rotary", "launch", "attention_kernel", "fp8_attention", "prefill_chunk", "max_batch",
-                 "mem_policy", "mem_fraction", "mem_reserve")
+                 "mem_policy", "mem_fraction", "mem_reserve", "kv_cache")
+KV_CACHES = ("paged", "dynamic", "static")
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,8 @@ class Scenario:
     # preset fills every one the user did not set.
     engine: str = "auto"
     # fused: a serving engine's kernels (residual add folded into the next norm, one SwiGLU kernel, decode
-    # attention over real query rows); torch: the plain PyTorch layer the calibration suite measures
+    # attention over real query rows); torch: the plain PyTorch layer the calibration suite measures; hf:
+    # Hugging Face transformers' eager layer (separate q/k/v and gate/up products, eight-kernel RMSNorm)
     kernels: str | None = None
     rotary: str | None = None  # kv_write (folded into the KV-cache write) | kernel (one kernel) | eager
     # auto: decode replayed from a CUDA graph, prefill launched eagerly; graph or eager: both phases so
@@ -55,6 +57,10 @@ class Scenario:
     mem_policy: str | None = None  # free: KV takes mem_fraction of what is free after weights; total: all of it
     mem_fraction: float | None = None  # share of device-visible memory (policy total) or of the free memory
     mem_reserve: float | None = None  # bytes per GPU outside the engine's pool (context, workspaces, graphs)
+    # how the KV cache is kept: paged (a serving engine's block pool); dynamic (transformers' DynamicCache: each
+    # step concatenates the whole cache with the new token); static (StaticCache: max_cache_len = isl + osl
+    # preallocated, attention over all of it)
+    kv_cache: str | None = None
 
     @property
     def gpus(self) -> int:
@@ -102,7 +108,7 @@ class Scenario:
         kernels = self.kernels or eng.kernels
         preset = {
             "kernels": kernels,
-            "rotary": eng.rotary if kernels == eng.kernels else ("eager" if kernels == "torch" else "kv_write"),
+            "rotary": eng.rotary if kernels == eng.kernels else ("eager" if kernels in ("torch", "hf") else "kv_write"),
             "launch": eng.launch,
             "attention_kernel": eng.attention_for(getattr(hw, "generation", "")),
             "fp8_attention": eng.fp8_attention,
@@ -111,6 +117,7 @@ class Scenario:
             "mem_policy": eng.mem_policy,
             "mem_fraction": eng.fraction_for(self.tp),
             "mem_reserve": eng.mem_reserve,
+            "kv_cache": eng.kv_cache,
         }
         filled = {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in preset.items()}
         return replace(self, engine=eng.key, **filled)
@@ -160,7 +167,8 @@ class Scenario:
         from .engines import CHOICES as ENGINES
 
         _choice(self.engine, ENGINES, "--engine")
-        _choice(self.kernels, ("fused", "torch"), "--kernels")
+        _choice(self.kernels, ("fused", "torch", "hf"), "--kernels")
+        _choice(self.kv_cache, KV_CACHES, "--kv-cache")
         _choice(self.rotary, ("kv_write", "kernel", "eager"), "--rotary")
         _choice(self.launch, ("auto", "graph", "eager"), "--launch")
         _choice(self.mem_policy, ("free", "total"), "--mem-policy")

@@ -78,9 +78,12 @@ def scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True) -> None:
     g.add_argument("--launch", choices=("auto", "graph", "eager"), default=None,
                    help="auto: decode from a CUDA graph, prefill eager; graph or eager: both phases "
                         "(default: the engine's)")
-    g.add_argument("--kernels", choices=("fused", "torch"), default=None,
+    g.add_argument("--kv-cache", choices=("paged", "dynamic", "static"), default=None,
+                   help="how the KV cache is kept: paged (a serving engine's block pool), dynamic or static "
+                        "(transformers' DynamicCache / StaticCache run eager; default: the engine's)")
+    g.add_argument("--kernels", choices=("fused", "torch", "hf"), default=None,
                    help="fused: a serving engine's kernels; torch: the plain PyTorch layer the calibration "
-                        "measures (default: the engine's)")
+                        "measures; hf: transformers' eager layer (default: the engine's)")
     g.add_argument("--mem-fraction", type=float, default=None,
                    help="share of device memory (vLLM, SGLang) or of free memory (TensorRT-LLM) the engine takes")
     g.add_argument("--overlap", type=overlap_arg, default=0.0,
@@ -105,7 +108,8 @@ def scenario_from_args(args, batch=None):
     kw = dict(tp=args.tp, pp=args.pp, ep=args.ep, attention_dp=args.attention_dp, moe_imbalance=args.moe_imbalance,
               mtp=args.mtp, mtp_accept=args.mtp_accept, dtype=args.dtype, kv_dtype=args.kv_dtype, mode=args.mode,
               launch=args.launch, overlap=args.overlap, kernels=args.kernels, engine=args.engine,
-              attention_kernel=args.attention_kernel, mem_fraction=args.mem_fraction)
+              attention_kernel=args.attention_kernel, mem_fraction=args.mem_fraction,
+              kv_cache=getattr(args, "kv_cache", None))
     if hasattr(args, "isl"):
         kw.update(isl=args.isl, osl=args.osl, batch=parse_batch(str(args.batch)) if batch is None else batch,
                   batching=args.batching, prefill_chunk=args.prefill_chunk)

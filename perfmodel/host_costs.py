@@ -1,0 +1,92 @@
+"""Host-side costs of eager frameworks: what the CPU spends issuing a kernel, a step and a request.
+
+An eager PyTorch program (Hugging Face ``generate()``) issues every kernel from Python: module dispatch, the
+operator's dispatcher and the launch. At decode's small batches the GPU finishes each kernel before the host has
+issued the next, so a step takes as long as the host needs, not the device. These figures differ per host
+(CPU model, clocks, Python): they are measured on the machine the calibration ran on and kept beside its other
+measurements (``calibration/<part>/hf/``, written by :mod:`perfmodel.calibrate.hf_generate`), and carried to
+other parts unchanged (the host is not the GPU).
+
+- ``kernel_s``: host time per kernel inside a model's forward, from the measured host-bound decode forward
+  (batch 1, no sync: wall time = host time) over the kernels the profiler counted in that step; the median over
+  the measured models.
+- ``step_s``: per decode step outside the forward: ``generate()``'s own kernels (logits to fp32, processors,
+  argmax, stopping criteria: ``GENERATE_STEP_KERNELS`` of them, counted on the H200) at ``kernel_s`` each, and its
+  two synchronisations a step (the stopping check's ``bool(unfinished.max() == 0)``, measured).
+- ``request_s``: per request, ``generate()``'s setup (input preparation, cache allocation, generation config):
+  an estimate (5-15 ms from differences of whole calls, too noisy on the lent host to measure better).
+"""
+from __future__ import annotations
+
+import csv
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import InputError
+
+GENERATE_STEP_KERNELS = 14  # kernels generate() launches a decode step outside the forward (kernels.csv, H200)
+SYNCS_PER_STEP = 2  # generate()'s stopping check and the next step's input copy wait for the device
+
+
+@dataclass(frozen=True)
+class HostCosts:
+    kernel_s: float
+    step_s: float
+    request_s: float
+    source: str
+
+
+# Documented defaults where nothing was measured: a bare eager launch costs about 9 us on the lent host
+# (host.csv, add_inplace) and a kernel inside a module's forward about twice that; estimates.
+DEFAULT = HostCosts(kernel_s=20e-6, step_s=GENERATE_STEP_KERNELS * 20e-6 + SYNCS_PER_STEP * 26e-6,
+                    request_s=10e-3, source="estimate: 20 us a kernel, generate()'s 14 kernels and 2 syncs a step, "
+                                            "10 ms a request")
+REQUEST_S = 10e-3  # estimate (module doc)
+
+
+def _rows(path: Path) -> list[dict]:
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            return list(csv.DictReader(f))
+    except OSError as e:
+        raise InputError(f"cannot read ({e.strerror})", file=str(path)) from None
+
+
+def measured_host_costs(folder: str | Path) -> HostCosts:
+    """The host costs of a ``perfmodel.calibrate.hf_generate`` output folder (``host.csv``, ``kernels.csv``)."""
+    folder = Path(folder)
+    host, kernels = folder / "host.csv", folder / "kernels.csv"
+    if not host.is_file() or not kernels.is_file():
+        raise InputError("not a host-cost measurement (expected host.csv and kernels.csv)", file=str(folder))
+    per_step: dict[tuple[str, str, str], float] = {}
+    for r in _rows(kernels):
+        if r.get("phase") == "decode_step" and r.get("cache") == "dynamic":
+            key = (r["model"], r["batch"], r["ctx"])
+            per_step[key] = per_step.get(key, 0.0) + float(r["count"])
+    rates, sync = [], []
+    for r in _rows(host):
+        if r.get("family") == "decode_step" and r.get("name") == "decode_forward_nosync" and r.get("batch") == "1":
+            n = per_step.get((r["model"], r["batch"], r["ctx"]))
+            if n and n > GENERATE_STEP_KERNELS:
+                rates.append(float(r["wall_us"]) * 1e-6 / (n - GENERATE_STEP_KERNELS))
+        if r.get("family") == "sync" and r.get("name") == "bool_max_eq0":
+            sync.append(float(r["wall_us"]) * 1e-6)
+    if not rates:
+        raise InputError("no host-bound decode step measured (decode_forward_nosync at batch 1)", file=str(host))
+    kernel_s = statistics.median(rates)
+    sync_s = statistics.median(sync) if sync else 26e-6
+    step_s = GENERATE_STEP_KERNELS * kernel_s + SYNCS_PER_STEP * sync_s
+    return HostCosts(kernel_s, step_s, REQUEST_S,
+                     f"measured: {folder.as_posix()} ({len(rates)} models' host-bound decode forward, "
+                     f"{kernel_s * 1e6:.1f} us a kernel); request setup an estimate")
+
+
+def host_costs_for(calibration_root: Path, part: str) -> HostCosts:
+    """The part's own measured host costs where its calibration holds them, else the reference machine's (the
+    lent H200's host), else :data:`DEFAULT`."""
+    for name in (part, "h200"):
+        folder = calibration_root / name / "hf"
+        if (folder / "host.csv").is_file():
+            return measured_host_costs(folder)
+    return DEFAULT
