@@ -8,14 +8,20 @@ isl + osl tokens per sequence. Activations are one prefill chunk's working set p
 What the engine may use is set by its memory policy (perfmodel.engines) over the device-visible memory
 (nvidia-smi memory.total, ``HardwareSpec.hbm_visible_bytes``), with ``Scenario.mem_reserve`` kept for the
 CUDA context, library workspaces and CUDA graphs.
+
+The formulas over batch, sequence lengths and the engine's memory settings are written against a math
+backend (``xp``, :mod:`perfmodel.cost.backend`): numbers and arrays, or the workbook's Excel formulas, which
+pass a scenario, spec and :class:`Footprint` whose figures are cells.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from .cost.backend import NP
 from .dtypes import bytes_per_element
 from .errors import InputError
 from .graph import attention_layer_kinds, expert_format, heads_per_gpu
@@ -53,6 +59,22 @@ class Memory:
 def _f(x):
     a = np.asarray(x)
     return float(a) if a.ndim == 0 else a.tolist()
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """Bytes per GPU that the model's structure, parallel layout and formats fix, before any batch or sequence
+    length: what the memory formulas scale."""
+
+    weights: Any  # weights on the fullest GPU
+    kv_per_token: Any  # KV cache one token adds, every layer of the GPU keeping it (windows: per sequence)
+    act_per_token: Any  # widest live activations per prefill token
+    logits_per_sequence: Any  # fp32 logits of one sequence's last position
+
+
+def footprint(model: Model, sc: Scenario) -> Footprint:
+    return Footprint(weight_bytes(model, sc), kv_bytes_per_token(model, sc), _widest_bytes(model, sc),
+                     _logit_bytes(model, sc))
 
 
 def device_bytes(device) -> tuple:
@@ -134,16 +156,17 @@ def kv_bytes_per_token(model: Model, sc: Scenario) -> float:
     return layers * 2 * hkv * model.head_dim * kv
 
 
-def kv_bytes_per_sequence(model: Model, sc: Scenario, length):
+def kv_bytes_per_sequence(model: Model, sc: Scenario, length, *, xp=NP, per_token=None):
     """KV-cache bytes one sequence of ``length`` tokens holds on one GPU: sliding-window and chunked layers keep
-    only their window's keys (the engines' windowed KV managers free or overwrite the rest)."""
-    per_token = kv_bytes_per_token(model, sc)
+    only their window's keys (the engines' windowed KV managers free or overwrite the rest). ``per_token``:
+    :func:`kv_bytes_per_token` (default), or a cell holding it."""
+    per_token = kv_bytes_per_token(model, sc) if per_token is None else per_token
     kinds = attention_layer_kinds(model)
     if set(kinds) == {"full"}:
         return per_token * length
     total = 0.0
     for kind, (n, window) in kinds.items():
-        keep = length if not window else np.minimum(length, 2 * window if kind == "chunked" else window)
+        keep = length if not window else xp.minimum(length, 2 * window if kind == "chunked" else window)
         total = total + per_token * keep * n / model.layers
     return total
 
@@ -161,13 +184,18 @@ def _logit_bytes(model: Model, sc: Scenario) -> float:
     return _ceil_div(model.vocab, sc.tp) * 4.0  # fp32 logits of one sequence's last position
 
 
-def activation_bytes(model: Model, sc: Scenario, batch):
+def _array(x, xp):
+    return np.asarray(x) if xp.numeric else x
+
+
+def activation_bytes(model: Model, sc: Scenario, batch, *, xp=NP, fp: Footprint | None = None):
     """Peak activations: one prefill chunk's widest intermediate plus decode logits for the batch."""
-    tokens = np.minimum(np.asarray(batch) * sc.isl, sc.prefill_chunk)
-    return tokens * _widest_bytes(model, sc) + np.asarray(batch) * _logit_bytes(model, sc)
+    fp = footprint(model, sc) if fp is None else fp
+    tokens = xp.minimum(_array(batch, xp) * sc.isl, sc.prefill_chunk)
+    return tokens * fp.act_per_token + _array(batch, xp) * fp.logits_per_sequence
 
 
-def _pool(sc: Scenario, visible, fixed):
+def _pool(sc: Scenario, visible, fixed, xp):
     """(bytes the scenario may use, bytes the KV cache gets) under the engine's policy, given the
     ``fixed`` bytes outside the KV cache (weights, activations, reserve).
 
@@ -175,52 +203,62 @@ def _pool(sc: Scenario, visible, fixed):
     free (TensorRT-LLM): the KV cache takes ``mem_fraction`` of what is free after the rest.
     """
     if sc.mem_policy == "free":
-        kv = sc.mem_fraction * np.maximum(visible - fixed, 0.0)
+        kv = sc.mem_fraction * xp.maximum(visible - fixed, 0.0)
         return fixed + kv, kv
     usable = visible * sc.mem_fraction
-    return usable, np.maximum(usable - fixed, 0.0)
+    return usable, xp.maximum(usable - fixed, 0.0)
 
 
-def memory(model: Model, sc: Scenario, batch, device) -> Memory:
-    """Memory per GPU at ``batch`` on ``device`` (a spec, or device-visible bytes)."""
+def memory(model: Model, sc: Scenario, batch, device, *, xp=NP, fp: Footprint | None = None) -> Memory:
+    """Memory per GPU at ``batch`` on ``device`` (a spec, or device-visible bytes). ``fp``: the model's
+    :func:`footprint` (default), or cells holding it."""
     sc = sc.for_hardware(device if hasattr(device, "vendor") else None)
+    fp = footprint(model, sc) if fp is None else fp
     visible, nominal = device_bytes(device)
-    kv_seq = kv_bytes_per_sequence(model, sc, sc.isl + sc.osl)
-    weights = weight_bytes(model, sc)
-    local = np.asarray(batch) / sc.attention_dp  # an attention group holds its own sequences' KV cache
-    act = activation_bytes(model, sc, local)
-    capacity, kv_budget = _pool(sc, visible, weights + act + sc.mem_reserve)
+    kv_seq = kv_bytes_per_sequence(model, sc, sc.isl + sc.osl, xp=xp, per_token=fp.kv_per_token)
+    weights = fp.weights
+    local = _array(batch, xp)
+    if sc.attention_dp > 1:
+        local = local / sc.attention_dp  # an attention group holds its own sequences' KV cache
+    act = activation_bytes(model, sc, local, xp=xp, fp=fp)
+    capacity, kv_budget = _pool(sc, visible, weights + act + sc.mem_reserve, xp)
     return Memory(weights=weights, kv_cache=local * kv_seq, activations=act, workspace=sc.mem_reserve,
                   capacity=capacity, hbm=nominal, kv_per_sequence=kv_seq, visible=visible, kv_budget=kv_budget)
 
 
-def max_batch(model: Model, sc: Scenario, device):
+def max_batch(model: Model, sc: Scenario, device, *, xp=NP, fp: Footprint | None = None):
     """Largest batch whose memory fits on ``device`` (a spec, or device-visible bytes, possibly an array);
-    0 when not even one sequence does.
+    0 when not even one sequence does. ``fp``: as for :func:`memory`.
 
     Activations are a prefill chunk's working set (``min(batch x isl, prefill_chunk)`` tokens) plus a
     logit row per sequence: the batch is solved for both regimes (chunk not yet full, chunk full) and the
     larger consistent answer kept.
     """
     sc = sc.for_hardware(device if hasattr(device, "vendor") else None)
+    fp = footprint(model, sc) if fp is None else fp
     visible, _ = device_bytes(device)
-    visible = np.asarray(visible, dtype=float)
-    base = weight_bytes(model, sc) + sc.mem_reserve
-    kv_seq = kv_bytes_per_sequence(model, sc, sc.isl + sc.osl)
-    logits, widest = _logit_bytes(model, sc), _widest_bytes(model, sc)
+    if xp.numeric:
+        visible = np.asarray(visible, dtype=float)
+    base = fp.weights + sc.mem_reserve
+    kv_seq = kv_bytes_per_sequence(model, sc, sc.isl + sc.osl, xp=xp, per_token=fp.kv_per_token)
+    logits, widest = fp.logits_per_sequence, fp.act_per_token
     chunk_full = sc.prefill_chunk * widest
 
     def solve(fixed, per_seq_act):
         if sc.mem_policy == "free":  # kv_seq b <= f (V - fixed - b act)
             f = sc.mem_fraction
-            return np.floor(np.maximum(f * (visible - fixed), 0.0) / (kv_seq + f * per_seq_act))
-        return np.floor(np.maximum(visible * sc.mem_fraction - fixed, 0.0) / (kv_seq + per_seq_act))
+            return xp.floor(xp.maximum(f * (visible - fixed), 0.0) / (kv_seq + f * per_seq_act))
+        return xp.floor(xp.maximum(visible * sc.mem_fraction - fixed, 0.0) / (kv_seq + per_seq_act))
 
     filling = solve(base, logits + sc.isl * widest)  # batch x isl below the chunk
-    filling = np.where(filling * sc.isl <= sc.prefill_chunk, filling, 0.0)
+    filling = xp.where(filling * sc.isl <= sc.prefill_chunk, filling, 0.0)
     full = solve(base + chunk_full, logits)
-    full = np.where(full * sc.isl >= sc.prefill_chunk, full, 0.0)
-    best = np.maximum(filling, full) * sc.attention_dp  # every attention group holds as many sequences
+    full = xp.where(full * sc.isl >= sc.prefill_chunk, full, 0.0)
+    best = xp.maximum(filling, full)
+    if sc.attention_dp > 1:
+        best = best * sc.attention_dp  # every attention group holds as many sequences
+    if not xp.numeric:
+        return best
     return best.astype(int) if best.ndim else int(best)
 
 

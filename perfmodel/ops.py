@@ -61,15 +61,21 @@ def causal_pairs(seq_q, seq_kv, causal):
     return tri if causal else full
 
 
+def _backend(*values):
+    """The math backend of shape values: Excel for formulas (the what-if workbook's cells), numpy otherwise."""
+    from .cost.backend import NP, XL, Expr  # imported here: perfmodel.cost imports this module
+
+    return XL if any(isinstance(v, Expr) for v in values) else NP
+
+
 def windowed_pairs(seq_q, seq_kv, causal, window):
     """Pairs when each query sees at most its ``window`` latest keys (sliding-window attention): query i of
     seq_q (after seq_kv - seq_q cached keys) sees min(seq_kv - seq_q + i + 1, window) of them."""
-    import numpy as np
-
+    xp = _backend(seq_q, seq_kv, window)
     if not causal:
-        return seq_q * np.minimum(seq_kv, window)
+        return seq_q * xp.minimum(seq_kv, window)
     first = seq_kv - seq_q + 1.0  # keys the first new query sees
-    free = np.clip(window - first + 1.0, 0.0, seq_q)  # queries below the window
+    free = xp.clip(window - first + 1.0, 0.0, seq_q)  # queries below the window
     return free * first + free * (free - 1.0) / 2.0 + (seq_q - free) * window
 
 
@@ -82,10 +88,8 @@ def attention(name: str, batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, *, c
     act_b = bytes_per_element(dtype)
     kv_b = bytes_per_element(kv_dtype or dtype)
     if window:
-        import numpy as np
-
         pairs = windowed_pairs(seq_q, seq_kv, causal, window)
-        keys = np.minimum(seq_kv, window + seq_q - 1)
+        keys = _backend(seq_q, seq_kv, window).minimum(seq_kv, window + seq_q - 1)
     else:
         pairs, keys = causal_pairs(seq_q, seq_kv, causal), seq_kv
     flops = 2.0 * batch * heads_q * pairs * (head_dim + dv)

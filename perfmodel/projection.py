@@ -4,7 +4,8 @@ Definitions (also in the README):
 
 - A *step* is one forward pass (see :mod:`perfmodel.graph`). Its latency is the sum of its operators'
   times (every layer, every pipeline stage in turn), with collectives reduced by ``Scenario.overlap``,
-  plus a launch gap per kernel (``Scenario.launch``: graph replay or eager dispatch).
+  plus a launch gap per kernel (``Scenario.launch``: graph replay or eager dispatch); how they add up is
+  :mod:`perfmodel.step_accounting`'s alone.
 - TTFT is the prefill step of the requests that prefill together: the whole batch under static batching,
   ``n = max(1, min(batch, prefill_chunk // isl))`` requests under continuous batching.
 - TPOT is the mean decode step over the generation (contexts isl .. isl + osl - 2), by Simpson's rule
@@ -24,7 +25,8 @@ import numpy as np
 
 from . import capacity
 from .cost import OpTime, family, time_ops
-from .cost.overlap import exposed_runs, resolve_method
+from .cost.backend import NP
+from .cost.overlap import resolve_method
 from .errors import InputError
 from .graph import Step, build_ops, check_layout
 from .models import Model
@@ -32,6 +34,8 @@ from .ops import COMM_KINDS
 from .profile import Profile
 from .scenario import Scenario
 from .spec import HardwareSpec
+from .step_accounting import Rules, StepAccount, account, step_time
+from .step_accounting import host_cost  # noqa: F401  (for the callers that import it from here)
 
 Z90 = 1.2815515655446004  # standard normal quantile of 0.9
 
@@ -48,7 +52,12 @@ class Phase:
     time_s: object  # the step's latency
     kernels_s: object  # part of it that is launch gaps
     layers: int
-    comm_runs: list | None = None  # per op: the time one run of a collective adds after overlap (None: not one)
+    account: StepAccount | None = None  # how the ops add up to time_s (perfmodel.step_accounting)
+
+    @property
+    def comm_runs(self) -> list | None:
+        """Per op: the time one run of a collective adds after overlap (None: not a collective)."""
+        return None if self.account is None else self.account.comm_runs
 
     def by_kind(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -58,7 +67,7 @@ class Phase:
 
     def layer_time_s(self):
         """Mean time of one decoder layer (embedding, final norm and LM head excluded)."""
-        return sum(t.total for t in self.times if t.op.scope == "layer") / self.layers
+        return layer_time(self.times, self.layers)
 
     def flops(self):
         return sum(t.op.flops * t.op.count for t in self.times)
@@ -99,46 +108,10 @@ def evaluate_step(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, s
     sc = sc.for_hardware(hw)
     ops = build_ops(model, step, sc)
     times = time_ops(ops, hw, prof, mode=sc.mode, world=sc.gpus)
-    launch = sc.launch_for(step.phase)
-    sol = sc.mode == "sol"
-    gap = 0.0 if sol or launch != "graph" else prof.launch_graph_s
-    method, fraction = resolve_method(sc.overlap)
-    comm = exposed_runs(times, method, prof, fraction=fraction, hw=hw, world=sc.gpus)
-    total = 0.0
-    gaps = 0.0
-    for t, comm_run in zip(times, comm):
-        run = t.time
-        if t.op.kind in COMM_KINDS:
-            run = comm_run  # exposed after overlap, plus the slowdown it causes the compute beside it
-        elif launch == "eager" and not sol:
-            run = np.maximum(run, host_cost(t.op, prof))  # the host cannot issue it faster
-        total = total + run * t.op.count
-        gaps = gaps + gap * t.op.kernels * t.op.count
-    return Phase(step.phase, step.batch, step.seq, step.context, times, total + gaps, gaps, model.layers, comm)
-
-
-def host_cost(op, prof: Profile) -> float:
-    """Host time to issue an op eagerly: one dispatch, or the measured floor of a multi-call PyTorch op."""
-    from .cost import _mem_kind
-
-    return max(prof.launch_eager_s, prof.host_floor_s.get(_mem_kind(op), 0.0))
-
-
-def _decode_mean(model, hw, sc, prof, micro, isl, osl):
-    """Mean time per output token over contexts isl .. isl + osl - 2 (Simpson's rule), and the middle step.
-
-    With speculative decoding (``sc.mtp`` draft tokens) a step verifies 1 + mtp tokens per sequence and the
-    draft layers ran mtp times before it (each one decoder layer and the LM head: DeepSeek-V3's MTP module);
-    it emits ``sc.tokens_per_step`` tokens per sequence."""
-    lo, hi = isl, isl + max(osl - 2, 0)
-    mid = (lo + hi) / 2.0
-    steps = [evaluate_step(model, hw, sc, prof, Step("decode", micro, 1 + sc.mtp, c)) for c in (lo, mid, hi)]
-    mean = (steps[0].time_s + 4.0 * steps[1].time_s + steps[2].time_s) / 6.0
-    if sc.mtp:
-        draft = evaluate_step(model, hw, sc, prof, Step("decode", micro, 1, mid))
-        head = sum(t.total for t in draft.times if t.op.name == "lm_head")
-        mean = (mean + sc.mtp * (draft.layer_time_s() + head)) / sc.tokens_per_step
-    return mean, steps[1]
+    acc = account(times, Rules.of(sc, step.phase), prof, hw=hw, world=sc.gpus)
+    sums = acc.sums()
+    return Phase(step.phase, step.batch, step.seq, step.context, times, step_time(sums), sums["gaps"], model.layers,
+                 acc)
 
 
 def project(hardware, model, scenario: Scenario | None = None, *, profile: Profile | None = None,
@@ -160,7 +133,7 @@ def project_resolved(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile
     if sc.batch == "max":
         b = capacity.max_batch(model, sc, hw)
         capacity.check_fits(model, sc, hw, b)
-        sc = sc.with_(batch=int(min(b, sc.max_batch)))  # memory, and the engine's scheduler limit
+        sc = sc.with_(batch=int(batch_cap(b, sc)))  # memory, and the engine's scheduler limit
     else:
         capacity.check_fits(model, sc, hw, capacity.max_batch(model, sc, hw), batch=int(sc.batch))
     batch = int(sc.batch)
@@ -205,25 +178,100 @@ def serving_times(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, b
     ``batch`` and the spec's figures may be numpy arrays (sweeps); everything broadcasts.
     """
     sc = sc.for_hardware(hw)
-    static = sc.batching == "static"
-    # under continuous batching every attention group fills its own chunk with its own requests
-    dp = sc.attention_dp
-    n_pre = batch if static else dp * np.maximum(1, np.minimum(batch / dp, sc.prefill_chunk // sc.isl))
-    prefill = evaluate_step(model, hw, sc, prof, Step("prefill", n_pre, sc.isl, 0))
+    plan = serving_steps(sc, batch)
+    prefill = evaluate_step(model, hw, sc, prof, plan.prefill)
+    decode = [evaluate_step(model, hw, sc, prof, s) for s in plan.decode]
+    draft = evaluate_step(model, hw, sc, prof, plan.draft) if plan.draft is not None else None
     ttft = prefill.time_s
-    micro = batch / sc.pp if sc.pp > 1 else batch
-    if sc.osl > 1:
-        tpot, decode = _decode_mean(model, hw, sc, prof, micro, sc.isl, sc.osl)
+    if decode:
+        tpot = decode_mean(sc, *(d.time_s for d in decode),
+                           draft_s=draft_time(draft.times, draft.layers) if draft is not None else None)
     else:
-        tpot, decode = 0.0 * ttft, None
+        tpot = 0.0 * ttft
+    e2e, thr = serving_rates(sc, batch, plan.n_pre, ttft, tpot, decode=bool(decode))
+    return ServingTimes(prefill, decode[1] if decode else None, ttft, tpot, e2e, thr, plan.n_pre)
+
+
+# The serving formulas below are written once against a math backend (perfmodel.cost.backend): numbers and
+# arrays here, Excel formulas of the workbook's cells there (perfmodel.outputs.workbook).
+
+def prefill_requests(sc: Scenario, batch, xp=NP):
+    """Requests that prefill together: the whole batch under static batching; under continuous batching
+    ``max(1, min(batch, prefill_chunk // isl))``, in every attention group on its own sequences."""
+    if sc.batching == "static":
+        return batch
+    per_chunk = xp.floor(sc.prefill_chunk / sc.isl)
+    dp = sc.attention_dp
+    if dp == 1:
+        return xp.maximum(1, xp.minimum(batch, per_chunk))
+    return dp * xp.maximum(1, xp.minimum(batch / dp, per_chunk))
+
+
+@dataclass
+class ServingSteps:
+    """The steps a serving projection times: the prefill of ``n_pre`` requests and, with more than one output
+    token, the decode of a ``micro``-batch at the first, middle and last context of the generation (TPOT is
+    their mean by Simpson's rule), and with speculative decoding one draft token's step."""
+
+    n_pre: object
+    micro: object
+    prefill: Step
+    decode: tuple = ()  # (first, middle, last) decode steps; empty when osl == 1
+    draft: Step | None = None
+
+
+def serving_steps(sc: Scenario, batch, xp=NP, *, decode: bool | None = None) -> ServingSteps:
+    """The steps of a serving scenario (module doc). With speculative decoding (``sc.mtp`` draft tokens) a decode
+    step verifies 1 + mtp tokens per sequence; the draft token's step is at the middle context. ``decode``:
+    whether there are decode steps (default: more than one output token; given where ``osl`` is a formula)."""
+    n_pre = prefill_requests(sc, batch, xp)
+    micro = batch / sc.pp if sc.pp > 1 else batch
+    prefill = Step("prefill", n_pre, sc.isl, 0)
+    if not (sc.osl > 1 if decode is None else decode):
+        return ServingSteps(n_pre, micro, prefill)
+    lo, hi = sc.isl, sc.isl + xp.maximum(sc.osl - 2, 0)
+    mid = (lo + hi) / 2.0
+    decode = tuple(Step("decode", micro, 1 + sc.mtp, c) for c in (lo, mid, hi))
+    return ServingSteps(n_pre, micro, prefill, decode, Step("decode", micro, 1, mid) if sc.mtp else None)
+
+
+def layer_time(times, layers: int):
+    """Mean time of one decoder layer of a step's timed ops (``.op``, ``.time``), each op alone."""
+    return sum(t.time * t.op.count for t in times if t.op.scope == "layer") / layers
+
+
+def draft_time(times, layers: int):
+    """One draft token's time from its step's timed ops: a decoder layer (the step's mean) and the LM head, as
+    DeepSeek-V3's MTP module runs them."""
+    return layer_time(times, layers) + sum(t.time * t.op.count for t in times if t.op.name == "lm_head")
+
+
+def decode_mean(sc: Scenario, first, middle, last, *, draft_s=None):
+    """TPOT from the times of the first, middle and last decode :func:`serving_steps`: their mean over the
+    generation by Simpson's rule; with speculative decoding the draft tokens' time (``draft_s`` each) added and
+    the sum shared by the tokens a step emits (``sc.tokens_per_step``)."""
+    mean = (first + 4.0 * middle + last) / 6.0
+    if sc.mtp:
+        mean = (mean + sc.mtp * draft_s) / sc.tokens_per_step
+    return mean
+
+
+def serving_rates(sc: Scenario, batch, n_pre, ttft, tpot, *, decode: bool = True) -> tuple:
+    """(end-to-end latency, the replica's output tokens/s) from TTFT and TPOT (module doc: definitions);
+    ``decode``: whether there are decode steps (more than one output token)."""
     e2e = ttft + (sc.osl - 1) * tpot
-    if static:
+    if sc.batching == "static":
         thr = batch * sc.osl / e2e
-    elif sc.osl > 1:
+    elif decode:
         thr = batch / (tpot + batch * (ttft / n_pre) / sc.osl)
     else:
         thr = n_pre / ttft
-    return ServingTimes(prefill, decode, ttft, tpot, e2e, thr, n_pre)
+    return e2e, thr
+
+
+def batch_cap(batch, sc: Scenario, xp=NP):
+    """A batch within the engine's scheduler limit (``sc.max_batch``, where it has one)."""
+    return batch if sc.max_batch is None else xp.minimum(batch, sc.max_batch)
 
 
 def _utilisation(hw: HardwareSpec, sc: Scenario, phase: Phase, t: float) -> tuple[float, float]:

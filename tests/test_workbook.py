@@ -299,3 +299,35 @@ def test_export_cli_writes_xlsx_and_csv(tmp_path):
                  str(tmp_path / "t")]) == 0
     for suffix in ("ops", "summary", "inputs"):
         assert (tmp_path / f"t-{suffix}.csv").is_file()
+
+
+@pytest.mark.slow
+def test_kv_cache_formula_honours_the_sliding_window(tmp_path):
+    """Gemma 3 keeps at most its 1024-token window in five of six layers' KV cache: the workbook's memory rows are
+    perfmodel.capacity's own formulas on cells (not batch x bytes per token x (isl + osl)), live in isl and osl,
+    and its windowed attention operators are formulas too."""
+    from perfmodel import capacity
+
+    hw = resolve_hardware("h200")
+    model = resolve_model("gemma-3-27b")
+    sc = Scenario(batch=8, isl=4096, osl=256).validated()
+    prof = resolve_profile(None, hw)
+    wb = build_workbook(hw, model, sc, prof)
+    wb.save(tmp_path / "gemma.xlsx")
+    calc = Recomputed(tmp_path / "gemma.xlsx")
+    proj = project_resolved(hw, model, sc, prof)
+    rows = _summary_rows(wb)
+    per_token = capacity.kv_bytes_per_token(model, proj.scenario)
+    kv = calc.get("Summary", rows["mem_kv"])
+    _close(kv, proj.memory.kv_cache)
+    # 10 full layers keep isl + osl tokens, 52 sliding ones their 1024 (the unwindowed formula: 62 x 4352)
+    assert kv == pytest.approx(proj.batch * per_token * (10 * (sc.isl + sc.osl) + 52 * 1024) / 62, rel=1e-9)
+    assert kv < 0.4 * proj.batch * per_token * (sc.isl + sc.osl)
+    _check_against(calc, wb, proj)
+    # a longer prompt grows only the full layers' cache (and the sliding layers' up to their window)
+    sol = calc.solve({("Inputs", _input_row(wb, "isl")): 8192})
+    longer = project_resolved(hw, model, sc.with_(isl=8192), prof)
+    _close(calc.get("Summary", rows["mem_kv"], sol), longer.memory.kv_cache)
+    _close(calc.get("Summary", rows["mem_total"], sol), longer.memory.total)
+    _close(calc.get("Summary", rows["ttft_s"], sol), longer.ttft_s)
+    _close(calc.get("Summary", rows["tpot_s"], sol), longer.tpot_s)

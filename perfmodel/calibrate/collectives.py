@@ -876,29 +876,18 @@ class _Worker:
 def predict_tp_layer(params: dict, hw, prof) -> tuple[float, float]:
     """(predicted seconds, of which the two all-reduces) of a measured tp_layer row: the shard as
     :func:`perfmodel.calibrate.fit.predict_layer` times it, plus the layer's collectives as the projection
-    times them, run after their GEMMs (plain PyTorch does not overlap them)."""
-    from ..graph import Step
-    from ..ops import COMM_KINDS
+    times them, run after their GEMMs (plain PyTorch does not overlap them) and, eagerly, each issued by the
+    host (perfmodel.step_accounting: the host floor on collectives)."""
+    # the model, imported here: the worker that measures these rows runs under torchrun and loads none of it
     from ..projection import evaluate_step
-    from ..scenario import Scenario
-    from .fit import layer_model, predict_layer
+    from ..step_accounting import Rules, account
+    from .fit import layer_model, layer_scenario, layer_step, predict_layer
 
     shard = predict_layer(params, hw, prof)
-    graph = bool(params.get("graph"))
-    dt = params.get("dtype", "bf16")
-    sc = Scenario(tp=int(params["tp"]), dtype=dt, act_dtype=dt, kv_dtype=dt, launch="graph" if graph else "eager",
-                  kernels="torch")
-    if params["phase"] == "prefill":
-        step = Step("prefill", int(params["batch"]), int(params["seq"]), 0)
-    else:
-        step = Step("decode", int(params["batch"]), 1, int(params["context"]))
-    ph = evaluate_step(layer_model(params), hw, sc.with_(overlap=0.0), prof, step)
-    gap = prof.launch_graph_s if graph else 0.0
-    comm = 0.0
-    for t in ph.times:
-        if t.op.scope == "layer" and t.op.kind in COMM_KINDS:
-            run = float(t.time) if graph else max(float(t.time), prof.launch_eager_s)
-            comm += run + gap * t.op.kernels
+    sc = layer_scenario(params).with_(tp=int(params["tp"]), overlap=0.0).for_hardware(hw)
+    ph = evaluate_step(layer_model(params), hw, sc, prof, layer_step(params))
+    acc = account(ph.times, Rules.of(sc, ph.name, host_floor_collectives=True), prof, hw=hw, world=sc.gpus)
+    comm = float(acc.total([s.op.scope == "layer" and s.collective for s in acc.ops]))
     return shard + comm, comm
 
 

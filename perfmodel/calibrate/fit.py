@@ -25,9 +25,13 @@ from ..cost.gemm import gemm_format
 from ..cost.memory import memory_time
 from ..dtypes import bytes_per_element
 from ..errors import InputError
+from ..graph import Step
 from ..io import write_text_atomic
+from ..models import Model
 from ..predict import op_from_params
 from ..profile import DEFAULTS, MEMORY_OP_KINDS, Profile, save_profile
+from ..projection import evaluate_step
+from ..scenario import Scenario
 from ..spec import HardwareSpec
 from ..energy.fit import fit_power
 from ..energy.fit import report_text as power_text
@@ -571,38 +575,30 @@ def validate_cases(cases: list[Case], hw: HardwareSpec, prof: Profile) -> tuple[
     return summary, rows
 
 
-def layer_model(params: dict):
-    from ..models import Model
-
+def layer_model(params: dict) -> Model:
     return Model(key=str(params.get("model", "layer")), name=str(params.get("model", "layer")), family="llama",
                  hidden=int(params["hidden"]), layers=1, heads=int(params["heads"]), kv_heads=int(params["kv_heads"]),
                  head_dim=int(params["head_dim"]), intermediate=int(params["intermediate"]), vocab=32000)
 
 
-def predict_layer(params: dict, hw: HardwareSpec, prof: Profile) -> float:
-    """A measured decoder layer (one TP shard, no all-reduce) as the projection would time it."""
-    from ..graph import Step
-    from ..ops import COMM_KINDS
-    from ..projection import evaluate_step, host_cost
-    from ..scenario import Scenario
+def layer_scenario(params: dict) -> Scenario:
+    """The scenario a measured layer row ran under: plain PyTorch, launched eagerly or replayed from a graph."""
+    dt = params.get("dtype", "bf16")
+    return Scenario(tp=int(params.get("tp", 1)), dtype=dt, act_dtype=dt, kv_dtype=dt,
+                    launch="graph" if params.get("graph") else "eager", kernels="torch")
 
-    model = layer_model(params)
-    graph = bool(params.get("graph"))
-    sc = Scenario(tp=int(params.get("tp", 1)), dtype=params.get("dtype", "bf16"), act_dtype=params.get("dtype", "bf16"),
-                  kv_dtype=params.get("dtype", "bf16"), launch="graph" if graph else "eager", kernels="torch")
+
+def layer_step(params: dict) -> Step:
     if params["phase"] == "prefill":
-        step = Step("prefill", int(params["batch"]), int(params["seq"]), 0)
-    else:
-        step = Step("decode", int(params["batch"]), 1, int(params["context"]))
-    ph = evaluate_step(model, hw, sc, prof, step)
-    gap = prof.launch_graph_s if graph else 0.0
-    total = 0.0
-    for t in ph.times:
-        if t.op.scope != "layer" or t.op.kind in COMM_KINDS:
-            continue
-        run = float(t.time) if graph else max(float(t.time), host_cost(t.op, prof))
-        total += run + gap * t.op.kernels
-    return total
+        return Step("prefill", int(params["batch"]), int(params["seq"]), 0)
+    return Step("decode", int(params["batch"]), 1, int(params["context"]))
+
+
+def predict_layer(params: dict, hw: HardwareSpec, prof: Profile) -> float:
+    """A measured decoder layer (one TP shard, no all-reduce) as the projection would time it: the shares of the
+    step (perfmodel.step_accounting) of its layer's ops other than collectives."""
+    acc = evaluate_step(layer_model(params), hw, layer_scenario(params), prof, layer_step(params)).account
+    return float(acc.total([s.op.scope == "layer" and not s.collective for s in acc.ops]))
 
 
 def validate_layers(layers: list[dict], hw: HardwareSpec, prof: Profile) -> tuple[dict, list[dict]]:

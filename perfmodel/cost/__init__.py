@@ -64,7 +64,7 @@ def _label(t_c, t_m, t_total):
     return np.where(fixed > np.maximum(t_c, t_m), "latency", np.where(t_c >= t_m, "compute", "memory"))
 
 
-def _mem_kind(op: Op) -> str:
+def mem_kind(op: Op) -> str:
     """The efficiency class of a memory-bound op: a fused activation runs as one simple kernel."""
     return "fused" if op.params.get("fused") else op.kind
 
@@ -135,7 +135,7 @@ def _time_parts(op: Op, hw, prof: Profile, *, mode: str, world: int, xp, sustain
                               eta_scale=fp8_attention_scale(prof, kernel.backend) if p["dtype"] == "fp8" else 1.0)
     if sol:
         return op.bytes / bw, 0.0, op.bytes / bw
-    t, t_m = memory_time(_mem_kind(op), op.bytes, bw, prof, **_rows(op), sms=hw.sm_count, xp=xp)
+    t, t_m = memory_time(mem_kind(op), op.bytes, bw, prof, **_rows(op), sms=hw.sm_count, xp=xp)
     return t, 0.0, t_m
 
 

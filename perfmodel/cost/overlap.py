@@ -163,7 +163,7 @@ def pipeline(compute_s, comm_s, n: int, overhead_s, latency_s, s, i, xp=NP):
     return span, exposed
 
 
-def exposed_comm(comm_time, compute_time, method: str, prof=None, *, fraction: float = 0.0, chunks: int | None = None,
+def exposed_comm(comm_time, compute_time, method: str, prof=None, *, fraction=0.0, chunks: int | None = None,
                  comm_alpha_s=None, xp=NP):
     """(exposed collective seconds, compute slowdown seconds) of a collective of ``comm_time`` (alone) next to
     ``compute_time`` of compute it can overlap (alone), by ``method`` (module doc). ``fraction``: the hidden
@@ -238,9 +238,10 @@ def overlap_windows(times, method: str) -> list:
     return out
 
 
-def exposed_runs(times, method: str, prof=None, *, fraction: float = 0.0, hw=None, world: int = 1, xp=NP) -> list:
+def exposed_runs(times, method: str, prof=None, *, fraction=0.0, hw=None, world: int = 1, xp=NP) -> list:
     """For each timed op, the time one run of a collective adds to the step (exposed + the compute slowdown it
-    causes), None for other ops: what :func:`perfmodel.projection.evaluate_step` books for a collective.
+    causes), None for other ops: what :func:`perfmodel.step_accounting.account` books for a collective. ``none`` and
+    ``fixed`` slow nothing down: their run is the exposed time itself (``fraction`` may be a cell).
     ``decomposed`` splits into one chunk per rank of the collective's group; with ``hw`` each chunk pays the
     collective's own latency (its time at zero bytes)."""
     windows = overlap_windows(times, method)
@@ -255,10 +256,11 @@ def exposed_runs(times, method: str, prof=None, *, fraction: float = 0.0, hw=Non
             if hw is not None:
                 from .comm import collective_time
 
-                alpha = collective_time(t.op.kind, 0.0, t.op.params.get("group", 2), world, hw, prof or _defaults())
+                alpha = collective_time(t.op.kind, 0.0, t.op.params.get("group", 2), world, hw, prof or _defaults(),
+                                        xp=xp)
         exposed, slow = exposed_comm(t.time, win, method, prof, fraction=fraction, chunks=chunks, comm_alpha_s=alpha,
                                      xp=xp)
-        out[j] = exposed + slow
+        out[j] = exposed if method in ("none", "fixed") else exposed + slow
     return out
 
 

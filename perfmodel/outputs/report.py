@@ -88,24 +88,16 @@ def _tok(x: float) -> str:
     return f"{float(x):,.0f}" if x >= 100 else f"{float(x):.3g}"
 
 
-def _family_times(phase, sc, prof) -> dict[str, float]:
-    """The step's time by operator class, adding up to ``phase.time_s`` exactly as
-    :func:`perfmodel.projection.evaluate_step` sums it: collectives after ``overlap`` hides part of them,
-    an eager op at least its host dispatch cost (the excess shown as its own class), and the launch gaps
-    of a graph replay. (tests/test_report.py checks the sum against ``time_s``.)"""
-    from ..projection import host_cost
-
+def _family_times(phase, sc=None, prof=None) -> dict[str, float]:
+    """The step's time by operator class, from the shares of its account (perfmodel.step_accounting), adding up to
+    ``phase.time_s``: collectives after ``overlap`` hides part of them, an eager op at least its host
+    dispatch cost (the excess shown as its own class), and the launch gaps of a graph replay.
+    (tests/test_hostile_outputs.py checks the sum against ``time_s``.) ``sc`` and ``prof``: unused, the
+    account holds the rules the phase was timed by."""
     out = {f: 0.0 for f in FAMILIES}
-    eager = sc.launch_for(phase.name) == "eager" and sc.mode != "sol"
-    comm = phase.comm_runs or [None] * len(phase.times)
-    for t, comm_run in zip(phase.times, comm):
-        run, count = float(np.sum(t.time)), float(t.op.count)
-        if t.op.kind in COMM_KINDS:
-            out["comm"] += float(np.sum(comm_run)) * count
-            continue
-        out[family(t.op.kind)] += run * count
-        if eager:
-            out["host"] += max(float(host_cost(t.op, prof)) - run, 0.0) * count
+    for s in phase.account.ops:
+        out["comm" if s.collective else family(s.op.kind)] += float(np.sum(s.device_s))
+        out["host"] += float(np.sum(s.host_s))
     out["launch gaps"] = float(phase.kernels_s)
     return out
 
@@ -248,7 +240,7 @@ def _latency_chart(parts: list[Part], phase_name: str):
         if ph is None:
             continue
         cats.append(part.hw.name)
-        per.append(_family_times(ph, part.proj.scenario, part.prof))
+        per.append(_family_times(ph))
     if not cats:
         return None
     stacks = [(FAMILY_LABELS[f], [d[f] * 1e3 for d in per], charts.FAMILY_COLORS[f]) for f in FAMILIES

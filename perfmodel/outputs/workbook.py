@@ -11,9 +11,15 @@ model's own code returns when it is run on Excel expressions instead of numbers:
   those cells, ``hw_view`` a copy of the spec whose figures are references to the Inputs sheet and
   ``prof_view`` a copy of the latency-model :class:`~perfmodel.profile.Profile` likewise (built over
   ``dataclasses.fields(Profile)``, so new or refitted parameters come along by themselves);
-- the step totals, TTFT, TPOT (Simpson's rule over three decode contexts, as ``project._decode_mean``),
-  end-to-end latency and throughput mirror :func:`perfmodel.projection.evaluate_step` and
-  :func:`perfmodel.projection.serving_times` line by line.
+- how each step's operators add up (collective overlap, eager host floor, launch gaps) is
+  :func:`perfmodel.step_accounting.account` on those time cells, one column per
+  :data:`~perfmodel.step_accounting.PARTS` and the step's total from
+  :func:`~perfmodel.step_accounting.step_time` over their sums;
+- the serving formulas (requests prefilled together, the decode micro-batch and contexts, TPOT by Simpson's
+  rule with any speculative draft, end-to-end latency, throughput) are
+  :func:`perfmodel.projection.serving_steps`, :func:`~perfmodel.projection.decode_mean` and
+  :func:`~perfmodel.projection.serving_rates`, and the memory rows :func:`perfmodel.capacity.memory` and
+  :func:`~perfmodel.capacity.max_batch`, each run on a copy of the scenario whose live fields are cells.
 
 Structural choices (model, TP/PP/EP, formats, launch model, batching, scale-up domain) shape the
 formulas themselves and are fixed at export; they are listed on the Inputs sheet as such. Any
@@ -27,19 +33,21 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .. import __version__
-from ..cost import _mem_kind, ideal_compute, time_op
+from .. import __version__, capacity
+from ..cost import ideal_compute, time_op
 from ..cost.backend import XL, Expr, formula
-from ..cost.overlap import exposed_runs, resolve_method
+from ..cost.overlap import resolve_method
 from ..energy.model import limit_w, power_params
 from ..energy.report import power_source
 from ..graph import Step, build_ops
+from ..io import FORMULA_LEADS
 from ..models import Model
 from ..ops import COMM_KINDS, COMPUTE_KINDS
 from ..profile import Profile
+from ..projection import batch_cap, decode_mean, draft_time, project_resolved, serving_rates, serving_steps
 from ..scenario import Scenario
 from ..spec import SPEC_FIELDS, HardwareSpec, spec_value
-from ..io import FORMULA_LEADS
+from ..step_accounting import PARTS, Rules, account, step_time
 from .common import command_line, field_unit, spec_files
 
 MAX_FORMULA = 8000  # Excel's limit is 8192 characters; keep a margin
@@ -380,10 +388,7 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
 
     require_openpyxl()
     from openpyxl import Workbook
-    from openpyxl.styles import Alignment, Font, PatternFill
-
-    from .. import capacity
-    from ..projection import project_resolved
+    from openpyxl.styles import Font, PatternFill
 
     proj = project_resolved(hw, model, sc, prof)
     sc_r = proj.scenario  # batch resolved
@@ -451,14 +456,15 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
     inputs.add("power_limit_w", limit_w(power, hw), "W", "power", "the board's power limit: dynamic energy is capped")
 
     # -- memory helpers (structure-only numbers from perfmodel.capacity) -----------------------
+    fp = capacity.footprint(model, sc_r)
     inputs.section("Memory per GPU, from the model structure (fixed at export)")
-    inputs.add("weights_bytes", capacity.weight_bytes(model, sc_r), "B", "derived", "weights on the fullest GPU",
-               editable=False)
-    inputs.add("kv_bytes_per_token", capacity.kv_bytes_per_token(model, sc_r), "B", "derived",
-               "KV cache one token adds on one GPU", editable=False)
-    inputs.add("act_bytes_per_token", capacity._widest_bytes(model, sc_r), "B", "derived",
+    inputs.add("weights_bytes", fp.weights, "B", "derived", "weights on the fullest GPU", editable=False)
+    inputs.add("kv_bytes_per_token", fp.kv_per_token, "B", "derived",
+               "KV cache one token adds on one GPU, every layer keeping it (a sliding-window or chunked layer keeps "
+               "at most its window: perfmodel.capacity.kv_bytes_per_sequence)", editable=False)
+    inputs.add("act_bytes_per_token", fp.act_per_token, "B", "derived",
                "widest live activations per prefill token", editable=False)
-    inputs.add("logit_bytes_per_seq", capacity._logit_bytes(model, sc_r), "B", "derived",
+    inputs.add("logit_bytes_per_seq", fp.logits_per_sequence, "B", "derived",
                "fp32 logits of one sequence", editable=False)
 
     # -- hardware ------------------------------------------------------------------------------
@@ -472,14 +478,17 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
                    editable=not structural)
 
     # -- latency model -------------------------------------------------------------------------
+    seq = 1 + sc_r.mtp  # a decode step verifies the draft tokens too
     steps = [
         StepSheet("prefill", "Prefill", "prefill", Expr(""), Expr(""), 0),
-        StepSheet("decode_lo", "Decode_start", "decode", Expr(""), 1, Expr("")),
-        StepSheet("decode_mid", "Decode_mid", "decode", Expr(""), 1, Expr("")),
-        StepSheet("decode_hi", "Decode_end", "decode", Expr(""), 1, Expr("")),
+        StepSheet("decode_lo", "Decode_start", "decode", Expr(""), seq, Expr("")),
+        StepSheet("decode_mid", "Decode_mid", "decode", Expr(""), seq, Expr("")),
+        StepSheet("decode_hi", "Decode_end", "decode", Expr(""), seq, Expr("")),
     ]
     if sc_r.osl <= 1:
         steps = steps[:1]
+    elif sc_r.mtp:  # one draft token's step: its decoder layer and LM head make the draft's time
+        steps.append(StepSheet("draft", "Draft", "decode", Expr(""), 1, Expr("")))
     plain = _probe_plain_profile_fields(model, sc_r, hw, prof, steps)
     inputs.section(f"Latency model parameters: {prof.label}")
     for name, v, fname, _ in profile_inputs(prof):
@@ -488,10 +497,18 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
                    (prof.description if not fixed else "used as a plain number by the cost code (fixed at export)"),
                    editable=not fixed)
 
-    if batch_max:
-        inputs.by_name["batch"].value = _max_batch_formula(inputs.ref, total_policy, bool(sc_r.max_batch))
-
+    # views: the spec, profile, scenario and footprint with every live figure a reference to its Inputs cell
     hw_view, prof_view = _views(hw, prof, inputs, plain)
+    I = inputs.ref
+    live = {k: I(k) for k in ("isl", "osl", "prefill_chunk", "mem_fraction", "mem_reserve")}
+    if sc_r.max_batch:
+        live["max_batch"] = I("max_batch")
+    sc_view = dataclasses.replace(sc_r, **live)
+    fp_view = capacity.Footprint(I("weights_bytes"), I("kv_bytes_per_token"), I("act_bytes_per_token"),
+                                 I("logit_bytes_per_seq"))
+    if batch_max:
+        inputs.by_name["batch"].value = batch_cap(capacity.max_batch(model, sc_view, hw_view, xp=XL, fp=fp_view),
+                                                  sc_view, XL)
 
     # -- write Inputs --------------------------------------------------------------------------
     set_text(ws_in, "A1", "What-if inputs")
@@ -528,7 +545,6 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
 
     # -- Summary (cells placed first so the step sheets can refer to them) ----------------------
     ws_s = wb.create_sheet("Summary")
-    I = inputs.ref
     srows: list = []  # (key, label, Expr|number, unit, python value, note)
     S = {}
 
@@ -539,40 +555,53 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
 
     static = sc_r.batching == "static"
     batch = I("batch")
-    n_pre = batch if static else XL.maximum(1, XL.minimum(batch, XL.floor(I("prefill_chunk") / I("isl"))))
-    srow("n_pre", "requests prefilled together", n_pre, "sequences", proj.prefill_requests,
-         "static: the batch; continuous: max(1, min(batch, prefill_chunk // isl))")
-    micro = batch / sc_r.pp if sc_r.pp > 1 else batch
-    srow("micro", "decode micro-batch", micro, "sequences", None, "batch / pp")
-    lo = I("isl")
-    hi = I("isl") + XL.maximum(I("osl") - 2, 0)
-    srow("ctx_lo", "decode context, first step", lo, "tokens")
-    srow("ctx_hi", "decode context, last step", hi, "tokens")
-    srow("ctx_mid", "decode context, middle step", (S["ctx_lo"] + S["ctx_hi"]) / 2.0, "tokens")
-    steps[0].batch, steps[0].seq = S["n_pre"], I("isl")
-    for st, ctx in zip(steps[1:], ("ctx_lo", "ctx_mid", "ctx_hi")):
-        st.batch, st.context = S["micro"], S[ctx]
+    plan = serving_steps(sc_view, batch, XL, decode=sc_r.osl > 1)  # perfmodel.projection's steps, on cells
+    srow("n_pre", "requests prefilled together", plan.n_pre, "sequences", proj.prefill_requests,
+         "static: the batch; continuous: max(1, min(batch, prefill_chunk // isl)) in each attention group")
+    srow("micro", "decode micro-batch", plan.micro, "sequences", None, "batch / pp")
+    steps[0].batch, steps[0].seq = S["n_pre"], plan.prefill.seq
+    if plan.decode:
+        lo, mid, hi = plan.decode
+        srow("ctx_lo", "decode context, first step", lo.context, "tokens")
+        srow("ctx_hi", "decode context, last step", hi.context, "tokens")
+        srow("ctx_mid", "decode context, middle step", mid.context, "tokens")
+        for st, ctx in zip(steps[1:], ("ctx_lo", "ctx_mid", "ctx_hi", "ctx_mid")):  # the draft at the middle
+            st.batch, st.context = S["micro"], S[ctx]
     for st in steps:
         st.total_ref = f"{st.title}!$B$5"
-        srow(f"step_{st.key}", f"{st.title} step", Expr(st.total_ref), "s")
-    ttft = S["step_prefill"]
-    srow("ttft_s", "TTFT", ttft, "s", proj.ttft_s)
-    if len(steps) > 1:
-        tpot = (S["step_decode_lo"] + 4.0 * S["step_decode_mid"] + S["step_decode_hi"]) / 6.0
+        if st.key != "draft":
+            srow(f"step_{st.key}", f"{st.title} step", Expr(st.total_ref), "s")
+
+    # -- step sheets ---------------------------------------------------------------------------
+    overlap_method, _ = resolve_method(sc_r.overlap)
+    timed_by_key = {}
+    for st in steps:
+        rules = Rules.of(sc_r, st.phase)
+        if overlap_method in ("none", "fixed"):  # the hidden fraction is a live input
+            rules = dataclasses.replace(rules, overlap="fixed", fraction=I("overlap"))
+        timed_by_key[st.key] = _step_sheet(wb, st, model, hw, sc_r, hw_view, prof_view, rules, power, I,
+                                           (title_font, bold, head_fill))
+
+    # -- serving and memory (perfmodel.projection and perfmodel.capacity on cells) ----------------
+    ttft = srow("ttft_s", "TTFT", S["step_prefill"], "s", proj.ttft_s)
+    if plan.decode:
+        draft_s = None
+        if sc_r.mtp:
+            draft_s = srow("draft_s", "draft token: a decoder layer and the LM head", draft_time(
+                timed_by_key["draft"], model.layers), "s", None, f"{sc_r.mtp} a step, before the verify step")
+        tpot = decode_mean(sc_view, S["step_decode_lo"], S["step_decode_mid"], S["step_decode_hi"], draft_s=draft_s)
+        tpot_note = "(first + 4 x middle + last) / 6" + (
+            f"; with the draft tokens' time, per {sc_r.tokens_per_step:.3f} tokens a step" if sc_r.mtp else "")
     else:
-        tpot = 0.0 * ttft
-    srow("tpot_s", "TPOT (Simpson mean over the generation)", tpot, "s", proj.tpot_s,
-         "(first + 4 x middle + last) / 6")
-    e2e = S["ttft_s"] + (I("osl") - 1) * S["tpot_s"]
+        tpot, tpot_note = 0.0 * ttft, ""
+    tpot = srow("tpot_s", "TPOT (Simpson mean over the generation)", tpot, "s", proj.tpot_s, tpot_note)
+    e2e, thr = serving_rates(sc_view, batch, S["n_pre"], ttft, tpot, decode=bool(plan.decode))
     srow("e2e_s", "end-to-end latency", e2e, "s", proj.e2e_s, "TTFT + (osl - 1) x TPOT")
     if static:
-        thr = batch * I("osl") / S["e2e_s"]
         thr_note = "static: batch x osl / E2E"
-    elif sc_r.osl > 1:
-        thr = batch / (S["tpot_s"] + batch * (S["ttft_s"] / S["n_pre"]) / I("osl"))
+    elif plan.decode:
         thr_note = "continuous: batch / (TPOT + batch x (TTFT / n_pre) / osl)"
     else:
-        thr = S["n_pre"] / S["ttft_s"]
         thr_note = "one output token: n_pre / TTFT"
     srow("throughput_tok_s", "output throughput (replica)", thr, "tok/s", proj.throughput_tok_s, thr_note)
     srow("throughput_tok_s_per_gpu", "output throughput per GPU", S["throughput_tok_s"] / I("gpus"), "tok/s/GPU",
@@ -581,29 +610,24 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
     srow("ttft_ms", "TTFT", S["ttft_s"] * 1e3, "ms", proj.ttft_s * 1e3)
     srow("tpot_ms", "TPOT", S["tpot_s"] * 1e3, "ms", proj.tpot_s * 1e3)
     srow("e2e_ms", "end-to-end latency", S["e2e_s"] * 1e3, "ms", proj.e2e_s * 1e3)
-    srow("tok_s_user", "tokens/s per user", 1.0 / S["tpot_s"] if len(steps) > 1 else 0.0, "tok/s")
+    srow("tok_s_user", "tokens/s per user", 1.0 / S["tpot_s"] if plan.decode else 0.0, "tok/s")
     m = proj.memory
-    srow("mem_weights", "memory: weights", I("weights_bytes"), "B", m.weights)
-    srow("mem_kv", "memory: KV cache", batch * I("kv_bytes_per_token") * (I("isl") + I("osl")), "B", m.kv_cache)
-    srow("mem_act", "memory: activations",
-         XL.minimum(batch * I("isl"), I("prefill_chunk")) * I("act_bytes_per_token") + batch * I("logit_bytes_per_seq"),
-         "B", m.activations)
-    srow("mem_workspace", "memory: workspace", I("mem_reserve"), "B", m.workspace)
-    srow("mem_total", "memory: total per GPU", S["mem_weights"] + S["mem_kv"] + S["mem_act"] + S["mem_workspace"],
-         "B", m.total)
-    fixed_mem = S["mem_weights"] + S["mem_act"] + S["mem_workspace"]
-    if total_policy:
-        usable = I("hbm_visible_bytes") * I("mem_fraction")
-        kv_budget = XL.maximum(usable - fixed_mem, 0.0)
-        pool_note = "total policy: mem_fraction x device-visible memory; the KV cache gets what the rest leaves"
-    else:
-        kv_budget = I("mem_fraction") * XL.maximum(I("hbm_visible_bytes") - fixed_mem, 0.0)
-        usable = fixed_mem + kv_budget
-        pool_note = "free policy: weights, activations and reserve, plus the KV cache's mem_fraction of what is free"
-    srow("mem_kv_budget", "memory: KV-cache budget per GPU", kv_budget, "B", m.kv_budget, pool_note)
-    srow("mem_capacity", "memory: usable per GPU", usable, "B", m.capacity, pool_note)
-    srow("fits", "fits in memory", S["mem_kv"] <= S["mem_kv_budget"], "", bool(m.fits),
-         "the KV cache within its budget")
+    mem = capacity.memory(model, sc_view, batch, hw_view, xp=XL, fp=fp_view)
+    cells = dataclasses.replace(mem, weights=srow("mem_weights", "memory: weights", mem.weights, "B", m.weights),
+                                kv_cache=srow("mem_kv", "memory: KV cache", mem.kv_cache, "B", m.kv_cache,
+                                              "batch x KV bytes per sequence of isl + osl tokens (windowed layers "
+                                              "keep at most their window)"),
+                                activations=srow("mem_act", "memory: activations", mem.activations, "B",
+                                                 m.activations),
+                                workspace=srow("mem_workspace", "memory: workspace", mem.workspace, "B", m.workspace))
+    srow("mem_total", "memory: total per GPU", cells.total, "B", m.total)
+    pool_note = ("total policy: mem_fraction x device-visible memory; the KV cache gets what the rest leaves"
+                 if total_policy else
+                 "free policy: weights, activations and reserve, plus the KV cache's mem_fraction of what is free")
+    cells = dataclasses.replace(cells, kv_budget=srow("mem_kv_budget", "memory: KV-cache budget per GPU",
+                                                      mem.kv_budget, "B", m.kv_budget, pool_note))
+    srow("mem_capacity", "memory: usable per GPU", mem.capacity, "B", m.capacity, pool_note)
+    srow("fits", "fits in memory", cells.fits, "", bool(m.fits), "the KV cache within its budget")
 
     set_text(ws_s, "A1", f"Summary: {model.name} on {hw.name}")
     ws_s["A1"].font = title_font
@@ -626,120 +650,6 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
     ws_s.column_dimensions["D"].width = 20
     ws_s.column_dimensions["E"].width = 60
 
-    # -- step sheets ---------------------------------------------------------------------------
-    overlap = I("overlap") if overlap_method in ("none", "fixed") else None
-    for st in steps:
-        launch = sc_r.launch_for(st.phase)
-        eager = launch == "eager" and sc_r.mode != "sol"
-        gap = 0.0 if sc_r.mode == "sol" or launch != "graph" else prof_view.launch_graph_s
-        ws = wb.create_sheet(st.title)
-        ops = _step_ops(model, sc_r, st)
-        set_text(ws, "A1", f"{st.title} step: {model.name} on {hw.name}")
-        ws["A1"].font = title_font
-        set_text(ws, "A2", "sequences in the step (batch)")
-        set_formula(ws, "B2", st.batch)
-        set_text(ws, "A3", "new tokens per sequence")
-        set_formula(ws, "B3", st.seq)
-        set_text(ws, "A4", "cached tokens per sequence (context)")
-        set_formula(ws, "B4", st.context)
-        set_text(ws, "A5", "step latency (operators + launch gaps)")
-        set_text(ws, "A6", "of which launch gaps")
-        ws["A5"].font = bold
-        params: list[str] = []
-        for op in ops:
-            for k, v in op.params.items():
-                if k not in params and (isinstance(v, Expr) or _numeric(v)):
-                    params.append(k)
-        head = ["operator", "kind", "dtype", "count", "kernels", "flops", "bytes", *params,
-                "time_s (one run)", "run_s (overlap, launch)", "total_s (x count)", "launch_gaps_s", "share",
-                "ideal compute_s (power)", "dynamic_J (one run, one GPU)"]
-        hr = 8
-        for i, h in enumerate(head, start=1):
-            c = ws.cell(row=hr, column=i, value=h)
-            c.font = bold
-            c.fill = head_fill
-            c.alignment = Alignment(wrap_text=True)
-        c_time = 8 + len(params)
-        c_run, c_total, c_gap, c_share = c_time + 1, c_time + 2, c_time + 3, c_time + 4
-        c_comp = c_share + 1
-        c_energy = c_comp + 1
-        helper_col = [c_energy + 2]
-        # the step's compute-bound time sets the power-limited clock of its GEMMs and attention
-        # (perfmodel.cost.time_ops): each compute op's FLOPs at its achievable rate, summed in B7
-        sustained = None if sc_r.mode == "sol" else Expr("$B$7")
-        set_text(ws, "A7", "sustained compute (sets the power-limited clock)")
-        first = hr + 1
-        last = hr + len(ops)
-        timed: list[_Timed] = []  # (op, its time cell): the overlap model pairs collectives with compute
-        for r, op in enumerate(ops, start=first):
-            set_text(ws, f"A{r}", op.name)
-            set_text(ws, f"B{r}", op.kind)
-            set_text(ws, f"C{r}", op.params.get("dtype", ""))
-            ws.cell(row=r, column=4, value=float(op.count))
-            ws.cell(row=r, column=5, value=float(op.kernels))
-            set_formula(ws, f"F{r}", op.flops)
-            set_formula(ws, f"G{r}", op.bytes)
-            new_params = dict(op.params)
-            for j, k in enumerate(params, start=8):
-                if k not in op.params:
-                    continue
-                v = op.params[k]
-                if isinstance(v, Expr) or _numeric(v):
-                    set_formula(ws, f"{_col(j)}{r}", v)
-                if isinstance(v, Expr):
-                    new_params[k] = Expr(f"${_col(j)}{r}")
-            view = dataclasses.replace(
-                op, params=new_params,
-                flops=Expr(f"$F{r}") if isinstance(op.flops, Expr) else op.flops,
-                bytes=Expr(f"$G{r}") if isinstance(op.bytes, Expr) else op.bytes)
-            if sustained is not None and op.kind in COMPUTE_KINDS:
-                _write_long(ws, r, c_comp, ideal_compute(view, hw_view, prof_view), helper_col)
-                ws.cell(row=r, column=c_comp).number_format = "0.000E+00"
-                t = time_op(view, hw_view, prof_view, mode=sc_r.mode, world=sc_r.gpus, xp=XL, sustained=sustained).time
-            else:
-                t = time_op(view, hw_view, prof_view, mode=sc_r.mode, world=sc_r.gpus, xp=XL).time
-            _write_long(ws, r, c_time, t, helper_col)
-            set_formula(ws, f"{_col(c_energy)}{r}", _op_energy_formula(view, power, I))
-            ws.cell(row=r, column=c_energy).number_format = "0.000E+00"
-            run = Expr(f"${_col(c_time)}{r}")
-            timed.append(_Timed(view, run))
-            if op.kind in COMM_KINDS:
-                continue  # written below, once every op's time cell exists
-            if eager and op.kind not in COMM_KINDS:
-                floor = prof_view.host_floor_s.get(_mem_kind(op)) if isinstance(prof_view.host_floor_s, dict) else None
-                run = XL.maximum(run, prof_view.launch_eager_s if floor is None else XL.maximum(prof_view.launch_eager_s, floor))
-            set_formula(ws, f"{_col(c_run)}{r}", run)
-            set_formula(ws, f"{_col(c_total)}{r}", Expr(f"${_col(c_run)}{r}") * float(op.count))
-            set_formula(ws, f"{_col(c_gap)}{r}", gap * float(op.kernels) * float(op.count))
-            ws[f"{_col(c_share)}{r}"] = f"=({_col(c_total)}{r}+{_col(c_gap)}{r})/$B$5"
-            ws[f"{_col(c_share)}{r}"].number_format = "0.0%"
-            for cc in (c_time, c_run, c_total, c_gap):
-                ws.cell(row=r, column=cc).number_format = "0.000E+00"
-        if overlap is not None:
-            comm_runs = [t.time * (1.0 - overlap) if t.op.kind in COMM_KINDS else None for t in timed]
-        else:
-            comm_runs = exposed_runs(timed, overlap_method, prof_view, hw=hw_view, world=sc_r.gpus, xp=XL)
-        for r, (t, run) in enumerate(zip(timed, comm_runs), start=first):
-            if run is None:
-                continue
-            _write_long(ws, r, c_run, run, helper_col)
-            set_formula(ws, f"{_col(c_total)}{r}", Expr(f"${_col(c_run)}{r}") * float(t.op.count))
-            set_formula(ws, f"{_col(c_gap)}{r}", gap * float(t.op.kernels) * float(t.op.count))
-            ws[f"{_col(c_share)}{r}"] = f"=({_col(c_total)}{r}+{_col(c_gap)}{r})/$B$5"
-            ws[f"{_col(c_share)}{r}"].number_format = "0.0%"
-            for cc in (c_time, c_run, c_total, c_gap):
-                ws.cell(row=r, column=cc).number_format = "0.000E+00"
-        ws["B5"] = f"=SUM({_col(c_total)}{first}:{_col(c_total)}{last})+SUM({_col(c_gap)}{first}:{_col(c_gap)}{last})"
-        ws["B6"] = f"=SUM({_col(c_gap)}{first}:{_col(c_gap)}{last})"
-        ws["B7"] = f"=SUMPRODUCT({_col(c_comp)}{first}:{_col(c_comp)}{last},D{first}:D{last})"
-        set_text(ws, "D2", "dynamic energy of the step, one GPU (J, before the power limit)")
-        ws["E2"] = f"=SUMPRODUCT({_col(c_energy)}{first}:{_col(c_energy)}{last},D{first}:D{last})"
-        ws["E2"].number_format = "0.000E+00"
-        ws["B7"].number_format = "0.000E+00"
-        ws["B5"].number_format = ws["B6"].number_format = "0.000E+00"
-        ws.column_dimensions["A"].width = 22
-        ws.freeze_panes = ws.cell(row=first, column=2)
-
     # -- Sweep ---------------------------------------------------------------------------------
     _sweep_sheet(wb, hw, model, sc, prof, sweep, bold, head_fill)
 
@@ -754,7 +664,9 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
     lines += [("how", "Each operator's time formula is generated by running perfmodel's cost model code "
                       "(perfmodel.cost.time_op) on Excel expressions: shapes come from perfmodel.graph.build_ops "
                       "with cell references for batch, tokens and context; hardware figures and latency-model "
-                      "parameters are references to the Inputs sheet. Totals follow perfmodel.projection."),
+                      "parameters are references to the Inputs sheet. The totals are perfmodel.step_accounting "
+                      "(a step), perfmodel.projection (serving) and perfmodel.capacity (memory), run on those cells "
+                      "the same way."),
               ("sweep", "The Sweep sheet holds values computed by perfmodel at export (not live formulas).")]
     for i, (k, v) in enumerate(lines, start=1):
         set_text(ws_a, f"A{i}", k)
@@ -767,26 +679,116 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
     return wb
 
 
-def _max_batch_formula(I, total_policy: bool, capped: bool):
-    """The largest batch that fits, as :func:`perfmodel.capacity.max_batch` finds it, as a formula of the
-    Inputs sheet: solved for a prefill chunk not yet full (activations grow with the batch) and for a full
-    one, the larger consistent answer kept, then the engine's scheduler limit."""
-    V, f = I("hbm_visible_bytes"), I("mem_fraction")
-    kv_seq = I("kv_bytes_per_token") * (I("isl") + I("osl"))
-    base = I("weights_bytes") + I("mem_reserve")
-    widest, logits, chunk = I("act_bytes_per_token"), I("logit_bytes_per_seq"), I("prefill_chunk")
+# Column titles of the step sheets for the parts of a step (perfmodel.step_accounting.PARTS; a part without one
+# is titled by its name).
+PART_TITLES = {"busy": "total_s (x count)", "gaps": "launch_gaps_s"}
 
-    def solve(fixed, per_seq_act):
-        if total_policy:
-            return XL.floor(XL.maximum(V * f - fixed, 0.0) / (kv_seq + per_seq_act))
-        return XL.floor(XL.maximum(f * (V - fixed), 0.0) / (kv_seq + f * per_seq_act))
 
-    filling = solve(base, logits + I("isl") * widest)
-    filling = XL.where(filling * I("isl") <= chunk, filling, 0.0)
-    full = solve(base + chunk * widest, logits)
-    full = XL.where(full * I("isl") >= chunk, full, 0.0)
-    best = XL.maximum(filling, full)
-    return XL.minimum(best, I("max_batch")) if capped else best
+def _step_sheet(wb, st: StepSheet, model, hw, sc_r, hw_view, prof_view, rules, power, I, styles) -> list:
+    """One step's sheet: a row per operator, its shape quantities, its time for one run (the cost model on
+    cells), then :func:`perfmodel.step_accounting.account` of those time cells: each run after overlap and the
+    host floor, one column per part of the step, its share; B5 the step's time. Returns the ops with their time
+    cells (sheet-qualified), for formulas over them elsewhere."""
+    from openpyxl.styles import Alignment  # openpyxl is optional: build_workbook checked it is there
+
+    title_font, bold, head_fill = styles
+    ws = wb.create_sheet(st.title)
+    ops = _step_ops(model, sc_r, st)
+    set_text(ws, "A1", f"{st.title} step: {model.name} on {hw.name}")
+    ws["A1"].font = title_font
+    set_text(ws, "A2", "sequences in the step (batch)")
+    set_formula(ws, "B2", st.batch)
+    set_text(ws, "A3", "new tokens per sequence")
+    set_formula(ws, "B3", st.seq)
+    set_text(ws, "A4", "cached tokens per sequence (context)")
+    set_formula(ws, "B4", st.context)
+    set_text(ws, "A5", "step latency (operators + launch gaps)")
+    set_text(ws, "A6", "of which launch gaps")
+    ws["A5"].font = bold
+    params: list[str] = []
+    for op in ops:
+        for k, v in op.params.items():
+            if k not in params and (isinstance(v, Expr) or _numeric(v)):
+                params.append(k)
+    head = ["operator", "kind", "dtype", "count", "kernels", "flops", "bytes", *params,
+            "time_s (one run)", "run_s (overlap, launch)", *(PART_TITLES.get(p, f"{p}_s") for p in PARTS), "share",
+            "ideal compute_s (power)", "dynamic_J (one run, one GPU)"]
+    hr = 8
+    for i, h in enumerate(head, start=1):
+        c = ws.cell(row=hr, column=i, value=h)
+        c.font = bold
+        c.fill = head_fill
+        c.alignment = Alignment(wrap_text=True)
+    c_time = 8 + len(params)
+    c_run = c_time + 1
+    c_part = {p: c_run + 1 + i for i, p in enumerate(PARTS)}
+    c_share = c_run + 1 + len(PARTS)
+    c_comp = c_share + 1
+    c_energy = c_comp + 1
+    helper_col = [c_energy + 2]
+    # the step's compute-bound time sets the power-limited clock of its GEMMs and attention
+    # (perfmodel.cost.time_ops): each compute op's FLOPs at its achievable rate, summed in B7
+    sustained = None if sc_r.mode == "sol" else Expr("$B$7")
+    set_text(ws, "A7", "sustained compute (sets the power-limited clock)")
+    first = hr + 1
+    last = hr + len(ops)
+    timed: list[_Timed] = []  # (op, its time cell): what the step's account reads
+    for r, op in enumerate(ops, start=first):
+        set_text(ws, f"A{r}", op.name)
+        set_text(ws, f"B{r}", op.kind)
+        set_text(ws, f"C{r}", op.params.get("dtype", ""))
+        ws.cell(row=r, column=4, value=float(op.count))
+        ws.cell(row=r, column=5, value=float(op.kernels))
+        set_formula(ws, f"F{r}", op.flops)
+        set_formula(ws, f"G{r}", op.bytes)
+        new_params = dict(op.params)
+        for j, k in enumerate(params, start=8):
+            if k not in op.params:
+                continue
+            v = op.params[k]
+            if isinstance(v, Expr) or _numeric(v):
+                set_formula(ws, f"{_col(j)}{r}", v)
+            if isinstance(v, Expr):
+                new_params[k] = Expr(f"${_col(j)}{r}")
+        view = dataclasses.replace(
+            op, params=new_params,
+            flops=Expr(f"$F{r}") if isinstance(op.flops, Expr) else op.flops,
+            bytes=Expr(f"$G{r}") if isinstance(op.bytes, Expr) else op.bytes)
+        if sustained is not None and op.kind in COMPUTE_KINDS:
+            _write_long(ws, r, c_comp, ideal_compute(view, hw_view, prof_view), helper_col)
+            ws.cell(row=r, column=c_comp).number_format = "0.000E+00"
+            t = time_op(view, hw_view, prof_view, mode=sc_r.mode, world=sc_r.gpus, xp=XL, sustained=sustained).time
+        else:
+            t = time_op(view, hw_view, prof_view, mode=sc_r.mode, world=sc_r.gpus, xp=XL).time
+        _write_long(ws, r, c_time, t, helper_col)
+        set_formula(ws, f"{_col(c_energy)}{r}", _op_energy_formula(view, power, I))
+        ws.cell(row=r, column=c_energy).number_format = "0.000E+00"
+        timed.append(_Timed(view, Expr(f"${_col(c_time)}{r}")))
+    # how the ops add up (perfmodel.step_accounting), on the time cells: a collective's run needs every op's time
+    # cell
+    acc = account(timed, rules, prof_view, hw=hw_view, world=sc_r.gpus, xp=XL)
+    for r, share in enumerate(acc.ops, start=first):
+        _write_long(ws, r, c_run, share.run, helper_col)
+        parts = share.with_run(Expr(f"${_col(c_run)}{r}")).parts()
+        for p, c in c_part.items():
+            set_formula(ws, f"{_col(c)}{r}", parts[p])
+        ws[f"{_col(c_share)}{r}"] = formula(step_time({p: Expr(f"{_col(c)}{r}") for p, c in c_part.items()})
+                                            / Expr("$B$5"))
+        ws[f"{_col(c_share)}{r}"].number_format = "0.0%"
+        for cc in (c_time, c_run, *c_part.values()):
+            ws.cell(row=r, column=cc).number_format = "0.000E+00"
+    sums = {p: Expr(f"SUM({_col(c)}{first}:{_col(c)}{last})") for p, c in c_part.items()}
+    ws["B5"] = formula(step_time(sums))
+    ws["B6"] = formula(sums["gaps"])
+    ws["B7"] = f"=SUMPRODUCT({_col(c_comp)}{first}:{_col(c_comp)}{last},D{first}:D{last})"
+    set_text(ws, "D2", "dynamic energy of the step, one GPU (J, before the power limit)")
+    ws["E2"] = f"=SUMPRODUCT({_col(c_energy)}{first}:{_col(c_energy)}{last},D{first}:D{last})"
+    ws["E2"].number_format = "0.000E+00"
+    ws["B7"].number_format = "0.000E+00"
+    ws["B5"].number_format = ws["B6"].number_format = "0.000E+00"
+    ws.column_dimensions["A"].width = 22
+    ws.freeze_panes = ws.cell(row=first, column=2)
+    return [_Timed(t.op, Expr(f"{ws.title}!{t.time.text}")) for t in timed]
 
 
 def _write_long(ws, r: int, col: int, t, helper_col: list[int]) -> None:
@@ -865,7 +867,6 @@ def workbook_bytes(hw, model, sc, prof, *, sweep=None, argv=None) -> bytes:
 def csv_tables(hw, model, sc, prof) -> dict[str, str]:
     """{suffix: csv text} for the per-op table, the summary and the inputs."""
     from ..io import csv_text as table
-    from ..projection import project_resolved
     from ..serialize import projection_dict
 
     p = project_resolved(hw, model, sc, prof)

@@ -16,11 +16,12 @@ it already has cached). Structurally it is one forward pass over T = n + sum(p) 
 Which op belongs to which class is read off the operator graph (:func:`perfmodel.graph.build_ops`): an op
 whose FLOPs or bytes change with the context is attention-like, one that changes with the number of
 sequences at a fixed token count is per-sequence, the rest are token ops. Each class is timed by the cost
-model on a grid, once per scenario, with the same per-op accounting as
-:func:`perfmodel.projection.evaluate_step` (collective overlap, eager host floor, graph launch gaps):
-exact tables over every token count and sequence count, bilinear tables over (sequences, context) and
-(piece, prefix). A step with no prefill runs with the decode launch mode (CUDA graph under
-``--launch auto``), one with prefill with the prefill mode.
+model on a grid, once per scenario, as its ops' summed shares of the step (:mod:`perfmodel.step_accounting`:
+collective overlap, eager host floor, graph launch gaps): exact tables over every token count and sequence
+count, bilinear tables over (sequences, context) and (piece, prefix). A step with no prefill runs with the
+decode launch mode (CUDA graph under ``--launch auto``), one with prefill with the prefill mode. (The classes'
+times add up because a step's shares do; a step rule that is not a sum over its ops would need the tables to
+hold :data:`perfmodel.step_accounting.PARTS` apart.)
 
 With pipeline parallelism the running sequences are cut into ``pp`` micro-batches that fill the stages (as
 the projection's TPOT assumes): a step advancing every sequence by one token takes one micro-batch's pass
@@ -35,9 +36,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..cost import sustained_compute, time_op, time_ops
+from ..energy.model import limit_w, op_energy
 from ..graph import Step, build_ops
-from ..ops import COMM_KINDS
-from ..projection import host_cost
+from ..ops import COMPUTE_KINDS
+from ..step_accounting import Rules, account
 
 
 def _key_list(ops) -> list[tuple[str, int]]:
@@ -85,36 +87,15 @@ def classify_ops(model, sc) -> OpClasses:
     return OpClasses(frozenset(token), frozenset(per_seq), frozenset(decode_attn), frozenset(prefill_attn))
 
 
-def run_times(times, launch: str, sc, prof, hw=None, world: int = 1) -> list:
-    """Each timed op's share of the step time, as evaluate_step accounts it (count runs, overlap, host
-    floor when eager, launch gap when replayed from a graph)."""
-    from ..cost.overlap import exposed_runs, resolve_method
-
-    sol = sc.mode == "sol"
-    gap = 0.0 if sol or launch != "graph" else prof.launch_graph_s
-    method, fraction = resolve_method(sc.overlap)
-    comm = exposed_runs(times, method, prof, fraction=fraction, hw=hw, world=world)
-    out = []
-    for t, comm_run in zip(times, comm):
-        run = t.time
-        if t.op.kind in COMM_KINDS:
-            run = comm_run
-        elif launch == "eager" and not sol:
-            run = np.maximum(run, host_cost(t.op, prof))
-        out.append((run + gap * t.op.kernels) * t.op.count)
-    return out
-
-
-def _class_sum(times, runs, keys, wanted, power):
-    """(time, dynamic joules before the power limit) of the ops whose key is in ``wanted``."""
-    from ..energy.model import op_energy
-
-    t_sum = 0.0
+def _class_sum(times, keys, wanted, launch: str, sc, prof, hw, power):
+    """(time, dynamic joules before the power limit) of the ops whose key is in ``wanted``: their summed shares
+    of a step launched ``launch`` (perfmodel.step_accounting)."""
+    acc = account(times, Rules.of(sc, launch=launch), prof, hw=hw, world=sc.gpus)
+    t_sum = acc.total([k in wanted for k in keys])
     e_sum = 0.0
-    for t, r, k in zip(times, runs, keys):
-        if k in wanted:
-            t_sum = t_sum + r
-            if power is not None:
+    if power is not None:
+        for t, k in zip(times, keys):
+            if k in wanted:
                 e_sum = e_sum + op_energy(t.op, power) * t.op.count
     return t_sum, e_sum
 
@@ -126,15 +107,12 @@ def _time_class(model, hw, sc, prof, step: Step, wanted, launch: str, power):
     sustained = None if sc.mode == "sol" else sustained_compute(ops, hw, prof)
     times = []
     sel_keys = []
-    from ..ops import COMPUTE_KINDS
-
     for op, k in zip(ops, keys):
         if k in wanted:
             times.append(time_op(op, hw, prof, mode=sc.mode, world=sc.gpus,
                                  sustained=sustained if op.kind in COMPUTE_KINDS else None))
             sel_keys.append(k)
-    runs = run_times(times, launch, sc, prof, hw, sc.gpus)
-    return _class_sum(times, runs, sel_keys, wanted, power)
+    return _class_sum(times, sel_keys, wanted, launch, sc, prof, hw, power)
 
 
 def _geom_grid(lo: int, hi: int, n: int, exact_below: int = 0, extra=()) -> np.ndarray:
@@ -202,8 +180,6 @@ class StepModel:
         self.max_seqs = int(max(max_seqs, 1))
         self.max_context = int(max(max_context, 2))
         self.power = power
-        from ..energy.model import limit_w
-
         self.headroom = max(limit_w(power, hw) - power["static_w"], 0.0) if power else 0.0
         self.classes = classify_ops(model, sc)
         self.mixed_launch = sc.launch_for("prefill")
@@ -223,8 +199,7 @@ class StepModel:
             step = Step("decode", idx, 1, 1)
         ops = build_ops(self.model, step, self.sc)
         times = time_ops(ops, self.hw, self.prof, mode=self.sc.mode, world=self.sc.gpus)
-        runs = run_times(times, launch, self.sc, self.prof, self.hw, self.sc.gpus)
-        t, e = _class_sum(times, runs, _key_list(ops), wanted, self.power)
+        t, e = _class_sum(times, _key_list(ops), wanted, launch, self.sc, self.prof, self.hw, self.power)
         t = np.concatenate([[0.0], np.broadcast_to(t, idx.shape)])
         e = np.concatenate([[0.0], np.broadcast_to(e, idx.shape)])
         return np.concatenate([[0.0], idx]).tolist(), t.tolist(), e.tolist()
@@ -333,7 +308,7 @@ def exact_step(model, hw, sc, prof, n_dec: int, ctx_mean: float, pieces: list[tu
     for p, x in pieces:
         take(Step("prefill", 1, p, x), c.prefill_attn)
     times = time_ops(parts, hw, prof, mode=sc.mode, world=sc.gpus)
-    return float(sum(run_times(times, launch, sc, prof, hw, sc.gpus)))
+    return float(account(times, Rules.of(sc, launch=launch), prof, hw=hw, world=sc.gpus).total())
 
 
 def kv_pool_blocks(model, hw, sc, max_seqs: int, block_size: int) -> int:

@@ -1,0 +1,198 @@
+"""Step accounting: how the timed operators of one step add up to the step's time. The one owner of it.
+
+(Not ``perfmodel/step.py``: ``perfmodel.step`` is the package's public one-step function, which a submodule of
+that name would shadow once imported.)
+
+The cost model (:mod:`perfmodel.cost`) times each operator alone. A step is more than the sum of those:
+
+- **count runs**: an op runs ``count`` times a step (once per layer of its kind);
+- **collective overlap** (``Scenario.overlap``, :mod:`perfmodel.cost.overlap`): a collective adds what
+  stays exposed after the compute it overlaps, plus the slowdown it causes that compute;
+- **eager host dispatch floor** (``launch == "eager"``): the host issues every kernel, so an op takes at
+  least its host cost (:func:`host_cost`: one dispatch, or the measured floor of a multi-call PyTorch op);
+  collectives are exempt unless :attr:`Rules.host_floor_collectives` says otherwise;
+- **CUDA-graph launch gaps** (``launch == "graph"``): every kernel of a replayed graph adds
+  ``Profile.launch_graph_s``;
+- **speed of light** (``mode == "sol"``): neither floor nor gaps.
+
+:func:`account` applies these rules to a step's timed ops (anything with ``.op`` and ``.time``) and returns
+a :class:`StepAccount`: per op an :class:`OpShare` (its time alone, the time one run adds, its launch gaps,
+a collective's exposed run) and the step's time. The step's time is :func:`step_time` of the step's
+:data:`PARTS` summed over its ops, so the rule that joins them lives here alone: a step whose host path
+and device path overlap (step time ``max(device, host)``) is a change of :data:`PARTS`,
+:meth:`OpShare.parts` and :func:`step_time`, and every user follows — the projection, the serving-step model,
+the calibration's layer predictions, the report's breakdown and the workbook's formulas (which write one
+column per part and take the step's total from :func:`step_time` over their sums).
+
+Everything is written against a math backend (:mod:`perfmodel.cost.backend`): numbers, numpy arrays
+(sweeps) or Excel expressions (the workbook's live formulas).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .cost import mem_kind
+from .cost.backend import NP
+from .cost.overlap import exposed_runs, resolve_method
+from .ops import COMM_KINDS
+
+# The parts a step's time is made of, each summed over the step's ops (all their runs): "busy", the time the
+# ops keep the stream busy (collectives after overlap, an eager op at least its host cost); "gaps", the
+# launch gaps between the kernels of a replayed graph.
+PARTS = {"busy": "operators: time after collective overlap, at least the host dispatch when eager (x count)",
+         "gaps": "launch gaps between the kernels of a CUDA graph replay (x count)"}
+
+
+def step_time(sums: dict):
+    """The step's time from its parts summed over its ops (or over any selection of them)."""
+    return sums["busy"] + sums["gaps"]
+
+
+def host_cost(op, prof, xp=NP):
+    """Host time to issue an op eagerly: one dispatch, or the measured floor of a multi-call PyTorch op."""
+    floor = prof.host_floor_s.get(mem_kind(op))
+    if floor is None:
+        return prof.launch_eager_s
+    return max(prof.launch_eager_s, floor) if xp.numeric else xp.maximum(prof.launch_eager_s, floor)
+
+
+@dataclass(frozen=True)
+class Rules:
+    """How a step's ops add up: fixed by the scenario and the step's phase (:meth:`of`)."""
+
+    launch: str = "graph"  # graph (launch gaps) | eager (host dispatch floor)
+    sol: bool = False  # speed of light: no host floor, no launch gaps
+    overlap: str = "none"  # the collective overlap method (perfmodel.cost.overlap.METHODS)
+    fraction: Any = 0.0  # with overlap "fixed": the share of every collective hidden (a number or a cell)
+    # eager collectives wait for their own host dispatch too (plain PyTorch's measured TP layer; the projection
+    # leaves them to the overlap model)
+    host_floor_collectives: bool = False
+
+    @classmethod
+    def of(cls, sc, phase: str = "prefill", **kw) -> "Rules":
+        """The rules of a step of ``phase`` ("prefill" or "decode") under scenario ``sc``; keywords override a
+        field (``launch="graph"``)."""
+        method, fraction = resolve_method(sc.overlap)
+        return cls(**{"launch": sc.launch_for(phase), "sol": sc.mode == "sol", "overlap": method,
+                      "fraction": fraction, **kw})
+
+    @property
+    def eager(self) -> bool:
+        """The host floor applies."""
+        return self.launch == "eager" and not self.sol
+
+
+@dataclass(frozen=True)
+class OpShare:
+    """One op's place in its step, per run: ``time`` alone (the cost model's), ``run`` what one run adds to the
+    step (a collective: ``comm``, its exposed time after overlap plus the slowdown it causes beside it; when
+    eager, at least :func:`host_cost`), ``gap`` the launch gaps one run adds."""
+
+    op: Any
+    time: Any
+    run: Any
+    gap: Any = 0.0
+    comm: Any = None  # a collective's run after overlap; None for other ops
+
+    @property
+    def count(self) -> float:
+        return float(self.op.count)
+
+    @property
+    def collective(self) -> bool:
+        return self.comm is not None
+
+    def parts(self) -> dict:
+        """The op's :data:`PARTS`, all its runs."""
+        return {"busy": self.run * self.count, "gaps": self.gap * self.count}
+
+    @property
+    def share(self):
+        """The op's part of the step's time, all its runs (the step's time is their sum, up to rounding)."""
+        return (self.run + self.gap) * self.count
+
+    @property
+    def device_s(self):
+        """All runs' time on the device: alone, or for a collective its run after overlap."""
+        return self._device() * self.count
+
+    @property
+    def host_s(self):
+        """All runs' time the host's dispatch adds beyond the device's (eager; zero otherwise)."""
+        return (self.run - self._device()) * self.count
+
+    def _device(self):
+        return self.comm if self.collective else self.time
+
+    @property
+    def gaps_s(self):
+        return self.gap * self.count
+
+    def with_run(self, run) -> "OpShare":
+        return replace(self, run=run)
+
+
+def _fold(values):
+    """Sum in order from 0.0 (numbers, arrays or formulas alike)."""
+    total = 0.0
+    for v in values:
+        total = total + v
+    return total
+
+
+@dataclass(frozen=True)
+class StepAccount:
+    """A step's ops under :class:`Rules`, and what they add up to."""
+
+    ops: list  # OpShare, in the step's order
+
+    def sums(self, keep=None) -> dict:
+        """Each of :data:`PARTS` summed over the ops (``keep``: a flag per op, default all)."""
+        kept = [s.parts() for s, k in zip(self.ops, _flags(keep, self.ops)) if k]
+        return {p: _fold(x[p] for x in kept) for p in PARTS}
+
+    @property
+    def time_s(self):
+        """The step's time."""
+        return step_time(self.sums())
+
+    @property
+    def gaps_s(self):
+        """Of which launch gaps."""
+        return self.sums()["gaps"]
+
+    def total(self, keep=None):
+        """The summed shares of the ops (``keep``: a flag per op, default all): a part of a step (one class of
+        its ops, one decoder layer), composed with other parts by addition."""
+        return _fold(s.share for s, k in zip(self.ops, _flags(keep, self.ops)) if k)
+
+    @property
+    def comm_runs(self) -> list:
+        """Per op, a collective's run after overlap (None for other ops)."""
+        return [s.comm for s in self.ops]
+
+
+def _flags(keep, ops) -> list:
+    flags = [True] * len(ops) if keep is None else list(keep)
+    if len(flags) != len(ops):
+        raise ValueError(f"{len(flags)} flags for {len(ops)} ops")
+    return flags
+
+
+def account(times, rules: Rules, prof, *, hw=None, world: int = 1, xp=NP) -> StepAccount:
+    """The step's ops (``.op``, ``.time``: perfmodel.cost.OpTime, or cells of the workbook) under ``rules``.
+    ``hw`` and ``world`` let a decomposed or fused collective pay its own latency per chunk."""
+    gap = prof.launch_graph_s if rules.launch == "graph" and not rules.sol else 0.0
+    comm = exposed_runs(times, rules.overlap, prof, fraction=rules.fraction, hw=hw, world=world, xp=xp)
+    out = []
+    for t, c in zip(times, comm):
+        run = t.time
+        if t.op.kind in COMM_KINDS:
+            run = c
+            if rules.eager and rules.host_floor_collectives:
+                run = xp.maximum(run, host_cost(t.op, prof, xp))
+        elif rules.eager:
+            run = xp.maximum(run, host_cost(t.op, prof, xp))  # the host cannot issue it faster
+        out.append(OpShare(t.op, t.time, run, gap * float(t.op.kernels), c))
+    return StepAccount(out)
