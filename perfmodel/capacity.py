@@ -24,7 +24,7 @@ import numpy as np
 from .cost.backend import NP
 from .dtypes import bytes_per_element
 from .errors import InputError
-from .graph import attention_layer_kinds, expert_format, heads_per_gpu
+from .graph import INDEXER_FORMAT, attention_layer_kinds, expert_format, heads_per_gpu, linear_layers
 from .models import Model, is_moe_layer
 from .scenario import Scenario
 
@@ -146,12 +146,16 @@ def weight_bytes(model: Model, sc: Scenario) -> float:
 
 
 def kv_bytes_per_token(model: Model, sc: Scenario) -> float:
-    """KV-cache bytes one token adds on one GPU (all of that GPU's layers)."""
-    layers = math.ceil(model.layers / sc.pp)
+    """KV-cache bytes one token adds on one GPU (that GPU's layers that keep keys: Gated DeltaNet layers keep a
+    state instead, :func:`linear_state_bytes`)."""
+    layers = math.ceil((model.layers - linear_layers(model)) / sc.pp)
     kv = bytes_per_element(sc.kv)
     if model.mla is not None:
         # the latent and the rotary key; TP ranks each keep the whole latent
-        return layers * (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * kv
+        per_layer = (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * kv
+        if model.mla.index_topk:  # DeepSeek Sparse Attention's indexer key, fp8, and its fp32 scale
+            per_layer += model.mla.index_head_dim * bytes_per_element(INDEXER_FORMAT) + 4.0
+        return layers * per_layer
     _, hkv = heads_per_gpu(model, sc.tp)
     return layers * 2 * hkv * model.head_dim * kv
 
@@ -162,13 +166,27 @@ def kv_bytes_per_sequence(model: Model, sc: Scenario, length, *, xp=NP, per_toke
     :func:`kv_bytes_per_token` (default), or a cell holding it."""
     per_token = kv_bytes_per_token(model, sc) if per_token is None else per_token
     kinds = attention_layer_kinds(model)
+    state = linear_state_bytes(model, sc)
     if set(kinds) == {"full"}:
-        return per_token * length
+        return per_token * length + state if state else per_token * length
     total = 0.0
+    keeping = model.layers - linear_layers(model)
     for kind, (n, window) in kinds.items():
         keep = length if not window else xp.minimum(length, 2 * window if kind == "chunked" else window)
-        total = total + per_token * keep * n / model.layers
-    return total
+        total = total + per_token * keep * n / keeping
+    return total + state
+
+
+def linear_state_bytes(model: Model, sc: Scenario) -> float:
+    """Bytes one sequence holds on one GPU in its Gated DeltaNet layers, whatever its length: each value head's
+    key_head_dim x value_head_dim state and the convolution's last conv_kernel - 1 inputs."""
+    la = getattr(model, "linear_attention", None)
+    if la is None:
+        return 0.0
+    layers = math.ceil(linear_layers(model) / sc.pp)
+    kh, vh = _ceil_div(la.key_heads, sc.tp), _ceil_div(la.value_heads, sc.tp)
+    conv = (2 * kh * la.key_head_dim + vh * la.value_head_dim) * (la.conv_kernel - 1) * bytes_per_element(sc.act_dtype)
+    return layers * (vh * la.key_head_dim * la.value_head_dim * bytes_per_element(la.state_dtype) + conv)
 
 
 def _widest_bytes(model: Model, sc: Scenario) -> float:

@@ -151,7 +151,6 @@ def build_ops(model: Model, step: Step, sc: Scenario) -> list[O.Op]:
     out.append(norm("attn.norm", tokens, model.hidden, act, phase=ph).with_count(model.layers))
     if n_linear:
         out += [op.with_count(n_linear) for op in _linear_attention(model, step, sc, tokens)]
-    out += [op.with_count(model.layers) for op in block_end]
     for op in attn_ops:
         if op.name != "attn.core":
             out.append(op.with_count(n_attn))
@@ -162,6 +161,8 @@ def build_ops(model: Model, step: Step, sc: Scenario) -> list[O.Op]:
             out.append(core.with_count(n) if kind == "full" else
                        O.Op(f"attn.core.{kind}", core.kind, core.phase, core.flops, core.bytes, core.params, n,
                             core.scope, core.kernels))
+
+    out += [op.with_count(model.layers) for op in block_end]  # after the mixer, whichever the layer runs
 
     ffn_norm = norm("ffn.norm", tokens, model.hidden, act, phase=ph).with_count(model.layers)
     out.append(ffn_norm)
@@ -449,7 +450,7 @@ def _mla_attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]
         # K and V are the same cached latent: read it once (with sparse attention, the topk rows it gathers)
         keys = step.context + step.seq
         if topk:
-            keys = np.minimum(keys, topk + step.seq - 1)
+            keys = O.backend_of(keys).minimum(keys, topk + step.seq - 1)
         shared = step.batch * keys * latent * _b(sc.kv)
         q_o = step.batch * hq * step.seq * (latent + a.kv_lora_rank) * _b(act)
         core = _with_mla_kernel(core, sc)

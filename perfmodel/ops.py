@@ -61,7 +61,7 @@ def causal_pairs(seq_q, seq_kv, causal):
     return tri if causal else full
 
 
-def _backend(*values):
+def backend_of(*values):
     """The math backend of shape values: Excel for formulas (the what-if workbook's cells), numpy otherwise."""
     from .cost.backend import NP, XL, Expr  # imported here: perfmodel.cost imports this module
 
@@ -71,7 +71,7 @@ def _backend(*values):
 def windowed_pairs(seq_q, seq_kv, causal, window):
     """Pairs when each query sees at most its ``window`` latest keys (sliding-window attention): query i of
     seq_q (after seq_kv - seq_q cached keys) sees min(seq_kv - seq_q + i + 1, window) of them."""
-    xp = _backend(seq_q, seq_kv, window)
+    xp = backend_of(seq_q, seq_kv, window)
     if not causal:
         return seq_q * xp.minimum(seq_kv, window)
     first = seq_kv - seq_q + 1.0  # keys the first new query sees
@@ -89,7 +89,7 @@ def attention(name: str, batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, *, c
     kv_b = bytes_per_element(kv_dtype or dtype)
     if window:
         pairs = windowed_pairs(seq_q, seq_kv, causal, window)
-        keys = _backend(seq_q, seq_kv, window).minimum(seq_kv, window + seq_q - 1)
+        keys = backend_of(seq_q, seq_kv, window).minimum(seq_kv, window + seq_q - 1)
     else:
         pairs, keys = causal_pairs(seq_q, seq_kv, causal), seq_kv
     flops = 2.0 * batch * heads_q * pairs * (head_dim + dv)

@@ -300,7 +300,7 @@ def test_spec_latency_is_the_default_hop_latency():
     ("comm_alpha_s", {"allreduce:8": 1e-5}, "all_reduce:8"),
     ("comm_alpha_s", {"all_reduce:1": 1e-5}, "world size >= 2"),
     ("comm_alpha_s", {"all_reduce:8": -1.0}, "positive"),
-    ("comm_eta", {"p2p:2": 3.0}, "fractions of the link bandwidth"),
+    ("comm_eta", {"p2p:2": 3.0}, "ratio to the datasheet rate or bandwidth in (0, 2]"),
     ("overlap", {"sm_share": 1.5}, "sm_share a number in"),
     ("overlap", {"sm_shares": 0.1}, "overlap parameters among"),
     ("overlap", [0.1], "an object of overlap parameters"),

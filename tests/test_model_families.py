@@ -611,3 +611,20 @@ def test_linear_attention_fields_come_together(tmp_path):
     with pytest.raises(InputError) as e:
         load_model(str(bad))
     assert e.value.field == "linear_attention"
+
+
+def test_kv_capacity_of_linear_layers_and_of_the_sparse_indexer():
+    from perfmodel.capacity import kv_bytes_per_sequence, kv_bytes_per_token, linear_state_bytes
+    from perfmodel.scenario import Scenario
+
+    sc = Scenario(tp=2).for_hardware(None)
+    m = load_model("qwen3-next-80b-a3b")
+    # 12 full-attention layers keep keys and values: 1 KV head of 256 on each of 2 GPUs, bf16
+    assert kv_bytes_per_token(m, sc) == 12 * 2 * 1 * 256 * 2
+    state = linear_state_bytes(m, sc)
+    # 36 layers x 16 value heads x 128 x 128 (bf16), and the convolution's last 3 inputs
+    assert state == 36 * (16 * 128 * 128 * 2 + (2 * 8 * 128 + 16 * 128) * 3 * 2)
+    assert kv_bytes_per_sequence(m, sc, 1000) == pytest.approx(1000 * kv_bytes_per_token(m, sc) + state)
+    v32, v3 = load_model("deepseek-v3.2"), load_model("deepseek-v3")
+    fp8 = Scenario(tp=8, dtype="fp8").for_hardware(None)
+    assert kv_bytes_per_token(v32, fp8) - kv_bytes_per_token(v3, fp8) == 61 * (128 + 4)
