@@ -221,9 +221,10 @@ def hf_eager(ops: list[O.Op], model: Model, step: Step, sc: Scenario) -> list[O.
             out.append(_hf_gemm(op))
         elif op.kind in ("rmsnorm", "layernorm"):
             elems = op.params["tokens"] * op.params["hidden"]
+            modules = 2 if op.name == "attn.qk_norm" else 1  # q_norm and k_norm: two modules, one op here
             out.append(O.elementwise(op.name, "copy", reads=0, writes=0, flops_per_elem=6.0, elems=elems,
                                      dtype=op.params["dtype"], phase=op.phase, count=op.count, scope=op.scope,
-                                     extra_bytes=HF_NORM_BYTES * elems, kernels=HF_NORM_KERNELS,
+                                     extra_bytes=HF_NORM_BYTES * elems, kernels=HF_NORM_KERNELS * modules,
                                      params={"elems": elems}))
         elif op.kind == "rotary":
             out.append(dataclasses.replace(op, kernels=HF_ROTARY_KERNELS))

@@ -19,11 +19,13 @@ other parts unchanged (the host is not the GPU).
 from __future__ import annotations
 
 import csv
+import functools
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import InputError
+from .paths import calibration_dir
 
 GENERATE_STEP_KERNELS = 14  # kernels generate() launches a decode step outside the forward (kernels.csv, H200)
 SYNCS_PER_STEP = 2  # generate()'s stopping check and the next step's input copy wait for the device
@@ -90,3 +92,24 @@ def host_costs_for(calibration_root: Path, part: str) -> HostCosts:
         if (folder / "host.csv").is_file():
             return measured_host_costs(folder)
     return DEFAULT
+
+
+@functools.lru_cache(maxsize=16)
+def _for_part(part: str) -> HostCosts:
+    return host_costs_for(calibration_dir(), part)
+
+
+def scenario_host_costs(sc, hw) -> HostCosts | None:
+    """The host costs a scenario's steps pay per kernel, per step and per request: those of an eager framework
+    whose host was measured per kernel (``kernels`` "hf": transformers' generate()); None for the others, whose
+    eager floor is :func:`perfmodel.step_accounting.host_cost`'s."""
+    if getattr(sc, "kernels", None) != "hf":
+        return None
+    return _for_part(getattr(hw, "key", "") or "")
+
+
+def host_rules(sc, hw) -> dict:
+    """Keyword overrides of :class:`perfmodel.step_accounting.Rules` for ``sc`` on ``hw`` (empty unless
+    :func:`scenario_host_costs` has figures)."""
+    h = scenario_host_costs(sc, hw)
+    return {} if h is None else {"host_kernel_s": h.kernel_s, "host_step_s": h.step_s}

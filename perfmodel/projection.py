@@ -29,6 +29,7 @@ from .cost.backend import NP
 from .cost.overlap import resolve_method
 from .errors import InputError
 from .graph import Step, build_ops, check_layout
+from .host_costs import host_rules, scenario_host_costs
 from .models import Model
 from .ops import COMM_KINDS
 from .profile import Profile
@@ -108,10 +109,10 @@ def evaluate_step(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, s
     sc = sc.for_hardware(hw)
     ops = build_ops(model, step, sc)
     times = time_ops(ops, hw, prof, mode=sc.mode, world=sc.gpus)
-    acc = account(times, Rules.of(sc, step.phase), prof, hw=hw, world=sc.gpus)
+    acc = account(times, Rules.of(sc, step.phase, **host_rules(sc, hw)), prof, hw=hw, world=sc.gpus)
     sums = acc.sums()
-    return Phase(step.phase, step.batch, step.seq, step.context, times, step_time(sums), sums["gaps"], model.layers,
-                 acc)
+    return Phase(step.phase, step.batch, step.seq, step.context, times, step_time(sums, acc.serial_s), sums["gaps"],
+                 model.layers, acc)
 
 
 def project(hardware, model, scenario: Scenario | None = None, *, profile: Profile | None = None,
@@ -183,6 +184,9 @@ def serving_times(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, b
     decode = [evaluate_step(model, hw, sc, prof, s) for s in plan.decode]
     draft = evaluate_step(model, hw, sc, prof, plan.draft) if plan.draft is not None else None
     ttft = prefill.time_s
+    host = scenario_host_costs(sc, hw)
+    if host is not None:  # the framework's own setup of each request (generate()'s: an estimate)
+        ttft = ttft + host.request_s
     if decode:
         tpot = decode_mean(sc, *(d.time_s for d in decode),
                            draft_s=draft_time(draft.times, draft.layers) if draft is not None else None)

@@ -44,9 +44,11 @@ PARTS = {"busy": "operators: time after collective overlap, at least the host di
          "gaps": "launch gaps between the kernels of a CUDA graph replay (x count)"}
 
 
-def step_time(sums: dict):
-    """The step's time from its parts summed over its ops (or over any selection of them)."""
-    return sums["busy"] + sums["gaps"]
+def step_time(sums: dict, serial=0.0):
+    """The step's time from its parts summed over its ops (or over any selection of them), plus ``serial``:
+    host work the step runs outside its ops (:attr:`StepAccount.serial_s`, zero but for an eager framework's
+    own per-step work)."""
+    return sums["busy"] + sums["gaps"] + serial
 
 
 def host_cost(op, prof, xp=NP):
@@ -68,6 +70,11 @@ class Rules:
     # eager collectives wait for their own host dispatch too (plain PyTorch's measured TP layer; the projection
     # leaves them to the overlap model)
     host_floor_collectives: bool = False
+    # an eager framework whose host cost is measured per kernel (transformers' generate(), perfmodel.host_costs):
+    # an op's host floor is its kernels at host_kernel_s each (None: host_cost()), and host_step_s of host work
+    # outside the ops joins every step, the device waiting for it (a synchronisation each step)
+    host_kernel_s: Any = None
+    host_step_s: Any = 0.0
 
     @classmethod
     def of(cls, sc, phase: str = "prefill", **kw) -> "Rules":
@@ -146,6 +153,7 @@ class StepAccount:
     """A step's ops under :class:`Rules`, and what they add up to."""
 
     ops: list  # OpShare, in the step's order
+    serial_s: Any = 0.0  # host work the step adds outside its ops (Rules.host_step_s, eager only)
 
     def sums(self, keep=None) -> dict:
         """Each of :data:`PARTS` summed over the ops (``keep``: a flag per op, default all)."""
@@ -155,7 +163,7 @@ class StepAccount:
     @property
     def time_s(self):
         """The step's time."""
-        return step_time(self.sums())
+        return step_time(self.sums(), self.serial_s)
 
     @property
     def gaps_s(self):
@@ -184,6 +192,12 @@ def account(times, rules: Rules, prof, *, hw=None, world: int = 1, xp=NP) -> Ste
     """The step's ops (``.op``, ``.time``: perfmodel.cost.OpTime, or cells of the workbook) under ``rules``.
     ``hw`` and ``world`` let a decomposed or fused collective pay its own latency per chunk."""
     gap = prof.launch_graph_s if rules.launch == "graph" and not rules.sol else 0.0
+
+    def host(op):
+        if rules.host_kernel_s is not None:
+            return float(op.kernels) * rules.host_kernel_s
+        return host_cost(op, prof, xp)
+
     comm = exposed_runs(times, rules.overlap, prof, fraction=rules.fraction, hw=hw, world=world, xp=xp)
     out = []
     for t, c in zip(times, comm):
@@ -191,8 +205,8 @@ def account(times, rules: Rules, prof, *, hw=None, world: int = 1, xp=NP) -> Ste
         if t.op.kind in COMM_KINDS:
             run = c
             if rules.eager and rules.host_floor_collectives:
-                run = xp.maximum(run, host_cost(t.op, prof, xp))
+                run = xp.maximum(run, host(t.op))
         elif rules.eager:
-            run = xp.maximum(run, host_cost(t.op, prof, xp))  # the host cannot issue it faster
+            run = xp.maximum(run, host(t.op))  # the host cannot issue it faster
         out.append(OpShare(t.op, t.time, run, gap * float(t.op.kernels), c))
-    return StepAccount(out)
+    return StepAccount(out, rules.host_step_s if rules.eager else 0.0)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 import statistics
 from pathlib import Path
 
@@ -58,6 +59,11 @@ def engine_of(row: dict, engine: str) -> str:
     """The engine a row was measured with: ``engine`` unless it is ``auto``, else read off the row's source."""
     if engine != "auto":
         return engine
+    from .engines import ENGINES
+
+    named = (row.get("engine") or "").strip().lower()
+    if named in ENGINES:  # the table's own engine column, where it has one
+        return named
     text = f"{row.get('source', '')} {row.get('notes', '')}".lower()
     for key, words in (("trtllm", ("tensorrt-llm", "trt-llm", "trtllm")), ("vllm", ("vllm",)),
                        ("sglang", ("sglang",))):
@@ -88,9 +94,11 @@ def _scenario_for(row: dict, where: str, engine: str, model):
     precision = row_format(row, model)
     osl = _int(row, "osl", where)
     static = "static" in (row.get("notes") or "").lower() or row["metric"] == "ttft"
+    cache = re.search(r"cache_implementation=(dynamic|static)", row.get("notes") or "")
     return Scenario(isl=_int(row, "isl", where), osl=max(1, osl), batch=_int(row, "batch", where),
                     tp=_int(row, "tp", where), pp=_int(row, "pp", where), dtype=precision,
-                    batching="static" if static else "continuous", engine=engine_of(row, engine)).validated()
+                    batching="static" if static else "continuous", engine=engine_of(row, engine),
+                    kv_cache=cache.group(1) if cache else None).validated()
 
 
 def parse_where(text: str | None) -> list[tuple[str, frozenset]]:

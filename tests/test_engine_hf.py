@@ -51,3 +51,27 @@ def test_host_costs_are_read_from_the_measurement():
     # generate()'s own kernels a step, and its two synchronisations (about 26 us each measured)
     assert GENERATE_STEP_KERNELS * h.kernel_s + 2 * 5e-6 < h.step_s < GENERATE_STEP_KERNELS * h.kernel_s + 2 * 100e-6
     assert "measured" in h.source and "estimate" in DEFAULT.source
+
+
+def test_a_host_bound_decode_step_takes_the_host_time():
+    # batch 1: every kernel finishes before the host has issued the next, so the step is the host's: its kernels
+    # at the measured cost each, plus generate()'s own work a step
+    from perfmodel.host_costs import scenario_host_costs
+    from perfmodel.projection import evaluate_step
+    from perfmodel.resolve import resolve_profile
+
+    hw = resolve_hardware("h200")
+    m = resolve_model("llama-3.1-8b")
+    sc = Scenario(engine="hf", isl=128, osl=64).for_hardware(hw)
+    prof = resolve_profile(None, hw, "hf")
+    step = evaluate_step(m, hw, sc, prof, Step("decode", 1, 1, 128))
+    host = scenario_host_costs(sc, hw)
+    kernels = sum(t.op.kernels * t.op.count for t in step.times)
+    assert step.time_s == pytest.approx(kernels * host.kernel_s + host.step_s, rel=0.05)
+    # a serving engine's step on the same part is device-bound and several times faster
+    trt = evaluate_step(m, hw, Scenario(engine="trtllm").for_hardware(hw), resolve_profile(None, hw, "trtllm"),
+                        Step("decode", 1, 1, 128))
+    assert step.time_s > 3 * trt.time_s
+    # and a part with no host measurement of its own takes the lent machine's host (the host is not the GPU)
+    assert scenario_host_costs(Scenario(engine="hf").for_hardware(resolve_hardware("b200")),
+                               resolve_hardware("b200")) == host
