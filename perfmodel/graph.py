@@ -248,8 +248,12 @@ HF_SPLIT_K_KERNELS = 12.0 / 7.0  # launches a product at one to 16 tokens: cuBLA
 
 
 def _hf_gemm(op: O.Op) -> O.Op:
-    """An eager product's launches: at a few tokens cuBLAS splits most products over K (one more kernel)."""
-    if op.params["m"] * op.params.get("groups", 1) <= 16:
+    """An eager product's launches: at a few tokens cuBLAS splits most products over K (one more kernel). A
+    launch count is one number: over an array of shapes (the serving step tables) the median row decides."""
+    rows = op.params["m"] * op.params.get("groups", 1)
+    if not O.backend_of(rows).numeric:  # a workbook cell: the count stays a number, the plain one
+        return op
+    if np.median(np.asarray(rows, dtype=float)) <= 16:
         return dataclasses.replace(op, kernels=HF_SPLIT_K_KERNELS)
     return op
 

@@ -39,6 +39,7 @@ from ..cost import sustained_compute, time_op, time_ops
 from ..energy.model import limit_w, op_energy
 from ..graph import Step, build_ops
 from ..ops import COMPUTE_KINDS
+from ..host_costs import host_rules
 from ..step_accounting import Rules, account
 
 
@@ -90,7 +91,7 @@ def classify_ops(model, sc) -> OpClasses:
 def _class_sum(times, keys, wanted, launch: str, sc, prof, hw, power):
     """(time, dynamic joules before the power limit) of the ops whose key is in ``wanted``: their summed shares
     of a step launched ``launch`` (perfmodel.step_accounting)."""
-    acc = account(times, Rules.of(sc, launch=launch), prof, hw=hw, world=sc.gpus)
+    acc = account(times, Rules.of(sc, launch=launch, **host_rules(sc, hw)), prof, hw=hw, world=sc.gpus)
     t_sum = acc.total([k in wanted for k in keys])
     e_sum = 0.0
     if power is not None:
@@ -308,7 +309,7 @@ def exact_step(model, hw, sc, prof, n_dec: int, ctx_mean: float, pieces: list[tu
     for p, x in pieces:
         take(Step("prefill", 1, p, x), c.prefill_attn)
     times = time_ops(parts, hw, prof, mode=sc.mode, world=sc.gpus)
-    return float(account(times, Rules.of(sc, launch=launch), prof, hw=hw, world=sc.gpus).total())
+    return float(account(times, Rules.of(sc, launch=launch, **host_rules(sc, hw)), prof, hw=hw, world=sc.gpus).total())
 
 
 def kv_pool_blocks(model, hw, sc, max_seqs: int, block_size: int) -> int:
