@@ -13,6 +13,7 @@ Nothing here knows about hardware.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -522,8 +523,15 @@ def _act_op(op: O.Op, sc: Scenario) -> O.Op:
 
 def active_experts(num_experts: int, top_k: int, routed_tokens):
     """Expected number of distinct experts at least one of ``routed_tokens`` tokens picks, under uniform
-    routing (each token picks top_k distinct experts): E * (1 - (1 - k/E)^T)."""
-    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** routed_tokens)
+    routing (each token picks top_k distinct experts): E * (1 - (1 - k/E)^T).
+
+    T is capped where (1 - k/E)^T reaches e^-700 (about 1e-304): beyond it the power underflows, which numpy
+    takes as 0 but a spreadsheet (LibreOffice) reports as #NUM!; the cap changes no result by more than that."""
+    keep = 1.0 - top_k / num_experts
+    if keep <= 0.0:  # every token visits every expert
+        return num_experts * (1.0 + 0.0 * routed_tokens)
+    cap = 700.0 / -math.log(keep)
+    return num_experts * (1.0 - keep ** O.backend_of(routed_tokens).minimum(routed_tokens, cap))
 
 
 def moe_expert_ops(tokens, hidden: int, width: int, top_k: int, num_experts: int, ep: int, w: str, act: str,
