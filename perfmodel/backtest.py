@@ -19,10 +19,11 @@ from pathlib import Path
 import numpy as np
 
 from .errors import InputError
+from .transfer import SUMMARY  # noqa: F401  (the committed summary's file name; the CLI writes it)
 
 
-def _folder_rows(folder: Path) -> list[dict]:
-    from .calibrate.store import MEASUREMENTS, read_rows
+def folder_rows(folder: Path) -> list[dict]:
+    from .measure.store import MEASUREMENTS, read_rows
 
     for name in (MEASUREMENTS, MEASUREMENTS + ".gz"):
         if (folder / name).is_file():
@@ -48,7 +49,7 @@ def case_class(c) -> str:
 
 
 def _size_class(nbytes: float) -> str:
-    from .calibrate.fit import COMM_SIZE_CLASSES
+    from .fit.collectives import COMM_SIZE_CLASSES
 
     for lo, hi, name in COMM_SIZE_CLASSES:
         if lo < nbytes <= hi:
@@ -64,10 +65,11 @@ def _stats(errors: list[float]) -> dict:
 
 def predict_folder(folder: Path, prof, hw, *, held_out_only: bool = False) -> dict[str, list[float]]:
     """Errors (predicted / measured - 1) of ``prof`` on the folder's rows, by class."""
-    from .calibrate.fit import _comm_rows, load_cases, predict_cases
+    from .fit.collectives import comm_rows
+    from .fit.latency import load_cases, predict_cases
     from .cost.comm import collective_time
 
-    rows = _folder_rows(folder)
+    rows = folder_rows(folder)
     cases, _, _, _ = load_cases(rows, 0.25, 0)
     if held_out_only:
         cases = [c for c in cases if c.held_out]
@@ -79,7 +81,7 @@ def predict_folder(folder: Path, prof, hw, *, held_out_only: bool = False) -> di
     # NCCL's own rows are timed by NCCL's fits alone (the projection's all-reduce may take the engine's kernels)
     nccl_only = prof.with_(comm_alpha_s={k: v for k, v in prof.comm_alpha_s.items() if not k.startswith("engine_")},
                            comm_eta={k: v for k, v in prof.comm_eta.items() if not k.startswith("engine_")})
-    for r in _comm_rows(rows):
+    for r in comm_rows(rows):
         q = r["params"]
         if q.get("backend") != "nccl":
             continue
@@ -92,19 +94,19 @@ def predict_folder(folder: Path, prof, hw, *, held_out_only: bool = False) -> di
 
 def backtest(source: str | Path, target: str | Path) -> dict:
     """The carried source profile and the target's own on the target's rows (module doc)."""
-    from .calibrate.fit import _environment, match_spec
+    from .fit.directory import match_spec, read_environment
     from .profile import load_profile
-    from .resolve import _source_spec
+    from .resolve import source_spec
     from .transfer import carry
 
     src_dir, tgt_dir = Path(source), Path(target)
     src = load_profile(src_dir)
-    env = _environment(tgt_dir / "environment.json")
+    env = read_environment(tgt_dir / "environment.json")
     hw = match_spec(env, None)
     result = {"source": src.name, "source_part": src.spec_key, "source_engine": src.engine, "target": tgt_dir.name,
               "target_part": hw.key, "classes": {}}
-    errs = {"datasheet": predict_folder(tgt_dir, carry(src, _source_spec(src), hw, sustained=False), hw),
-            "sustained": predict_folder(tgt_dir, carry(src, _source_spec(src), hw, sustained=True), hw)}
+    errs = {"datasheet": predict_folder(tgt_dir, carry(src, source_spec(src), hw, sustained=False), hw),
+            "sustained": predict_folder(tgt_dir, carry(src, source_spec(src), hw, sustained=True), hw)}
     if (tgt_dir / "profile.json").is_file():
         errs["own"] = predict_folder(tgt_dir, load_profile(tgt_dir), hw, held_out_only=True)
     for cls in sorted(set().union(*errs.values())):
@@ -187,7 +189,6 @@ def finite(x: float) -> bool:
 
 # --- the committed summary: the carry's spread, for the uncertainty bands of carried projections ----------
 
-SUMMARY = "backtest.json"
 
 
 def log_spread(results: list[dict], side: str = "sustained") -> dict:
@@ -223,17 +224,3 @@ def write_summary(results: list[dict], path: Path) -> dict:
         {"source": r["source"], "target": r["target"], "families": summary_by_family(r)} for r in results]}
     write_text_atomic(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return doc
-
-
-def carry_spread(default: float) -> float:
-    """The committed backtest's carry spread (calibration/backtest.json), else ``default``."""
-    import json
-
-    from .paths import calibration_dir
-
-    p = calibration_dir() / SUMMARY
-    try:
-        value = json.loads(p.read_text(encoding="utf-8"))["spread"]["carry_spread"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return default
-    return float(value) if isinstance(value, (int, float)) and 0 < value < 2 else default

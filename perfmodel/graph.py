@@ -542,7 +542,7 @@ def moe_expert_ops(tokens, hidden: int, width: int, top_k: int, num_experts: int
     weighted un-permute. ``tokens`` before routing (each picks ``top_k`` of ``num_experts``, uniformly); this
     rank holds ``num_experts / ep`` experts, each ``width`` wide (its TP shard); ``imbalance``: the busiest
     rank's share of the routed tokens over the mean (it sets the pace). Also what an imported MoE table's module
-    time is fitted against (perfmodel.calibrate.fit). ``weight_dtype``: experts stored narrower than the products
+    time is fitted against (perfmodel.fit.latency). ``weight_dtype``: experts stored narrower than the products
     run (weight-only quantized: read at their size, computed in ``w``)."""
     routed = tokens * top_k / ep * imbalance  # token-expert pairs this rank computes
     experts_here = num_experts // ep

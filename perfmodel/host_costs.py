@@ -4,7 +4,7 @@ An eager PyTorch program (Hugging Face ``generate()``) issues every kernel from 
 operator's dispatcher and the launch. At decode's small batches the GPU finishes each kernel before the host has
 issued the next, so a step takes as long as the host needs, not the device. These figures differ per host
 (CPU model, clocks, Python): they are measured on the machine the calibration ran on and kept beside its other
-measurements (``calibration/<part>/hf/``, written by :mod:`perfmodel.calibrate.hf_generate`), and carried to
+measurements (``calibration/<part>/hf/``, written by :mod:`perfmodel.measure.hf_generate`), and carried to
 other parts unchanged (the host is not the GPU).
 
 - ``kernel_s``: host time per kernel inside a model's forward, from the measured host-bound decode forward
@@ -56,7 +56,7 @@ def _rows(path: Path) -> list[dict]:
 
 
 def measured_host_costs(folder: str | Path) -> HostCosts:
-    """The host costs of a ``perfmodel.calibrate.hf_generate`` output folder (``host.csv``, ``kernels.csv``)."""
+    """The host costs of a ``perfmodel.measure.hf_generate`` output folder (``host.csv``, ``kernels.csv``)."""
     folder = Path(folder)
     host, kernels = folder / "host.csv", folder / "kernels.csv"
     if not host.is_file() or not kernels.is_file():

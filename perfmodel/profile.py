@@ -21,6 +21,66 @@ MEMORY_OP_KINDS = ("copy", "reduce", "rmsnorm", "layernorm", "swiglu", "gelu", "
                    "embedding", "kv_write", "moe_permute", "topk", "fused", "quantize")
 
 
+
+# --- the overlap parameters (perfmodel.cost.overlap uses them; kept here so the schema check below needs no
+# import from the cost layer) ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class OverlapParam:
+    default: float
+    lo: float
+    hi: float
+    reason: str
+
+
+OVERLAP_PARAMS: dict[str, OverlapParam] = {
+    "sm_share": OverlapParam(
+        0.18, 0.0, 0.95,
+        "estimate: NCCL runs one CTA per channel, each holding an SM; on Hopper with NVSwitch it opens 16 to 32 "
+        "channels for large messages, so ~24 of 132 SMs (0.18) are lost to compute while a collective runs"),
+    "interference": OverlapParam(
+        0.10, 0.0, 10.0,
+        "estimate: beside a compute-bound GEMM, NCCL's copies compete for L2 and HBM (a ring moves ~2x the bus "
+        "bytes through HBM, ~15% of an H200's bandwidth at 350 GB/s bus) and its CTAs wait for SMs the GEMM "
+        "holds; taken as 10% slower than alone"),
+    "chunk_overhead_s": OverlapParam(
+        5.0e-6, 0.0, 1.0e-3,
+        "estimate: each extra GEMM chunk adds one launch inside a stream (~1 us) and the ramp-up and partial "
+        "last wave of a smaller GEMM (the profile's gemm_overhead_s default, 4 us)"),
+    "chunk_alpha_s": OverlapParam(
+        1.0e-5, 0.0, 1.0e-3,
+        "estimate: the fixed latency every chunk's collective pays again when the caller does not give the "
+        "collective's own (an NCCL small-message all-reduce over 8 NVLink GPUs takes ~10-20 us)"),
+    "chunks": OverlapParam(
+        4.0, 1.0, 64.0,
+        "estimate: async tensor parallelism splits a GEMM into one chunk per rank; 4 when the caller gives no "
+        "group"),
+    "fused_sm_share": OverlapParam(
+        0.06, 0.0, 0.95,
+        "estimate: fused GEMM-collective kernels move data with the copy engine or TMA from a few warps of the "
+        "GEMM's own CTAs (Flux, arXiv 2406.06858), not whole SMs: ~1/16 of the compute"),
+    "fused_interference": OverlapParam(
+        0.05, 0.0, 10.0, "estimate: as `interference`, halved: no separate kernels wait for SMs"),
+    "fused_chunks": OverlapParam(
+        16.0, 1.0, 4096.0,
+        "estimate: tile-level overlap; 16 waves of output tiles stand for many small chunks (only the first "
+        "chunk's compute and the last chunk's transfer are exposed)"),
+}
+
+
+def check_overlap_params(values) -> str | None:
+    """None if ``values`` is a valid ``Profile.overlap`` object, else what is wrong (one line)."""
+    if not isinstance(values, dict):
+        return "an object of overlap parameters"
+    for k, v in values.items():
+        if k not in OVERLAP_PARAMS:
+            return f"overlap parameters among {', '.join(OVERLAP_PARAMS)} (not {k!r})"
+        p = OVERLAP_PARAMS[k]
+        if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and p.lo <= v <= p.hi):
+            return f"{k} a number in [{p.lo:g}, {p.hi:g}]"
+    return None
+
+
 @dataclass(frozen=True)
 class Profile:
     name: str = "defaults"
@@ -138,11 +198,11 @@ class Profile:
     scaleup_eta: float = 0.80  # NCCL bus bandwidth / link bandwidth on NVLink (estimate)
     scaleout_eta: float = 0.80
     # Compute-communication overlap (perfmodel.cost.overlap): SM share taken by collectives, interference,
-    # chunk overhead, fitted from the suite's overlap rows; keys missing take perfmodel.cost.overlap.PARAMS
+    # chunk overhead, fitted from the suite's overlap rows; keys missing take OVERLAP_PARAMS
     overlap: dict[str, float] = field(default_factory=dict)
 
     # Training kernels (backward GEMMs, attention backward, optimizer step, loss), fitted by
-    # perfmodel.train.fit from the suite's training rows; empty: perfmodel.train's documented defaults
+    # perfmodel.fit.training from the suite's training rows; empty: perfmodel.train's documented defaults
     training: dict = field(default_factory=dict)
     # Power model (static power, energy per FLOP by format and per HBM byte), fitted by perfmodel.energy
     # from the suite's power rows; empty: perfmodel.energy's documented defaults
@@ -202,7 +262,7 @@ MAX_FRACTION_OF_PEAK = 1.5
 MAX_TIME_S = 1.0
 MAX_OTHER = 1e6
 MAX_LOG_SPREAD = 5.0  # a quantile or spread of log(measured / predicted): e^5, a factor of 150
-# comm_eta: bus bandwidth over the spec's link bandwidth, which the fitter bounds at 2 (perfmodel.calibrate.fit)
+# comm_eta: bus bandwidth over the spec's link bandwidth, which the fitter bounds at 2 (perfmodel.fit)
 _RELATIVE_ETA = ("gemm_mem_eta_scale", "gemm_grouped_eta", "gemm_grouped_mem", "comm_eta")
 _SHARES = ("gemm_wave_q", "gemm_power_drop", "gemm_format_power_drop")
 _TIMES = ("gemm_power_tau",)  # times whose name does not end in _s
@@ -288,9 +348,7 @@ def _check_field(key: str, value, default, file: str) -> None:
             if problem:
                 raise InputError(f"expected {problem}, got {v!r}", file=file, field=f"{key}.{k}")
     elif key == "overlap":
-        from .cost.overlap import check_params
-
-        problem = check_params(value)
+        problem = check_overlap_params(value)
         if problem is not None:
             raise bad(problem)
     elif key in _NUMBER_DICTS:

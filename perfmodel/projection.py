@@ -280,9 +280,9 @@ def batch_cap(batch, sc: Scenario, xp=NP):
 
 def _utilisation(hw: HardwareSpec, sc: Scenario, phase: Phase, t: float) -> tuple[float, float]:
     """MFU against the dense peak of the GEMM format, and HBM bandwidth utilisation, for the phase."""
-    from .cost import _rate
+    from .cost import matmul_rate
 
-    peak, _ = _rate(hw, sc.dtype, Profile())
+    peak, _ = matmul_rate(hw, sc.dtype, Profile())
     micro = sc.pp if phase.name == "decode" else 1
     flops = float(phase.flops()) * sc.tp * sc.attention_dp * micro
     nbytes = float(phase.bytes()) * sc.tp * sc.attention_dp * micro

@@ -86,7 +86,7 @@ def resolve_profile(arg, hw: HardwareSpec, engine: str | None = None) -> Profile
         from .evidence import compose
 
         key = engine_for(engine or "auto", hw.vendor).key
-        return compose(hw, key, [(p, _source_spec(p)) for _, p in available_profiles()])
+        return compose(hw, key, [(p, source_spec(p)) for _, p in available_profiles()])
     elif str(arg).lower() == "none":
         return DEFAULTS
     else:
@@ -94,10 +94,10 @@ def resolve_profile(arg, hw: HardwareSpec, engine: str | None = None) -> Profile
 
         check_input_path(str(arg), what="a calibration profile", field="--calibration")
         prof = load_profile(arg)
-    return carry(prof, _source_spec(prof), hw)
+    return carry(prof, source_spec(prof), hw)
 
 
-def _source_spec(prof: Profile) -> HardwareSpec | None:
+def source_spec(prof: Profile) -> HardwareSpec | None:
     if not prof.spec_key:
         return None
     try:
@@ -107,5 +107,5 @@ def _source_spec(prof: Profile) -> HardwareSpec | None:
 
 
 def _vendor_of(prof: Profile) -> str:
-    src = _source_spec(prof)
+    src = source_spec(prof)
     return src.vendor if src is not None else ""

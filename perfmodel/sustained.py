@@ -33,15 +33,17 @@ COMPARE_WORLD = 4
 
 def measure(folder: str | Path) -> dict[str, tuple[float, str]]:
     """{key: (SI value, source text)} for the keys of :data:`perfmodel.spec.SUSTAINED_FIELDS` the rows allow."""
-    from .backtest import _folder_rows
-    from .calibrate.fit import _comm_rows, _environment, load_cases, match_spec
+    from .backtest import folder_rows
+    from .fit.collectives import comm_rows
+    from .fit.directory import match_spec, read_environment
+    from .fit.latency import load_cases
     from .cost.comm import bus_factor
     from .cost.gemm import quant_prologue
     from .profile import DEFAULTS, load_profile
 
     d = Path(folder)
-    rows = _folder_rows(d)
-    hw = match_spec(_environment(d / "environment.json"), None)
+    rows = folder_rows(d)
+    hw = match_spec(read_environment(d / "environment.json"), None)
     prof = load_profile(d) if (d / "profile.json").is_file() else DEFAULTS
     cases, _, _, _ = load_cases(rows, 0.0, 0)
     out: dict[str, tuple[float, str]] = {}
@@ -71,7 +73,7 @@ def measure(folder: str | Path) -> dict[str, tuple[float, str]]:
         what = f"device copies of >= {BIG_COPY_BYTES >> 20} MB (bytes read plus written)"
     if len(bws) >= 3:
         out["bandwidth"] = (float(np.median(bws)), f"{where} median of {len(bws)} {what}")
-    comms = [r for r in _comm_rows(rows) if r["params"].get("backend") == "nccl" and r["params"]["op"] == "all_reduce"
+    comms = [r for r in comm_rows(rows) if r["params"].get("backend") == "nccl" and r["params"]["op"] == "all_reduce"
              and int(r["params"]["world_size"]) <= hw.scaleup_domain]
     if comms:
         worlds = {int(r["params"]["world_size"]) for r in comms}

@@ -45,9 +45,24 @@ SAME_VENDOR_SPREAD = 0.10  # estimate, where no backtest summary is committed: a
 CROSS_VENDOR_SPREAD = 0.30  # estimate
 
 
-def same_vendor_spread() -> float:
-    from .backtest import carry_spread
+SUMMARY = "backtest.json"  # the committed backtest summary under calibration/ (perfmodel.backtest writes it)
 
+
+def carry_spread(default: float) -> float:
+    """The committed backtest's carry spread (calibration/backtest.json), else ``default``."""
+    import json
+
+    from .paths import calibration_dir
+
+    p = calibration_dir() / SUMMARY
+    try:
+        value = json.loads(p.read_text(encoding="utf-8"))["spread"]["carry_spread"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return default
+    return float(value) if isinstance(value, (int, float)) and 0 < value < 2 else default
+
+
+def same_vendor_spread() -> float:
     return carry_spread(SAME_VENDOR_SPREAD)
 
 

@@ -7,8 +7,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from perfmodel.calibrate.fit import fit_directory  # noqa: E402
-from perfmodel.calibrate.suite import run_suite  # noqa: E402
+from perfmodel.fit.directory import fit_directory  # noqa: E402
+from perfmodel.measure.suite import run_suite  # noqa: E402
 from perfmodel.profile import load_profile  # noqa: E402
 from perfmodel.projection import project  # noqa: E402
 

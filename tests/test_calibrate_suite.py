@@ -14,9 +14,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from perfmodel.calibrate import run_suite  # noqa: E402
-from perfmodel.calibrate.shapes import plan  # noqa: E402
-from perfmodel.calibrate.store import Store, make_id, read_rows, repair, write_json_atomic  # noqa: E402
+from perfmodel.measure import run_suite  # noqa: E402
+from perfmodel.measure.shapes import plan  # noqa: E402
+from perfmodel.measure.store import Store, make_id, read_rows, repair, write_json_atomic  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 QUICK_FAMILIES = {"copy", "reduce", "gemm", "attention", "rmsnorm", "swiglu", "rotary", "residual",
@@ -76,7 +76,7 @@ def test_killed_run_resumes_without_loss_or_repeats(tmp_path):
     only = ["copy", "reduce", "rmsnorm", "swiglu", "residual", "rotary"]
     out = tmp_path / "run"
     path = out / "measurements.jsonl"
-    cmd = [sys.executable, "-m", "perfmodel.calibrate.suite", "--device", "cpu", "--suite", "quick",
+    cmd = [sys.executable, "-m", "perfmodel.measure.suite", "--device", "cpu", "--suite", "quick",
            "--out", str(out), "--only", ",".join(only), "--quiet"]
     proc = subprocess.Popen(cmd, cwd=str(REPO), env=_env_for_subprocess(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -204,7 +204,7 @@ def test_full_plan_shapes():
 
 
 def test_package_import_is_light():
-    code = ("import sys, perfmodel.calibrate, perfmodel.calibrate.shapes, perfmodel.calibrate.store;"
+    code = ("import sys, perfmodel.measure, perfmodel.measure.shapes, perfmodel.measure.store;"
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=str(REPO), env=_env_for_subprocess(),
                          capture_output=True, text=True, timeout=60)
@@ -249,7 +249,7 @@ def test_collectives_nccl(tmp_path):
 
 
 def test_sdpa_kernel_names_classify_to_their_backend():
-    from perfmodel.calibrate.sdpa import classify_kernels
+    from perfmodel.measure.sdpa import classify_kernels
 
     # names as torch.profiler reports them on Hopper (cuDNN 9.19, torch 2.11)
     assert classify_kernels(["cudnn_generated_fort_native_sdpa_sm80_flash_fprop_wmma_f16_knob_3"]) == "cudnn"

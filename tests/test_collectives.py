@@ -8,10 +8,12 @@ import json
 import numpy as np
 import pytest
 
-from perfmodel.calibrate import collectives as C
-from perfmodel.calibrate.fit import fit_collectives, fit_directory
-from perfmodel.calibrate.shapes import COLLECTIVE_OPS, collective_sizes
-from perfmodel.calibrate.store import make_id, read_rows
+from perfmodel.measure import collectives as C
+from perfmodel.fit import collectives as F
+from perfmodel.fit.collectives import fit_collectives
+from perfmodel.fit.directory import fit_directory
+from perfmodel.measure.shapes import COLLECTIVE_OPS, collective_sizes
+from perfmodel.measure.store import make_id, read_rows
 from perfmodel.cost.comm import bus_factor, collective_time, fitted_params
 from perfmodel.errors import InputError
 from perfmodel.profile import DEFAULTS, load_profile, save_profile
@@ -128,7 +130,7 @@ def test_gloo_overlap_and_tp_layer_rows(tmp_path):
         _ok(r)
         assert r["params"]["tp"] == r["params"]["world_size"] == 2 and r["check"] == "skipped"
         assert r["flops"] > 0 and "2 all_reduce" in r["impl"]
-    check = C.validate_tp_layers(layers, load_spec("h200"), DEFAULTS)  # CPU times against an H200: a path test
+    check = F.validate_tp_layers(layers, load_spec("h200"), DEFAULTS)  # CPU times against an H200: a path test
     assert {x["phase"] for x in check["rows"]} == {"prefill", "decode"} and check["prefill"]["n"] == 1
     rows = [r for r in every if r["kind"] == "overlap"]
     assert len(rows) >= 5
@@ -322,16 +324,16 @@ def test_older_profiles_with_the_retired_step_latencies_still_load(tmp_path):
 
 
 def test_tp_layer_prediction_adds_the_two_all_reduces():
-    from perfmodel.calibrate.fit import predict_layer
-    from perfmodel.calibrate.shapes import _layer
+    from perfmodel.fit.layers import predict_layer
+    from perfmodel.measure.shapes import _layer
 
     hw = load_spec("h200")
     p = _layer("llama-3.1-70b", 8, "prefill", 1, 2048, 0, False)
-    total, comm = C.predict_tp_layer(p, hw, DEFAULTS)
+    total, comm = F.predict_tp_layer(p, hw, DEFAULTS)
     assert total == pytest.approx(predict_layer(p, hw, DEFAULTS) + comm)
     assert comm == pytest.approx(2 * collective_time("all_reduce", 2048 * 8192 * 2, 8, 8, hw, DEFAULTS))
     fitted = DEFAULTS.with_(comm_alpha_s={"all_reduce:8": 30e-6}, comm_eta={"all_reduce:8": 0.5})
-    assert C.predict_tp_layer(p, hw, fitted)[1] > comm  # the measured collective enters the prediction
+    assert F.predict_tp_layer(p, hw, fitted)[1] > comm  # the measured collective enters the prediction
     # planned at every power-of-two TP up to the ranks, never fitted
     plan = [q for k, q in C.plan_tasks("full", "cuda", 8) if k == "tp_layer"]
     assert {q["tp"] for q in plan} == {2, 4, 8} and {q["phase"] for q in plan} == {"prefill", "decode"}

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfmodel.calibrate.shapes import _layer
-from perfmodel.energy import carry_power, fit_power, power_params, projection_energy, step_energy
+from perfmodel.measure.shapes import _layer
+from perfmodel.energy import carry_power, power_params, projection_energy, step_energy
 from perfmodel.energy.carry import node_factor, process_node
-from perfmodel.energy.fit import _layer_parts, _work
+from perfmodel.fit.power import _layer_parts, _work, fit_power
 from perfmodel.energy.model import default_power, step_energy_parts
 from perfmodel.errors import InputError
 from perfmodel.profile import DEFAULTS

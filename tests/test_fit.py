@@ -6,7 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from perfmodel.calibrate.fit import Case, fit_directory, fit_profile, is_held_out, predict_cases
+from perfmodel.fit.directory import fit_directory
+from perfmodel.fit.latency import Case, fit_profile, is_held_out, predict_cases
 from perfmodel.predict import op_from_params
 from perfmodel.profile import DEFAULTS, load_profile
 from perfmodel.spec import load_spec

@@ -183,7 +183,7 @@ def test_names_still_resolve_as_before():
 
 
 def test_device_names_match_their_specs():
-    from perfmodel.calibrate.fit import match_spec
+    from perfmodel.fit.directory import match_spec
 
     for device, key in (("NVIDIA H200", "h200-sxm"), ("NVIDIA H200 NVL", "h200-nvl"), ("NVIDIA L40S", "l40s"),
                         ("NVIDIA L4", "l4"), ("NVIDIA H100 PCIe", "h100-pcie"), ("NVIDIA H20", "h20")):

@@ -1,4 +1,4 @@
-"""perfmodel.calibrate.hf_generate: the pure-python parts (configs, arithmetic, rows, plan, budget) run
+"""perfmodel.measure.hf_generate: the pure-python parts (configs, arithmetic, rows, plan, budget) run
 without torch or transformers; the model-building path is skipped where transformers is not installed."""
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from perfmodel.calibrate import hf_generate as hg
+from perfmodel.measure import hf_generate as hg
 
 
 def test_import_needs_neither_torch_nor_transformers():
-    code = ("import sys, perfmodel.calibrate.hf_generate as m; "
+    code = ("import sys, perfmodel.measure.hf_generate as m; "
             "print(int('torch' in sys.modules), int('transformers' in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["0", "0"]

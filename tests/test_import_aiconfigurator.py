@@ -83,7 +83,7 @@ def test_subsample_spreads_over_strata():
 
 
 def test_fit_makes_a_profile_for_the_part_and_engine(src, tmp_path):
-    from perfmodel.calibrate.fit import fit_directory
+    from perfmodel.fit.directory import fit_directory
     from perfmodel.profile import load_profile
 
     aic.import_system(src, "b200_sxm", "trtllm", tmp_path)

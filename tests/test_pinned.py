@@ -24,7 +24,7 @@ PINNED_MEDIANS = {"output_throughput_per_gpu": 0.102, "ttft": 0.152, "model_tflo
 
 @pytest.mark.slow
 def test_committed_profile_is_what_the_fitter_makes_of_the_measurements(tmp_path):
-    from perfmodel.calibrate.fit import fit_directory
+    from perfmodel.fit.directory import fit_directory
 
     d = tmp_path / "h200"
     d.mkdir()
@@ -45,8 +45,8 @@ def test_committed_profile_is_what_the_fitter_makes_of_the_measurements(tmp_path
             assert abs(got["median_abs_error"] - e["median_abs_error"]) < 0.01, (split, cls)
     import numpy as np
 
-    from perfmodel.calibrate.fit import load_cases, predict_cases
-    from perfmodel.calibrate.store import read_rows
+    from perfmodel.fit.latency import load_cases, predict_cases
+    from perfmodel.measure.store import read_rows
     from perfmodel.profile import load_profile
     from perfmodel.spec import load_spec
 
@@ -59,13 +59,13 @@ def test_committed_profile_is_what_the_fitter_makes_of_the_measurements(tmp_path
 def test_calibration_docs_are_regenerated_from_the_committed_fit(tmp_path, monkeypatch):
     from pathlib import Path
 
-    from perfmodel.calibrate.docs import write_docs
+    from perfmodel.fit.docs import write_docs
 
     monkeypatch.chdir(ROOT)  # the document names the folder as the command was given: calibration/h200
     write_docs(Path("calibration/h200"), tmp_path)
     committed = (ROOT / "docs" / "calibration-h200" / "README.md").read_text()
     assert (tmp_path / "README.md").read_text() == committed, \
-        "run: python -m perfmodel.calibrate.docs calibration/h200 docs/calibration-h200"
+        "run: python -m perfmodel.fit.docs calibration/h200 docs/calibration-h200"
 
 
 def test_validation_medians_do_not_regress():

@@ -123,7 +123,7 @@ def test_host_cost_is_the_dispatch_or_the_measured_floor():
 def test_every_user_books_the_step_as_the_account_does():
     """The serving-step model, the calibration's layer predictions and the report's breakdown agree with the
     projection's step (each reads the account; none restates the rules)."""
-    from perfmodel.calibrate.fit import layer_scenario, layer_step, predict_layer
+    from perfmodel.fit.layers import layer_scenario, layer_step, predict_layer
     from perfmodel.outputs.report import _family_times
     from perfmodel.serve.steptime import exact_step
 
@@ -136,7 +136,7 @@ def test_every_user_books_the_step_as_the_account_does():
 
     params = {"model": "l", "hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128, "intermediate": 14336,
               "tp": 1, "dtype": "bf16", "graph": False, "phase": "decode", "batch": 4, "context": 512}
-    from perfmodel.calibrate.fit import layer_model
+    from perfmodel.fit.layers import layer_model
 
     layer = evaluate_step(layer_model(params), hw, layer_scenario(params), prof, layer_step(params))
     own = sum(max(float(t.time), host_cost(t.op, prof)) for t in layer.times if t.op.scope == "layer")

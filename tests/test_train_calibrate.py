@@ -1,4 +1,4 @@
-"""Training microbenchmarks (perfmodel.calibrate.training) and their fit (perfmodel.train.fit)."""
+"""Training microbenchmarks (perfmodel.measure.training) and their fit (perfmodel.fit.training)."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel.calibrate.training import KINDS, estimate_case_s, training_cases, training_counts
+from perfmodel.measure.training import KINDS, estimate_case_s, training_cases, training_counts
 
 ROOT = Path(__file__).resolve().parent.parent
 H200_ROWS = ROOT / "docs" / "training-h200" / "measurements.jsonl"
@@ -36,8 +36,8 @@ def test_full_plan_fits_in_about_90_seconds_of_device_time():
 
 def test_quick_suite_runs_on_cpu(tmp_path):
     pytest.importorskip("torch")
-    from perfmodel.calibrate.store import read_rows
-    from perfmodel.calibrate.suite import run_suite
+    from perfmodel.measure.store import read_rows
+    from perfmodel.measure.suite import run_suite
 
     def run(device, suite, out, resume=False, progress=False):
         return run_suite(device, suite, out, resume=resume, progress=progress, only={"train"})
@@ -58,12 +58,12 @@ def test_quick_suite_runs_on_cpu(tmp_path):
 
 def test_a_failing_case_is_a_row_with_an_error_not_a_crash(tmp_path):
     pytest.importorskip("torch")
-    from perfmodel.calibrate.kernels import KERNELS, Context
-    from perfmodel.calibrate.environment import Environment
-    from perfmodel.calibrate.shapes import Case
-    from perfmodel.calibrate.suite import measure_case
-    from perfmodel.calibrate.timing import Timer
-    from perfmodel.calibrate.training import run_training_case
+    from perfmodel.measure.kernels import KERNELS, Context
+    from perfmodel.measure.environment import Environment
+    from perfmodel.measure.shapes import Case
+    from perfmodel.measure.suite import measure_case
+    from perfmodel.measure.timing import Timer
+    from perfmodel.measure.training import run_training_case
 
     KERNELS.setdefault("train_kernel", run_training_case)
     ctx = Context(device="cpu", suite="quick", timer=Timer("cpu", target_s=0.001, min_reps=1))
@@ -76,21 +76,21 @@ def test_a_failing_case_is_a_row_with_an_error_not_a_crash(tmp_path):
 def test_fit_without_training_rows_keeps_the_profile():
     from perfmodel.profile import DEFAULTS
     from perfmodel.resolve import resolve_hardware
-    from perfmodel.train.fit import fit_training
+    from perfmodel.fit.training import fit_training
 
     prof, summary = fit_training(DEFAULTS, [{"kind": "gemm", "time_s": 1e-3}], resolve_hardware("h200-sxm"))
     assert prof is DEFAULTS and summary["rows"] == 0
 
 
 def _h200_rows():
-    from perfmodel.calibrate.store import read_rows
+    from perfmodel.measure.store import read_rows
 
     return read_rows(H200_ROWS)
 
 
 def test_fit_on_the_h200_rows_gives_numeric_factors_and_predicts_whole_steps():
     from perfmodel.resolve import resolve_hardware, resolve_profile
-    from perfmodel.train.fit import fit_training, training_markdown
+    from perfmodel.fit.training import fit_training, training_markdown
 
     hw = resolve_hardware("h200-sxm")
     prof, summary = fit_training(resolve_profile(None, hw, "torch"), _h200_rows(), hw)
@@ -111,7 +111,7 @@ def test_fit_on_the_h200_rows_gives_numeric_factors_and_predicts_whole_steps():
 
 def test_training_factors_change_the_projection():
     from perfmodel.resolve import resolve_hardware, resolve_model, resolve_profile
-    from perfmodel.train.fit import fit_training
+    from perfmodel.fit.training import fit_training
     from perfmodel.train.project import project_training
     from perfmodel.train.scenario import TrainScenario
 

@@ -71,7 +71,7 @@ def cmd_calibrate(args) -> int:
     import math
     from pathlib import Path
 
-    from ..calibrate.shapes import FAMILIES
+    from ..measure.shapes import FAMILIES
 
     only = {x.strip() for x in args.only.split(",") if x.strip()} if args.only else None
     if only is not None and (not only or only - set(FAMILIES)):
@@ -93,7 +93,7 @@ def cmd_calibrate(args) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         raise InputError("no CUDA device is visible to PyTorch (torch.cuda.is_available() is False); "
                          "use --device cpu for the quick suite", field="--device")
-    from ..calibrate.suite import run_suite
+    from ..measure.suite import run_suite
 
     n = run_suite(args.device, args.suite, out, resume=args.resume, nproc=args.nproc, progress=not args.quiet,
                   only=only, time_budget_s=args.time_budget)
@@ -143,7 +143,7 @@ def _refuse_cpu_calibration(folder) -> None:
 
 
 def cmd_fit(args) -> int:
-    from ..calibrate.fit import fit_directory
+    from ..fit.directory import fit_directory
 
     _check_folder_json(args.dir)
     _refuse_cpu_calibration(args.dir)
@@ -184,7 +184,7 @@ def cmd_import(args) -> int:
     print(aic.summary_text(prov), file=sys.stderr)
     print(f"wrote {out}/measurements.jsonl.gz and environment.json", file=sys.stderr)
     if args.fit:
-        from ..calibrate.fit import fit_directory
+        from ..fit.directory import fit_directory
 
         print(fit_directory(out))
     return 0

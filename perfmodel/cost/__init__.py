@@ -40,7 +40,7 @@ class OpTime:
         return self.time * self.op.count
 
 
-def _rate(hw: HardwareSpec, dtype: str, prof: Profile, scaling: str | None = None) -> tuple[float, float]:
+def matmul_rate(hw: HardwareSpec, dtype: str, prof: Profile, scaling: str | None = None) -> tuple[float, float]:
     """(peak FLOP/s, achievable fraction) for a matrix product in ``dtype`` (``scaling``: how a quantized
     format is scaled, :func:`.gemm.gemm_format`)."""
     if dtype == "fp32":  # plain fp32 (no TF32): the vector units
@@ -108,7 +108,7 @@ def _time_parts(op: Op, hw, prof: Profile, *, mode: str, world: int, xp, sustain
     if k in COMM_KINDS:
         return collective_time(k, p["bytes"], p["group"], world, hw, prof, sol=sol, xp=xp), 0.0, 0.0
     if k in COMPUTE_KINDS:
-        peak, eta = _rate(hw, p["dtype"], prof, p.get("scaling"))
+        peak, eta = matmul_rate(hw, p["dtype"], prof, p.get("scaling"))
         if sol:
             t_c, t_m = op.flops / peak, op.bytes / bw
             return xp.maximum(t_c, t_m), t_c, t_m
@@ -185,7 +185,7 @@ def time_ops(ops: list[Op], hw: HardwareSpec, prof: Profile, *, mode: str = "lat
 
 def ideal_compute(op: Op, hw: HardwareSpec, prof: Profile):
     """An op's FLOPs at its format's achievable rate: its share of the step's compute-bound time."""
-    peak, eta = _rate(hw, op.params["dtype"], prof, op.params.get("scaling"))
+    peak, eta = matmul_rate(hw, op.params["dtype"], prof, op.params.get("scaling"))
     return op.flops / (peak * eta)
 
 

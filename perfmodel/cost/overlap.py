@@ -42,56 +42,15 @@ Everything works on numbers, numpy arrays or Excel expressions (``xp``, :mod:`.b
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-
 import numpy as np
 
+from ..profile import OVERLAP_PARAMS as PARAMS  # the table lives with the profile's schema, which checks it
+from ..profile import OverlapParam, check_overlap_params as check_params  # noqa: F401  (re-exported)
 from .backend import NP
 
 METHODS = ("none", "fixed", "stream", "decomposed", "fused")
 
 
-@dataclass(frozen=True)
-class OverlapParam:
-    default: float
-    lo: float
-    hi: float
-    reason: str
-
-
-PARAMS: dict[str, OverlapParam] = {
-    "sm_share": OverlapParam(
-        0.18, 0.0, 0.95,
-        "estimate: NCCL runs one CTA per channel, each holding an SM; on Hopper with NVSwitch it opens 16 to 32 "
-        "channels for large messages, so ~24 of 132 SMs (0.18) are lost to compute while a collective runs"),
-    "interference": OverlapParam(
-        0.10, 0.0, 10.0,
-        "estimate: beside a compute-bound GEMM, NCCL's copies compete for L2 and HBM (a ring moves ~2x the bus "
-        "bytes through HBM, ~15% of an H200's bandwidth at 350 GB/s bus) and its CTAs wait for SMs the GEMM "
-        "holds; taken as 10% slower than alone"),
-    "chunk_overhead_s": OverlapParam(
-        5.0e-6, 0.0, 1.0e-3,
-        "estimate: each extra GEMM chunk adds one launch inside a stream (~1 us) and the ramp-up and partial "
-        "last wave of a smaller GEMM (the profile's gemm_overhead_s default, 4 us)"),
-    "chunk_alpha_s": OverlapParam(
-        1.0e-5, 0.0, 1.0e-3,
-        "estimate: the fixed latency every chunk's collective pays again when the caller does not give the "
-        "collective's own (an NCCL small-message all-reduce over 8 NVLink GPUs takes ~10-20 us)"),
-    "chunks": OverlapParam(
-        4.0, 1.0, 64.0,
-        "estimate: async tensor parallelism splits a GEMM into one chunk per rank; 4 when the caller gives no "
-        "group"),
-    "fused_sm_share": OverlapParam(
-        0.06, 0.0, 0.95,
-        "estimate: fused GEMM-collective kernels move data with the copy engine or TMA from a few warps of the "
-        "GEMM's own CTAs (Flux, arXiv 2406.06858), not whole SMs: ~1/16 of the compute"),
-    "fused_interference": OverlapParam(
-        0.05, 0.0, 10.0, "estimate: as `interference`, halved: no separate kernels wait for SMs"),
-    "fused_chunks": OverlapParam(
-        16.0, 1.0, 4096.0,
-        "estimate: tile-level overlap; 16 waves of output tiles stand for many small chunks (only the first "
-        "chunk's compute and the last chunk's transfer are exposed)"),
-}
 FITTED_KEYS = ("sm_share", "interference", "chunk_overhead_s")  # what the overlap rows determine
 
 
@@ -101,19 +60,6 @@ def overlap_params(prof=None) -> dict:
     if prof is not None:
         out.update(getattr(prof, "overlap", None) or {})
     return out
-
-
-def check_params(values) -> str | None:
-    """None if ``values`` is a valid ``Profile.overlap`` object, else what is wrong (one line)."""
-    if not isinstance(values, dict):
-        return "an object of overlap parameters"
-    for k, v in values.items():
-        if k not in PARAMS:
-            return f"overlap parameters among {', '.join(PARAMS)} (not {k!r})"
-        p = PARAMS[k]
-        if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and p.lo <= v <= p.hi):
-            return f"{k} a number in [{p.lo:g}, {p.hi:g}]"
-    return None
 
 
 def resolve_method(value) -> tuple[str, float]:

@@ -14,15 +14,15 @@ Its parameters live in ``Profile.power`` (numbers, or dicts of numbers):
 - ``tdp_w``: the power limit of the part these numbers describe (a carried dict names its target's);
 - ``fitted``: 1 when fitted from the suite's ``power`` rows, 0 for the documented defaults.
 
-``fit_power`` fits them from measurements, ``carry_power`` carries them to another part, ``step_energy``
-prices one evaluated step and ``projection_energy`` a whole projection.
+``perfmodel.fit.power.fit_power`` fits them from measurements (the fitting layer, above this one),
+``carry_power`` carries them to another part, ``step_energy`` prices one evaluated step and
+``projection_energy`` a whole projection.
 """
 from __future__ import annotations
 
 from .carry import carry_power, process_node
-from .fit import fit_power, row_energy
 from .model import default_power, op_energy, power_params, step_energy, step_energy_parts
 from .report import projection_energy, replica_energy
 
-__all__ = ["carry_power", "default_power", "fit_power", "op_energy", "power_params", "row_energy",
+__all__ = ["carry_power", "default_power", "op_energy", "power_params",
            "process_node", "projection_energy", "replica_energy", "step_energy", "step_energy_parts"]

@@ -3,7 +3,7 @@
 ``aiconfigurator-core`` (PyPI, Apache-2.0, NVIDIA) ships per-operator latency tables measured on H100, H200,
 B200, B300, GB200, GB300, A100, L40S and other parts, per serving engine and engine version, under
 ``aiconfigurator_core/systems/data/<system>/<family>/<engine>/<version>/<table>.parquet``. This module turns
-the tables this project can model into rows of ``measurements.jsonl`` (:mod:`perfmodel.calibrate.store`) that
+the tables this project can model into rows of ``measurements.jsonl`` (:mod:`perfmodel.measure.store`) that
 ``perfmodel fit`` fits a profile to, one folder per part and engine (``calibration/b200-trtllm``).
 
 What each imported row is (the tables time modules of the engine, replayed from CUDA graphs, so every row is
@@ -264,7 +264,7 @@ def _rows(cols: dict[str, list]) -> Iterator[dict]:
 
 
 def _hash01(text: str, seed: int) -> float:
-    # salted apart from the fit's hold-out hash (perfmodel.calibrate.fit.is_held_out): picking rows by the same
+    # salted apart from the fit's hold-out hash (perfmodel.fit.latency.is_held_out): picking rows by the same
     # hash would keep mostly the rows the fit then holds out
     h = hashlib.sha256(f"aiconfigurator-subsample:{seed}:{text}".encode()).digest()
     return int.from_bytes(h[:8], "big") / 2**64
@@ -312,7 +312,7 @@ class Converted:
 
 
 def _row_id(kind: str, params: dict) -> str:
-    from ..calibrate.store import make_id
+    from ..measure.store import make_id
 
     return make_id(kind, params)
 
@@ -629,7 +629,7 @@ def import_system(src: Source, system: str, engine: str, out: Path, *, version: 
                   families: Iterable[str] = FAMILIES) -> dict:
     """Write ``out/measurements.jsonl`` and ``out/environment.json`` for one part and engine; returns the
     provenance written (per table: file, engine version, rows read, kept, skipped by reason)."""
-    from ..calibrate.store import MEASUREMENTS, write_json_atomic
+    from ..measure.store import MEASUREMENTS, write_json_atomic
     from ..io import write_bytes_atomic
 
     if system not in SYSTEMS:

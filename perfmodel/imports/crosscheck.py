@@ -18,7 +18,7 @@ from ..errors import InputError
 
 
 def compare(suite_dir: str | Path, system: str, engine: str = "trtllm") -> dict:
-    from ..calibrate.store import read_rows
+    from ..measure.store import read_rows
     from . import aiconfigurator as aic
 
     src = aic.find_source(None)

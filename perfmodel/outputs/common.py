@@ -6,6 +6,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from ..io import FORMULA_LEADS
+
 def file_sha256(path: str | Path) -> str:
     try:
         return hashlib.sha256(Path(path).read_bytes()).hexdigest()
@@ -126,3 +128,14 @@ def write_outputs(files: dict, *, overwrite: bool = True) -> None:
     from ..io import write_files_atomic
 
     write_files_atomic(files, overwrite=overwrite)
+
+
+def set_text(ws, ref: str, text) -> None:
+    """Write ``text`` as a string cell. openpyxl turns any str starting with '=' into a formula; text that
+    starts with = + - @ is stored as a string with Excel's quote prefix, so it never becomes one."""
+    s = "" if text is None else str(text)
+    c = ws[ref]
+    c.value = s
+    if s.startswith(FORMULA_LEADS):
+        c.data_type = "s"
+        c.quotePrefix = True

@@ -255,11 +255,11 @@ def _latency_chart(parts: list[Part], phase_name: str):
 
 
 def _roofline_chart(part: Part, index: int):
-    from ..cost import _rate
+    from ..cost import matmul_rate
 
     p = part.proj
     hw = part.hw
-    peak, _ = _rate(hw, p.scenario.dtype, p.profile)
+    peak, _ = matmul_rate(hw, p.scenario.dtype, p.profile)
     points = []
     for ph in (p.prefill, p.decode):
         if ph is None:

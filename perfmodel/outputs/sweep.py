@@ -323,7 +323,7 @@ def sweep_xlsx(res: SweepResult) -> bytes:
     from openpyxl import Workbook
     from openpyxl.styles import Font
 
-    from .workbook import set_text
+    from .common import set_text
 
     wb = Workbook()
     ws = wb.active

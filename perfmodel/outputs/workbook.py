@@ -40,7 +40,6 @@ from ..cost.overlap import resolve_method
 from ..energy.model import limit_w, power_params
 from ..energy.report import power_source
 from ..graph import Step, build_ops
-from ..io import FORMULA_LEADS
 from ..models import Model
 from ..ops import COMM_KINDS, COMPUTE_KINDS
 from ..profile import Profile
@@ -48,7 +47,7 @@ from ..projection import batch_cap, decode_mean, draft_time, project_resolved, s
 from ..scenario import Scenario
 from ..spec import SPEC_FIELDS, HardwareSpec, spec_value
 from ..step_accounting import PARTS, Rules, account, step_time
-from .common import command_line, field_unit, spec_files
+from .common import command_line, field_unit, set_text, spec_files
 
 MAX_FORMULA = 8000  # Excel's limit is 8192 characters; keep a margin
 INPUT_SHEET = "Inputs"
@@ -57,17 +56,6 @@ INPUT_SHEET = "Inputs"
 # ---------------------------------------------------------------------------------------------------
 # Cells
 # ---------------------------------------------------------------------------------------------------
-
-
-def set_text(ws, ref: str, text) -> None:
-    """Write ``text`` as a string cell. openpyxl turns any str starting with '=' into a formula; text that
-    starts with = + - @ is stored as a string with Excel's quote prefix, so it never becomes one."""
-    s = "" if text is None else str(text)
-    c = ws[ref]
-    c.value = s
-    if s.startswith(FORMULA_LEADS):
-        c.data_type = "s"
-        c.quotePrefix = True
 
 
 def set_formula(ws, ref: str, x) -> None:

@@ -200,7 +200,7 @@ def _aggregated(hw, model, lay, prof, base, space, opts, power) -> list[dict]:
 
 
 def _disaggregated(hw, model, sc, layouts, prof, base, space, opts, power) -> list[dict]:
-    from .simulate import _kv_transfer_s
+    from .simulate import kv_transfer_s
 
     prefill = []  # (layout, rate one prefill instance sustains)
     for lay in layouts:
@@ -225,7 +225,7 @@ def _disaggregated(hw, model, sc, layouts, prof, base, space, opts, power) -> li
         if lay.pp != 1:
             continue
         steps = None
-        xfer = _kv_transfer_s(model, hw, prof, lay, lay, base.isl, opts.kv_link if opts.kv_link != "auto"
+        xfer = kv_transfer_s(model, hw, prof, lay, lay, base.isl, opts.kv_link if opts.kv_link != "auto"
                               else "scaleup", 1)
         found = []
         for b in reversed(_batches(model, lay, hw, base, space)):

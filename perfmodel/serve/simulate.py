@@ -137,7 +137,7 @@ def _deal(n: int, k: int) -> list[np.ndarray]:
     return [idx[i::k] for i in range(k)]
 
 
-def _kv_transfer_s(model, hw, prof, sc_p, sc_d, tokens: np.ndarray, link: str, world: int) -> np.ndarray:
+def kv_transfer_s(model, hw, prof, sc_p, sc_d, tokens: np.ndarray, link: str, world: int) -> np.ndarray:
     from .. import capacity
     from ..cost.comm import collective_time
 
@@ -326,7 +326,7 @@ def _disaggregated(hw, model, sc, prof, reqs, opts, power, t0) -> dict:
     t_build = time.perf_counter() - t0
     world = x * sc_p.gpus + y * sc_d.gpus
     link = opts.kv_link if opts.kv_link != "auto" else ("scaleup" if world <= hw.scaleup_domain else "scaleout")
-    xfer = _kv_transfer_s(model, hw, prof, sc_p, sc_d, reqs.isl, link, world)
+    xfer = kv_transfer_s(model, hw, prof, sc_p, sc_d, reqs.isl, link, world)
     if conc is None:
         arrival, run = reqs.arrival, _disagg_pass(ip, idn, reqs, x, y, xfer)
     else:

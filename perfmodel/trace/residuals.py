@@ -88,7 +88,7 @@ REFIT_KINDS = ("gemm", "attention", "rmsnorm", "swiglu", "residual")
 
 def cases_from_rows(rows: list[Row], tag: str) -> list:
     """Fitter cases (in-stream, none held out) from the rows that are one operator of a known shape."""
-    from ..calibrate.fit import Case
+    from ..fit.latency import Case
     from ..predict import op_from_params
 
     out = []
@@ -104,7 +104,7 @@ def cases_from_rows(rows: list[Row], tag: str) -> list:
 
 
 def refit(cases: list, hw, prof):
-    from ..calibrate.fit import fit_profile
+    from ..fit.latency import fit_profile
 
     if not cases:
         from ..errors import InputError

@@ -2,7 +2,7 @@
 
 Every forward op, data-gradient and weight-gradient GEMM, memory-bound backward kernel and collective is
 timed by :func:`perfmodel.cost.time_op` (the same tile, wave, roofline and alpha-beta formulas as
-inference). On top, ``Profile.training`` (fitted by :mod:`perfmodel.train.fit` from the suite's
+inference). On top, ``Profile.training`` (fitted by :mod:`perfmodel.fit.training` from the suite's
 ``train_kernel`` rows) holds what only training kernels show:
 
 - ``gemm_dgrad_scale`` / ``gemm_wgrad_scale``: measured time of the transposed-operand GEMMs of the backward
@@ -25,6 +25,7 @@ from ..cost import time_op
 from ..ops import COMPUTE_KINDS
 from ..profile import Profile
 from ..spec import HardwareSpec
+from ..step_accounting import host_cost
 from .graph import TrainOp
 
 # Documented defaults, each an estimate with its reason; a fitted profile's ``training`` dict overrides them.
@@ -129,7 +130,5 @@ def time_train_op(t: TrainOp, hw: HardwareSpec, prof: Profile, params: dict, *, 
         elif t.role in ("loss", "loss_bwd"):
             time *= params["loss_scale"]
         if not standalone:
-            from ..projection import host_cost
-
             time = max(time, host_cost(op, prof))  # training runs eagerly: the host must issue each kernel
     return time, str(r.bound)

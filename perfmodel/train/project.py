@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from ..errors import InputError
 
-from ..cost import _rate, sustained_compute
+from ..cost import matmul_rate, sustained_compute
 from ..models import Model
 from ..ops import collective as collective_op
 from ..ops import Op
@@ -265,7 +265,7 @@ def project_training(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Pr
     step_time = pipe.time_s + dp_exposed + emb_sync + opt_s
 
     model_flops, hw_flops = step_flops(model, ts)
-    peak, _ = _rate(hw, ts.dtype, DEFAULTS)
+    peak, _ = matmul_rate(hw, ts.dtype, DEFAULTS)
     gpus = ts.gpus
     mtf = model_flops / (step_time * gpus)
     htf = hw_flops / (step_time * gpus)
@@ -449,7 +449,7 @@ def assumptions(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Profile
         out.append(f"{ts.dtype} GEMMs in the {recipe(ts)} recipe: the quantization passes over each GEMM input, forward "
                    "and backward, are counted (perfmodel/train/graph.py RECIPE_PASSES, estimates)")
     out.append(f"MFU against the dense {ts.dtype.upper() if ts.dtype in ('fp8', 'fp4') else 'BF16'} peak "
-               f"({_rate(hw, ts.dtype, DEFAULTS)[0] / 1e12:.0f} TFLOP/s)")
+               f"({matmul_rate(hw, ts.dtype, DEFAULTS)[0] / 1e12:.0f} TFLOP/s)")
     out.append(f"attention: {'FlashAttention-style fused kernel' if ts.attention == 'flash' else 'unfused (scores in HBM)'}"
                f"; kernels: {'fused (Megatron/TransformerEngine)' if ts.kernels == 'fused' else 'plain PyTorch'}; "
                "every kernel issued eagerly")

@@ -100,7 +100,7 @@ def layout(s) -> str:
     return ", ".join(parts)
 
 
-def _t(x: float) -> str:
+def seconds_text(x: float) -> str:
     x = float(x)
     if x >= 1:
         return f"{x:.3f} s"
@@ -121,18 +121,18 @@ def train_table(p: TrainProjection, *, verbose: bool = False) -> str:
         + (", sequence parallel" if s.sequence_parallel else ""),
         f"calibration: {p.profile.label}",
         "",
-        f"  step time                     {_t(p.step_time_s)}",
+        f"  step time                     {seconds_text(p.step_time_s)}",
         f"  tokens/s                      {p.tokens_per_s:,.0f}  ({p.tokens_per_s_per_gpu:,.0f} per GPU)",
         f"  model TFLOP/s per GPU         {p.model_tflops_per_gpu:.1f}  (MFU {p.mfu:.1%})",
         f"  hardware TFLOP/s per GPU      {p.hardware_tflops_per_gpu:.1f}  (with recompute; HFU {p.hfu:.1%})",
         f"  pipeline bubble               {p.bubble_fraction:.1%} of the step",
-        f"  exposed communication         {_t(p.exposed_comm_s)} per step",
+        f"  exposed communication         {seconds_text(p.exposed_comm_s)} per step",
         "",
         "  step time by part:",
     ]
     for k, v in p.breakdown.items():
         if v > 0:
-            lines.append(f"    {k:<48}{_t(v):>12}  {v / p.step_time_s:6.1%}")
+            lines.append(f"    {k:<48}{seconds_text(v):>12}  {v / p.step_time_s:6.1%}")
     lines += [
         "",
         f"  memory per GPU (stage {m.stage}): weights {format_si(m.weights, 'B')}, gradients "
@@ -147,8 +147,8 @@ def train_table(p: TrainProjection, *, verbose: bool = False) -> str:
                   "step ops once)",
               f"    {'name':<34}{'pass':<10}{'kind':<15}{'count':>7}{'one run':>11}{'total':>11}  bound"]
     for x in ops:
-        lines.append(f"    {x.top.name:<34}{x.top.pass_:<10}{x.top.op.kind:<15}{x.count:>7.4g}{_t(x.time):>11}"
-                     f"{_t(x.total):>11}  {x.bound}")
+        lines.append(f"    {x.top.name:<34}{x.top.pass_:<10}{x.top.op.kind:<15}{x.count:>7.4g}{seconds_text(x.time):>11}"
+                     f"{seconds_text(x.total):>11}  {x.bound}")
     lines += ["", "  assumptions:"] + [f"    - {a}" for a in p.assumptions]
     return "\n".join(lines)
 
@@ -165,7 +165,7 @@ def search_table(results: list[TrainProjection], gpus: int, considered: int) -> 
         s = p.scenario
         sched = s.schedule + (f" v={s.chunks}" if s.chunks > 1 else "")
         lay = layout(s) + (", SP" if s.sequence_parallel else "")
-        lines.append(f"  {i:>2} {lay:<30}{s.micro_batch:>4} {sched:<16}{s.recompute:<11}{_t(p.step_time_s):>10}"
+        lines.append(f"  {i:>2} {lay:<30}{s.micro_batch:>4} {sched:<16}{s.recompute:<11}{seconds_text(p.step_time_s):>10}"
                      f"{p.mfu:>7.1%}{p.model_tflops_per_gpu:>9.1f}{p.bubble_fraction:>8.1%}"
                      f"{format_si(p.memory.total, 'B'):>10}")
     return "\n".join(lines)

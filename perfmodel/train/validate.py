@@ -190,9 +190,9 @@ def with_training_rows(path, calibration=None):
     import json
     from pathlib import Path
 
-    from ..calibrate.store import read_rows
+    from ..measure.store import read_rows
     from ..resolve import resolve_hardware, resolve_profile
-    from .fit import fit_training
+    from ..fit.training import fit_training
 
     p = Path(path)
     if not p.is_file():
@@ -202,20 +202,19 @@ def with_training_rows(path, calibration=None):
     device = ""
     if env_file.is_file():
         device = str(json.loads(env_file.read_text()).get("env", {}).get("device_name", ""))
-    from ..calibrate.fit import match_spec
+    from ..fit.directory import match_spec
 
     hw = match_spec({"device_name": device}, None) if device else resolve_hardware("h200-sxm")
     prof, _ = fit_training(resolve_profile(calibration, hw, "torch"), rows, hw)
     return prof
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, table=None) -> int:
     """``python -m perfmodel.train.validate [--csv FILE ...] [--calibration DIR|none]``: the training rows'
-    table with the median absolute error."""
+    table with the median absolute error. ``table`` formats the rows (the program passes
+    :func:`perfmodel.validate.validation_table`: this module sits below the validation command, which imports it)."""
     import argparse
     import sys
-
-    from ..validate import validation_table
 
     ap = argparse.ArgumentParser(prog="python -m perfmodel.train.validate")
     ap.add_argument("--csv", action="append", default=None, help="validation table(s) (default: the shared table "
@@ -237,9 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as e:
         print(f"perfmodel: error: {e}", file=sys.stderr)
         return 2
-    print(validation_table(rows))
+    print(table(rows))
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from ..validate import validation_table  # the program sits above every layer
+
+    raise SystemExit(main(table=validation_table))

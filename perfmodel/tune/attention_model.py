@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..dtypes import bytes_per_element
-from .gemm_model import Prediction, _ceil_div, expected_wait, pnorm, pnorm3, sm_rounds
+from .gemm_model import Prediction, ceil_div, expected_wait, pnorm, pnorm3, sm_rounds
 from .machine import FP32_OPS_PER_CLK, SFU_OPS_PER_CLK, Machine
 from .resources import attention_footprint
 
@@ -30,11 +30,11 @@ FEATURES = ("batch", "hq", "hkv", "sq", "skv", "d", "nq", "nb_avg", "nb_max", "b
 
 def key_blocks(seq_q: int, seq_kv: int, block_m: int, block_n: int, causal: bool) -> list[int]:
     """Key blocks each query block walks, in launch order."""
-    nq = _ceil_div(seq_q, block_m)
+    nq = ceil_div(seq_q, block_m)
     if not causal:
-        return [_ceil_div(seq_kv, block_n)] * nq
+        return [ceil_div(seq_kv, block_n)] * nq
     shift = seq_kv - seq_q
-    return [_ceil_div(min(seq_kv, (i + 1) * block_m + shift), block_n) for i in range(nq)]
+    return [ceil_div(min(seq_kv, (i + 1) * block_m + shift), block_n) for i in range(nq)]
 
 
 def attention_features(shape: dict, configs, footprints) -> dict:
@@ -90,7 +90,7 @@ def attention_times(f: dict, mach: Machine, e: float = 2.0) -> dict:
     t_step_alone = t_serial + expected_wait((f["st"] - 1) * t_serial, c.load_latency_s, c.latency_tail_s)
     edges = 2.0 * bm * d * e / mach.l2_bw_sm  # load Q, store O
     cps = np.maximum(f["c"], 1)
-    q = _ceil_div(ctas, mach.sms)
+    q = ceil_div(ctas, mach.sms)
     t_rounds, t_sm_res, t_sm_lat = sm_rounds(q, cps, f["nb_avg"] * t_res + edges,
                                              lat + f["nb_avg"] * t_step_alone + edges, c.overlap_join)
     t_sm = np.maximum(t_rounds, lat + f["nb_max"] * t_step_alone + edges)  # the longest causal row

@@ -28,9 +28,9 @@ _DIV16 = [["tt.divisibility", 16]]
 def _gemm_source(cfg: GemmConfig):
     from triton.compiler import ASTSource
 
-    from .kernels import _jit
+    from .kernels import jit_kernels
 
-    mm = _jit()[0]
+    mm = jit_kernels()[0]
     sig = {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*fp32" if cfg.split_k > 1 else "*bf16", "M": "i32",
            "N": "i32", "K": "i32", "stride_am": "i32", "stride_ak": "constexpr", "stride_bk": "constexpr",
            "stride_bn": "i32", "stride_cs": "i32", "stride_cm": "i32", "stride_cn": "constexpr"}
@@ -46,9 +46,9 @@ def _gemm_source(cfg: GemmConfig):
 def _attention_source(cfg: AttentionConfig, head_dim: int = 128, causal: bool = True):
     from triton.compiler import ASTSource
 
-    from .kernels import _jit
+    from .kernels import jit_kernels
 
-    att = _jit()[2]
+    att = jit_kernels()[2]
     names = ["q_ptr", "k_ptr", "v_ptr", "o_ptr", "sm_scale", "SEQ_Q", "SEQ_KV", "stride_qb", "stride_qh", "stride_qm",
              "stride_kb", "stride_kh", "stride_kn", "stride_vb", "stride_vh", "stride_vn", "stride_ob", "stride_oh",
              "stride_om"]

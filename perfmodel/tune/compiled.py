@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--from", dest="src", required=True, help="folder (or file) of tuning measurements")
     ap.add_argument("--out", default=str(TABLE))
     args = ap.parse_args(argv)
-    from ..calibrate.store import iter_rows
+    from ..measure.store import iter_rows
     from ..io import write_text_atomic
     from .dataset import measurement_files
 

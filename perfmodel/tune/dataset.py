@@ -61,7 +61,7 @@ def _rank(row: dict) -> int:
 
 
 def load_measurements(path) -> Measurements:
-    from ..calibrate.store import iter_rows
+    from ..measure.store import iter_rows
 
     files = measurement_files(path)
     by_id: dict[str, dict] = {}
@@ -108,7 +108,7 @@ def _unit(key: str, seed: int) -> float:
 
 def is_held_out(shape_key: str, share: float, seed: int = 0) -> bool:
     """Whether a whole shape (``kind|name``) is held out of the fit: a deterministic hash, as
-    :func:`perfmodel.calibrate.fit.is_held_out` does for the latency model."""
+    :func:`perfmodel.fit.latency.is_held_out` does for the latency model."""
     return _unit(shape_key, seed) < share
 
 

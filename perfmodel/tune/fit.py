@@ -1,6 +1,6 @@
 """Fit the tuning model's constants to measured Triton rows (``perfmodel tune fit DIR``).
 
-As :mod:`perfmodel.calibrate.fit` does for the latency model: least squares on log(predicted / measured)
+As :mod:`perfmodel.fit` does for the latency model: least squares on log(predicted / measured)
 over the constants of :mod:`.constants`, each within its physical bounds and fitted in log space, with
 WHOLE SHAPES held out by a deterministic hash of their name (a third by default). The fit never sees a
 held-out shape; the evidence reported is the ranking on those (``perfmodel tune evaluate DIR``), and a

@@ -60,7 +60,7 @@ class Prediction:
         return str(self.parts.get("bound", "invalid" if not self.valid else ""))
 
 
-def _ceil_div(a, b):
+def ceil_div(a, b):
     return -(-a // b)
 
 
@@ -140,14 +140,14 @@ def _smem_traffic(f: dict, e: float):
 def hbm_bytes(f: dict, e: float, eo, concurrent, l2_bytes: float):
     """HBM bytes of the main kernel: operand traffic with L2 reuse inside a wave, plus the output."""
     m, n, k, bm, bn, s = f["m"], f["n"], f["k"], f["bm"], f["bn"], f["sk"]
-    grid_m, grid_n = _ceil_div(m, bm), _ceil_div(n, bn)
+    grid_m, grid_n = ceil_div(m, bm), ceil_div(n, bn)
     tiles = grid_m * grid_n
     a_total, b_total = m * k * e, n * k * e
     w = np.minimum(tiles, concurrent)
     g = np.maximum(1, np.minimum(f["g"], grid_m))
     whole_rows = w >= g * grid_n  # a wave covers whole rows of tiles
-    rows = np.where(whole_rows, np.minimum(grid_m, _ceil_div(w, grid_n)), g)
-    cols = np.where(whole_rows, grid_n, np.minimum(grid_n, _ceil_div(w, g)))
+    rows = np.where(whole_rows, np.minimum(grid_m, ceil_div(w, grid_n)), g)
+    cols = np.where(whole_rows, grid_n, np.minimum(grid_n, ceil_div(w, g)))
     waves = tiles * s / w
     k_slice = k / s
     a_part = np.maximum(a_total, waves * np.minimum(rows * bm, m) * k_slice * e)
@@ -164,9 +164,9 @@ def gemm_times(f: dict, mach: Machine, e: float = 2.0) -> dict:
     bm, bn, bk, s = f["bm"], f["bn"], f["bk"], f["sk"]
     aligned = f["aligned"]
     eo = np.where(s > 1, 4.0, out_e)
-    grid_m, grid_n = _ceil_div(f["m"], bm), _ceil_div(f["n"], bn)
+    grid_m, grid_n = ceil_div(f["m"], bm), ceil_div(f["n"], bn)
     ctas = grid_m * grid_n * s
-    iters = _ceil_div(f["k"], bk * s)
+    iters = ceil_div(f["k"], bk * s)
     clock = mach.clock_hz
 
     t_spill = mach.spill_time(f["spill"], f["threads"], np.maximum(f["c"], 1), f["smem"])
@@ -186,7 +186,7 @@ def gemm_times(f: dict, mach: Machine, e: float = 2.0) -> dict:
     cta_res = iters * t_res + epilogue
     cta_alone = lat + iters * t_step_alone + epilogue
     cps = np.maximum(f["c"], 1)
-    q = _ceil_div(ctas, mach.sms)
+    q = ceil_div(ctas, mach.sms)
     t_sm, t_sm_res, t_sm_lat = sm_rounds(q, cps, cta_res, cta_alone, c.overlap_join)
     concurrent = np.minimum(ctas, mach.sms * cps)
     nbytes = hbm_bytes(f, e, eo, concurrent, mach.l2_bytes)

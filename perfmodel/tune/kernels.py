@@ -22,7 +22,7 @@ import math
 
 
 @functools.lru_cache(maxsize=None)
-def _jit():
+def jit_kernels():
     """Define the kernels on first use (Triton imported only here)."""
     import triton
     import triton.language as tl
@@ -135,7 +135,7 @@ REDUCE_BLOCK = 1024  # elements per program of the split-K reduction
 def matmul_launcher(cfg, a, w, out, workspace=None):
     """A callable that runs C = a @ w.T with ``cfg`` (a GemmConfig) into ``out``; split-K needs ``workspace``
     (fp32, at least SPLIT_K * M * N elements). Returns (run, compiled kernels getter)."""
-    matmul_kernel, reduce_kernel, _ = _jit()
+    matmul_kernel, reduce_kernel, _ = jit_kernels()
     m, k = a.shape
     n = w.shape[0]
     s = cfg.split_k
@@ -162,7 +162,7 @@ def matmul_launcher(cfg, a, w, out, workspace=None):
 def compile_matmul(cfg, n: int, k: int, dtype):
     """Compile (into Triton's cache) the matmul kernel of ``cfg`` for operands of ``dtype`` whose N and K
     are ``n`` and ``k``, without launching it (M is not specialised). Returns the compiled kernel."""
-    matmul_kernel, _, _ = _jit()
+    matmul_kernel, _, _ = jit_kernels()
     import torch
 
     s = cfg.split_k
@@ -177,7 +177,7 @@ def compile_attention(cfg, batch: int, heads_q: int, heads_kv: int, seq_q: int, 
                       causal: bool, dtype):
     """Compile (into Triton's cache) the attention kernel of ``cfg`` for contiguous q, k, v, o of these
     sizes, without launching it. Returns the compiled kernel."""
-    _, _, attention_kernel = _jit()
+    _, _, attention_kernel = jit_kernels()
     sq = (heads_q * seq_q * head_dim, seq_q * head_dim, head_dim)
     skv = (heads_kv * seq_kv * head_dim, seq_kv * head_dim, head_dim)
     return attention_kernel.warmup(dtype, dtype, dtype, dtype, 1.0 / math.sqrt(head_dim), seq_q, seq_kv, *sq, *skv,
@@ -188,7 +188,7 @@ def compile_attention(cfg, batch: int, heads_q: int, heads_kv: int, seq_q: int, 
 
 def attention_launcher(cfg, q, k, v, out, causal: bool):
     """A callable running the flash forward of ``cfg`` (an AttentionConfig) on q, k, v into ``out``."""
-    _, _, attention_kernel = _jit()
+    _, _, attention_kernel = jit_kernels()
     b, hq, sq, d = q.shape
     hkv, skv = k.shape[1], k.shape[2]
     grid = (math.ceil(sq / cfg.block_m), b * hq)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import generations
-from ..cost import _rate
+from ..cost import matmul_rate
 from ..profile import Profile
 from ..spec import HardwareSpec
 from .constants import TuneConstants, default_constants
@@ -60,7 +60,7 @@ def machine(hw: HardwareSpec, prof: Profile, dtype: str, consts: TuneConstants |
     c = consts if consts is not None else default_constants(prof)
     per_clk = generations.flop_per_clk_per_sm(hw.generation, "bf16") or 4096  # unknown: Hopper's (estimate)
     clock = hw.tensor_flops["bf16"] / (hw.sm_count * per_clk)
-    peak, _ = _rate(hw, dtype, prof)
+    peak, _ = matmul_rate(hw, dtype, prof)
     return Machine(
         sms=hw.sm_count, clock_hz=clock, tensor_per_sm=peak / hw.sm_count,
         smem_bw_sm=SMEM_BYTES_PER_CLK * clock, l2_bw_sm=c.l2_bytes_per_clk * clock / hw.sm_count,

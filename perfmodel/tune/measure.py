@@ -105,16 +105,16 @@ def plan(hw, prof, gemm_shapes, attn_shapes, top: int, exhaustive: bool, grid: s
 # --- storage ------------------------------------------------------------------------------------------------
 
 def _append(path: Path, row: dict) -> None:
-    from ..calibrate.store import _clean
+    from ..measure.store import clean_json
 
     with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(_clean(row), default=str) + "\n")
+        fh.write(json.dumps(clean_json(row), default=str) + "\n")
         fh.flush()
         os.fsync(fh.fileno())
 
 
 def done_ids(path: Path) -> set[str]:
-    from ..calibrate.store import iter_rows, repair
+    from ..measure.store import iter_rows, repair
 
     repair(path)
     return {str(r.get("id")) for r in iter_rows(path)}
@@ -226,7 +226,7 @@ class Bench:
 
     @staticmethod
     def _summary(samples, t0) -> dict:
-        from ..calibrate.timing import quantile
+        from ..measure.timing import quantile
 
         return {"time_s": statistics.median(samples), "p10_s": quantile(samples, 0.1),
                 "p90_s": quantile(samples, 0.9), "reps": len(samples), "bench_s": time.perf_counter() - t0}
@@ -334,8 +334,8 @@ def run(out: Path, budget_s: float, *, top: int = 8, workers: int = 0, shapes: s
     except ImportError:
         have_triton = False
 
-    from ..calibrate.environment import Environment
-    from ..calibrate.store import write_json_atomic
+    from ..measure.environment import Environment
+    from ..measure.store import write_json_atomic
     from ..resolve import resolve_hardware, resolve_profile
     from .shapes import TINY_ATTENTION_SHAPES, TINY_GEMM_SHAPES, shape_set
     from .space import AttentionConfig, GemmConfig

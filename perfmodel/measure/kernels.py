@@ -44,7 +44,7 @@ class Context:
     fp8_ok: bool = False
     notes: list[str] = field(default_factory=list)
     attention_cache: Any = None  # (shape key, inputs) of the last attention shape, shared across backends
-    energy_meter: Any = None  # perfmodel.calibrate.power.EnergyMeter, made on first use
+    energy_meter: Any = None  # perfmodel.measure.power.EnergyMeter, made on first use
 
     @property
     def is_cuda(self) -> bool:
@@ -489,7 +489,7 @@ def run_training(case: Case, ctx: Context) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
-# power: energy of sustained loops (perfmodel.calibrate.power)
+# power: energy of sustained loops (perfmodel.measure.power)
 # ---------------------------------------------------------------------------------------------
 
 def run_power(case: Case, ctx: Context) -> dict[str, Any]:

@@ -17,7 +17,7 @@ def run_suite(device: str, suite: str, out_dir: Path, *, resume: bool = False, n
               progress: bool = True, only: set[str] | None = None,
               time_budget_s: float | None = None) -> int:
     """Measure ``suite`` ("quick" or "full") on ``device`` ("cuda" or "cpu") into ``out_dir``;
-    returns the number of rows written. See perfmodel.calibrate.suite.run_suite."""
+    returns the number of rows written. See perfmodel.measure.suite.run_suite."""
     from .suite import run_suite as _run
 
     return _run(device, suite, out_dir, resume=resume, nproc=nproc, progress=progress, only=only,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from ..models import Model
 from ..ops import Op
 from ..ops import attention as attention_op
 from ..ops import gemm as gemm_op
@@ -31,8 +32,10 @@ from ..ops import rmsnorm as rmsnorm_op
 from ..ops import swiglu as swiglu_op
 from ..profile import Profile
 from ..spec import HardwareSpec
-from .cost import TRAIN_DEFAULTS, optimizer_time, time_train_op, training_params
-from .graph import BWD_STREAMS, TrainOp
+from ..train.cost import TRAIN_DEFAULTS, optimizer_time, time_train_op, training_params
+from ..train.graph import BWD_STREAMS, TrainOp
+from ..train.project import microbatch_time
+from ..train.scenario import TrainScenario
 
 
 def _usable(r: dict) -> bool:
@@ -198,9 +201,6 @@ def fit_training(prof: Profile, rows: list[dict], hw: HardwareSpec) -> tuple[Pro
 
 def step_scenario(p: dict):
     """The model and one-GPU scenario a ``train_step`` row measured (plain PyTorch, no embedding)."""
-    from ..models import Model
-    from .scenario import TrainScenario
-
     model = Model(key=str(p.get("model", "step")), name=str(p.get("model", "step")), family="llama",
                   hidden=int(p["hidden"]), layers=int(p["layers"]), heads=int(p["heads"]), kv_heads=int(p["kv_heads"]),
                   head_dim=int(p["head_dim"]), intermediate=int(p["intermediate"]), vocab=int(p["vocab"]))
@@ -210,8 +210,6 @@ def step_scenario(p: dict):
 
 
 def validate_steps(steps: list[dict], hw: HardwareSpec, prof: Profile) -> list[dict]:
-    from .project import microbatch_time
-
     out = []
     for r in steps:
         try:

@@ -2,7 +2,7 @@
 
 Pure Python, no torch: ``plan(suite, device)`` returns ``{family: [Case, ...]}`` in run order, with
 shapes deduplicated by id. Every case carries a deterministic ``group`` (which model layer or sweep
-it came from) so a fitter can hold out whole shapes. ``python -m perfmodel.calibrate.shapes --suite
+it came from) so a fitter can hold out whole shapes. ``python -m perfmodel.measure.shapes --suite
 full`` prints case counts and a rough H200 time estimate per family.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ class Case:
         self.id = make_id(self.kind, self.params)
 
 
-class _Cases:
+class Cases:
     """An ordered, id-deduplicated list of cases (first group wins)."""
 
     def __init__(self) -> None:
@@ -64,14 +64,14 @@ def stream_sizes(suite: str) -> list[int]:
 
 
 def copy_cases(suite: str) -> list[Case]:
-    cs = _Cases()
+    cs = Cases()
     for b in stream_sizes(suite):
         cs.add("copy", {"bytes": b}, "stream")
     return cs.items
 
 
 def reduce_cases(suite: str) -> list[Case]:
-    cs = _Cases()
+    cs = Cases()
     for b in stream_sizes(suite):
         cs.add("reduce", {"bytes": b}, "stream")
     return cs.items
@@ -190,7 +190,7 @@ def gemm_flops(m: int, n: int, k: int) -> float:
 
 
 def gemm_cases(suite: str, device: str, *, fp8: bool = True, sm_count: int = 132) -> list[Case]:
-    cs = _Cases()
+    cs = Cases()
 
     def add(dtype: str, g: str, m: int, n: int, k: int) -> None:
         cs.add("gemm", {"m": m, "n": n, "k": k, "dtype": dtype}, g)
@@ -320,7 +320,7 @@ def attention_shapes(suite: str) -> list[tuple[str, dict[str, Any]]]:
 
 def sdpa_backends_for(device: str) -> tuple[str, ...]:
     """What the suite measures on ``device``: the plain call ("default") and each SDPA backend forced
-    that can exist there (perfmodel.calibrate.sdpa)."""
+    that can exist there (perfmodel.measure.sdpa)."""
     if device.startswith("cuda"):
         return ("default", "flash", "cudnn", "efficient")
     return ("default", "flash")  # CPU: math (the default) and the CPU flash kernel
@@ -329,7 +329,7 @@ def sdpa_backends_for(device: str) -> tuple[str, ...]:
 def attention_cases(suite: str, device: str = "cuda") -> list[Case]:
     """Every shape under plain dispatch ("default", whose kernels the row records) and under each SDPA
     backend forced; the slow memory-efficient backend on every third shape only."""
-    cs = _Cases()
+    cs = Cases()
     for i, (g, shape) in enumerate(attention_shapes(suite)):
         for backend in sdpa_backends_for(device):
             if backend == "efficient" and suite == "full" and i % 3:
@@ -364,7 +364,7 @@ WIDTHS = (1792, 3584, 7168, 14336, 28672, 53248)
 
 
 def rmsnorm_cases(suite: str) -> list[Case]:
-    cs = _Cases()
+    cs = Cases()
     if suite == "quick":
         for t, h in ((1, 256), (64, 1024), (1024, 2048), (4096, 1024)):
             cs.add("rmsnorm", {"tokens": t, "hidden": h, "dtype": "bf16"}, "quick")
@@ -376,7 +376,7 @@ def rmsnorm_cases(suite: str) -> list[Case]:
 
 
 def swiglu_cases(suite: str) -> list[Case]:
-    cs = _Cases()
+    cs = Cases()
     if suite == "quick":
         for t, w in ((1, 256), (64, 1792), (1024, 1792), (2048, 3584)):
             cs.add("swiglu", {"tokens": t, "width": w, "dtype": "bf16"}, "quick")
@@ -388,7 +388,7 @@ def swiglu_cases(suite: str) -> list[Case]:
 
 
 def rotary_cases(suite: str) -> list[Case]:
-    cs = _Cases()
+    cs = Cases()
     if suite == "quick":
         for t, h, d in ((1, 8, 64), (64, 8, 128), (1024, 8, 128)):
             cs.add("rotary", {"tokens": t, "heads": h, "head_dim": d, "dtype": "bf16"}, "quick")
@@ -400,7 +400,7 @@ def rotary_cases(suite: str) -> list[Case]:
 
 
 def residual_cases(suite: str) -> list[Case]:
-    cs = _Cases()
+    cs = Cases()
     if suite == "quick":
         for t, h in ((1, 256), (64, 1024), (1024, 2048), (4096, 4096)):
             cs.add("residual", {"tokens": t, "hidden": h, "dtype": "bf16"}, "quick")
@@ -412,7 +412,7 @@ def residual_cases(suite: str) -> list[Case]:
 
 
 def launch_cases(suite: str, device: str) -> list[Case]:
-    cs = _Cases()
+    cs = Cases()
     cs.add("launch", {"mode": "eager"}, "launch")
     if device.startswith("cuda"):
         cs.add("launch", {"mode": "graph"}, "launch")
@@ -430,7 +430,7 @@ def instream_cases(suite: str) -> list[Case]:
     eager ops, host dispatch; a decoder layer replayed from a graph pays neither. These cases measure
     what an op costs inside such a stream, so the model can tell the two apart. (CPU: eager, back to back.)
     """
-    cs = _Cases()
+    cs = Cases()
 
     def add(op: str, params: dict[str, Any], group: str, copies: int = 8) -> None:
         cs.add("instream", {"op": op, **params, "copies": copies}, f"instream-{group}")
@@ -500,7 +500,7 @@ def _layer(model: str, tp: int, phase: str, batch: int, seq: int, context: int, 
 
 
 def layer_cases(suite: str, device: str) -> list[Case]:
-    cs = _Cases()
+    cs = Cases()
     graph = device.startswith("cuda")
     if suite == "quick":
         cs.add("layer", _layer("tiny", 1, "prefill", 1, 32, 0, False), "tiny")
@@ -533,13 +533,13 @@ def layer_cases(suite: str, device: str) -> list[Case]:
 
 
 # ---------------------------------------------------------------------------------------------
-# power: sustained loops with the energy they take (perfmodel.calibrate.power)
+# power: sustained loops with the energy they take (perfmodel.measure.power)
 # ---------------------------------------------------------------------------------------------
 
 def power_cases(suite: str, device: str, *, fp8: bool = True) -> list[Case]:
     """Workloads the power model is fitted to (compute-bound and memory-bound kernels per format, idle),
     and whole decoder layers it is checked against (``held_out``: never fitted)."""
-    cs = _Cases()
+    cs = Cases()
 
     def add(workload: str, params: dict[str, Any], held_out: bool = False) -> None:
         cs.add("power", {"workload": workload, **params, "held_out": held_out}, f"power-{workload}")
@@ -578,7 +578,7 @@ def power_cases(suite: str, device: str, *, fp8: bool = True) -> list[Case]:
 # ---------------------------------------------------------------------------------------------
 
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
-# GEMM-collective overlap (perfmodel.calibrate.collectives): "stream" runs a GEMM and an independent
+# GEMM-collective overlap (perfmodel.measure.collectives): "stream" runs a GEMM and an independent
 # collective on two streams; "decomposed" splits a GEMM's rows into chunks and reduces each chunk's output
 # while the next chunk computes (async TP / Flux-style pipelining, done here with NCCL on a second stream)
 OVERLAP_METHODS = ("stream", "decomposed")
@@ -677,7 +677,7 @@ BUDGET_WEIGHTS = {
 
 
 def _training_cases(suite: str, device: str) -> list[Case]:
-    """Backward kernels, the optimizer, the loss and whole training steps (perfmodel.calibrate.training)."""
+    """Backward kernels, the optimizer, the loss and whole training steps (perfmodel.measure.training)."""
     from .training import training_cases
 
     return training_cases(suite, device)

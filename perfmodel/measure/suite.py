@@ -3,7 +3,7 @@
     perfmodel calibrate --device cuda --suite full --out calibration/h200/ \
         [--resume] [--nproc N] [--only gemm,copy] [--time-budget S]
 
-(``python -m perfmodel.calibrate.suite`` takes the same arguments.)
+(``python -m perfmodel.measure.suite`` takes the same arguments.)
 
 Rows go to OUT/measurements.jsonl as each case is measured (append, flush, fsync); --resume skips
 the ids already there (after cutting a torn last line). OUT/environment.json describes the machine.
@@ -296,12 +296,9 @@ def run_suite(
     return store.written
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m perfmodel.calibrate.suite ...`` is ``perfmodel calibrate ...``: one command line."""
+if __name__ == "__main__":
+    # ``python -m perfmodel.measure.suite ...`` is ``perfmodel calibrate ...``: one command line. The program
+    # sits above every layer; the module itself never imports the CLI.
     from ..cli import main as cli_main
 
-    return cli_main(["calibrate", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(cli_main(["calibrate", *sys.argv[1:]]))

@@ -1,7 +1,7 @@
 """Hugging Face ``transformers`` ``generate()`` measured on one GPU: the host-side costs of eager decode.
 
-Run as ``python -m perfmodel.calibrate.hf_generate --out DIR [--quick] [--budget-s S]`` (or as the script
-``perfmodel/calibrate/hf_generate.py`` where the package does not import). Models are built from a config
+Run as ``python -m perfmodel.measure.hf_generate --out DIR [--quick] [--budget-s S]`` (or as the script
+``perfmodel/measure/hf_generate.py`` where the package does not import). Models are built from a config
 dict with random weights (``AutoModelForCausalLM.from_config``, bf16, ``attn_implementation="sdpa"``, on the
 GPU): nothing is downloaded. The configs are ``calibration/hf/configs/*.json`` (each a checkpoint's
 ``config.json``).
@@ -418,7 +418,7 @@ def environment() -> dict[str, Any]:
     doc: dict[str, Any] = {"python": sys.version.split()[0], "platform": platform.platform(), "cpu": cpu_info(),
                            "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     try:
-        from perfmodel.calibrate.environment import Environment  # import-light; optional
+        from perfmodel.measure.environment import Environment  # import-light; optional
 
         doc["perfmodel_env"] = Environment("cuda").document()
     except Exception as exc:  # the package may not import on the device: keep going
@@ -1393,7 +1393,7 @@ def _print_table(ctx: Ctx) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m perfmodel.calibrate.hf_generate", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m perfmodel.measure.hf_generate", description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="directory for the CSV/JSON results")
     ap.add_argument("--quick", action="store_true", help="a one-minute smoke run (Llama-3.2-1B, batch 1, N 16)")
     ap.add_argument("--budget-s", type=float, default=470.0, help="stop starting new parts after this many seconds")

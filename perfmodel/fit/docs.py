@@ -1,6 +1,6 @@
 """The calibration's validation as a document: tables and predicted-against-measured plots.
 
-    python -m perfmodel.calibrate.docs calibration/h200 docs/calibration-h200
+    python -m perfmodel.fit.docs calibration/h200 docs/calibration-h200
 
 reads ``validation.json`` (written by ``perfmodel fit``) and writes ``README.md`` with per-class median and
 P90 absolute error on held-out shapes, and one SVG scatter per operator class and for whole layers.
@@ -13,6 +13,8 @@ from pathlib import Path
 
 from ..io import write_text_atomic
 from ..outputs.charts import Series, line_chart
+from .power import report_text
+from .training import training_markdown
 
 def scatter(rows: list[dict], title: str, name: str) -> str:
     held = [r for r in rows if r.get("held_out", True)]
@@ -92,12 +94,8 @@ def write_docs(calibration: Path, out: Path) -> Path:
         lines.append(f"| `{short}` | {r['measured_s'] * 1e6:.1f} | {r['predicted_s'] * 1e6:.1f} | {r['error']:+.1%} |")
     text = "\n".join(lines) + "\n"
     if data.get("training"):
-        from ..train.fit import training_markdown
-
         text += "\n" + training_markdown(data["training"])
     if data.get("power"):
-        from ..energy.fit import report_text
-
         text += "\n## Power\n\nEnergy of sustained loops (NVML's energy counter); whole layers are held out.\n\n```\n" \
                 + report_text(data["power"]) + "\n```\n"
     path = out / "README.md"

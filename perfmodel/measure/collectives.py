@@ -1,7 +1,7 @@
 """Collective and compute-communication overlap benchmarks over torch.distributed (NCCL on GPUs, gloo on CPU).
 
 ``launch()`` (called by the suite's collective family when ``--nproc N`` > 1) starts
-``python -m torch.distributed.run --standalone --nproc_per_node N -m perfmodel.calibrate.collectives``;
+``python -m torch.distributed.run --standalone --nproc_per_node N -m perfmodel.measure.collectives``;
 each rank uses cuda:LOCAL_RANK with NCCL, or the CPU with gloo. Rank 0 appends the rows to
 ``measurements.jsonl`` as each case is measured (resumable: ids already there are skipped).
 
@@ -22,7 +22,7 @@ What runs, in this order (so a run cut by its time budget keeps the most useful 
      back to back alone, ``gemm_s`` / ``comm_s`` the unsplit GEMM and collective.
 3. The other half of the collective sizes.
 4. ``tp_layer`` rows, for validation only (never fitted): a whole Llama-style decoder layer shard at TP =
-   the world size (``perfmodel.calibrate.layers``) with its two all-reduces (after the attention output
+   the world size (``perfmodel.measure.layers``) with its two all-reduces (after the attention output
    projection and after the down projection) over the group; prefill and decode eager, then decode
    replayed from a CUDA graph with the NCCL all-reduces captured in it (last: a failed capture cannot spoil
    other rows). ``perfmodel fit`` reports their error in ``provenance.collectives.tp_layers``.
@@ -37,7 +37,7 @@ Every process started here has NVLink multicast off (``NCCL_NVLS_ENABLE=0``,
 ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1``, ``NVSHMEM_DISABLE_NVLS=1``): the lent multi-GPU machines need it,
 so NVLS (NVLink SHARP) collectives are never measured here.
 
-``python -m perfmodel.calibrate.collectives --plan --nproc 8`` prints the cases and a rough time
+``python -m perfmodel.measure.collectives --plan --nproc 8`` prints the cases and a rough time
 estimate without torch.
 """
 from __future__ import annotations
@@ -245,7 +245,7 @@ def launch(device: str, suite: str, out_dir: Path, nproc: int, *, time_budget_s:
     out_dir = Path(out_dir)
     before = len(read_rows(out_dir / MEASUREMENTS))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc_per_node", str(nproc), "-m", "perfmodel.calibrate.collectives",
+           "--nproc_per_node", str(nproc), "-m", "perfmodel.measure.collectives",
            "--out", str(out_dir), "--device", device, "--suite", suite,
            "--time-budget", f"{max(1.0, time_budget_s):.1f}", *(extra_args or [])]
     env = force_multicast_off(os.environ.copy())
@@ -380,7 +380,7 @@ def candidates(op: str, dist, group, world: int, rank: int, x) -> list[Callable[
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m perfmodel.calibrate.collectives",
+    ap = argparse.ArgumentParser(prog="python -m perfmodel.measure.collectives",
                                  description="collective and overlap benchmarks (one process a rank; "
                                              "--plan prints the cases without torch)")
     ap.add_argument("--out", default=None)
@@ -735,7 +735,7 @@ class _Worker:
 
     def measure_tp_layer(self, p: dict, group, row: dict) -> None:
         """A decoder layer shard with its two all-reduces over the group (plain PyTorch, as the layer family
-        runs it: perfmodel.calibrate.layers)."""
+        runs it: perfmodel.measure.layers)."""
         import torch.nn.functional as F
 
         from . import layers as L
@@ -794,7 +794,7 @@ class _Worker:
             row["bus_bytes"] = bus_bytes(op, nbytes, w)
         elif kind == "tp_layer":
             row["group"] = f"{p['model']}-tp{p['tp']}"
-            row["flops"] = row["bytes"] = None  # filled by the measurement (perfmodel.calibrate.layers counts)
+            row["flops"] = row["bytes"] = None  # filled by the measurement (perfmodel.measure.layers counts)
         else:
             row["group"] = f"overlap-{p['method']}-w{p['world_size']}"
             row["flops"] = 2.0 * p["m"] * p["n"] * p["k"]
@@ -871,47 +871,6 @@ class _Worker:
             self.dist.destroy_process_group()
         except Exception:
             pass
-
-
-def predict_tp_layer(params: dict, hw, prof) -> tuple[float, float]:
-    """(predicted seconds, of which the two all-reduces) of a measured tp_layer row: the shard as
-    :func:`perfmodel.calibrate.fit.predict_layer` times it, plus the layer's collectives as the projection
-    times them, run after their GEMMs (plain PyTorch does not overlap them) and, eagerly, each issued by the
-    host (perfmodel.step_accounting: the host floor on collectives)."""
-    # the model, imported here: the worker that measures these rows runs under torchrun and loads none of it
-    from ..projection import evaluate_step
-    from ..step_accounting import Rules, account
-    from .fit import layer_model, layer_scenario, layer_step, predict_layer
-
-    shard = predict_layer(params, hw, prof)
-    sc = layer_scenario(params).with_(tp=int(params["tp"]), overlap=0.0).for_hardware(hw)
-    ph = evaluate_step(layer_model(params), hw, sc, prof, layer_step(params))
-    acc = account(ph.times, Rules.of(sc, ph.name, host_floor_collectives=True), prof, hw=hw, world=sc.gpus)
-    comm = float(acc.total([s.op.scope == "layer" and s.collective for s in acc.ops]))
-    return shard + comm, comm
-
-
-def validate_tp_layers(rows: list[dict], hw, prof) -> dict:
-    """Error of the model on the measured tp_layer rows, per phase: median and max absolute error, and each row."""
-    import math
-    import statistics
-
-    out: dict = {"rows": []}
-    for r in rows:
-        t = r.get("time_s") if isinstance(r, dict) else None
-        if r.get("kind") != "tp_layer" or r.get("error") or not isinstance(t, (int, float)) or not (t > 0 and math.isfinite(t)):
-            continue
-        try:
-            pred, comm = predict_tp_layer(r["params"], hw, prof)
-        except (KeyError, TypeError, ValueError):
-            continue
-        out["rows"].append({"id": r["id"], "phase": r["params"]["phase"], "tp": r["params"]["tp"], "measured_s": float(t),
-                            "predicted_s": pred, "predicted_comm_s": comm, "error": pred / float(t) - 1.0})
-    for phase in ("prefill", "decode"):
-        errs = [abs(x["error"]) for x in out["rows"] if x["phase"] == phase]
-        if errs:
-            out[phase] = {"n": len(errs), "median_abs_error": statistics.median(errs), "max_abs_error": max(errs)}
-    return out
 
 
 def worker(argv: list[str] | None = None) -> int:

@@ -2,7 +2,7 @@
 
 Two kinds of case (``Case`` from :mod:`.shapes`, rows like every other family's):
 
-- ``train_kernel`` (fitted by :mod:`perfmodel.train.fit`), ``params["op"]`` one of
+- ``train_kernel`` (fitted by :mod:`perfmodel.fit.training`), ``params["op"]`` one of
   ``gemm_fwd`` / ``gemm_dgrad`` / ``gemm_wgrad`` (the three GEMMs of ``F.linear``'s forward and backward,
   in autograd's layouts: ``x @ w.T``, ``dy @ w``, ``dy.T @ x``; ``m, n, k`` are the forward's
   ``x[m,k] @ w[k,n]``), ``sdpa_bwd`` (fused attention backward under one SDPA backend forced, or the
@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .shapes import Case, _Cases
+from .shapes import Case, Cases
 
 KINDS = ("train_kernel", "train_step")
 SDPA_BACKENDS = ("default", "flash", "cudnn", "efficient")
@@ -67,7 +67,7 @@ def training_cases(suite: str, device: str) -> list[Case]:
     if suite not in ("quick", "full"):
         raise ValueError(f"suite must be 'quick' or 'full', not {suite!r}")
     cuda = device.startswith("cuda")
-    cs = _Cases()
+    cs = Cases()
     for g, m, n, k in _linear_shapes(suite):
         for op in ("gemm_fwd", "gemm_dgrad", "gemm_wgrad"):
             cs.add("train_kernel", {"op": op, "m": m, "n": n, "k": k, "dtype": "bf16"}, g)

@@ -25,9 +25,13 @@ import math
 
 import numpy as np
 
+from ..energy.model import default_power, flop_energy, op_energy
 from ..errors import InputError
+from ..graph import Step
 from ..ops import COMM_KINDS, COMPUTE_KINDS
-from .model import default_power, flop_energy, op_energy
+from ..projection import evaluate_step
+from ..scenario import Scenario
+from .layers import layer_model, predict_layer
 
 AT_LIMIT = 0.97  # a row at or above this share of its power limit is counted as power-capped (report only)
 # weight of the prior (documented values, static power at the idle row's) against relative errors of rows:
@@ -63,11 +67,6 @@ def _finite_positive(r: dict, key: str) -> bool:
 
 def _layer_parts(params: dict, hw, prof):
     """A measured decoder layer's timed ops (one TP shard, no collectives), as the latency model builds it."""
-    from ..calibrate.fit import layer_model
-    from ..graph import Step
-    from ..projection import evaluate_step
-    from ..scenario import Scenario
-
     dtype = params.get("dtype", "bf16")
     sc = Scenario(tp=int(params.get("tp", 1)), dtype=dtype, act_dtype=dtype, kv_dtype=dtype,
                   launch="graph" if params.get("graph") else "eager", kernels="torch")
@@ -221,7 +220,6 @@ def _errors(pred, meas) -> dict:
 
 def _validate_held_out(held: list[_Row], params: dict, limit_w: float, hw, prof) -> dict:
     """Held-out rows: with the measured time, and end to end with the latency model's time."""
-    from ..calibrate.fit import predict_layer
 
     rows = []
     for r in held:

@@ -1,4 +1,5 @@
-"""Fit the latency model's own parameters to measured microkernels (``perfmodel fit DIR``).
+"""Fit the latency model's own kernel parameters to measured microkernels (``perfmodel fit DIR`` runs it
+through :mod:`perfmodel.fit.directory`).
 
 The fitter never stores times: it finds the :class:`~perfmodel.profile.Profile` parameters (GEMM tile
 efficiency, K-loop overhead, per-format fraction of peak, memory-kernel alpha and beta, attention block
@@ -13,11 +14,8 @@ bands (P10/P50/P90) that projections carry. Whole decoder layers are never fitte
 from __future__ import annotations
 
 import hashlib
-import json
 import math
-import time
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -25,18 +23,10 @@ from ..cost.gemm import gemm_format
 from ..cost.memory import memory_time
 from ..dtypes import bytes_per_element
 from ..errors import InputError
-from ..graph import Step
-from ..io import write_text_atomic
-from ..models import Model
 from ..predict import op_from_params
-from ..profile import DEFAULTS, MEMORY_OP_KINDS, Profile, save_profile
-from ..projection import evaluate_step
-from ..scenario import Scenario
+from ..profile import DEFAULTS, MEMORY_OP_KINDS, Profile
 from ..spec import HardwareSpec
-from ..energy.fit import fit_power
-from ..energy.fit import report_text as power_text
-from ..train.fit import fit_training, training_markdown
-from .store import ENVIRONMENT, MEASUREMENTS, read_rows
+
 
 FIT_KINDS = ("gemm", "attention") + MEMORY_OP_KINDS
 MIN_ATTENTION_ROWS = 8  # a backend measured on fewer training shapes keeps its defaults
@@ -435,105 +425,9 @@ def fit_launch(prof: Profile, launches: list[dict]) -> Profile:
     return prof.with_(**kw) if kw else prof
 
 
-COMM_SIZE_CLASSES = ((0.0, 64 * 1024, "latency (<= 64 KiB)"), (64 * 1024, 16 * 2**20, "middle"),
-                     (16 * 2**20, float("inf"), "bandwidth (> 16 MiB)"))  # by per-rank buffer bytes
-MIN_COMM_SIZES = 3  # a collective at one world size measured at fewer sizes keeps the defaults
-
-
-def _comm_rows(rows: list[dict]) -> list[dict]:
-    from ..cost.comm import COLLECTIVE_KINDS
-
-    out, seen = [], set()
-    for r in rows:
-        if not well_formed(r) or r.get("error") or r.get("kind") != "collective" or r["id"] in seen:
-            continue
-        p = r["params"]
-        w, b = p.get("world_size"), p.get("bytes")
-        if p.get("op") not in COLLECTIVE_KINDS or not isinstance(w, int) or isinstance(w, bool) or w < 2:
-            continue
-        if not (isinstance(b, (int, float)) and not isinstance(b, bool) and math.isfinite(b) and b > 0):
-            continue
-        seen.add(r["id"])
-        out.append(r)
-    return out
-
-
-def fit_collectives(prof: Profile, rows: list[dict], hw: HardwareSpec) -> tuple[Profile, dict]:
-    """Alpha and bus bandwidth of every collective at every measured world size (``Profile.comm_alpha_s``,
-    ``comm_eta``: bus bandwidth / the spec's scale-up bandwidth), and the overlap parameters
-    (``Profile.overlap``, :func:`perfmodel.cost.overlap.fit_overlap`), from the suite's collective and
-    overlap rows. Per (collective, world size): time = alpha + bus_bytes / bus_bandwidth, by non-negative
-    least squares weighted by 1/time (relative error, so small messages count as much as large ones).
-    The report (``provenance["collectives"]``) gives each fit's bus bandwidth, rows and its error per size
-    class, the overlap checks, and the error on whole TP layers (``tp_layer`` rows: predicted, never
-    fitted). Rows of one backend only: NCCL where there are any (gloo rows are a CPU code-path test)."""
-    from scipy.optimize import nnls
-
-    from ..cost.comm import bus_factor
-    from ..cost.overlap import fit_overlap
-    from .collectives import validate_tp_layers
-
-    all_comms = _comm_rows(rows)
-    backends = {r["params"].get("backend") for r in all_comms}
-    backend = "nccl" if "nccl" in backends else (sorted(b for b in backends if b) or [None])[0]
-    comms = [r for r in all_comms if r["params"].get("backend") == backend]
-    by_key: dict[str, list[dict]] = {}
-    for r in comms:
-        by_key.setdefault(f"{r['params']['op']}:{r['params']['world_size']}", []).append(r)
-    # beside NCCL, a serving engine's own all-reduce (TensorRT-LLM's one-shot/two-shot kernels, vLLM's and
-    # SGLang's custom all-reduce), imported from the engine's tables: fitted as engine_all_reduce, and a
-    # projection takes the faster of the two at each size, as the engines' automatic choice does
-    if backend == "nccl":
-        for r in all_comms:
-            b = r["params"].get("backend")
-            if b not in ("nccl", "gloo", None) and r["params"]["op"] == "all_reduce":
-                by_key.setdefault(f"engine_all_reduce:{r['params']['world_size']}", []).append(r)
-    alpha, eta, fits = dict(prof.comm_alpha_s), dict(prof.comm_eta), {}
-    for key, rs in sorted(by_key.items()):
-        if len({r["params"]["bytes"] for r in rs}) < MIN_COMM_SIZES:
-            continue
-        op, w = key.split(":")[0], int(key.split(":")[1])
-        op = "all_reduce" if op == "engine_all_reduce" else op
-        # bus bytes of the per-rank input (all_gather: the gathered output is w times it)
-        full = np.array([float(r["params"]["bytes"]) * (w if op == "all_gather" else 1) for r in rs])
-        bus = bus_factor(op, w) * full
-        t = np.array([float(r["time_s"]) for r in rs])
-        a = np.stack([np.ones_like(bus), bus], axis=1) / t[:, None]
-        (a0, inv_bw), _ = nnls(a, np.ones_like(t))
-        if not (a0 > 0 and inv_bw > 0):
-            continue  # a degenerate fit (e.g. all sizes latency-bound): keep the defaults for this key
-        bw = 1.0 / inv_bw
-        pred = a0 + bus * inv_bw
-        err = pred / t - 1.0
-        classes = {}
-        for lo, hi, name in COMM_SIZE_CLASSES:
-            sel = [abs(e) for e, r in zip(err, rs) if lo < float(r["params"]["bytes"]) <= hi]
-            if sel:
-                classes[name] = {"n": len(sel), "median_abs_error": float(np.median(sel)), "max_abs_error": float(max(sel))}
-        alpha[key] = float(a0)
-        eta[key] = float(min(bw / hw.scaleup_bandwidth, 2.0))
-        fits[key] = {"alpha_s": float(a0), "bus_bw_B_s": float(bw), "eta": eta[key], "rows": len(rs),
-                     "median_abs_error": float(np.median(np.abs(err))), "size_classes": classes}
-    def multi_rank(r, kind):  # a one-rank smoke test (--worlds 1) measures no communication
-        p = r.get("params") if isinstance(r, dict) and r.get("kind") == kind else None
-        return (isinstance(p, dict) and isinstance(p.get("world_size"), int) and p["world_size"] >= 2
-                and (backend is None or p.get("backend") == backend))
-
-    overlap, overlap_report = fit_overlap([r for r in rows if multi_rank(r, "overlap")])
-    if fits or overlap:
-        prof = prof.with_(comm_alpha_s=alpha, comm_eta=eta, overlap={**prof.overlap, **overlap})
-    tp_rows = [r for r in rows if multi_rank(r, "tp_layer")]
-    tp_layers = validate_tp_layers(tp_rows, hw, prof) if tp_rows else {}
-    if not (fits or overlap or tp_layers.get("rows")):
-        return prof, {}
-    # whole TP layers (with their all-reduces) are predicted, never fitted: their error is the check
-    return prof, {"backend": backend, "rows": sum(len(v) for v in by_key.values()), "fits": fits, "link_bandwidth_B_s": hw.scaleup_bandwidth,
-                  "overlap": overlap_report, "tp_layers": tp_layers}
-
-
 # --- validation -------------------------------------------------------------------------------------
 
-def _errors(pred, meas) -> dict:
+def error_summary(pred, meas) -> dict:
     err = np.abs(pred / meas - 1.0)
     return {"n": int(len(err)), "median_abs_error": float(np.median(err)) if len(err) else None,
             "p90_abs_error": float(np.percentile(err, 90)) if len(err) else None}
@@ -570,51 +464,8 @@ def validate_cases(cases: list[Case], hw: HardwareSpec, prof: Profile) -> tuple[
         for cls in order:
             sel = [r for r in rows if r["class"] == cls and r["held_out"] == (split == "held_out")]
             if sel:
-                summary.setdefault(split, {})[cls] = _errors(np.array([r["predicted_s"] for r in sel]),
+                summary.setdefault(split, {})[cls] = error_summary(np.array([r["predicted_s"] for r in sel]),
                                                              np.array([r["measured_s"] for r in sel]))
-    return summary, rows
-
-
-def layer_model(params: dict) -> Model:
-    return Model(key=str(params.get("model", "layer")), name=str(params.get("model", "layer")), family="llama",
-                 hidden=int(params["hidden"]), layers=1, heads=int(params["heads"]), kv_heads=int(params["kv_heads"]),
-                 head_dim=int(params["head_dim"]), intermediate=int(params["intermediate"]), vocab=32000)
-
-
-def layer_scenario(params: dict) -> Scenario:
-    """The scenario a measured layer row ran under: plain PyTorch, launched eagerly or replayed from a graph."""
-    dt = params.get("dtype", "bf16")
-    return Scenario(tp=int(params.get("tp", 1)), dtype=dt, act_dtype=dt, kv_dtype=dt,
-                    launch="graph" if params.get("graph") else "eager", kernels="torch")
-
-
-def layer_step(params: dict) -> Step:
-    if params["phase"] == "prefill":
-        return Step("prefill", int(params["batch"]), int(params["seq"]), 0)
-    return Step("decode", int(params["batch"]), 1, int(params["context"]))
-
-
-def predict_layer(params: dict, hw: HardwareSpec, prof: Profile) -> float:
-    """A measured decoder layer (one TP shard, no all-reduce) as the projection would time it: the shares of the
-    step (perfmodel.step_accounting) of its layer's ops other than collectives."""
-    acc = evaluate_step(layer_model(params), hw, layer_scenario(params), prof, layer_step(params)).account
-    return float(acc.total([s.op.scope == "layer" and not s.collective for s in acc.ops]))
-
-
-def validate_layers(layers: list[dict], hw: HardwareSpec, prof: Profile) -> tuple[dict, list[dict]]:
-    rows = []
-    for r in layers:
-        try:
-            pred = predict_layer(r["params"], hw, prof)
-        except (KeyError, ValueError, InputError):
-            continue
-        rows.append({"id": r["id"], "phase": r["params"]["phase"], "graph": bool(r["params"].get("graph")),
-                     "measured_s": float(r["time_s"]), "predicted_s": pred, "error": pred / float(r["time_s"]) - 1.0})
-    summary = {}
-    for phase in ("prefill", "decode"):
-        sel = [x for x in rows if x["phase"] == phase]
-        if sel:
-            summary[phase] = _errors(np.array([x["predicted_s"] for x in sel]), np.array([x["measured_s"] for x in sel]))
     return summary, rows
 
 
@@ -658,170 +509,3 @@ def dispatch_defaults(rows: list[dict], base: Profile) -> tuple[dict, dict]:
         if best in KERNELS:
             chosen[phase] = best
     return chosen, seen
-
-
-# --- the command ------------------------------------------------------------------------------------
-
-def _environment(path: Path) -> dict:
-    """The device description of environment.json; empty when the file is missing or unreadable (a run
-    killed while writing it): the rows carry the same description."""
-    import sys
-
-    if not path.is_file():
-        return {}
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
-        print(f"perfmodel: warning: {path} is not readable JSON; using the rows' environment", file=sys.stderr)
-        return {}
-    if not isinstance(doc, dict):
-        return {}
-    env = doc.get("env", doc)  # the suite nests the device description under "env"
-    return env if isinstance(env, dict) else {}
-
-
-def _families_measured(cases, launches, comm_info, training, power) -> list[str]:
-    """The cost-model families this folder's rows measured (perfmodel.evidence picks each family's source by
-    them): a family fitted from defaults alone is not listed."""
-    out = []
-    if any(c.kind == "gemm" for c in cases):
-        out.append("gemm")
-    if any(c.kind == "attention" for c in cases):
-        out.append("attention")
-    # kernels that come with another family (the cache write with attention, input quantization with the GEMMs)
-    # do not make a folder a source of the memory family
-    if any(c.kind in MEMORY_OP_KINDS and c.kind not in ("kv_write", "quantize") for c in cases):
-        out.append("memory")
-    if any(c.kind == "moe" for c in cases):
-        out.append("moe")
-    if launches:
-        out.append("launch")
-    if comm_info.get("fits"):
-        out.append("comm")
-    if training.get("rows"):
-        out.append("training")
-    if power is not None:
-        out.append("power")
-    return out
-
-
-def _import_provenance(path: Path) -> dict:
-    """Where imported measurements came from (``environment.json``'s ``import`` object), or nothing."""
-    if not path.is_file():
-        return {}
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
-        return {}
-    imp = doc.get("import") if isinstance(doc, dict) else None
-    return imp if isinstance(imp, dict) else {}
-
-
-def match_spec(env: dict, arch: str | None) -> HardwareSpec:
-    from ..spec import list_specs, load_spec
-
-    if arch:
-        return load_spec(arch)
-    if isinstance(env.get("spec_key"), str) and env["spec_key"]:  # imported tables name their spec
-        return load_spec(env["spec_key"])
-    name = str(env.get("device_name", "")).lower()
-    words = set(name.replace("nvidia", "").split())
-    best = None
-    for s in list_specs():
-        sw = set(s.name.lower().replace("nvidia", "").split())
-        if words and words <= sw and (best is None or len(sw) < len(set(best.name.lower().split()))):
-            best = s
-    if best is None:
-        raise InputError(f"no hardware spec matches device {env.get('device_name')!r}; pass --arch", field="--arch")
-    return best
-
-
-def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, seed: int = 0) -> str:
-    d = Path(directory)
-    path = d / MEASUREMENTS
-    if not path.is_file() and (d / (MEASUREMENTS + ".gz")).is_file():
-        path = d / (MEASUREMENTS + ".gz")  # imported tables ship compressed
-    if not path.is_file():
-        raise InputError(f"no {MEASUREMENTS} here; run `perfmodel calibrate --out {d}` (or `perfmodel import`) "
-                         "first", file=str(d))
-    if not (isinstance(holdout, (int, float)) and math.isfinite(holdout) and 0.0 <= holdout < 1.0):
-        raise InputError(f"expected a share in [0, 1), got {holdout!r}", field="--holdout")
-    rows = read_rows(path)
-    imported = _import_provenance(d / ENVIRONMENT)
-    env = _environment(d / ENVIRONMENT)
-    if not env:
-        env = next((r["env"] for r in rows if isinstance(r, dict) and isinstance(r.get("env"), dict)), {})
-    hw = match_spec(env, spec)
-    started = time.time()
-    cases, layers, launches, comms = load_cases(rows, holdout, seed)
-    if not cases and not comms:
-        raise InputError("no usable measurements to fit", file=str(path))
-    attn_default, dispatch_seen = dispatch_defaults(rows, DEFAULTS)
-    prof = fit_profile(cases, hw, DEFAULTS.with_(attn_default=attn_default))
-    prof = fit_launch(prof, launches)
-    prof, comm_info = fit_collectives(prof, rows, hw)
-    summary, val_rows = validate_cases(cases, hw, prof)
-    layer_summary, layer_rows = validate_layers(layers, hw, prof)
-    prof, training = fit_training(prof, rows, hw)
-    power = None
-    if any(r.get("kind") == "power" for r in rows if isinstance(r, dict)):
-        prof, power = fit_power(prof, rows, hw)
-    formats = sorted({c.params["dtype"] for c in cases if c.kind == "gemm"})
-    validation = {"ops": summary, "layers": layer_summary, "holdout_share": holdout, "seed": seed,
-                  "training": {k: v for k, v in training.items() if k in ("rows", "train_step_summary")}}
-    if power is not None:
-        validation["power"] = prof.validation["power"]
-    prof = prof.with_(
-        name=d.name, fitted=True, device=str(env.get("device_name", "")), spec_key=hw.key,
-        engine=str(env.get("engine") or "torch"),
-        description=f"fitted to {len(cases)} measured shapes ({sum(c.held_out for c in cases)} held out) "
-                    f"on {env.get('device_name', 'unknown device')}",
-        residual_quantiles=residual_quantiles(val_rows, DEFAULTS),
-        validation=validation,
-        provenance={"environment": env, "measurements": str(path.name), "rows": len(rows),
-                    "measured_formats": formats, "collectives": comm_info, "fit_seconds": round(time.time() - started, 2),
-                    "attention_dispatch": dispatch_seen,
-                    "measured_families": _families_measured(cases, launches, comm_info, training, power),
-                    "module_kernels": sorted({"kv_write" for c in cases if c.params.get("includes") == "kv_write"}
-                                             | {"quantize" for c in cases if c.kind == "quantize"}),
-                    "attention_backends": sorted({c.backend for c in cases if c.kind == "attention"}),
-                    "command": f"perfmodel fit {d}" + (f" --arch {spec}" if spec else ""),
-                    **({"import": imported} if imported else {})},
-    )
-    save_profile(prof, d / "profile.json")
-    per_row = json.dumps({"summary": validation, "ops": val_rows, "layers": layer_rows, "training": training,
-                          "power": power}, indent=1, allow_nan=False) + "\n"
-    if path.suffix == ".gz":  # imported tables: thousands of rows, kept compressed like their measurements
-        import gzip
-
-        from ..io import write_bytes_atomic
-
-        write_bytes_atomic(d / "validation.json.gz", gzip.compress(per_row.encode("utf-8"), mtime=0))
-    else:
-        write_text_atomic(d / "validation.json", per_row)
-    text = validation_markdown(prof, hw) + "\n" + training_markdown(training)
-    if power is not None:
-        text += "\n## Power\n\n```\n" + power_text(power) + "\n```\n"
-    write_text_atomic(d / "validation.md", text)
-    return text
-
-
-def validation_markdown(prof: Profile, hw: HardwareSpec) -> str:
-    v = prof.validation
-    lines = [f"# Calibration `{prof.name}` on {prof.device or hw.name}", "",
-             f"{prof.description}. Spec: `{hw.key}`.", "",
-             "| split | class | shapes | median abs error | P90 abs error |", "|---|---|---|---|---|"]
-    for split in ("held_out", "train"):
-        for cls, e in v.get("ops", {}).get(split, {}).items():
-            lines.append(f"| {split} | {cls} | {e['n']} | {e['median_abs_error']:.1%} | {e['p90_abs_error']:.1%} |")
-    for phase, e in v.get("layers", {}).items():
-        lines.append(f"| whole layers | {phase} | {e['n']} | {e['median_abs_error']:.1%} | {e['p90_abs_error']:.1%} |")
-    lines.append("")
-    lines.append("Fitted parameters (`*_eta`: ratios to the datasheet's dense rate or to the bandwidth; a compute")
-    lines.append("ratio may pass 1 because datasheet rates are quoted at a sustained clock below the maximum boost):")
-    lines.append("")
-    skip = {"validation", "provenance", "residual_quantiles", "description"}
-    for k, val in asdict(prof).items():
-        if k not in skip:
-            lines.append(f"- `{k}`: {json.dumps(val)}")
-    return "\n".join(lines) + "\n"

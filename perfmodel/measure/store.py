@@ -34,14 +34,14 @@ def make_id(kind: str, params: dict[str, Any]) -> str:
     return "|".join(parts)
 
 
-def _clean(value: Any) -> Any:
+def clean_json(value: Any) -> Any:
     """JSON-safe: NaN/inf become None (json would write bare NaN, which strict readers reject)."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {str(k): clean_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [clean_json(v) for v in value]
     return value
 
 
@@ -118,7 +118,7 @@ class Store:
         return row_id in self.done
 
     def append(self, row: dict[str, Any]) -> None:
-        line = json.dumps(_clean(row), sort_keys=False, default=str) + "\n"
+        line = json.dumps(clean_json(row), sort_keys=False, default=str) + "\n"
         with open(self.path, "a", encoding="utf-8") as fh:
             fh.write(line)
             fh.flush()
@@ -135,4 +135,4 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     """Write ``obj`` as JSON to a temp file in the same folder, fsync, then os.replace it in."""
     from ..io import write_text_atomic
 
-    write_text_atomic(path, json.dumps(_clean(obj), indent=2, sort_keys=True, default=str) + "\n")
+    write_text_atomic(path, json.dumps(clean_json(obj), indent=2, sort_keys=True, default=str) + "\n")

@@ -1,0 +1,189 @@
+"""``perfmodel fit DIR``: fit a profile to a folder of measurements (``measurements.jsonl``, written by
+``perfmodel calibrate`` or ``perfmodel import``): the kernels' latency parameters, launch costs, collectives,
+training kernels and power, each validated; writes ``profile.json``, ``validation.json`` and ``validation.md``."""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from ..errors import InputError
+from ..io import write_text_atomic
+from ..measure.store import ENVIRONMENT, MEASUREMENTS, read_rows
+from ..profile import DEFAULTS, MEMORY_OP_KINDS, Profile, save_profile
+from ..spec import HardwareSpec
+from .collectives import fit_collectives
+from .latency import dispatch_defaults, fit_launch, fit_profile, load_cases, residual_quantiles, validate_cases
+from .layers import validate_layers
+from .power import fit_power
+from .power import report_text as power_text
+from .training import fit_training, training_markdown
+
+
+# --- the command ------------------------------------------------------------------------------------
+
+def read_environment(path: Path) -> dict:
+    """The device description of environment.json; empty when the file is missing or unreadable (a run
+    killed while writing it): the rows carry the same description."""
+    import sys
+
+    if not path.is_file():
+        return {}
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+        print(f"perfmodel: warning: {path} is not readable JSON; using the rows' environment", file=sys.stderr)
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    env = doc.get("env", doc)  # the suite nests the device description under "env"
+    return env if isinstance(env, dict) else {}
+
+
+def _families_measured(cases, launches, comm_info, training, power) -> list[str]:
+    """The cost-model families this folder's rows measured (perfmodel.evidence picks each family's source by
+    them): a family fitted from defaults alone is not listed."""
+    out = []
+    if any(c.kind == "gemm" for c in cases):
+        out.append("gemm")
+    if any(c.kind == "attention" for c in cases):
+        out.append("attention")
+    # kernels that come with another family (the cache write with attention, input quantization with the GEMMs)
+    # do not make a folder a source of the memory family
+    if any(c.kind in MEMORY_OP_KINDS and c.kind not in ("kv_write", "quantize") for c in cases):
+        out.append("memory")
+    if any(c.kind == "moe" for c in cases):
+        out.append("moe")
+    if launches:
+        out.append("launch")
+    if comm_info.get("fits"):
+        out.append("comm")
+    if training.get("rows"):
+        out.append("training")
+    if power is not None:
+        out.append("power")
+    return out
+
+
+def _import_provenance(path: Path) -> dict:
+    """Where imported measurements came from (``environment.json``'s ``import`` object), or nothing."""
+    if not path.is_file():
+        return {}
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+        return {}
+    imp = doc.get("import") if isinstance(doc, dict) else None
+    return imp if isinstance(imp, dict) else {}
+
+
+def match_spec(env: dict, arch: str | None) -> HardwareSpec:
+    from ..spec import list_specs, load_spec
+
+    if arch:
+        return load_spec(arch)
+    if isinstance(env.get("spec_key"), str) and env["spec_key"]:  # imported tables name their spec
+        return load_spec(env["spec_key"])
+    name = str(env.get("device_name", "")).lower()
+    words = set(name.replace("nvidia", "").split())
+    best = None
+    for s in list_specs():
+        sw = set(s.name.lower().replace("nvidia", "").split())
+        if words and words <= sw and (best is None or len(sw) < len(set(best.name.lower().split()))):
+            best = s
+    if best is None:
+        raise InputError(f"no hardware spec matches device {env.get('device_name')!r}; pass --arch", field="--arch")
+    return best
+
+
+def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, seed: int = 0) -> str:
+    d = Path(directory)
+    path = d / MEASUREMENTS
+    if not path.is_file() and (d / (MEASUREMENTS + ".gz")).is_file():
+        path = d / (MEASUREMENTS + ".gz")  # imported tables ship compressed
+    if not path.is_file():
+        raise InputError(f"no {MEASUREMENTS} here; run `perfmodel calibrate --out {d}` (or `perfmodel import`) "
+                         "first", file=str(d))
+    if not (isinstance(holdout, (int, float)) and math.isfinite(holdout) and 0.0 <= holdout < 1.0):
+        raise InputError(f"expected a share in [0, 1), got {holdout!r}", field="--holdout")
+    rows = read_rows(path)
+    imported = _import_provenance(d / ENVIRONMENT)
+    env = read_environment(d / ENVIRONMENT)
+    if not env:
+        env = next((r["env"] for r in rows if isinstance(r, dict) and isinstance(r.get("env"), dict)), {})
+    hw = match_spec(env, spec)
+    started = time.time()
+    cases, layers, launches, comms = load_cases(rows, holdout, seed)
+    if not cases and not comms:
+        raise InputError("no usable measurements to fit", file=str(path))
+    attn_default, dispatch_seen = dispatch_defaults(rows, DEFAULTS)
+    prof = fit_profile(cases, hw, DEFAULTS.with_(attn_default=attn_default))
+    prof = fit_launch(prof, launches)
+    prof, comm_info = fit_collectives(prof, rows, hw)
+    summary, val_rows = validate_cases(cases, hw, prof)
+    layer_summary, layer_rows = validate_layers(layers, hw, prof)
+    prof, training = fit_training(prof, rows, hw)
+    power = None
+    if any(r.get("kind") == "power" for r in rows if isinstance(r, dict)):
+        prof, power = fit_power(prof, rows, hw)
+    formats = sorted({c.params["dtype"] for c in cases if c.kind == "gemm"})
+    validation = {"ops": summary, "layers": layer_summary, "holdout_share": holdout, "seed": seed,
+                  "training": {k: v for k, v in training.items() if k in ("rows", "train_step_summary")}}
+    if power is not None:
+        validation["power"] = prof.validation["power"]
+    prof = prof.with_(
+        name=d.name, fitted=True, device=str(env.get("device_name", "")), spec_key=hw.key,
+        engine=str(env.get("engine") or "torch"),
+        description=f"fitted to {len(cases)} measured shapes ({sum(c.held_out for c in cases)} held out) "
+                    f"on {env.get('device_name', 'unknown device')}",
+        residual_quantiles=residual_quantiles(val_rows, DEFAULTS),
+        validation=validation,
+        provenance={"environment": env, "measurements": str(path.name), "rows": len(rows),
+                    "measured_formats": formats, "collectives": comm_info, "fit_seconds": round(time.time() - started, 2),
+                    "attention_dispatch": dispatch_seen,
+                    "measured_families": _families_measured(cases, launches, comm_info, training, power),
+                    "module_kernels": sorted({"kv_write" for c in cases if c.params.get("includes") == "kv_write"}
+                                             | {"quantize" for c in cases if c.kind == "quantize"}),
+                    "attention_backends": sorted({c.backend for c in cases if c.kind == "attention"}),
+                    "command": f"perfmodel fit {d}" + (f" --arch {spec}" if spec else ""),
+                    **({"import": imported} if imported else {})},
+    )
+    save_profile(prof, d / "profile.json")
+    per_row = json.dumps({"summary": validation, "ops": val_rows, "layers": layer_rows, "training": training,
+                          "power": power}, indent=1, allow_nan=False) + "\n"
+    if path.suffix == ".gz":  # imported tables: thousands of rows, kept compressed like their measurements
+        import gzip
+
+        from ..io import write_bytes_atomic
+
+        write_bytes_atomic(d / "validation.json.gz", gzip.compress(per_row.encode("utf-8"), mtime=0))
+    else:
+        write_text_atomic(d / "validation.json", per_row)
+    text = validation_markdown(prof, hw) + "\n" + training_markdown(training)
+    if power is not None:
+        text += "\n## Power\n\n```\n" + power_text(power) + "\n```\n"
+    write_text_atomic(d / "validation.md", text)
+    return text
+
+
+def validation_markdown(prof: Profile, hw: HardwareSpec) -> str:
+    v = prof.validation
+    lines = [f"# Calibration `{prof.name}` on {prof.device or hw.name}", "",
+             f"{prof.description}. Spec: `{hw.key}`.", "",
+             "| split | class | shapes | median abs error | P90 abs error |", "|---|---|---|---|---|"]
+    for split in ("held_out", "train"):
+        for cls, e in v.get("ops", {}).get(split, {}).items():
+            lines.append(f"| {split} | {cls} | {e['n']} | {e['median_abs_error']:.1%} | {e['p90_abs_error']:.1%} |")
+    for phase, e in v.get("layers", {}).items():
+        lines.append(f"| whole layers | {phase} | {e['n']} | {e['median_abs_error']:.1%} | {e['p90_abs_error']:.1%} |")
+    lines.append("")
+    lines.append("Fitted parameters (`*_eta`: ratios to the datasheet's dense rate or to the bandwidth; a compute")
+    lines.append("ratio may pass 1 because datasheet rates are quoted at a sustained clock below the maximum boost):")
+    lines.append("")
+    skip = {"validation", "provenance", "residual_quantiles", "description"}
+    for k, val in asdict(prof).items():
+        if k not in skip:
+            lines.append(f"- `{k}`: {json.dumps(val)}")
+    return "\n".join(lines) + "\n"
