@@ -528,9 +528,14 @@ def active_experts(num_experts: int, top_k: int, routed_tokens):
     T is capped where (1 - k/E)^T reaches e^-700 (about 1e-304): beyond it the power underflows, which numpy
     takes as 0 but a spreadsheet (LibreOffice) reports as #NUM!; the cap changes no result by more than that."""
     keep = 1.0 - top_k / num_experts
-    if keep <= 0.0:  # every token visits every expert
-        return num_experts * (1.0 + 0.0 * routed_tokens)
-    cap = 700.0 / -math.log(keep)
+    if isinstance(keep, float):
+        if not 0.0 < keep < 1.0:  # every expert (keep 0) or none (keep 1): no underflow to cap
+            return num_experts * (1.0 - keep ** routed_tokens)
+        cap = 700.0 / -math.log(keep)
+    else:  # arrays of routings (the MoE fit)
+        k = np.asarray(keep, dtype=float)
+        with np.errstate(divide="ignore"):
+            cap = np.where((k > 0.0) & (k < 1.0), 700.0 / -np.log(np.clip(k, 1e-300, 1.0)), np.inf)
     return num_experts * (1.0 - keep ** O.backend_of(routed_tokens).minimum(routed_tokens, cap))
 
 
