@@ -34,6 +34,8 @@ SLOW = {
     "test_collectives.py::test_gloo_overlap_and_tp_layer_rows": "5 s: gloo processes started",
     # workbook recomputation by the formulas package (the rest of it is marked in tests/test_workbook.py)
     "test_engines.py::test_workbook_follows_an_overlap_method": "18 s: a whole workbook recomputed for one cell",
+    # a real spreadsheet: LibreOffice headless recalculates two MoE workbooks (skipped without soffice)
+    "test_workbook_libreoffice.py": "25 s: two workbooks exported and recalculated by LibreOffice",
     # the backtest carries and judges every calibrated family between two parts
     "test_next_generation.py::test_backtest_reports_every_family_and_the_own_profile": "4 s: full backtest",
 }
