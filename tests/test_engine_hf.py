@@ -75,3 +75,18 @@ def test_a_host_bound_decode_step_takes_the_host_time():
     # and a part with no host measurement of its own takes the lent machine's host (the host is not the GPU)
     assert scenario_host_costs(Scenario(engine="hf").for_hardware(resolve_hardware("b200")),
                                resolve_hardware("b200")) == host
+
+
+def test_calibrate_only_hf_names_what_it_needs(tmp_path, capsys):
+    # the hf family measures transformers' generate(); without transformers it says so in one line
+    pytest.importorskip("torch")
+    try:
+        import transformers  # noqa: F401
+        pytest.skip("transformers is installed: the family would run")
+    except ImportError:
+        pass
+    from perfmodel.cli import main
+
+    assert main(["calibrate", "--device", "cpu", "--only", "hf", "--out", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "transformers" in err[0]

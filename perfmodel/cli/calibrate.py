@@ -22,7 +22,8 @@ def register(sub) -> None:
     p.add_argument("--out", help="folder for measurements.jsonl (default calibration/<device>)")
     p.add_argument("--resume", action="store_true", help="carry on a killed run, skipping measured cases")
     p.add_argument("--nproc", type=int, default=1, help="processes for the collective benchmarks (torchrun)")
-    p.add_argument("--only", help="comma-separated families, e.g. gemm,copy")
+    p.add_argument("--only", help="comma-separated families, e.g. gemm,copy; hf: transformers generate() and its "
+                   "host costs (needs transformers), which --engine hf reads")
     p.add_argument("--time-budget", type=float, default=None, help="seconds; stop cleanly after this")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_calibrate)
@@ -67,6 +68,9 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_sustained)
 
 
+HF_FAMILY = "hf"  # --only hf: transformers' generate() and the host costs (perfmodel.measure.hf_generate)
+
+
 def cmd_calibrate(args) -> int:
     import math
     from pathlib import Path
@@ -74,10 +78,11 @@ def cmd_calibrate(args) -> int:
     from ..measure.shapes import FAMILIES
 
     only = {x.strip() for x in args.only.split(",") if x.strip()} if args.only else None
-    if only is not None and (not only or only - set(FAMILIES)):
-        raise InputError(f"unknown famil{'ies' if len(only - set(FAMILIES)) > 1 else 'y'} "
-                         f"{', '.join(sorted(only - set(FAMILIES))) or '(none given)'}; expected some of "
-                         f"{', '.join(FAMILIES)}", field="--only")
+    known = set(FAMILIES) | {HF_FAMILY}
+    if only is not None and (not only or only - known):
+        raise InputError(f"unknown famil{'ies' if len(only - known) > 1 else 'y'} "
+                         f"{', '.join(sorted(only - known)) or '(none given)'}; expected some of "
+                         f"{', '.join((*FAMILIES, HF_FAMILY))}", field="--only")
     if args.nproc < 1:
         raise InputError(f"expected a positive integer, got {args.nproc}", field="--nproc")
     if args.time_budget is not None and not (math.isfinite(args.time_budget) and args.time_budget > 0):
@@ -95,9 +100,28 @@ def cmd_calibrate(args) -> int:
                          "use --device cpu for the quick suite", field="--device")
     from ..measure.suite import run_suite
 
-    n = run_suite(args.device, args.suite, out, resume=args.resume, nproc=args.nproc, progress=not args.quiet,
-                  only=only, time_budget_s=args.time_budget)
-    print(f"{n} rows measured into {out / 'measurements.jsonl'}", file=sys.stderr)
+    if only is None or only - {HF_FAMILY}:
+        n = run_suite(args.device, args.suite, out, resume=args.resume, nproc=args.nproc, progress=not args.quiet,
+                      only=None if only is None else only - {HF_FAMILY}, time_budget_s=args.time_budget)
+        print(f"{n} rows measured into {out / 'measurements.jsonl'}", file=sys.stderr)
+    if only is not None and HF_FAMILY in only:
+        # Hugging Face generate() on small configs built from config.json (no weights): the host costs per
+        # kernel, step and request that --engine hf reads (perfmodel.host_costs), and whole-model validation rows
+        from ..measure import hf_generate
+
+        try:
+            import transformers  # noqa: F401  (here: only this family needs it)
+        except ImportError:
+            raise InputError("the hf family needs Hugging Face transformers: pip install transformers",
+                             field="--only") from None
+        hf_args = ["--out", str(out / "hf"), "--device", args.device]
+        if args.suite == "quick":
+            hf_args.append("--quick")
+        if args.time_budget is not None:
+            hf_args += ["--budget-s", str(args.time_budget)]
+        rc = hf_generate.main(hf_args)
+        print(f"HF generate() measured into {out / 'hf'}", file=sys.stderr)
+        return rc
     return 0
 
 
