@@ -628,3 +628,18 @@ def test_kv_capacity_of_linear_layers_and_of_the_sparse_indexer():
     v32, v3 = load_model("deepseek-v3.2"), load_model("deepseek-v3")
     fp8 = Scenario(tp=8, dtype="fp8").for_hardware(None)
     assert kv_bytes_per_token(v32, fp8) - kv_bytes_per_token(v3, fp8) == 61 * (128 + 4)
+
+
+def test_the_serving_block_pool_prices_windows_and_states_at_the_mean_length():
+    from perfmodel.resolve import resolve_hardware
+    from perfmodel.scenario import Scenario
+    from perfmodel.serve.steptime import kv_pool_blocks
+
+    hw = resolve_hardware("h200")
+    sc = Scenario(engine="vllm").for_hardware(hw)
+    oss = load_model("gpt-oss-120b")  # half its layers keep a 128-token window
+    every_token = kv_pool_blocks(oss, hw, sc, 256, 16)
+    at_mean = kv_pool_blocks(oss, hw, sc, 256, 16, mean_len=8192)
+    assert 1.8 < at_mean / every_token < 2.0  # the sliding half keeps 128 of 8,192 tokens
+    dense = load_model("llama-3.1-8b")
+    assert kv_pool_blocks(dense, hw, sc, 256, 16, mean_len=8192) == kv_pool_blocks(dense, hw, sc, 256, 16)

@@ -110,7 +110,7 @@ def build_instance(hw, model, sc, prof, reqs, role: str, opts: ServeOptions, pow
     cap = max_seqs_for(model, sc, hw, reqs)
     max_seqs = cap if max_seqs is None else max(1, min(int(max_seqs), sc.prefill_chunk))
     sc = sc.with_(prefill_chunk=step_budget(sc, max_seqs, reqs))
-    blocks = kv_pool_blocks(model, hw, sc, max_seqs, opts.block_size)
+    blocks = kv_pool_blocks(model, hw, sc, max_seqs, opts.block_size, mean_len=float(np.mean(reqs.isl + reqs.osl)))
     if blocks < 1:
         from .. import capacity
 

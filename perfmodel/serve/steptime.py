@@ -312,12 +312,20 @@ def exact_step(model, hw, sc, prof, n_dec: int, ctx_mean: float, pieces: list[tu
     return float(account(times, Rules.of(sc, launch=launch, **host_rules(sc, hw)), prof, hw=hw, world=sc.gpus).total())
 
 
-def kv_pool_blocks(model, hw, sc, max_seqs: int, block_size: int) -> int:
+def kv_pool_blocks(model, hw, sc, max_seqs: int, block_size: int, mean_len: float | None = None) -> int:
     """KV-cache blocks of ``block_size`` tokens in the engine's KV budget (perfmodel.capacity.memory: the
     engine's memory policy after the weights, a full prefill chunk of activations, ``max_seqs`` rows of
-    logits and the reserve)."""
+    logits and the reserve).
+
+    A block holds a token of every layer that keeps keys. Where layers keep less than every token (sliding or
+    chunked windows) or a fixed state instead (Gated DeltaNet), a block is priced at what a sequence of the
+    workload's mean length ``mean_len`` holds per token (the engines' hybrid KV managers pool the layer types
+    separately; one pool at the mean is the estimate)."""
     from .. import capacity
 
     mem = capacity.memory(model, sc.with_(isl=sc.prefill_chunk), max_seqs, hw)
-    per_block = capacity.kv_bytes_per_token(model, sc) * block_size
+    per_token = capacity.kv_bytes_per_token(model, sc)
+    if mean_len:
+        per_token = float(capacity.kv_bytes_per_sequence(model, sc, float(mean_len))) / float(mean_len)
+    per_block = per_token * block_size
     return max(int(math.floor(float(mem.kv_budget) / per_block)), 0)
