@@ -162,25 +162,22 @@ def summary_by_family(result: dict) -> dict:
     for fam, sides in sorted(pooled.items()):
         out[fam] = {}
         for side, xs in sides.items():
-            n = sum(x["n"] for x in xs)
-            # weighted median of the classes' medians (each class's rows count)
-            order = sorted(xs, key=lambda x: x["median_abs_error"])
-            acc, med = 0, order[-1]
-            for x in order:
-                acc += x["n"]
-                if acc >= n / 2:
-                    med = x
-                    break
-            order_s = sorted(xs, key=lambda x: x["signed_median"])
-            acc, smed = 0, order_s[-1]
-            for x in order_s:
-                acc += x["n"]
-                if acc >= n / 2:
-                    smed = x
-                    break
-            out[fam][side] = {"n": n, "median_abs_error": med["median_abs_error"], "signed_median": smed["signed_median"],
+            out[fam][side] = {"n": sum(x["n"] for x in xs),
+                              "median_abs_error": _weighted_median(xs, "median_abs_error"),
+                              "signed_median": _weighted_median(xs, "signed_median"),
                               "p90_abs_error": max(x["p90_abs_error"] for x in xs)}
     return out
+
+
+def _weighted_median(classes: list[dict], key: str) -> float:
+    """The median of the classes' ``key`` with each class weighted by its rows (``n``)."""
+    n = sum(x["n"] for x in classes)
+    acc = 0
+    for x in sorted(classes, key=lambda x: x[key]):
+        acc += x["n"]
+        if acc >= n / 2:
+            return x[key]
+    return max(x[key] for x in classes)
 
 
 def finite(x: float) -> bool:

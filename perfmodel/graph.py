@@ -267,9 +267,7 @@ def _hf_cache(op: O.Op, model: Model, step: Step, sc: Scenario, hq: int, hkv: in
     kv_b = _b(sc.kv)
     if sc.kv_cache == "dynamic":
         held = step.batch * (step.context + step.seq) * 2 * hkv * d * kv_b
-        return [O.elementwise("attn.cache_cat", "copy", reads=0, writes=0, flops_per_elem=0.0, elems=held / kv_b,
-                              dtype=sc.kv, phase=op.phase, count=op.count, extra_bytes=2.0 * held, kernels=2.0,
-                              params={"elems": held / kv_b})]
+        return [O.copy("attn.cache_cat", held, phase=op.phase, count=op.count, kernels=2.0)]
     keys = sc.isl + sc.osl
     ops = [dataclasses.replace(op, kernels=4.0)]  # arange, add_, two index_copy_
     if hq > hkv:

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import csv
 import functools
+import io
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import InputError
+from .io import read_input_text
 from .paths import calibration_dir
 
 GENERATE_STEP_KERNELS = 14  # kernels generate() launches a decode step outside the forward (kernels.csv, H200)
@@ -40,19 +42,23 @@ class HostCosts:
 
 
 # Documented defaults where nothing was measured: a bare eager launch costs about 9 us on the lent host
-# (host.csv, add_inplace) and a kernel inside a module's forward about twice that; estimates.
-DEFAULT = HostCosts(kernel_s=20e-6, step_s=GENERATE_STEP_KERNELS * 20e-6 + SYNCS_PER_STEP * 26e-6,
-                    request_s=10e-3, source="estimate: 20 us a kernel, generate()'s 14 kernels and 2 syncs a step, "
-                                            "10 ms a request")
-REQUEST_S = 10e-3  # estimate (module doc)
+# (host.csv, add_inplace) and a kernel inside a module's forward about twice that (estimate); the stopping
+# check's synchronisation 26 us (host.csv, bool_max_eq0); a request's setup (estimate, module doc).
+KERNEL_S = 20e-6
+SYNC_S = 26e-6
+REQUEST_S = 10e-3
+
+
+def _step_s(kernel_s: float, sync_s: float) -> float:
+    return GENERATE_STEP_KERNELS * kernel_s + SYNCS_PER_STEP * sync_s
+
+
+DEFAULT = HostCosts(kernel_s=KERNEL_S, step_s=_step_s(KERNEL_S, SYNC_S), request_s=REQUEST_S,
+                    source="estimate: 20 us a kernel, generate()'s 14 kernels and 2 syncs a step, 10 ms a request")
 
 
 def _rows(path: Path) -> list[dict]:
-    try:
-        with path.open(newline="", encoding="utf-8") as f:
-            return list(csv.DictReader(f))
-    except OSError as e:
-        raise InputError(f"cannot read ({e.strerror})", file=str(path)) from None
+    return list(csv.DictReader(io.StringIO(read_input_text(path, what="a host-cost measurement (CSV)"))))
 
 
 def measured_host_costs(folder: str | Path) -> HostCosts:
@@ -77,9 +83,8 @@ def measured_host_costs(folder: str | Path) -> HostCosts:
     if not rates:
         raise InputError("no host-bound decode step measured (decode_forward_nosync at batch 1)", file=str(host))
     kernel_s = statistics.median(rates)
-    sync_s = statistics.median(sync) if sync else 26e-6
-    step_s = GENERATE_STEP_KERNELS * kernel_s + SYNCS_PER_STEP * sync_s
-    return HostCosts(kernel_s, step_s, REQUEST_S,
+    sync_s = statistics.median(sync) if sync else SYNC_S
+    return HostCosts(kernel_s, _step_s(kernel_s, sync_s), REQUEST_S,
                      f"measured: {folder.as_posix()} ({len(rates)} models' host-bound decode forward, "
                      f"{kernel_s * 1e6:.1f} us a kernel); request setup an estimate")
 

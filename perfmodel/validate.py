@@ -27,6 +27,8 @@ import statistics
 from pathlib import Path
 
 from .errors import InputError
+from .imports.aic_silicon import disagg_layouts
+from .io import read_input_text
 
 REQUIRED = ("id", "kind", "model", "hardware", "tp", "pp", "precision", "isl", "osl", "batch", "metric", "value")
 METRICS = {"output_throughput_per_gpu": "throughput_tok_s_per_gpu", "ttft": "ttft_ms", "tpot": "tpot_ms",
@@ -143,14 +145,7 @@ def run_validation(path=None, *, calibration=None, mode: str = "latency", engine
     from .resolve import resolve_hardware, resolve_model, resolve_profile
 
     p = Path(path) if path else default_csv()
-    if not p.is_file():
-        raise InputError("no such file", file=str(p))
-    if p.stat().st_size > 8 * 2**20:
-        raise InputError("larger than 8 MiB: not a validation table", file=str(p))
-    try:
-        text = p.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError:
-        raise InputError("not UTF-8 text", file=str(p)) from None
+    text = read_input_text(p, what="a validation table (CSV)", max_bytes=8 * 2**20)
     rows = list(csv.DictReader(io.StringIO(text)))
     if rows:
         missing = [c for c in REQUIRED if c not in rows[0]]
@@ -322,8 +317,6 @@ class _Serving:
 def disagg_sides(row: dict) -> dict | None:
     """A disaggregated row's prefill ("P") and decode ("D") worker layouts (perfmodel.imports.aic_silicon writes
     them into ``notes``), or None where the worker count, TP or PP of a side is not recorded."""
-    from .imports.aic_silicon import disagg_layouts
-
     sides = disagg_layouts(row.get("notes") or "")
     if sides is None or any(side[k] is None for side in sides.values() for k in ("workers", "tp", "pp")):
         return None

@@ -202,17 +202,10 @@ def convert_text(text: str, *, src_name: str = FILE, where: str = FILE) -> str:
 
 def convert_file(src, out) -> int:
     """Convert ``src`` (silicon_sample.csv) into ``out``; the number of rows written."""
-    from ..io import write_text_atomic
+    from ..io import read_input_text, write_text_atomic
 
     p = Path(src)
-    if not p.is_file():
-        raise InputError("no such file", file=str(p))
-    if p.stat().st_size > 64 * 2**20:
-        raise InputError("larger than 64 MiB: not aiconfigurator's silicon_sample.csv", file=str(p))
-    try:
-        text = p.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError:
-        raise InputError("not UTF-8 text", file=str(p)) from None
+    text = read_input_text(p, what="aiconfigurator's silicon_sample.csv", max_bytes=64 * 2**20)
     # the source names the file as the package ships it, never the local path it was read from
     name = FILE if p.name == Path(FILE).name else p.name
     table = convert_text(text, src_name=name, where=str(p))
