@@ -199,7 +199,7 @@ def test_full_plan_shapes():
         assert 2 * p["batch"] * p["heads_kv"] * p["seq_kv"] * p["head_dim"] * 2 <= 40e9
     assert 25 <= len(fams["layer"]) <= 50
     assert len(fams["copy"]) == 16 and fams["copy"][-1].params["bytes"] == 4 << 30
-    assert {c.params["mode"] for c in fams["launch"]} == {"eager", "graph"}
+    assert {c.params["mode"] for c in fams["launch"]} == {"eager", "graph", "queued", "driver", "round_trip"}
     assert {c.params["mode"] for c in plan("quick", "cpu")["launch"]} == {"eager"}
 
 
@@ -230,7 +230,7 @@ def test_quick_suite_cuda(tmp_path):
     kinds = {r["kind"] for r in rows}
     assert QUICK_FAMILIES <= kinds
     modes = {r["params"]["mode"] for r in rows if r["kind"] == "launch"}
-    assert modes == {"eager", "graph"}
+    assert modes == {"eager", "graph", "queued", "driver", "round_trip"}
     assert any(r["kind"] == "layer" and r["params"]["graph"] for r in rows)
     if torch.cuda.get_device_capability() >= (8, 9):
         assert any(r["kind"] == "gemm" and r["params"]["dtype"] == "fp8" for r in rows)

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from . import sdpa as sdpa_lib
 from .shapes import Case, attention_bytes, attention_flops, kv_cache_bytes
-from .timing import Timer, Timing, capture_graph, set_tf32
+from .timing import Timer, Timing, capture_graph, set_tf32, timing_fields
 
 DTYPES = {
     "bf16": torch.bfloat16,
@@ -69,10 +69,6 @@ def fp8_supported(device: str) -> bool:
         return tuple(torch.cuda.get_device_capability()) >= (8, 9)
     except Exception:
         return False
-
-
-def timing_fields(t: Timing) -> dict[str, Any]:
-    return {"time_s": t.median_s, "p10_s": t.p10_s, "p90_s": t.p90_s, "reps": t.reps}
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -379,6 +375,18 @@ def run_launch(case: Case, ctx: Context) -> dict[str, Any]:
         x.add_(1.0)
 
     repeats = 7
+    if mode in ("queued", "driver", "round_trip"):
+        if not ctx.is_cuda:
+            raise RuntimeError(f"{mode} mode needs CUDA")
+        from . import launch  # lazy: the ctypes driver path is only for these cases
+
+        if mode == "queued":
+            row = launch.queued(fn, repeats=repeats)
+        elif mode == "driver":
+            row = launch.driver(repeats=repeats)
+        else:
+            row = launch.round_trip(int(case.params["vocab"]), case.params["sampling"], repeats=repeats)
+        return {**row, "check": "skipped"}
     if mode == "eager":
         t = ctx.timer.time_batched(fn, LAUNCH_INNER, repeats=repeats)
         impl = f"x.add_(1) on 1 element, {LAUNCH_INNER} back to back, eager"

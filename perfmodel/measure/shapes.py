@@ -416,6 +416,11 @@ def launch_cases(suite: str, device: str) -> list[Case]:
     cs.add("launch", {"mode": "eager"}, "launch")
     if device.startswith("cuda"):
         cs.add("launch", {"mode": "graph"}, "launch")
+        cs.add("launch", {"mode": "queued"}, "launch")  # perfmodel.measure.launch
+        cs.add("launch", {"mode": "driver"}, "launch")
+        for vocab in (32000, 128256, 151936):  # Llama-2, Llama-3, Qwen vocabularies
+            for sampling in ("greedy", "top_p"):
+                cs.add("launch", {"mode": "round_trip", "vocab": vocab, "sampling": sampling}, "launch")
     return cs.items
 
 

@@ -49,6 +49,11 @@ def summarize(samples: Sequence[float]) -> Timing:
     )
 
 
+def timing_fields(t: Timing) -> dict:
+    """A measurement row's timing columns."""
+    return {"time_s": t.median_s, "p10_s": t.p10_s, "p90_s": t.p90_s, "reps": t.reps}
+
+
 def choose_reps(est_s: float, target_s: float, min_reps: int, max_reps: int) -> int:
     if not (est_s > 0):
         return max_reps
