@@ -208,9 +208,17 @@ def hf_eager(ops: list[O.Op], model: Model, step: Step, sc: Scenario) -> list[O.
     """A step's operators as transformers' eager modules run them: products split as the modules hold them,
     norms, rotary and activations as the eager kernels they launch, and the KV cache as its cache class keeps it
     (dynamic: a concatenation of the whole cache each step; static: max_cache_len = isl + osl keys, expanded to
-    every query head and attended in full)."""
+    every query head and attended in full).
+
+    A decode step replayed from a CUDA graph is transformers' compiled path (static cache, ``torch.compile``
+    mode reduce-overhead; ``--launch auto|graph``): Inductor fuses each norm, rotary and activation into one
+    kernel, while the products stay cuBLAS's (split as the modules hold them) and the static cache keeps its
+    eager structure: ``repeat_kv`` still materialises K and V for every query head (as a fused Triton copy) and
+    cuDNN attends over all max_cache_len slots (calibration/h200/hf/compile/kernels.csv). Prefill runs eager
+    either way (transformers compiles the decode step only)."""
     hq, hkv = heads_per_gpu(model, sc.tp)
     d = model.head_dim
+    compiled = step.phase == "decode" and sc.launch_for("decode") == "graph"
     out: list[O.Op] = []
     for op in ops:
         if op.name in _HF_SPLIT and op.kind == "gemm":
@@ -220,6 +228,8 @@ def hf_eager(ops: list[O.Op], model: Model, step: Step, sc: Scenario) -> list[O.
                     for name, n in zip(_HF_SPLIT[op.name], widths)]
         elif op.kind == "gemm":
             out.append(_hf_gemm(op))
+        elif compiled and op.kind in ("rmsnorm", "layernorm", "rotary", "swiglu", "gelu"):
+            out.append(dataclasses.replace(op, params={**op.params, "fused": True}))  # one Inductor kernel each
         elif op.kind in ("rmsnorm", "layernorm"):
             elems = op.params["tokens"] * op.params["hidden"]
             modules = 2 if op.name == "attn.qk_norm" else 1  # q_norm and k_norm: two modules, one op here
@@ -249,12 +259,14 @@ HF_SPLIT_K_KERNELS = 12.0 / 7.0  # launches a product at one to 16 tokens: cuBLA
 
 
 def _hf_gemm(op: O.Op) -> O.Op:
-    """An eager product's launches: at a few tokens cuBLAS splits most products over K (one more kernel). A
-    launch count is one number: over an array of shapes (the serving step tables) the median row decides."""
+    """An eager product's launches: at a few tokens cuBLAS splits most products over K (one more kernel). Over
+    an array of shapes (the serving step tables) the count is an array too, row by row."""
     rows = op.params["m"] * op.params.get("groups", 1)
     if not O.backend_of(rows).numeric:  # a workbook cell: the count stays a number, the plain one
         return op
-    if np.median(np.asarray(rows, dtype=float)) <= 16:
+    if isinstance(rows, np.ndarray):
+        return dataclasses.replace(op, kernels=np.where(rows <= 16, HF_SPLIT_K_KERNELS, float(op.kernels)))
+    if rows <= 16:
         return dataclasses.replace(op, kernels=HF_SPLIT_K_KERNELS)
     return op
 

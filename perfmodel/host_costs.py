@@ -25,20 +25,28 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from .errors import InputError
 from .io import read_input_text
 from .paths import calibration_dir
 
 GENERATE_STEP_KERNELS = 14  # kernels generate() launches a decode step outside the forward (kernels.csv, H200)
 SYNCS_PER_STEP = 2  # generate()'s stopping check and the next step's input copy wait for the device
+# the compiled (CUDA-graph) decode step: host launches around the replay (generate()'s own kernels, the graph's
+# input copies, the replay itself) and its one synchronisation; the median over the six compiled points of
+# calibration/h200/hf/compile/summary.json (31 to 35 launch calls a step)
+COMPILED_STEP_LAUNCHES = 33
+COMPILED_SYNCS_PER_STEP = 1
 
 
 @dataclass(frozen=True)
 class HostCosts:
     kernel_s: float
-    step_s: float
+    step_s: float  # an eager decode step's host work outside its kernels
     request_s: float
     source: str
+    graph_step_s: float = 0.0  # a compiled (CUDA-graph) decode step's host work around the replay
 
 
 # Documented defaults where nothing was measured: a bare eager launch costs about 9 us on the lent host
@@ -53,8 +61,13 @@ def _step_s(kernel_s: float, sync_s: float) -> float:
     return GENERATE_STEP_KERNELS * kernel_s + SYNCS_PER_STEP * sync_s
 
 
+def _graph_step_s(kernel_s: float, sync_s: float) -> float:
+    return COMPILED_STEP_LAUNCHES * kernel_s + COMPILED_SYNCS_PER_STEP * sync_s
+
+
 DEFAULT = HostCosts(kernel_s=KERNEL_S, step_s=_step_s(KERNEL_S, SYNC_S), request_s=REQUEST_S,
-                    source="estimate: 20 us a kernel, generate()'s 14 kernels and 2 syncs a step, 10 ms a request")
+                    source="estimate: 20 us a kernel, generate()'s 14 kernels and 2 syncs a step, 10 ms a request",
+                    graph_step_s=_graph_step_s(KERNEL_S, SYNC_S))
 
 
 def _rows(path: Path) -> list[dict]:
@@ -86,7 +99,8 @@ def measured_host_costs(folder: str | Path) -> HostCosts:
     sync_s = statistics.median(sync) if sync else SYNC_S
     return HostCosts(kernel_s, _step_s(kernel_s, sync_s), REQUEST_S,
                      f"measured: {folder.as_posix()} ({len(rates)} models' host-bound decode forward, "
-                     f"{kernel_s * 1e6:.1f} us a kernel); request setup an estimate")
+                     f"{kernel_s * 1e6:.1f} us a kernel); request setup an estimate",
+                     graph_step_s=_graph_step_s(kernel_s, sync_s))
 
 
 def host_costs_for(calibration_root: Path, part: str) -> HostCosts:
@@ -113,8 +127,35 @@ def scenario_host_costs(sc, hw) -> HostCosts | None:
     return _for_part(getattr(hw, "key", "") or "")
 
 
+TOKEN_RETURN_S = 30e-6  # estimate where the profile has none: the lent H200's greedy round trip is 25-43 us
+
+
+def token_return_s(vocab: int, prof=None) -> float:
+    """A request's first token from its logits to the host: the sampler's kernels at one sequence, the copy and
+    the wait for it (greedy; ``Profile.token_return_s``, measured per vocabulary by the launch family; linear in
+    the vocabulary between the measured ones, the nearest outside them; :data:`TOKEN_RETURN_S` without)."""
+    pts = sorted((float(v), float(t)) for v, t in (getattr(prof, "token_return_s", None) or {}).items())
+    if not pts:
+        return TOKEN_RETURN_S
+    return float(np.interp(float(vocab), [v for v, _ in pts], [t for _, t in pts]))
+
+
+def request_overhead_s(sc, hw, model=None, prof=None) -> float:
+    """Host time a request's first token costs beyond its prefill step: an eager framework's own setup of the
+    call (transformers' generate(): :attr:`HostCosts.request_s`), or for the serving engines the first token's
+    return from the device (:func:`token_return_s`; their other per-request work, tokenisation and scheduling,
+    runs beside the batch and is not modelled)."""
+    h = scenario_host_costs(sc, hw)
+    if h is not None:
+        return h.request_s
+    if model is None or getattr(sc, "mode", "latency") == "sol":
+        return 0.0
+    return token_return_s(model.vocab, prof)
+
+
 def host_rules(sc, hw) -> dict:
     """Keyword overrides of :class:`perfmodel.step_accounting.Rules` for ``sc`` on ``hw`` (empty unless
     :func:`scenario_host_costs` has figures)."""
     h = scenario_host_costs(sc, hw)
-    return {} if h is None else {"host_kernel_s": h.kernel_s, "host_step_s": h.step_s}
+    return {} if h is None else {"host_kernel_s": h.kernel_s, "host_step_s": h.step_s,
+                                 "host_graph_step_s": h.graph_step_s}

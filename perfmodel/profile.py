@@ -185,6 +185,12 @@ class Profile:
     # Launches: extra time per kernel on top of its own duration
     launch_graph_s: float = 1.0e-6  # inside a CUDA graph replay (estimate)
     launch_eager_s: float = 6.0e-6  # host dispatch per op in eager PyTorch (estimate)
+    # device time a kernel adds to a stream it was launched into one by one (no graph), the host far ahead: the
+    # front end fetching each launch (estimate: about 1 us; the launch family's queued mode measures it)
+    launch_queued_s: float = 1.0e-6
+    # a request's first token from its logits to the host (sampler kernels, copy, wait), greedy, keyed by the
+    # vocabulary size; measured by the launch family's round_trip mode (empty: perfmodel.host_costs's estimate)
+    token_return_s: dict[str, float] = field(default_factory=dict)
 
     # Collectives (perfmodel.cost.comm). Measured: alpha (fixed seconds) and eta (bus bandwidth / the spec's
     # scale-up link bandwidth) per collective and world size, keyed "all_reduce:8", fitted by `perfmodel fit`
@@ -238,7 +244,8 @@ DEFAULTS = Profile()
 _NUMBER_DICTS = ("gemm_eta", "gemm_mem_eta_scale", "gemm_prologue_s", "gemm_prologue_eta", "gemm_format_power_drop", "gemm_max_split",
                  "gemm_grouped_eta", "gemm_grouped_mem",
                  "attn_sfu_cycles", "attn_sfu_p", "attn_cta_cycles", "attn_mem_ctas", "mem_eta", "mem_alpha_s", "row_s", "host_floor_s", "attn_eta", "attn_dec_eta",
-                 "attn_overhead_s", "attn_cta_blocks", "attn_tail", "attn_softness", "attn_block_q", "attn_block_k")
+                 "attn_overhead_s", "attn_cta_blocks", "attn_tail", "attn_softness", "attn_block_q", "attn_block_k",
+                 "token_return_s")
 _MAY_BE_ZERO = ("gemm_grouped_overhead_s",)  # a cost that may be absent
 _FREE_DICTS = ("validation", "provenance", "training", "power")  # checked by their own users
 # Per-collective fitted parameters, keyed "<collective>:<world size>" (perfmodel.cost.comm)

@@ -29,7 +29,7 @@ from .cost.backend import NP
 from .cost.overlap import resolve_method
 from .errors import InputError
 from .graph import Step, build_ops, check_layout
-from .host_costs import host_rules, scenario_host_costs
+from .host_costs import host_rules, request_overhead_s
 from .models import Model
 from .ops import COMM_KINDS
 from .profile import Profile
@@ -183,10 +183,7 @@ def serving_times(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, b
     prefill = evaluate_step(model, hw, sc, prof, plan.prefill)
     decode = [evaluate_step(model, hw, sc, prof, s) for s in plan.decode]
     draft = evaluate_step(model, hw, sc, prof, plan.draft) if plan.draft is not None else None
-    ttft = prefill.time_s
-    host = scenario_host_costs(sc, hw)
-    if host is not None:  # the framework's own setup of each request (generate()'s: an estimate)
-        ttft = ttft + host.request_s
+    ttft = prefill.time_s + request_overhead_s(sc, hw, model, prof)  # the request's own setup and token return
     if decode:
         tpot = decode_mean(sc, *(d.time_s for d in decode),
                            draft_s=draft_time(draft.times, draft.layers) if draft is not None else None)

@@ -120,7 +120,13 @@ class Scenario:
             "kv_cache": eng.kv_cache,
         }
         filled = {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in preset.items()}
-        return replace(self, engine=eng.key, **filled)
+        out = replace(self, engine=eng.key, **filled)
+        if out.kernels == "hf" and out.kv_cache == "dynamic" and out.launch_for("decode") == "graph":
+            from .errors import InputError
+
+            raise InputError("transformers replays decode from CUDA graphs (torch.compile) only with its static "
+                             "cache: add --kv-cache static, or keep --launch eager", field="--launch")
+        return out
 
     def launch_for(self, phase: str) -> str:
         """graph or eager, for a step of ``phase``."""

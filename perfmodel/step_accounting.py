@@ -8,9 +8,11 @@ The cost model (:mod:`perfmodel.cost`) times each operator alone. A step is more
 - **count runs**: an op runs ``count`` times a step (once per layer of its kind);
 - **collective overlap** (``Scenario.overlap``, :mod:`perfmodel.cost.overlap`): a collective adds what
   stays exposed after the compute it overlaps, plus the slowdown it causes that compute;
-- **eager host dispatch floor** (``launch == "eager"``): the host issues every kernel, so an op takes at
-  least its host cost (:func:`host_cost`: one dispatch, or the measured floor of a multi-call PyTorch op);
-  collectives are exempt unless :attr:`Rules.host_floor_collectives` says otherwise;
+- **eager launches** (``launch == "eager"``): every kernel launched one by one adds ``Profile.launch_queued_s``
+  of device time (the stream's front end fetching it, measured with the host far ahead), and the host issues
+  every kernel, so an op takes at least its host cost (:func:`host_cost`: one dispatch, or the measured floor
+  of a multi-call PyTorch op): the larger of the two paths, op by op; collectives are exempt from the host
+  floor unless :attr:`Rules.host_floor_collectives` says otherwise;
 - **CUDA-graph launch gaps** (``launch == "graph"``): every kernel of a replayed graph adds
   ``Profile.launch_graph_s``;
 - **speed of light** (``mode == "sol"``): neither floor nor gaps.
@@ -32,6 +34,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from .cost import mem_kind
 from .cost.backend import NP
 from .cost.overlap import exposed_runs, resolve_method
@@ -41,7 +45,7 @@ from .ops import COMM_KINDS
 # ops keep the stream busy (collectives after overlap, an eager op at least its host cost); "gaps", the
 # launch gaps between the kernels of a replayed graph.
 PARTS = {"busy": "operators: time after collective overlap, at least the host dispatch when eager (x count)",
-         "gaps": "launch gaps between the kernels of a CUDA graph replay (x count)"}
+         "gaps": "launch gaps between kernels: of a CUDA graph replay, or of a stream launched one by one (x count)"}
 
 
 def step_time(sums: dict, serial=0.0):
@@ -75,6 +79,9 @@ class Rules:
     # outside the ops joins every step, the device waiting for it (a synchronisation each step)
     host_kernel_s: Any = None
     host_step_s: Any = 0.0
+    # the same framework's per-step host work when its step is replayed from a CUDA graph (transformers'
+    # compiled decode: generate()'s own launches and the graph's input copies, eager around the replay)
+    host_graph_step_s: Any = 0.0
 
     @classmethod
     def of(cls, sc, phase: str = "prefill", **kw) -> "Rules":
@@ -88,6 +95,13 @@ class Rules:
     def eager(self) -> bool:
         """The host floor applies."""
         return self.launch == "eager" and not self.sol
+
+    @property
+    def serial_s(self):
+        """Host work a step of these rules runs outside its ops (:attr:`StepAccount.serial_s`)."""
+        if self.sol:
+            return 0.0
+        return self.host_step_s if self.launch == "eager" else self.host_graph_step_s
 
 
 @dataclass(frozen=True)
@@ -188,25 +202,32 @@ def _flags(keep, ops) -> list:
     return flags
 
 
+def _launches(op):
+    """An op's kernel launches: a number, or an array over a sweep's shapes (transformers' split-K products)."""
+    return op.kernels if isinstance(op.kernels, np.ndarray) else float(op.kernels)
+
+
 def account(times, rules: Rules, prof, *, hw=None, world: int = 1, xp=NP) -> StepAccount:
     """The step's ops (``.op``, ``.time``: perfmodel.cost.OpTime, or cells of the workbook) under ``rules``.
     ``hw`` and ``world`` let a decomposed or fused collective pay its own latency per chunk."""
-    gap = prof.launch_graph_s if rules.launch == "graph" and not rules.sol else 0.0
+    gap = 0.0 if rules.sol else prof.launch_graph_s if rules.launch == "graph" else prof.launch_queued_s
 
     def host(op):
         if rules.host_kernel_s is not None:
-            return float(op.kernels) * rules.host_kernel_s
+            return _launches(op) * rules.host_kernel_s
         return host_cost(op, prof, xp)
 
     comm = exposed_runs(times, rules.overlap, prof, fraction=rules.fraction, hw=hw, world=world, xp=xp)
     out = []
     for t, c in zip(times, comm):
         run = t.time
+        gaps = gap * _launches(t.op)
+        # eager: the op takes the larger of its device path (run + gaps) and the host's issuing it
         if t.op.kind in COMM_KINDS:
             run = c
             if rules.eager and rules.host_floor_collectives:
-                run = xp.maximum(run, host(t.op))
+                run = xp.maximum(run, host(t.op) - gaps)
         elif rules.eager:
-            run = xp.maximum(run, host(t.op))  # the host cannot issue it faster
-        out.append(OpShare(t.op, t.time, run, gap * float(t.op.kernels), c))
-    return StepAccount(out, rules.host_step_s if rules.eager else 0.0)
+            run = xp.maximum(run, host(t.op) - gaps)  # the host cannot issue it faster
+        out.append(OpShare(t.op, t.time, run, gaps, c))
+    return StepAccount(out, rules.serial_s)

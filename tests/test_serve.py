@@ -217,3 +217,17 @@ def test_length_distributions():
     assert np.median(ln) == pytest.approx(300, rel=0.05)
     assert parse_dist("normal:5:100", field="x").sample(rng, 1000).min() >= 1
     assert parse_dist("exponential:50", field="x").sample(rng, 20000).mean() == pytest.approx(50, rel=0.05)
+
+
+def test_a_requests_setup_delays_it_and_counts_in_its_latency(h200):
+    # EngineConfig.request_s: the scheduler sees each request that much after its arrival; at a low rate every
+    # first token comes exactly that much later, latencies count from the arrival and Little's law still holds
+    hw, prof = h200
+    model = resolve_model("llama8b")
+    steps = StepModel(model, hw, _sc(hw), prof, max_tokens=8192, max_seqs=64, max_context=2048)
+    reqs = _reqs(40, 0.05, osl="16")
+    runs = [simulate_instance(steps, EngineConfig(max_seqs=64, token_budget=8192, kv_blocks=100000, request_s=s),
+                              reqs) for s in (0.0, 0.01)]
+    assert np.allclose(runs[1].first_token - runs[0].first_token, 0.01)
+    assert np.allclose(runs[1].arrival, runs[0].arrival)
+    assert runs[1].in_system_s == pytest.approx(runs[0].in_system_s + 40 * 0.01, rel=1e-9)

@@ -35,11 +35,13 @@ def test_the_rules_per_op(launch):
             assert s.collective and s.run == s.comm == t.time  # no overlap by default: the collective alone
             assert s.host_s == 0.0
         elif launch == "eager":
-            assert s.run == max(t.time, host_cost(t.op, DEFAULTS))  # the host cannot issue it faster
-            assert s.host_s == pytest.approx(max(host_cost(t.op, DEFAULTS) - t.time, 0.0) * t.op.count)
+            # the larger of the device path (the op and its launch) and the host's issuing it
+            assert s.run + s.gap == pytest.approx(max(t.time + s.gap, host_cost(t.op, DEFAULTS)), rel=1e-12)
+            assert s.host_s == pytest.approx(max(host_cost(t.op, DEFAULTS) - s.gap - t.time, 0.0) * t.op.count)
         else:
             assert s.run == t.time and s.host_s == 0.0
-        assert s.gap == (DEFAULTS.launch_graph_s * t.op.kernels if launch == "graph" else 0.0)
+        per_kernel = DEFAULTS.launch_graph_s if launch == "graph" else DEFAULTS.launch_queued_s
+        assert s.gap == per_kernel * t.op.kernels
         assert s.device_s + s.host_s + s.gaps_s == pytest.approx(s.share, rel=1e-12)
     if launch == "eager":
         assert any(s.host_s > 0 for s in acc.ops)
@@ -93,7 +95,7 @@ def test_host_floor_on_collectives_is_a_rule():
     on = account(times, Rules.of(sc, "decode", host_floor_collectives=True), prof)
     for a, b in zip(off.ops, on.ops):
         if a.collective:
-            assert a.run == a.comm < 1e-3 and b.run == 1e-3 and b.host_s > 0
+            assert a.run == a.comm < 1e-3 and b.run + b.gap == pytest.approx(1e-3) and b.host_s > 0
         else:
             assert a.run == b.run
 
@@ -139,7 +141,8 @@ def test_every_user_books_the_step_as_the_account_does():
     from perfmodel.fit.layers import layer_model
 
     layer = evaluate_step(layer_model(params), hw, layer_scenario(params), prof, layer_step(params))
-    own = sum(max(float(t.time), host_cost(t.op, prof)) for t in layer.times if t.op.scope == "layer")
+    own = sum(max(float(t.time) + prof.launch_queued_s * t.op.kernels, host_cost(t.op, prof))
+              for t in layer.times if t.op.scope == "layer")
     assert predict_layer(params, hw, prof) == pytest.approx(own, rel=1e-12)
 
 

@@ -411,17 +411,31 @@ def _misaligned(c: Case) -> bool:
 
 
 def fit_launch(prof: Profile, launches: list[dict]) -> Profile:
-    """Launch gaps from the launch family: per-kernel time of back-to-back tiny kernels, less what such a
-    kernel costs on its own (the smallest fitted memory-kernel alpha)."""
-    by_mode = {}
+    """Launch gaps from the launch family: per-kernel time of back-to-back tiny kernels (replayed from a graph,
+    or launched one by one into a stream the host is far ahead of), less what such a kernel costs on its own
+    (the smallest fitted memory-kernel alpha); the host's eager dispatch; a first token's greedy return to the
+    host per vocabulary (perfmodel.measure.launch)."""
+    by_mode: dict[str, list[float]] = {}
+    returns: dict[str, list[float]] = {}
     for r in launches:
-        by_mode.setdefault(r["params"].get("mode"), []).append(float(r["time_s"]))
+        p = r["params"]
+        by_mode.setdefault(p.get("mode"), []).append(float(r["time_s"]))
+        if p.get("mode") == "round_trip" and p.get("sampling") == "greedy":
+            returns.setdefault(str(int(p["vocab"])), []).append(float(r["time_s"]))
     own = float(memory_time("residual", 6.0, 1.0e12, prof)[0])  # a one-element add inside a stream
-    kw = {}
+    kw: dict = {}
     if "graph" in by_mode:
         kw["launch_graph_s"] = max(2e-7, float(np.median(by_mode["graph"])) - own)
+    if "queued" in by_mode:
+        queued = float(np.median(by_mode["queued"]))
+        if "graph" in by_mode:  # what one-by-one launches add over a replay of the same kernels
+            kw["launch_queued_s"] = kw["launch_graph_s"] + max(0.0, queued - float(np.median(by_mode["graph"])))
+        else:
+            kw["launch_queued_s"] = max(2e-7, queued - own)
     if "eager" in by_mode:
         kw["launch_eager_s"] = float(np.median(by_mode["eager"]))
+    if returns:
+        kw["token_return_s"] = {v: float(np.median(ts)) for v, ts in sorted(returns.items(), key=lambda x: int(x[0]))}
     return prof.with_(**kw) if kw else prof
 
 

@@ -311,7 +311,9 @@ def plan(quick: bool = False) -> dict[str, Any]:
         "osl": 64, "layer_models": ["llama-3.1-8b", "llama-3.2-1b", "qwen3-8b"],
         "layer_points": {"llama-3.1-8b": [(1, 128), (32, 1024)], "*": [(1, 128)]},
         "decompose": [(1, 128), (32, 1024)], "profile": [(1, 128), (32, 1024)], "profile_steps": 4,
-        "compile": [("llama-3.1-8b", 1, 128), ("llama-3.1-8b", 32, 128)],
+        "compile": [("llama-3.2-1b", 1, 128), ("llama-3.2-1b", 32, 1024), ("llama-3.1-8b", 1, 128),
+                    ("llama-3.1-8b", 8, 1024), ("llama-3.1-8b", 32, 128), ("qwen3-8b", 1, 128),
+                    ("qwen3-8b", 32, 1024)],
         "host_n": 2000, "cache_points": [(b, c) for b in (1, 8, 32) for c in (128, 1024, 2048)],
         "reps": (3, 4),
     }
@@ -922,11 +924,14 @@ def _cats(table: dict[str, tuple[float, float]]) -> dict[str, float]:
     return {k: round(v, 3) for k, v in sorted(out.items())}
 
 
-def profile_generate(ctx: Ctx, model, name: str, cache: str, batch: int, isl: int) -> dict | None:
-    """Kernels of the prefill (generate(1)) and of one decode step ((generate(1+K) - generate(1)) / K)."""
+def profile_generate(ctx: Ctx, model, name: str, cache: str, batch: int, isl: int,
+                     max_cache_len: int | None = None) -> dict | None:
+    """Kernels of the prefill (generate(1)) and of one decode step ((generate(1+K) - generate(1)) / K).
+    ``max_cache_len``: the static cache's length (default isl + K + 1; the compiled path passes the length it
+    was compiled for, a new one would recompile)."""
     steps = int(ctx.plan["profile_steps"])
     ids, mask = _inputs(ctx, int(model.config.vocab_size), batch, isl)
-    mcl = isl + steps + 1
+    mcl = max_cache_len or isl + steps + 1
     _generate(ctx, model, ids, mask, 1 + steps, cache, mcl)  # warm
     d1, h1 = _profile(ctx, lambda: _generate(ctx, model, ids, mask, 1, cache, mcl))
     dk, hk = _profile(ctx, lambda: _generate(ctx, model, ids, mask, 1 + steps, cache, mcl))
@@ -1211,9 +1216,13 @@ def decompose(ctx: Ctx, model, name: str) -> None:
 
 
 def compile_child(ctx: Ctx, name: str, points: list[tuple[int, int]]) -> None:
+    """transformers' compiled static-cache path at each point, then the kernels of its prefill and decode step."""
     model = build_model(ctx, name)
     params_b = sum(p.numel() for p in model.parameters()) / 1e9
     for batch, isl in points:
+        if not ctx.budget.allows(60):
+            ctx.skip(f"compile {name} b{batch} isl{isl}", f"budget: {ctx.budget.left():.0f}s left")
+            continue
         t0 = time.perf_counter()
         ids, mask = _inputs(ctx, int(model.config.vocab_size), batch, isl)
         try:
@@ -1229,60 +1238,81 @@ def compile_child(ctx: Ctx, name: str, points: list[tuple[int, int]]) -> None:
         ctx.log(f"compile {name} b{batch} isl{isl}: first call {first:.1f}s; compiled forward: {compiled}")
         measure_point(ctx, model, name, "static-compile", batch, isl, ctx.plan["osl"], params_b,
                       note=f"first call (compile) {first:.0f}s; compiled forward present: {compiled}")
+        if ctx.budget.allows(20):
+            try:
+                r = profile_generate(ctx, model, name, "static-compile", batch, isl,
+                                     max_cache_len=isl + ctx.plan["osl"])
+                ctx.part(f"profile|{name}|static-compile|b{batch}|isl{isl}", r)
+            except Exception as exc:
+                ctx.error(f"profile {name} static-compile b{batch} isl{isl}", exc)
+
+
+def _merge_child(ctx: Ctx, sub: Path) -> int:
+    """Copy a compile child's rows, parts and errors into the parent's tables; the number of generate rows."""
+    n = 0
+    for table, fname, columns in ((ctx.gen, "generate.csv", GENERATE_COLUMNS),
+                                  (ctx.kern, "kernels.csv", KERNEL_COLUMNS)):
+        p = sub / fname
+        if not p.is_file():
+            continue
+        with open(p, encoding="utf-8") as fh:
+            rows = list(csv.DictReader(fh))
+        table.extend({k: (v if v != "" else None) for k, v in row.items() if k in columns} for row in rows)
+        if fname == "generate.csv":
+            n = sum(1 for r in rows if r.get("status") == "ok")
+    doc = sub / "summary.json"
+    if doc.is_file():
+        try:
+            d = json.loads(doc.read_text())
+        except ValueError:
+            d = {}
+        for e in d.get("errors", []):
+            ctx.summary.append("errors", {**e, "where": "compile child: " + e.get("where", "")})
+        for k, v in (d.get("parts") or {}).items():
+            ctx.part(k, v)
+    return n
 
 
 def run_compile(ctx: Ctx, argv_base: list[str]) -> None:
+    """Each model of the plan's ``compile`` points in a child process (a fresh torch.compile state, killed at
+    its share of the budget), merged into this run's tables."""
     import subprocess
 
+    models: dict[str, list[tuple[int, int]]] = {}
     for name, batch, isl in ctx.plan["compile"]:
-        pts = [(b, i) for n, b, i in ctx.plan["compile"] if n == name]
-        break
-    else:
-        return
-    left = ctx.budget.left() - ctx.budget.reserve_s
-    if left < 90:
-        ctx.skip("static-compile", f"budget: {left:.0f}s left, compile needs ~90s or more")
-        return
-    sub = ctx.out / "compile"
-    cmd = _self_command() + ["--out", str(sub), "--compile-child", name,
-           "--budget-s", str(int(left - 5)), "--points", ";".join(f"{b},{i}" for b, i in pts)] + argv_base
-    ctx.log(f"compile child: {' '.join(cmd)}")
-    try:
-        r = subprocess.run(cmd, timeout=left, capture_output=True, text=True, cwd=str(ROOT))
-        ctx.log("compile child output tail:\n" + (r.stdout + r.stderr)[-3000:])
-        status = f"exit {r.returncode}"
-    except subprocess.TimeoutExpired as exc:
-        tail = ((exc.stdout or b"") if isinstance(exc.stdout, bytes) else (exc.stdout or "").encode())
-        ctx.log("compile child killed at the budget; tail:\n" + tail.decode(errors="replace")[-2000:])
-        status = "killed at the budget"
-    rows = []
-    p = sub / "generate.csv"
-    if p.is_file():
-        with open(p, encoding="utf-8") as fh:
-            rows = list(csv.DictReader(fh))
-    for row in rows:
-        ctx.gen.add(**{k: (v if v != "" else None) for k, v in row.items() if k in GENERATE_COLUMNS})
-    err = sub / "summary.json"
-    if err.is_file():
+        models.setdefault(name, []).append((batch, isl))
+    for i, (name, pts) in enumerate(models.items()):
+        left = ctx.budget.left() - ctx.budget.reserve_s
+        share = left / (len(models) - i)
+        if share < 60:
+            ctx.skip(f"static-compile {name}", f"budget: {left:.0f}s left, compile needs ~60s or more")
+            continue
+        sub = ctx.out / f"compile-{name}"
+        cmd = _self_command() + ["--out", str(sub), "--compile-child", name, "--budget-s", str(int(share - 5)),
+                                 "--points", ";".join(f"{b},{s_}" for b, s_ in pts)] + argv_base
+        ctx.log(f"compile child: {' '.join(cmd)}")
         try:
-            d = json.loads(err.read_text())
-            for e in d.get("errors", []):
-                ctx.summary.append("errors", {**e, "where": "compile child: " + e.get("where", "")})
-        except ValueError:
-            pass
-    if not any(r.get("status") == "ok" for r in rows):
-        ctx.skip("static-compile", f"child {status}; no point measured (see log)")
-    ctx.part("compile", {"status": status, "points": len(rows)})
-    # keep only the merged tables in --out (the device returns at most 8 files)
-    for f in sorted(sub.glob("*")) if sub.is_dir() else []:
+            r = subprocess.run(cmd, timeout=share, capture_output=True, text=True, cwd=str(ROOT))
+            ctx.log("compile child output tail:\n" + (r.stdout + r.stderr)[-3000:])
+            status = f"exit {r.returncode}"
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            ctx.log("compile child killed at its budget; tail:\n" + out[-2000:])
+            status = "killed at its budget"
+        n = _merge_child(ctx, sub)
+        if not n:
+            ctx.skip(f"static-compile {name}", f"child {status}; no point measured (see log)")
+        ctx.part(f"compile|{name}", {"status": status, "points": n})
+        # keep only the merged tables in --out (the device returns at most 8 files)
+        for f in sorted(sub.glob("*")) if sub.is_dir() else []:
+            try:
+                f.unlink()
+            except OSError:
+                pass
         try:
-            f.unlink()
+            sub.rmdir()
         except OSError:
             pass
-    try:
-        sub.rmdir()
-    except OSError:
-        pass
 
 
 # ---- main
@@ -1300,6 +1330,7 @@ def run(args: argparse.Namespace) -> int:
         keep = [m.strip() for m in args.models.split(",") if m.strip()]
         p["grid"] = [(m, pts) for m, pts in p["grid"] if m in keep]
         p["layer_models"] = [m for m in p["layer_models"] if m in keep]
+        p["compile"] = [c for c in p["compile"] if c[0] in keep]
     import torch
 
     try:
@@ -1329,8 +1360,11 @@ def run(args: argparse.Namespace) -> int:
         except Exception as exc:
             ctx.error(label, exc)
 
-    guarded("host costs", lambda: host_costs(ctx))
-    guarded("cache update", lambda: cache_update_costs(ctx))
+    if args.compile_only:
+        p["grid"], p["layer_models"] = [], []
+    else:
+        guarded("host costs", lambda: host_costs(ctx))
+        guarded("cache update", lambda: cache_update_costs(ctx))
     for name, pts in p["grid"]:
         if not budget.allows(20):
             ctx.skip(f"model {name}", "budget")
@@ -1400,6 +1434,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--models", default="", help="comma-separated subset of " + ",".join(MODELS))
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile (static-compile) points")
+    ap.add_argument("--compile-only", action="store_true",
+                    help="only the torch.compile (static-compile) points and their kernels")
     ap.add_argument("--shrink", action="store_true", help="tiny widths (functional test on CPU)")
     ap.add_argument("--compile-child", default="", help=argparse.SUPPRESS)
     ap.add_argument("--points", default="", help=argparse.SUPPRESS)

@@ -54,6 +54,10 @@ class EngineConfig:
     block_size: int = BLOCK_SIZE
     prefix_caching: bool = False
     role: str = "mixed"  # mixed | prefill | decode
+    # host time between a request's arrival and its being schedulable (an eager framework's own setup,
+    # perfmodel.host_costs.request_overhead_s): the scheduler sees it that much later, latencies count from
+    # the arrival
+    request_s: float = 0.0
 
 
 @dataclass
@@ -96,10 +100,10 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
         if cfg.role != "mixed":
             raise InputError("closed-loop concurrency runs against an aggregated instance only", field="--concurrency")
         sent = min(int(conc), n_req)  # requests the client has sent so far
-        arrival = [0.0] * sent + [math.inf] * (n_req - sent)
+        arrival = [cfg.request_s] * sent + [math.inf] * (n_req - sent)
     else:
         sent = n_req
-        arrival = reqs.arrival.tolist()
+        arrival = (reqs.arrival + cfg.request_s).tolist()  # when each request can first be scheduled
     isl = reqs.isl.tolist()
     osl = reqs.osl.tolist()
     pgroup = reqs.prefix_group.tolist()
@@ -431,7 +435,7 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
                 release(slot)
                 done_count += 1
                 if sent < n_req:  # closed loop: the client sends the next request now
-                    arrival[sent] = now
+                    arrival[sent] = now + cfg.request_s
                     sent += 1
                 continue
             prefilling.remove(slot)
@@ -450,11 +454,12 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
             release(slot)
             done_count += 1
             if sent < n_req:
-                arrival[sent] = now
+                arrival[sent] = now + cfg.request_s
                 sent += 1
 
     res.first_token = np.asarray(first)
-    res.arrival = np.asarray(arrival, dtype=float)
+    res.arrival = np.asarray(arrival, dtype=float) - cfg.request_s  # the client's arrival times
+    res.in_system_s += cfg.request_s * n_req  # each request's setup before the scheduler saw it
     res.peak_in_system = peak
     res.finish = np.asarray(finish)
     res.preemptions = np.asarray(npre)

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..errors import InputError
+from ..host_costs import request_overhead_s
 from .engine import BLOCK_SIZE, EngineConfig, check_fits, simulate_instance
 from .metrics import request_metrics
 from .steptime import StepModel, kv_pool_blocks
@@ -116,7 +117,8 @@ def build_instance(hw, model, sc, prof, reqs, role: str, opts: ServeOptions, pow
 
         capacity.check_fits(model, sc, hw, 0)
     cfg = EngineConfig(max_seqs=max_seqs, token_budget=sc.prefill_chunk, kv_blocks=blocks,
-                       block_size=opts.block_size, prefix_caching=opts.prefix_caching, role=role)
+                       block_size=opts.block_size, prefix_caching=opts.prefix_caching, role=role,
+                       request_s=request_overhead_s(sc, hw, model, prof) if role != "decode" else 0.0)
     check_fits(reqs, cfg)
     if steps is None or steps.max_seqs < max_seqs:
         lengths = np.unique(reqs.isl)

@@ -185,6 +185,9 @@ class StepModel:
         self.classes = classify_ops(model, sc)
         self.mixed_launch = sc.launch_for("prefill")
         self.decode_launch = sc.launch_for("decode")
+        # host work each step runs outside its ops (an eager framework's own per-step work; zero for engines)
+        self.serial = {launch: Rules.of(sc, launch=launch, **host_rules(sc, hw)).serial_s
+                       for launch in {self.mixed_launch, self.decode_launch}}
         self._build(piece_hint)
 
     # -- tables ------------------------------------------------------------------------------------
@@ -257,7 +260,7 @@ class StepModel:
             n_dec = -(-n_dec // pp)
         t1, e1 = _lookup(self.token[launch], tokens)
         t2, e2 = _lookup(self.seq[launch], rows)
-        t = t1 + t2
+        t = t1 + t2 + self.serial[launch]
         e = e1 + e2
         if n_dec:
             ta, ea = self.decode_attn(launch, n_dec, ctx_mean)
@@ -302,14 +305,19 @@ def exact_step(model, hw, sc, prof, n_dec: int, ctx_mean: float, pieces: list[tu
         ops = build_ops(model, step, sc)
         parts.extend(op for op, k in zip(ops, _key_list(ops)) if k in wanted)
 
-    take(Step("prefill", 1, tokens, 0), c.token)
-    take(Step("prefill", rows, 1, 0), c.per_seq)
+    if pieces:
+        take(Step("prefill", 1, tokens, 0), c.token)
+        take(Step("prefill", rows, 1, 0), c.per_seq)
+    else:  # a decode-only step, as its tables are built (a kernel style may differ by phase: compiled decode)
+        take(Step("decode", tokens, 1, 1), c.token)
+        take(Step("decode", rows, 1, 1), c.per_seq)
     if n_dec:
         take(Step("decode", n_dec, 1, ctx_mean), c.decode_attn)
     for p, x in pieces:
         take(Step("prefill", 1, p, x), c.prefill_attn)
     times = time_ops(parts, hw, prof, mode=sc.mode, world=sc.gpus)
-    return float(account(times, Rules.of(sc, launch=launch, **host_rules(sc, hw)), prof, hw=hw, world=sc.gpus).total())
+    rules = Rules.of(sc, launch=launch, **host_rules(sc, hw))
+    return float(account(times, rules, prof, hw=hw, world=sc.gpus).total()) + rules.serial_s
 
 
 def kv_pool_blocks(model, hw, sc, max_seqs: int, block_size: int, mean_len: float | None = None) -> int:
