@@ -14,13 +14,15 @@ other parts unchanged (the host is not the GPU).
   argmax, stopping criteria: ``GENERATE_STEP_KERNELS`` of them, counted on the H200) at ``kernel_s`` each, and its
   two synchronisations a step (the stopping check's ``bool(unfinished.max() == 0)``, measured).
 - ``request_s``: per request, ``generate()``'s setup (input preparation, cache allocation, generation config):
-  an estimate (5-15 ms from differences of whole calls, too noisy on the lent host to measure better).
+  measured as ``generate(max_new_tokens=1)`` less the same prefill run by hand, where the folder has it, else
+  :data:`REQUEST_SETUP_LAUNCHES` of the host's bare launches.
 """
 from __future__ import annotations
 
 import csv
 import functools
 import io
+import os
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,10 +53,15 @@ class HostCosts:
 
 # Documented defaults where nothing was measured: a bare eager launch costs about 9 us on the lent host
 # (host.csv, add_inplace) and a kernel inside a module's forward about twice that (estimate); the stopping
-# check's synchronisation 26 us (host.csv, bool_max_eq0); a request's setup (estimate, module doc).
+# check's synchronisation 26 us (host.csv, bool_max_eq0); a request's setup (estimate: REQUEST_SETUP_LAUNCHES
+# launches of about 9 us, rounded up).
 KERNEL_S = 20e-6
 SYNC_S = 26e-6
-REQUEST_S = 10e-3
+REQUEST_S = 3e-3
+# generate()'s own work per call (generate(max_new_tokens=1) less the same prefill by hand: 1.8-3.2 ms) in units
+# of the bare eager launch measured beside it, which carries it to a host that measured only its launches: the
+# median over three models x two calls of 31 rounds (calibration/h200/hf/request/host.csv, 214-352)
+REQUEST_SETUP_LAUNCHES: float | None = 313.0
 
 
 def _step_s(kernel_s: float, sync_s: float) -> float:
@@ -66,7 +73,7 @@ def _graph_step_s(kernel_s: float, sync_s: float) -> float:
 
 
 DEFAULT = HostCosts(kernel_s=KERNEL_S, step_s=_step_s(KERNEL_S, SYNC_S), request_s=REQUEST_S,
-                    source="estimate: 20 us a kernel, generate()'s 14 kernels and 2 syncs a step, 10 ms a request",
+                    source="estimate: 20 us a kernel, generate()'s 14 kernels and 2 syncs a step, 3 ms a request",
                     graph_step_s=_graph_step_s(KERNEL_S, SYNC_S))
 
 
@@ -85,8 +92,12 @@ def measured_host_costs(folder: str | Path) -> HostCosts:
         if r.get("phase") == "decode_step" and r.get("cache") == "dynamic":
             key = (r["model"], r["batch"], r["ctx"])
             per_step[key] = per_step.get(key, 0.0) + float(r["count"])
-    rates, sync = [], []
+    rates, sync, setups, bare = [], [], [], []
     for r in _rows(host):
+        if r.get("family") == "request" and r.get("name") == "generate_setup" and r.get("wall_us"):
+            setups.append(float(r["wall_us"]) * 1e-6)
+        if r.get("family") == "launch" and r.get("name") == "add_inplace" and r.get("wall_us"):
+            bare.append(float(r["wall_us"]) * 1e-6)
         if r.get("family") == "decode_step" and r.get("name") == "decode_forward_nosync" and r.get("batch") == "1":
             n = per_step.get((r["model"], r["batch"], r["ctx"]))
             if n and n > GENERATE_STEP_KERNELS:
@@ -97,9 +108,16 @@ def measured_host_costs(folder: str | Path) -> HostCosts:
         raise InputError("no host-bound decode step measured (decode_forward_nosync at batch 1)", file=str(host))
     kernel_s = statistics.median(rates)
     sync_s = statistics.median(sync) if sync else SYNC_S
-    return HostCosts(kernel_s, _step_s(kernel_s, sync_s), REQUEST_S,
+    if setups:
+        request_s, how = statistics.median(setups), "request setup measured"
+    elif bare and REQUEST_SETUP_LAUNCHES:
+        request_s = REQUEST_SETUP_LAUNCHES * statistics.median(bare)
+        how = f"request setup {REQUEST_SETUP_LAUNCHES:g} bare launches (measured on another host)"
+    else:
+        request_s, how = REQUEST_S, "request setup an estimate"
+    return HostCosts(kernel_s, _step_s(kernel_s, sync_s), request_s,
                      f"measured: {folder.as_posix()} ({len(rates)} models' host-bound decode forward, "
-                     f"{kernel_s * 1e6:.1f} us a kernel); request setup an estimate",
+                     f"{kernel_s * 1e6:.1f} us a kernel); {how}",
                      graph_step_s=_graph_step_s(kernel_s, sync_s))
 
 
@@ -113,9 +131,24 @@ def host_costs_for(calibration_root: Path, part: str) -> HostCosts:
     return DEFAULT
 
 
+HOST_COSTS_ENV = "PERFMODEL_HOST_COSTS"  # a measurement folder (host.csv, kernels.csv) to use on every part
+
+
+@functools.lru_cache(maxsize=16)
+def _measured(folder: str) -> HostCosts:
+    return measured_host_costs(folder)
+
+
 @functools.lru_cache(maxsize=16)
 def _for_part(part: str) -> HostCosts:
     return host_costs_for(calibration_dir(), part)
+
+
+def host_costs_of(part: str) -> HostCosts:
+    """The host costs projections on ``part`` use: those of the folder ``$PERFMODEL_HOST_COSTS`` names (your own
+    host, measured by ``perfmodel calibrate --only hf``: the host is not the GPU), else :func:`host_costs_for`."""
+    folder = os.environ.get(HOST_COSTS_ENV, "").strip()
+    return _measured(folder) if folder else _for_part(part)
 
 
 def scenario_host_costs(sc, hw) -> HostCosts | None:
@@ -124,7 +157,7 @@ def scenario_host_costs(sc, hw) -> HostCosts | None:
     eager floor is :func:`perfmodel.step_accounting.host_cost`'s."""
     if getattr(sc, "kernels", None) != "hf":
         return None
-    return _for_part(getattr(hw, "key", "") or "")
+    return host_costs_of(getattr(hw, "key", "") or "")
 
 
 TOKEN_RETURN_S = 30e-6  # estimate where the profile has none: the lent H200's greedy round trip is 25-43 us

@@ -207,3 +207,26 @@ def test_a_requests_first_token_costs_its_return_to_the_host():
     assert request_overhead_s(trt.with_(mode="sol"), hw, m, prof) == 0.0
     hf = Scenario(engine="hf").for_hardware(hw)
     assert request_overhead_s(hf, hw, m, prof) == scenario_host_costs(hf, hw).request_s > 1e-3
+
+
+@pytest.mark.skipif(not (HF_DIR / "request" / "host.csv").is_file(), reason="the H200's request rows are not shipped here")
+def test_the_request_setup_constant_is_the_measured_median():
+    # REQUEST_SETUP_LAUNCHES: generate()'s own work per call over the bare launch measured beside it, the median
+    # of the 31-round calls (calibration/h200/hf/request/host.csv); a host with only its launches carries it
+    import csv
+    import statistics
+
+    from perfmodel.host_costs import REQUEST_SETUP_LAUNCHES
+
+    with open(HF_DIR / "request" / "host.csv", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    ratios = []
+    for setup in (r for r in rows if r["family"] == "request" and "31 rounds" in r["notes"]):
+        call = setup["notes"].split(" (")[0]
+        bare = next(r for r in rows if r["family"] == "launch" and r["model"] == setup["model"]
+                    and r["notes"].startswith(call))
+        ratios.append(float(setup["wall_us"]) / float(bare["wall_us"]))
+    assert len(ratios) == 6
+    assert REQUEST_SETUP_LAUNCHES == pytest.approx(statistics.median(ratios), rel=0.01)
+    h = measured_host_costs(HF_DIR)
+    assert 1e-3 < h.request_s < 6e-3 and "bare launches" in h.source

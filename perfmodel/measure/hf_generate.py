@@ -1212,6 +1212,51 @@ def decompose(ctx: Ctx, model, name: str) -> None:
     ctx.part(f"decompose|{name}", out)
 
 
+# ---- a request's setup
+
+
+def request_setup(ctx: Ctx, model, name: str, batch: int = 1, isl: int = 128, rounds: int = 31) -> None:
+    """generate()'s own work per call: generate(max_new_tokens=1) against the same prefill run by hand
+    (forward with a fresh cache, argmax, the token copied to the host), alternating, medians of the
+    differences; with the bare launch measured beside it, so that the setup carries to another host as a
+    multiple of its launch cost."""
+    torch = ctx.torch
+    ids, mask = _inputs(ctx, int(model.config.vocab_size), batch, isl)
+
+    def by_hand() -> float:
+        ctx.sync()
+        with quiet_gc():
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                out = model(input_ids=ids, attention_mask=mask, use_cache=True)
+                out.logits[:, -1, :].argmax(-1).cpu()
+            ctx.sync()
+            return time.perf_counter() - t0
+
+    for _ in range(2):
+        _generate(ctx, model, ids, mask, 1, "dynamic", isl + 1)
+        by_hand()
+    diffs, gens, hands = [], [], []
+    for _ in range(rounds):
+        g = _generate(ctx, model, ids, mask, 1, "dynamic", isl + 1)
+        h = by_hand()
+        gens.append(g)
+        hands.append(h)
+        diffs.append(g - h)
+    x = torch.randn(1024, device=ctx.device)
+    launch = _loop(ctx, lambda: x.add_(1.0), int(ctx.plan["host_n"]))
+    ctx.host.add(family="request", name="generate_setup", model=name, batch=batch, ctx=isl,
+                 layers=int(model.config.num_hidden_layers), wall_us=median(diffs) * 1e6,
+                 wall_min_us=min(diffs) * 1e6, n=rounds, unit="us/request",
+                 notes=f"generate(max_new_tokens=1) {median(gens) * 1e3:.2f} ms minus forward(use_cache=True) + "
+                       f"argmax + copy {median(hands) * 1e3:.2f} ms, dynamic cache, alternating, GC off")
+    ctx.host.add(family="launch", name="add_inplace", model=name, wall_us=launch["wall_us"],
+                 issue_us=launch["issue_us"], device_us=launch["device_us"], wall_min_us=launch["wall_min_us"],
+                 n=int(ctx.plan["host_n"]), unit="us/call", notes="beside the request setup: 1 kernel, x.add_(1)")
+    ctx.log(f"request setup {name}: {median(diffs) * 1e3:.2f} ms (generate {median(gens) * 1e3:.2f}, by hand "
+            f"{median(hands) * 1e3:.2f}); bare launch {launch['wall_us']:.2f} us")
+
+
 # ---- compile (child process)
 
 
@@ -1360,6 +1405,19 @@ def run(args: argparse.Namespace) -> int:
         except Exception as exc:
             ctx.error(label, exc)
 
+    if args.request_only:
+        for name in p["models"] if not args.models else [m for m in p["models"] if m in args.models.split(",")]:
+            if not budget.allows(30):
+                ctx.skip(f"request setup {name}", "budget")
+                continue
+            try:
+                model = build_model(ctx, name)
+                request_setup(ctx, model, name)
+            except Exception as exc:
+                ctx.error(f"request setup {name}", exc)
+            model = None
+            release(ctx)
+        return 0
     if args.compile_only:
         p["grid"], p["layer_models"] = [], []
     else:
@@ -1434,6 +1492,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--models", default="", help="comma-separated subset of " + ",".join(MODELS))
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile (static-compile) points")
+    ap.add_argument("--request-only", action="store_true",
+                    help="only generate()'s per-request setup (batch 1, 128 tokens) and the bare launch, per model")
     ap.add_argument("--compile-only", action="store_true",
                     help="only the torch.compile (static-compile) points and their kernels")
     ap.add_argument("--shrink", action="store_true", help="tiny widths (functional test on CPU)")
