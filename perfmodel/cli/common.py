@@ -80,7 +80,8 @@ def scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True) -> None:
                         "(default: the engine's)")
     g.add_argument("--kv-cache", choices=("paged", "dynamic", "static"), default=None,
                    help="how the KV cache is kept: paged (a serving engine's block pool), dynamic or static "
-                        "(transformers' DynamicCache / StaticCache run eager; default: the engine's)")
+                        "(transformers' DynamicCache / StaticCache; with --engine hf, static plus --launch auto "
+                        "is transformers' compiled decode; default: the engine's)")
     g.add_argument("--kernels", choices=("fused", "torch", "hf"), default=None,
                    help="fused: a serving engine's kernels; torch: the plain PyTorch layer the calibration "
                         "measures; hf: transformers' eager layer (default: the engine's)")
