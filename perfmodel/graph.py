@@ -260,10 +260,12 @@ HF_SPLIT_K_KERNELS = 12.0 / 7.0  # launches a product at one to 16 tokens: cuBLA
 
 def _hf_gemm(op: O.Op) -> O.Op:
     """An eager product's launches: at a few tokens cuBLAS splits most products over K (one more kernel). Over
-    an array of shapes (the serving step tables) the count is an array too, row by row."""
+    an array of shapes (the serving step tables) the count is an array too, row by row; on a workbook's cells,
+    a formula of them."""
     rows = op.params["m"] * op.params.get("groups", 1)
-    if not O.backend_of(rows).numeric:  # a workbook cell: the count stays a number, the plain one
-        return op
+    xp = O.backend_of(rows)
+    if not xp.numeric:
+        return dataclasses.replace(op, kernels=xp.where(rows <= 16, HF_SPLIT_K_KERNELS, float(op.kernels)))
     if isinstance(rows, np.ndarray):
         return dataclasses.replace(op, kernels=np.where(rows <= 16, HF_SPLIT_K_KERNELS, float(op.kernels)))
     if rows <= 16:

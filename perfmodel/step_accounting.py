@@ -34,8 +34,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
-
 from .cost import mem_kind
 from .cost.backend import NP
 from .cost.overlap import exposed_runs, resolve_method
@@ -52,7 +50,8 @@ def step_time(sums: dict, serial=0.0):
     """The step's time from its parts summed over its ops (or over any selection of them), plus ``serial``:
     host work the step runs outside its ops (:attr:`StepAccount.serial_s`, zero but for an eager framework's
     own per-step work)."""
-    return sums["busy"] + sums["gaps"] + serial
+    t = sums["busy"] + sums["gaps"]
+    return t + serial if not isinstance(serial, (int, float)) or serial else t
 
 
 def host_cost(op, prof, xp=NP):
@@ -203,8 +202,9 @@ def _flags(keep, ops) -> list:
 
 
 def _launches(op):
-    """An op's kernel launches: a number, or an array over a sweep's shapes (transformers' split-K products)."""
-    return op.kernels if isinstance(op.kernels, np.ndarray) else float(op.kernels)
+    """An op's kernel launches: a number, or an array over a sweep's shapes or a workbook formula (transformers'
+    split-K products)."""
+    return float(op.kernels) if isinstance(op.kernels, (int, float)) else op.kernels
 
 
 def account(times, rules: Rules, prof, *, hw=None, world: int = 1, xp=NP) -> StepAccount:

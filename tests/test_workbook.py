@@ -27,6 +27,8 @@ CASES = {
     "dense": ("b200", "llama8b", Scenario(batch=8, isl=1024, osl=128)),
     "moe-mla-tp8": ("b200", "deepseek-v3", Scenario(batch="max", tp=8, ep=8, dtype="fp8", isl=2048, osl=256)),
     "moe-tp2": ("h100-sxm", "mixtral", Scenario(batch=16, tp=2, isl=512, osl=64)),
+    # transformers' generate(): the host floor per kernel, the per-step host work and the request's setup
+    "hf": ("h200", "llama-3.1-8b", Scenario(engine="hf", batch=4, isl=128, osl=16)),
 }
 
 

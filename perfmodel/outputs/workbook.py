@@ -40,6 +40,7 @@ from ..cost.overlap import resolve_method
 from ..energy.model import limit_w, power_params
 from ..energy.report import power_source
 from ..graph import Step, build_ops
+from ..host_costs import host_rules, request_overhead_s
 from ..models import Model
 from ..ops import COMM_KINDS, COMPUTE_KINDS
 from ..profile import Profile
@@ -564,14 +565,17 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
     overlap_method, _ = resolve_method(sc_r.overlap)
     timed_by_key = {}
     for st in steps:
-        rules = Rules.of(sc_r, st.phase)
+        rules = Rules.of(sc_r, st.phase, **host_rules(sc_r, hw))
         if overlap_method in ("none", "fixed"):  # the hidden fraction is a live input
             rules = dataclasses.replace(rules, overlap="fixed", fraction=I("overlap"))
         timed_by_key[st.key] = _step_sheet(wb, st, model, hw, sc_r, hw_view, prof_view, rules, power, I,
                                            (title_font, bold, head_fill))
 
     # -- serving and memory (perfmodel.projection and perfmodel.capacity on cells) ----------------
-    ttft = srow("ttft_s", "TTFT", S["step_prefill"], "s", proj.ttft_s)
+    srow("request_s", "a request's first token beyond its prefill step", request_overhead_s(sc_r, hw, model, prof),
+         "s", None, "its return to the host (a serving engine), or the framework's own setup (transformers' "
+         "generate()): perfmodel.host_costs")
+    ttft = srow("ttft_s", "TTFT", S["step_prefill"] + S["request_s"], "s", proj.ttft_s, "prefill step + request")
     if plan.decode:
         draft_s = None
         if sc_r.mtp:
@@ -726,7 +730,8 @@ def _step_sheet(wb, st: StepSheet, model, hw, sc_r, hw_view, prof_view, rules, p
         set_text(ws, f"B{r}", op.kind)
         set_text(ws, f"C{r}", op.params.get("dtype", ""))
         ws.cell(row=r, column=4, value=float(op.count))
-        ws.cell(row=r, column=5, value=float(op.kernels))
+        set_formula(ws, f"E{r}", op.kernels)  # a formula where the count depends on the shape (split-K)
+        kernels = Expr(f"$E{r}") if isinstance(op.kernels, Expr) else op.kernels
         set_formula(ws, f"F{r}", op.flops)
         set_formula(ws, f"G{r}", op.bytes)
         new_params = dict(op.params)
@@ -739,7 +744,7 @@ def _step_sheet(wb, st: StepSheet, model, hw, sc_r, hw_view, prof_view, rules, p
             if isinstance(v, Expr):
                 new_params[k] = Expr(f"${_col(j)}{r}")
         view = dataclasses.replace(
-            op, params=new_params,
+            op, params=new_params, kernels=kernels,
             flops=Expr(f"$F{r}") if isinstance(op.flops, Expr) else op.flops,
             bytes=Expr(f"$G{r}") if isinstance(op.bytes, Expr) else op.bytes)
         if sustained is not None and op.kind in COMPUTE_KINDS:
@@ -766,7 +771,7 @@ def _step_sheet(wb, st: StepSheet, model, hw, sc_r, hw_view, prof_view, rules, p
         for cc in (c_time, c_run, *c_part.values()):
             ws.cell(row=r, column=cc).number_format = "0.000E+00"
     sums = {p: Expr(f"SUM({_col(c)}{first}:{_col(c)}{last})") for p, c in c_part.items()}
-    ws["B5"] = formula(step_time(sums))
+    ws["B5"] = formula(step_time(sums, acc.serial_s))  # + an eager framework's own host work a step
     ws["B6"] = formula(sums["gaps"])
     ws["B7"] = f"=SUMPRODUCT({_col(c_comp)}{first}:{_col(c_comp)}{last},D{first}:D{last})"
     set_text(ws, "D2", "dynamic energy of the step, one GPU (J, before the power limit)")
