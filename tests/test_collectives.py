@@ -268,6 +268,18 @@ def test_comm_interpolates_and_extrapolates_world_sizes():
     assert t == pytest.approx(a16 + bus_factor("all_reduce", 16) * 1e6 / (0.8 * gb.scaleup_bandwidth))
 
 
+def test_direct_collectives_keep_the_nearest_measured_latency():
+    # all-to-all and the engines' one-shot all-reduce reach every peer at once through the switch: no ring step
+    # is added beyond the largest measured group (NVIDIA's tables: nearly flat from 2 to 16 GPUs)
+    gb = load_spec("gb200")
+    prof = DEFAULTS.with_(comm_alpha_s={"all_to_all:4": 11e-6, "engine_all_reduce:4": 5e-6, "all_gather:4": 9e-6},
+                          comm_eta={"all_to_all:4": 0.6, "engine_all_reduce:4": 0.4, "all_gather:4": 0.7})
+    for kind, alpha in (("all_to_all", 11e-6), ("engine_all_reduce", 5e-6)):
+        assert fitted_params(kind, 32, gb, prof)[0] == alpha and fitted_params(kind, 2, gb, prof)[0] == alpha
+    # a ring still pays the fabric's hop latency for every extra step
+    assert fitted_params("all_gather", 32, gb, prof)[0] == pytest.approx(9e-6 + 28 * gb.scaleup_latency)
+
+
 def test_groups_beyond_the_domain_use_the_domain_fit_inside():
     hw = load_spec("h200")
     prof = _fitted()

@@ -231,3 +231,17 @@ def test_a_requests_setup_delays_it_and_counts_in_its_latency(h200):
     assert np.allclose(runs[1].first_token - runs[0].first_token, 0.01)
     assert np.allclose(runs[1].arrival, runs[0].arrival)
     assert runs[1].in_system_s == pytest.approx(runs[0].in_system_s + 40 * 0.01, rel=1e-9)
+
+
+def test_every_attention_group_brings_its_own_kv_pool():
+    # attention data parallelism: each group of --tp GPUs keeps its own sequences' cache in its own memory, so
+    # the instance's pool is the groups' together (before: one GPU's, and wide-EP decode workers preempted
+    # thousands of times)
+    from perfmodel.serve.steptime import kv_pool_blocks
+
+    hw = resolve_hardware("b200")
+    m = resolve_model("llama8b")
+    four = Scenario(tp=1, attention_dp=4, engine="sglang").validated().for_hardware(hw)
+    per_group = kv_pool_blocks(m, hw, four.with_(attention_dp=1), 64, 16)
+    assert per_group > 0
+    assert kv_pool_blocks(m, hw, four, 4 * 64, 16) == pytest.approx(4 * per_group, rel=1e-3)

@@ -9,9 +9,12 @@ all-to-all ``(p-1)/p``, p2p the message (nccl-tests' bus bandwidth definitions).
 **Measured** (``Profile.comm_alpha_s`` / ``comm_eta``, keyed ``"all_reduce:8"``, written by ``perfmodel fit``
 from the suite's collective rows inside one scale-up domain): alpha and eta of that collective at that world
 size. A world size between two measured ones takes both linearly interpolated in p; beyond the largest
-measured one, alpha grows by the spec's per-hop latency for every extra ring step and eta stays the
-largest one's; below the smallest, alpha scales with the ring steps ``p - 1``. p2p takes ``p2p:2`` (the pair
-exchange). Fitted values carry to other parts as they are (perfmodel.transfer: link latencies carry as-is,
+measured one, a ring's alpha grows by the spec's per-hop latency for every extra ring step and eta stays the
+largest one's; below the smallest, a ring's alpha scales with the ring steps ``p - 1``. The direct
+collectives (:data:`DIRECT_KINDS`: all-to-all, and the engines' one-shot/two-shot all-reduce kernels) send to
+every peer at once through the switch, not around a ring: their alpha stays the nearest measured group's
+(NVIDIA's tables: B200 NCCL all-to-all 10.8 / 11.5 / 12.1 us at 2 / 4 / 8 GPUs, GB300 TensorRT-LLM all-reduce
+4.3 / 4.9 / 4.5 / 5.2 us at 2 / 4 / 8 / 16). p2p takes ``p2p:2`` (the pair exchange). Fitted values carry to other parts as they are (perfmodel.transfer: link latencies carry as-is,
 bandwidth fractions apply to the target's own link bandwidth).
 
 **Documented defaults** (no measurement for that collective): a ring: the profile's fixed cost of a
@@ -33,6 +36,8 @@ from ..profile import Profile
 from .backend import NP
 
 COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
+# collectives that reach every peer at once through the switch (no ring): latency about flat in the group size
+DIRECT_KINDS = ("all_to_all", "engine_all_reduce")
 _STEPS = {"all_reduce": 2.0, "engine_all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0, "p2p": 1.0}
 
 
@@ -79,13 +84,13 @@ def fitted_params(kind: str, p: int, hw, prof: Profile):
         f = (p - lo) / (hi - lo)
         ka, kb = comm_key(kind, lo), comm_key(kind, hi)
         return a[ka] + (a[kb] - a[ka]) * f, e[ka] + (e[kb] - e[ka]) * f
-    if below:  # beyond the largest measured group: one step latency more per extra ring step
-        w = below[-1]
-        k = comm_key(kind, w)
-        return a[k] + (ring_steps(kind, p) - ring_steps(kind, w)) * hw.scaleup_latency, e[k]
-    w = above[0]  # below the smallest measured group: the latency scales with the ring steps
+    w = below[-1] if below else above[0]
     k = comm_key(kind, w)
-    return a[k] * ring_steps(kind, p) / ring_steps(kind, w), e[k]
+    if kind in DIRECT_KINDS:  # no ring: the nearest measured group's latency
+        return a[k], e[k]
+    if below:  # beyond the largest measured group: one step latency more per extra ring step
+        return a[k] + (ring_steps(kind, p) - ring_steps(kind, w)) * hw.scaleup_latency, e[k]
+    return a[k] * ring_steps(kind, p) / ring_steps(kind, w), e[k]  # below the smallest: scales with the steps
 
 
 def _within_domain(kind: str, nbytes, p: int, hw, prof: Profile, xp=NP):

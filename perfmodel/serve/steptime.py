@@ -328,7 +328,11 @@ def kv_pool_blocks(model, hw, sc, max_seqs: int, block_size: int, mean_len: floa
     A block holds a token of every layer that keeps keys. Where layers keep less than every token (sliding or
     chunked windows) or a fixed state instead (Gated DeltaNet), a block is priced at what a sequence of the
     workload's mean length ``mean_len`` holds per token (the engines' hybrid KV managers pool the layer types
-    separately; one pool at the mean is the estimate)."""
+    separately; one pool at the mean is the estimate).
+
+    With attention data parallelism every attention group holds its own sequences' cache in its own GPUs'
+    budget: the instance's pool is the groups' together (one shared pool for the scheduler: an estimate of
+    the engines' pool per group)."""
     from .. import capacity
 
     mem = capacity.memory(model, sc.with_(isl=sc.prefill_chunk), max_seqs, hw)
@@ -336,4 +340,4 @@ def kv_pool_blocks(model, hw, sc, max_seqs: int, block_size: int, mean_len: floa
     if mean_len:
         per_token = float(capacity.kv_bytes_per_sequence(model, sc, float(mean_len))) / float(mean_len)
     per_block = per_token * block_size
-    return max(int(math.floor(float(mem.kv_budget) / per_block)), 0)
+    return max(int(math.floor(float(mem.kv_budget) * sc.attention_dp / per_block)), 0)
