@@ -61,7 +61,7 @@ REQUEST_S = 3e-3
 # generate()'s own work per call (generate(max_new_tokens=1) less the same prefill by hand: 1.8-3.2 ms) in units
 # of the bare eager launch measured beside it, which carries it to a host that measured only its launches: the
 # median over three models x two calls of 31 rounds (calibration/h200/hf/request/host.csv, 214-352)
-REQUEST_SETUP_LAUNCHES: float | None = 313.0
+REQUEST_SETUP_LAUNCHES = 313.0
 
 
 def _step_s(kernel_s: float, sync_s: float) -> float:
@@ -110,7 +110,7 @@ def measured_host_costs(folder: str | Path) -> HostCosts:
     sync_s = statistics.median(sync) if sync else SYNC_S
     if setups:
         request_s, how = statistics.median(setups), "request setup measured"
-    elif bare and REQUEST_SETUP_LAUNCHES:
+    elif bare:
         request_s = REQUEST_SETUP_LAUNCHES * statistics.median(bare)
         how = f"request setup {REQUEST_SETUP_LAUNCHES:g} bare launches (measured on another host)"
     else:
@@ -173,7 +173,7 @@ def token_return_s(vocab: int, prof=None) -> float:
     return float(np.interp(float(vocab), [v for v, _ in pts], [t for _, t in pts]))
 
 
-def request_overhead_s(sc, hw, model=None, prof=None) -> float:
+def request_overhead_s(sc, hw, model, prof) -> float:
     """Host time a request's first token costs beyond its prefill step: an eager framework's own setup of the
     call (transformers' generate(): :attr:`HostCosts.request_s`), or for the serving engines the first token's
     return from the device (:func:`token_return_s`; their other per-request work, tokenisation and scheduling,
@@ -181,7 +181,7 @@ def request_overhead_s(sc, hw, model=None, prof=None) -> float:
     h = scenario_host_costs(sc, hw)
     if h is not None:
         return h.request_s
-    if model is None or getattr(sc, "mode", "latency") == "sol":
+    if sc.mode == "sol":
         return 0.0
     return token_return_s(model.vocab, prof)
 

@@ -13,9 +13,10 @@ measured one, a ring's alpha grows by the spec's per-hop latency for every extra
 largest one's; below the smallest, a ring's alpha scales with the ring steps ``p - 1``. The direct
 collectives (:data:`DIRECT_KINDS`: all-to-all, and the engines' one-shot/two-shot all-reduce kernels) send to
 every peer at once through the switch, not around a ring: their alpha stays the nearest measured group's
-(NVIDIA's tables: B200 NCCL all-to-all 10.8 / 11.5 / 12.1 us at 2 / 4 / 8 GPUs, GB300 TensorRT-LLM all-reduce
-4.3 / 4.9 / 4.5 / 5.2 us at 2 / 4 / 8 / 16). p2p takes ``p2p:2`` (the pair exchange). Fitted values carry to other parts as they are (perfmodel.transfer: link latencies carry as-is,
-bandwidth fractions apply to the target's own link bandwidth).
+(alphas fitted from NVIDIA's tables: B200 NCCL all-to-all 10.8 / 11.5 / 12.2 us at 2 / 4 / 8 GPUs, GB300
+TensorRT-LLM all-reduce 4.3 / 5.0 / 4.5 / 5.2 us at 2 / 4 / 8 / 16). p2p takes ``p2p:2`` (the pair exchange). Fitted values carry to
+other parts as they are (perfmodel.transfer: link latencies carry as-is, bandwidth fractions apply to the
+target's own link bandwidth).
 
 **Documented defaults** (no measurement for that collective): a ring: the profile's fixed cost of a
 collective (``comm_base_s``: launch and synchronisation, software) plus, for each of its ``f (p-1)`` steps

@@ -630,11 +630,12 @@ def measure_point(ctx: Ctx, model, name: str, cache: str, batch: int, isl: int, 
 # ---- host microbenchmarks
 
 
-def _loop(ctx: Ctx, fn: Callable[[], Any], n: int, reps: int = 5) -> dict[str, float]:
-    """Per-call wall (after sync), issue (before sync) and device-elapsed (CUDA events) time, µs; medians."""
+def _loop(ctx: Ctx, fn: Callable[[], Any], n: int, reps: int = 5, warmup: int = 2) -> dict[str, float]:
+    """Per-call wall (after sync), issue (before sync) and device-elapsed (CUDA events) time of ``n`` calls of
+    ``fn`` back to back, µs; medians over ``reps``, after ``warmup`` calls."""
     torch = ctx.torch
     walls, issues, devs = [], [], []
-    for _ in range(2):
+    for _ in range(warmup):
         fn()
     for _ in range(reps):
         ctx.sync()
@@ -998,23 +999,9 @@ def _manual_decode(ctx: Ctx, model, batch: int, isl: int, steps: int, sync_each:
             if sync_each:
                 bool(unfinished.max() == 0)
 
-        for _ in range(3):
-            step()
-        ctx.sync()
-        with quiet_gc():
-            if ctx.cuda:
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                e0.record()
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                step()
-            t_issue = time.perf_counter() - t0
-            if ctx.cuda:
-                e1.record()
-            ctx.sync()
-            wall = time.perf_counter() - t0
-    return {"wall_ms": wall / steps * 1e3, "issue_ms": t_issue / steps * 1e3,
-            "device_elapsed_ms": (e0.elapsed_time(e1) / steps) if ctx.cuda else None}
+        r = _loop(ctx, step, steps, reps=1, warmup=3)
+    return {"wall_ms": r["wall_us"] / 1e3, "issue_ms": r["issue_us"] / 1e3,
+            "device_elapsed_ms": r["device_us"] / 1e3 if r["device_us"] is not None else None}
 
 
 def _count_modules(ctx: Ctx, model, batch: int, isl: int) -> int:
@@ -1376,6 +1363,7 @@ def run(args: argparse.Namespace) -> int:
         p["grid"] = [(m, pts) for m, pts in p["grid"] if m in keep]
         p["layer_models"] = [m for m in p["layer_models"] if m in keep]
         p["compile"] = [c for c in p["compile"] if c[0] in keep]
+        p["models"] = [m for m in p["models"] if m in keep]
     import torch
 
     try:
@@ -1406,7 +1394,7 @@ def run(args: argparse.Namespace) -> int:
             ctx.error(label, exc)
 
     if args.request_only:
-        for name in p["models"] if not args.models else [m for m in p["models"] if m in args.models.split(",")]:
+        for name in p["models"]:
             if not budget.allows(30):
                 ctx.skip(f"request setup {name}", "budget")
                 continue

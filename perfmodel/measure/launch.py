@@ -4,13 +4,15 @@ issuing one costs a C++ runtime rather than Python.
 The launch family's first two modes (``perfmodel.measure.kernels.run_launch``) time tiny kernels issued from
 Python (``eager``: the host binds, about 6 us a kernel on the lent H200) and replayed from a CUDA graph
 (``graph``: about 1.1 us). Two questions lie between them, and engines sit there: TensorRT-LLM, vLLM and SGLang
-run their prefill steps without CUDA graphs, issuing kernels from C++ (or from Python far ahead of the GPU).
+run their prefill steps without CUDA graphs, issuing kernels from C++ (or from Python far ahead of the GPU). A
+third mode times what every request's first token pays after its prefill.
 
 - ``queued``: tiny kernels issued eagerly while the stream is held by a sleeping kernel, so that every launch is
   queued before the first runs; CUDA events around them then time the device's own per-kernel cost of stream
   launches (the front end fetching each launch), with the host out of the critical path.
 - ``driver``: ``cuLaunchKernel`` of an empty kernel called through ``ctypes``, less a ``ctypes`` call of a
   trivial driver function (``cuCtxGetCurrent``): the host time a C++ runtime spends per launch.
+- ``round_trip``: one sequence's logits to its token on the host (sampler kernels, copy, wait), greedy or top-p.
 
 Each returns the family's row fields (``timing_fields``) plus what it checked. Imports torch.
 """
