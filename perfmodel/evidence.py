@@ -1,27 +1,53 @@
 """The best evidence for each family of a projection's cost model: measured on the part, else carried.
 
 Calibration folders measure different things. This project's own suite (``calibration/h200``) measures every
-family through plain PyTorch (GEMMs, attention, memory-bound kernels, launches, training kernels, power);
-a folder imported from an engine's kernel tables (``calibration/b200-trtllm``, :mod:`perfmodel.imports`)
-measures that engine's GEMMs, attention and collectives on another part. A projection of engine E on part P
-takes each family from the best profile that measured it:
+family through plain PyTorch as a microbenchmark times it (GEMMs, SDPA attention, memory-bound kernels,
+launches, training kernels, power); a folder imported from an engine's kernel tables
+(``calibration/b200-trtllm``, :mod:`perfmodel.imports`) measures that engine's GEMM and MoE modules, its
+attention kernels and collectives on one part. A projection of engine E on part P takes each family from the
+best profile that measured it, by these rules:
 
-1. measured on P itself (for the engine-specific families, with engine E first);
-2. else measured on the part nearest P in generation (the same generation, then the closest older one, then
-   newer), the engine-specific families with engine E first, and carried to P by :mod:`perfmodel.transfer`;
-3. else the documented defaults.
+- **GEMMs and MoE of a serving engine (trtllm, vllm, sglang): the engine's own tables first**, from P or from
+  a part of P's tensor-core instruction family (wgmma: Hopper; tcgen05: Blackwell), carried by
+  :mod:`perfmodel.transfer`; then another engine's tables on P; then the nearest part. The engines' modules
+  differ (fp8 and fp4 products with their quantize and scaling kernels, DeepGEMM or CUTLASS; MoE as CUTLASS,
+  Triton or FlashInfer kernels) and their kernels are built per instruction family. Measured on the shipped
+  tables (``python docs/tools/evidence_ranking.py``: each engine table's rows priced by what either rule would
+  pick without it; cost model of commit 94ebb68): the engine's own table from a part of the same instruction
+  family beat the nearest other engine's table on the part itself in 12 of 12 GEMM comparisons (h200-sxm-vllm's rows: h100-sxm-vllm carried
+  9.3% median against h200-sxm-sglang's 15.0%) and 12 of 12 MoE comparisons (25.3% against 46.0%); from
+  another instruction family it won 8 of 12 GEMM and only 2 of 12 MoE comparisons (h200-sxm-vllm's MoE rows:
+  b200-vllm carried 52.5%), so across instruction families the part comes first.
+- **GEMMs of plain PyTorch (torch) and transformers (hf): the part first**, then the engine's nearness
+  (``ENGINE_NEAR``). Their unquantized products are the very call every engine table times for bf16
+  (``torch.nn.functional.linear``, named in the imported rows), and the part's clocks and power limit set its
+  rate: the kernels do not differ, the part does.
+- **Attention: the kernel first, then the part, then the engine.** Each attention backend (an SDPA backend,
+  FlashAttention-3, TensorRT-LLM's FMHA/XQA, MLA, FlashInfer; :mod:`perfmodel.attention_kernels`) takes its
+  parameters from the best profile that fitted that backend: a profile that fitted another kernel is no
+  evidence for this one (a TensorRT-LLM table on the H200 fits its own FMHA, not PyTorch's SDPA: pricing SDPA
+  with it took FlashAttention-2 at the documented 0.35 of peak and missed the H200's own held-out prefill rows
+  by 87% median, decode by 23%; :mod:`perfmodel.kernel_check`). An engine's own
+  kernel is taken only from a part of the target's instruction family (the kernel is written for it;
+  elsewhere :mod:`perfmodel.attention_kernels`' stand-in rule times it); an SDPA backend from any part of the
+  vendor. Which backend plain PyTorch dispatches to (``attn_default``) comes from the best profile that saw
+  the dispatch.
+- **Everything else** (memory-bound kernels, launch gaps, training kernels, power, collectives): the part
+  first, then the engine's nearness (collectives), then generation distance (the same generation, then the
+  closest older one, then newer), then bandwidth.
 
-Engine-specific families are the kernels an engine chooses (``gemm``, ``attention``, ``comm``); the others
-(memory-bound kernels, launch gaps, training kernels, power) come from whichever profile measured them.
+A family (or attention backend) no profile of the vendor measured keeps the documented defaults: only then.
 The result is one :class:`~perfmodel.profile.Profile` whose ``provenance["families"]`` says, per family, which
-profile, part and engine it came from and whether it was carried, and whose ``name`` and ``label`` name the
-profile that gave the GEMMs (the family that dominates a projection).
+profile, part and engine it came from and whether it was carried (attention: per backend too, and the kernels
+the engine runs), and whose ``name`` and ``label`` name the profile that gave the GEMMs (the family that
+dominates a projection).
 """
 from __future__ import annotations
 
 from dataclasses import fields
 
 from . import generations
+from .attention_kernels import KERNELS
 from .profile import DEFAULTS, Profile
 from .spec import HardwareSpec
 
@@ -38,9 +64,15 @@ FAMILY_FIELDS: dict[str, tuple[str, ...]] = {
     "power": ("power",),
 }
 ENGINE_FAMILIES = ("gemm", "attention", "comm", "moe")
+# Families whose modules differ from one serving engine to another: the engine's own tables from a part of the
+# target's instruction family rank before another engine's tables on the part (module doc).
+ENGINE_FIRST_FAMILIES = ("gemm", "moe")
+SERVING_ENGINES = ("trtllm", "vllm", "sglang")
 # An engine's attention module includes writing the new K and V into the cache: that kernel's parameters travel
 # with the attention family when the attention source fitted them.
 ATTENTION_MEMORY_KINDS = ("kv_write",)
+# the suite's SDPA backends: what a profile fitted before ``attention_backends`` was recorded measured
+SDPA_BACKENDS = ("flash", "cudnn", "efficient")
 
 
 def measured_families(prof: Profile) -> tuple[str, ...]:
@@ -61,11 +93,24 @@ def measured_families(prof: Profile) -> tuple[str, ...]:
     return tuple(out)
 
 
+def measured_backends(prof: Profile) -> tuple[str, ...]:
+    """The attention backends a profile fitted (``provenance["attention_backends"]``; older profiles of this
+    project's suite: its SDPA backends)."""
+    if "attention" not in measured_families(prof):
+        return ()
+    recorded = prof.provenance.get("attention_backends")
+    if isinstance(recorded, list):
+        return tuple(b for b in recorded if b in KERNELS)
+    return SDPA_BACKENDS
+
+
 # Which other engine's kernels stand closest to an engine's, where its own were not measured: plain PyTorch's
-# bf16 linear is what vLLM times for bf16 (torch.nn.functional.linear); vLLM and SGLang share FlashInfer and
-# CUTLASS kernels; TensorRT-LLM's are its own.
-ENGINE_NEAR = {"torch": ("torch", "vllm", "sglang", "trtllm"), "vllm": ("vllm", "sglang", "trtllm", "torch"),
-               "sglang": ("sglang", "vllm", "trtllm", "torch"), "trtllm": ("trtllm", "vllm", "sglang", "torch")}
+# bf16 linear is what vLLM times for bf16 (torch.nn.functional.linear); transformers runs plain PyTorch's
+# kernels (its eager layer calls the same linear and SDPA); vLLM and SGLang share FlashInfer and CUTLASS
+# kernels; TensorRT-LLM's are its own.
+ENGINE_NEAR = {"torch": ("torch", "hf", "vllm", "sglang", "trtllm"), "hf": ("hf", "torch", "vllm", "sglang", "trtllm"),
+               "vllm": ("vllm", "sglang", "trtllm", "torch", "hf"), "sglang": ("sglang", "vllm", "trtllm", "torch", "hf"),
+               "trtllm": ("trtllm", "vllm", "sglang", "torch", "hf")}
 
 
 def _engine_distance(wanted: str, have: str) -> int:
@@ -81,35 +126,99 @@ def _generation_distance(a: str, b: str) -> float:
     return d if d >= 0 else 0.5 - d
 
 
+def _same_mma(source: HardwareSpec | None, hw: HardwareSpec) -> bool:
+    """Whether the source part runs the target's tensor-core instruction family (kernels are built per family)."""
+    if source is None:
+        return False
+    a, b = generations.get(source.generation), generations.get(hw.generation)
+    return a is not None and b is not None and a.mma is not None and a.mma == b.mma
+
+
+def _same_part(prof: Profile, hw: HardwareSpec) -> bool:
+    return prof.spec_key == hw.key or prof.spec_key in getattr(hw, "aliases", ())
+
+
 def _rank(hw: HardwareSpec, engine: str, family: str, prof: Profile, source: HardwareSpec | None):
-    """Sort key: same part first, then the requested engine (engine families only), then generation distance,
-    then the part whose bandwidth is closest, then the name (deterministic)."""
-    same_part = prof.spec_key == hw.key or prof.spec_key in getattr(hw, "aliases", ())
+    """Sort key (module doc): for a serving engine's GEMMs and MoE, its own tables from the target's instruction
+    family first; then the same part; then the requested engine (engine families only), generation distance,
+    the part whose bandwidth is closest, and the name (deterministic)."""
+    same_part = _same_part(prof, hw)
     engine_miss = 0 if family not in ENGINE_FAMILIES else _engine_distance(engine, prof.engine)
+    own_kernels = not (family in ENGINE_FIRST_FAMILIES and engine in SERVING_ENGINES) or (
+        engine_miss == 0 and (same_part or _same_mma(source, hw)))
     if source is None:
         gen, bw = 99.0, 99.0
     else:
         gen = _generation_distance(source.generation, hw.generation)
         bw = abs(source.hbm_bandwidth - hw.hbm_bandwidth) / hw.hbm_bandwidth
-    return (not same_part, engine_miss, gen, bw, prof.name)
+    return (not own_kernels, not same_part, engine_miss, gen, bw, prof.name)
 
 
-def choose(hw: HardwareSpec, engine: str, candidates: list[tuple[Profile, HardwareSpec | None]]) -> dict:
-    """Per family, the (profile, its source spec) that stands for it, or None (defaults)."""
+def _usable(hw: HardwareSpec, prof: Profile, source: HardwareSpec | None) -> bool:
+    """Nothing carries across vendors (perfmodel.transfer): a profile of another vendor's part is no evidence."""
+    return source is None or source.vendor == hw.vendor or prof.spec_key == hw.key
+
+
+def choose(hw: HardwareSpec, engine: str, candidates: list[tuple[Profile, HardwareSpec | None]],
+           attention: dict | None = None) -> dict:
+    """Per family, the (profile, its source spec) that stands for it, or None (defaults). Attention: the profile
+    of the backend the engine runs in prefill (``attention``, :func:`choose_attention`, has every backend's)."""
     out = {}
     for family in FAMILY_FIELDS:
-        usable = [(p, s) for p, s in candidates if family in measured_families(p)
-                  and (s is None or s.vendor == hw.vendor or p.spec_key == hw.key)]
+        usable = [(p, s) for p, s in candidates if family in measured_families(p) and _usable(hw, p, s)]
         out[family] = min(usable, key=lambda ps: _rank(hw, engine, family, ps[0], ps[1])) if usable else None
+    attention = attention or choose_attention(hw, engine, candidates)
+    out["attention"] = attention["backends"].get(attention["kernels"]["prefill"])
     return out
+
+
+def choose_attention(hw: HardwareSpec, engine: str, candidates: list[tuple[Profile, HardwareSpec | None]]) -> dict:
+    """The attention evidence: ``backends`` (backend -> the (profile, source spec) that fitted it: the same
+    part first, then the engine's nearness, then generation), ``dispatch`` (the profile whose observed PyTorch dispatch gives
+    ``attn_default``, or None) and ``kernels`` (phase -> the backend that times the engine's kernel there)."""
+    from .attention_kernels import resolve
+    from .engines import engine_for
+    from .errors import InputError
+
+    backends = {}
+    for key, kernel in KERNELS.items():
+        usable = [(p, s) for p, s in candidates if key in measured_backends(p) and _usable(hw, p, s)
+                  and (not kernel.carried or _same_part(p, hw) or _same_mma(s, hw))]
+        if usable:
+            backends[key] = min(usable, key=lambda ps: _rank(hw, engine, "attention", ps[0], ps[1]))
+    seen = [(p, s) for p, s in candidates if p.fitted and p.provenance.get("attention_dispatch") and _usable(hw, p, s)]
+    dispatch = min(seen, key=lambda ps: _rank(hw, engine, "attention", ps[0], ps[1])) if seen else None
+    default = dispatch[0].attn_default if dispatch else DEFAULTS.attn_default
+    try:
+        name = engine_for(engine, hw.vendor).attention_for(hw.generation)
+    except InputError:  # not an engine preset: what plain PyTorch dispatches to
+        name = "auto"
+    kernels = {phase: resolve(name, phase, hw.generation, default, backends).backend for phase in ("prefill", "decode")}
+    return {"backends": backends, "dispatch": dispatch, "kernels": kernels}
+
+
+def _backend_keys(d: dict, backend: str) -> dict:
+    """A per-backend parameter dict's entries for one backend (``cudnn``, ``cudnn.decode``, ``trtllm.fp8``...)."""
+    return {k: v for k, v in d.items() if k == backend or k.startswith(backend + ".")}
+
+
+def _where(prof: Profile, hw: HardwareSpec) -> str:
+    return (f"measured on {prof.device or prof.spec_key} ({prof.name})" if _same_part(prof, hw)
+            else f"carried from {prof.spec_key} ({prof.name})")
+
+
+def _entry(prof: Profile, hw: HardwareSpec) -> dict:
+    return {"profile": prof.name, "part": prof.spec_key, "engine": prof.engine, "carried": not _same_part(prof, hw),
+            "source": _where(prof, hw)}
 
 
 def compose(hw: HardwareSpec, engine: str, candidates: list[tuple[Profile, HardwareSpec | None]]) -> Profile:
     """One profile for ``engine`` on ``hw``, each family from its best evidence (module doc)."""
     from .transfer import carry
 
-    chosen = choose(hw, engine, candidates)
-    if not any(chosen.values()):
+    attention = choose_attention(hw, engine, candidates)
+    chosen = choose(hw, engine, candidates, attention)
+    if not any(chosen.values()) and not attention["backends"]:
         return DEFAULTS
     carried: dict[str, Profile] = {}
 
@@ -118,13 +227,15 @@ def compose(hw: HardwareSpec, engine: str, candidates: list[tuple[Profile, Hardw
             carried[prof.name] = carry(prof, source, hw)
         return carried[prof.name]
 
-    lead_family = next(f for f in ("gemm", "attention", "memory", "comm", "training", "power", "launch")
-                       if chosen.get(f))
-    lead = on_target(*chosen[lead_family])
+    lead_family = next((f for f in ("gemm", "attention", "memory", "comm", "training", "power", "launch")
+                        if chosen.get(f)), None)
+    lead = on_target(*chosen[lead_family]) if lead_family else DEFAULTS
     values = {}
     provenance_families = {}
     spreads = [lead.carry_spread]
     for family, pick in chosen.items():
+        if family == "attention":
+            continue
         if pick is None:
             provenance_families[family] = {"source": "documented defaults"}
             for f in FAMILY_FIELDS[family]:
@@ -134,19 +245,45 @@ def compose(hw: HardwareSpec, engine: str, candidates: list[tuple[Profile, Hardw
         spreads.append(prof.carry_spread)
         for f in FAMILY_FIELDS[family]:
             values[f] = getattr(prof, f)
-        provenance_families[family] = {
-            "profile": pick[0].name, "part": pick[0].spec_key, "engine": pick[0].engine,
-            "carried": prof.carried_from != "" and pick[0].spec_key != hw.key,
-            "source": (f"measured on {pick[0].device or pick[0].spec_key}" if pick[0].spec_key == hw.key
-                       else f"carried from {pick[0].spec_key} ({pick[0].name})"),
-        }
+        provenance_families[family] = _entry(pick[0], hw)
+    residuals = dict(lead.residual_quantiles)
+    # attention: each backend's parameters (and its residual band) from the profile that fitted it; the
+    # parameters not kept per backend from the source of the engine's own kernel
     att = chosen.get("attention")
-    if att is not None and "kv_write" in att[0].provenance.get("module_kernels", ()):
-        att_prof = on_target(*att)
-        mem_eta, mem_alpha = dict(values["mem_eta"]), dict(values["mem_alpha_s"])
-        for kind in ATTENTION_MEMORY_KINDS:
-            mem_eta[kind], mem_alpha[kind] = att_prof.mem_eta[kind], att_prof.mem_alpha_s[kind]
-        values["mem_eta"], values["mem_alpha_s"] = mem_eta, mem_alpha
+    att_prof = on_target(*att) if att is not None else DEFAULTS
+    per_backend = [f for f in FAMILY_FIELDS["attention"] if f != "attn_default" and isinstance(getattr(DEFAULTS, f), dict)]
+    for f in FAMILY_FIELDS["attention"]:
+        values[f] = dict(getattr(DEFAULTS, f)) if f in per_backend else getattr(att_prof, f)
+    backends_info = {}
+    for key, pick in attention["backends"].items():
+        prof = on_target(*pick)
+        for f in per_backend:
+            kept = {k: v for k, v in values[f].items() if k not in _backend_keys(values[f], key)}
+            values[f] = {**kept, **_backend_keys(getattr(prof, f), key)}
+        if f"attention:{key}" in prof.residual_quantiles:
+            residuals[f"attention:{key}"] = prof.residual_quantiles[f"attention:{key}"]
+        backends_info[key] = _entry(pick[0], hw)
+    if attention["dispatch"] is not None:
+        values["attn_default"] = dict(attention["dispatch"][0].attn_default)
+    kernels = attention["kernels"]
+    if att is None:
+        provenance_families["attention"] = {"source": "documented defaults"}
+    else:
+        spreads.append(att_prof.carry_spread)
+        if "attention" in att_prof.residual_quantiles:
+            residuals["attention"] = att_prof.residual_quantiles["attention"]
+        phases = sorted(set(kernels.values()), key=list(kernels.values()).index)
+        words = "; ".join(f"{b} " + (backends_info[b]["source"] if b in backends_info else "documented defaults")
+                          for b in phases)
+        provenance_families["attention"] = {**_entry(att[0], hw), "source": words, "kernels": dict(kernels),
+                                            "backends": backends_info,
+                                            "dispatch": _entry(attention["dispatch"][0], hw)
+                                            if attention["dispatch"] else {"source": "documented defaults"}}
+        if "kv_write" in att[0].provenance.get("module_kernels", ()):
+            mem_eta, mem_alpha = dict(values["mem_eta"]), dict(values["mem_alpha_s"])
+            for kind in ATTENTION_MEMORY_KINDS:
+                mem_eta[kind], mem_alpha[kind] = att_prof.mem_eta[kind], att_prof.mem_alpha_s[kind]
+            values["mem_eta"], values["mem_alpha_s"] = mem_eta, mem_alpha
     gem = chosen.get("gemm")
     if gem is not None and "quantize" in gem[0].provenance.get("module_kernels", ()):
         # the GEMM source measured its quantize kernel: it travels with the GEMMs
@@ -160,15 +297,20 @@ def compose(hw: HardwareSpec, engine: str, candidates: list[tuple[Profile, Hardw
         mem_eta, mem_alpha = dict(values["mem_eta"]), dict(values["mem_alpha_s"])
         mem_eta["moe_permute"], mem_alpha["moe_permute"] = moe_prof.mem_eta["moe_permute"], moe_prof.mem_alpha_s["moe_permute"]
         values["mem_eta"], values["mem_alpha_s"] = mem_eta, mem_alpha
-    # uncertainty: the GEMM source's residual bands; its validation and description
+    provenance_families = {f: provenance_families[f] for f in FAMILY_FIELDS}  # in the families' order
+    # uncertainty: the GEMM source's residual bands (attention's from its backends' sources); its validation
+    lead_name = chosen[lead_family][0].name if lead_family else ""
     sources = sorted({p.name for p, _ in (c for c in chosen.values() if c)})
-    others = [s for s in sources if s != chosen[lead_family][0].name]
+    others = [s for s in sources if s != lead_name]
     description = lead.description + (f"; other families from {', '.join(others)}" if others else "")
-    provenance = {**lead.provenance, "families": provenance_families, "engine_requested": engine}
+    provenance = {**lead.provenance, "families": provenance_families, "engine_requested": engine,
+                  "attention_backends": sorted(backends_info),
+                  "attention_dispatch": (attention["dispatch"][0].provenance.get("attention_dispatch", {})
+                                         if attention["dispatch"] else {})}
     words = []
     for name in others:
         fams = [f for f, v in provenance_families.items() if v.get("profile") == name]
         carried_note = " carried" if any(provenance_families[f].get("carried") for f in fams) else ""
         words.append(f"{name}{carried_note} ({', '.join(fams)})")
     return lead.with_(**values, description=description, provenance=provenance, carry_spread=max(spreads),
-                      other_sources="; ".join(words))
+                      residual_quantiles=residuals, other_sources="; ".join(words))

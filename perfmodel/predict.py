@@ -2,9 +2,14 @@
 
 Each row names an ``op`` and its shape; the row comes back with ``time_ms``, ``bound``, ``flops`` and
 ``bytes`` (HBM bytes moved) added. Times are standalone: one op timed on its own with device events, its
-launch latency and (for multi-call eager ops) host dispatch included, as a microbenchmark sees it. A ``copy`` row's ``bytes`` is its input, the buffer size, and stays as
-given: the copy moves twice that. Standalone means a single kernel timed on its own (as a microbenchmark times it): no
-launch gap of a graph or eager stream is added.
+launch latency and (for multi-call eager ops) host dispatch included, as a microbenchmark sees it. A ``copy``
+row's ``bytes`` is its input, the buffer size, and stays as given: the copy moves twice that. Standalone means a
+single kernel timed on its own (as a microbenchmark times it): no launch gap of a graph or eager stream is added.
+
+The kernels are plain PyTorch's by default (``--engine torch``): each family from the part's own standalone
+calibration (``calibration/h200`` on the H200), where it measured one (:mod:`perfmodel.evidence`); ``--engine``
+prices them with an engine's kernel tables instead. :mod:`perfmodel.kernel_check` checks these prices on the
+H200's own measured kernels.
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ from .errors import InputError
 OP_COLUMNS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "gemm": (("m", "n", "k", "dtype"), {"groups": "1"}),
     "attention": (("batch", "heads_q", "heads_kv", "seq_q", "seq_kv", "head_dim", "causal", "dtype"),
-                  {"head_dim_v": "", "kv_dtype": ""}),
+                  {"head_dim_v": "", "kv_dtype": "", "kernel": ""}),
     "rmsnorm": (("tokens", "hidden", "dtype"), {}),
     "layernorm": (("tokens", "hidden", "dtype"), {}),
     "swiglu": (("tokens", "width", "dtype"), {}),
@@ -103,6 +108,13 @@ def row_to_op(row: dict[str, str], where: str) -> O.Op:
             v[col] = _int(raw, col, where)
         elif col == "causal":
             v[col] = _bool(raw, col, where)
+        elif col == "kernel":
+            from .attention_kernels import canonical
+
+            try:
+                v[col] = canonical(raw.lower())
+            except InputError as e:
+                raise InputError(e.detail, file=where, field=col) from None
         else:
             if raw not in DTYPES:
                 raise InputError(f"unknown dtype {_shown(raw)}; expected one of {', '.join(DTYPES)}", file=where,
@@ -123,8 +135,9 @@ def op_from_params(kind: str, v: dict) -> O.Op:
         op = O.attention("attention", v["batch"], v["heads_q"], v["heads_kv"], v["seq_q"], v["seq_kv"],
                          v["head_dim"], causal=bool(v["causal"]), dtype=d, head_dim_v=v.get("head_dim_v"),
                          kv_dtype=v.get("kv_dtype") or None)
-        # packed: a serving engine's decode kernel (real query rows only); includes: what else the timed module did
-        extra = {key: v[key] for key in ("packed", "includes") if v.get(key)}
+        # packed: a serving engine's decode kernel (real query rows only); includes: what else the timed module did;
+        # kernel: the attention kernel (perfmodel.attention_kernels; absent: what the profile's engine runs)
+        extra = {key: v[key] for key in ("packed", "includes", "kernel") if v.get(key)}
         return O.Op(op.name, op.kind, op.phase, op.flops, op.bytes, {**op.params, **extra}) if extra else op
     if kind in ("rmsnorm", "layernorm", "residual"):
         return getattr(O, kind)(kind, v["tokens"], v["hidden"], d)
@@ -256,14 +269,21 @@ def _check_passthrough(row: dict, where: str) -> None:
                              file=where, field=col)
 
 
-def predict_rows(rows: list[dict[str, str]], hw, prof, *, mode: str = "latency", source: str = "ops") -> list[dict]:
+def predict_rows(rows: list[dict[str, str]], hw, prof=None, *, mode: str = "latency", source: str = "ops") -> list[dict]:
+    """Each row with its standalone time. ``prof`` None: the part's standalone calibration (plain PyTorch's
+    kernels, :data:`perfmodel.resolve.STANDALONE_ENGINE`), as ``perfmodel predict`` uses by default."""
     from .cost import time_op
+    from .resolve import STANDALONE_ENGINE, resolve_hardware, resolve_profile
+
+    hw = resolve_hardware(hw)
+    if prof is None:
+        prof = resolve_profile(None, hw, STANDALONE_ENGINE)
 
     out = []
     for i, row in enumerate(rows, start=2):
         where = f"{source}:{getattr(row, 'line', 0) or i}"
         _check_passthrough(row, where)
-        op = row_to_op(row, where)
+        op = _engine_kernel(row_to_op(row, where), prof)
         t = time_op(op, hw, prof, mode=mode, standalone=True)
         time_s, flops = float(t.time), float(op.flops)
         if not (math.isfinite(time_s) and math.isfinite(flops) and math.isfinite(float(op.bytes))):
@@ -275,6 +295,19 @@ def predict_rows(rows: list[dict[str, str]], hw, prof, *, mode: str = "latency",
             new["bytes"] = f"{float(op.bytes):.10g}"
         out.append(new)
     return out
+
+
+def _engine_kernel(op: O.Op, prof) -> O.Op:
+    """An attention row with no ``kernel`` column runs the kernel of the engine its profile was composed for
+    (``provenance["families"]["attention"]["kernels"]``, :mod:`perfmodel.evidence`): cuDNN's SDPA on the H200
+    for plain PyTorch, TensorRT-LLM's FMHA/XQA for ``--engine trtllm``. A single profile given by path: auto."""
+    from .cost import attention_phase
+
+    if op.kind != "attention" or op.params.get("kernel"):
+        return op
+    kernels = ((prof.provenance.get("families") or {}).get("attention") or {}).get("kernels") or {}
+    kernel = kernels.get(attention_phase(op))
+    return O.Op(op.name, op.kind, op.phase, op.flops, op.bytes, {**op.params, "kernel": kernel}) if kernel else op
 
 
 def write_rows(fields: list[str], rows: list[dict], path: str | Path | None) -> str:

@@ -30,6 +30,11 @@ def resolve_model(model) -> Model:
 
 _PROFILES: dict = {}
 
+# The engine whose kernels a standalone operator price stands for (``perfmodel predict``, ``step``, ``tune``):
+# plain PyTorch, timed as a microbenchmark times it, the way this project's calibration suite measures a part
+# (calibration/h200 for the H200). A serving engine's tables price its own modules, in a stream of kernels.
+STANDALONE_ENGINE = "torch"
+
 
 def available_profiles() -> list[tuple[Path, Profile]]:
     """Every readable profile under calibration/. One that does not load is skipped with a one-line warning:
@@ -70,7 +75,7 @@ def _own_profile(hw: HardwareSpec) -> Profile | None:
 
 def resolve_profile(arg, hw: HardwareSpec, engine: str | None = None) -> Profile:
     """The profile a projection on ``hw`` with ``engine`` (a preset key; None or ``auto``: the part's default
-    engine) uses.
+    serving engine; a standalone price passes :data:`STANDALONE_ENGINE`) uses.
 
     ``arg`` None: each family of the cost model from the best profile under ``calibration/`` that measured it:
     on the part itself for that engine, else on the nearest part, carried by the transfer rules

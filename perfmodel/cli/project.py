@@ -12,6 +12,8 @@ OUT_HELP = "write to this file (atomically) instead of stdout"
 
 
 def register(sub) -> None:
+    from ..engines import CHOICES as ENGINES
+
     p = sub.add_parser("project", help="project a serving scenario: TTFT, TPOT, throughput, memory")
     p.add_argument("--arch", action="append", required=True, help="hardware spec name or path (repeatable)")
     p.add_argument("--model", required=True, help=MODEL_HELP)
@@ -46,9 +48,21 @@ def register(sub) -> None:
     p.add_argument("--out", help="CSV to write (default stdout)")
     p.add_argument("--mode", choices=("latency", "sol"), default="latency",
                    help="latency: calibrated model (default); sol: pure roofline")
+    p.add_argument("--engine", choices=ENGINES, default=STANDALONE_ENGINE,
+                   help="whose kernels price the ops: torch (default): the part's own standalone calibration, "
+                        "plain PyTorch timed as a microbenchmark times it; trtllm, vllm, sglang: that engine's "
+                        "kernel tables (calibration/<part>-<engine>); hf: transformers (as torch); auto: the "
+                        "part's default serving engine")
     p.add_argument("--calibration", default=None,
-                   help="profile folder or profile.json; 'none' for documented defaults (default: automatic)")
+                   help="profile folder or profile.json; 'none' for documented defaults (default: automatic, "
+                        "each family from the best evidence for --engine)")
     p.set_defaults(func=cmd_predict)
+
+
+# The engine a standalone price stands for unless --engine says otherwise: plain PyTorch, as this project's
+# calibration suite times kernels (perfmodel.resolve.STANDALONE_ENGINE; repeated here so that the CLI imports
+# nothing heavy at start-up)
+STANDALONE_ENGINE = "torch"
 
 
 def cmd_project(args) -> int:
@@ -129,7 +143,7 @@ def cmd_predict(args) -> int:
     from ..resolve import resolve_hardware, resolve_profile
 
     hw = resolve_hardware(args.arch)
-    prof = resolve_profile(args.calibration, hw)
+    prof = resolve_profile(args.calibration, hw, args.engine)
     fields, rows = read_rows(args.ops)
     out = predict_rows(rows, hw, prof, mode=args.mode, source=args.ops)
     text = write_rows(fields, out, args.out)

@@ -1,0 +1,122 @@
+"""The H200's own kernels, priced as ``perfmodel predict`` prices them: median |error| per class.
+
+``calibration/h200/measurements.jsonl`` holds this project's standalone microbenchmarks of an H200 (GEMMs,
+SDPA attention as plain PyTorch dispatches it, memory-bound kernels). Each row goes through the very path of
+``perfmodel predict --arch h200-sxm`` (:func:`perfmodel.predict.predict_rows`: the row's op and shape as CSV
+cells, the composed profile of :mod:`perfmodel.evidence`), and its predicted time is compared with the
+measured median. Rows the fit held out (the same hash and share as ``perfmodel fit``: ``validation`` of the
+folder's profile) are the honest figure; ``split="train"`` or ``"all"`` give the others. In-stream rows, forced
+attention backends, launches and whole layers are left out: ``predict`` prices standalone operators, and its
+CSV has plain dispatch unless a ``kernel`` column says otherwise.
+
+Classes: ``gemm``; ``attention prefill`` and ``attention decode`` (one query a sequence); ``memory`` (every
+memory-bound kind pooled) and ``memory <kind>`` per kind (copy, rmsnorm, swiglu, ...).
+
+    python -m perfmodel.kernel_check                  # the default: --engine torch, held-out rows
+    python -m perfmodel.kernel_check --engine trtllm  # the H200's TensorRT-LLM tables instead
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+FOLDER = "h200"  # under calibration/
+ARCH = "h200-sxm"
+
+
+def _cell(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def kernel_rows(folder: str | Path | None = None, split: str = "held_out") -> list[tuple[str, dict, float]]:
+    """(class, predict CSV row, measured seconds) for every standalone kernel row of the folder in ``split``
+    (``held_out``, ``train`` or ``all``)."""
+    from .fit.latency import load_cases
+    from .paths import calibration_dir
+    from .predict import OP_COLUMNS
+
+    from .errors import InputError
+
+    d = Path(folder) if folder is not None else calibration_dir() / FOLDER
+    if not (d / "measurements.jsonl").is_file():  # an installed package ships profiles, not raw measurements
+        raise InputError("no measurements.jsonl here (the raw measurements live in a checkout of the project)",
+                         file=str(d))
+    # the fit's own split (its holdout share and seed), read as written: only its validation record is needed
+    validation = json.loads((d / "profile.json").read_text(encoding="utf-8")).get("validation", {})
+    rows = [json.loads(line) for line in (d / "measurements.jsonl").read_text(encoding="utf-8").splitlines()
+            if line.strip()]
+    cases = load_cases(rows, float(validation.get("holdout_share", 0.25)), int(validation.get("seed", 0)))[0]
+    out = []
+    for c in cases:
+        if not c.standalone or c.kind not in OP_COLUMNS or (split != "all" and c.held_out != (split == "held_out")):
+            continue
+        if c.kind == "attention":
+            if c.params.get("backend", "default") != "default":
+                continue  # a forced backend: predict prices plain dispatch
+            cls = "attention decode" if c.params["seq_q"] <= 1 else "attention prefill"
+        else:
+            cls = "gemm" if c.kind == "gemm" else f"memory {c.kind}"
+        required, optional = OP_COLUMNS[c.kind]
+        row = {"op": c.kind, **{k: _cell(c.params[k]) for k in required + tuple(optional) if c.params.get(k) is not None}}
+        out.append((cls, row, c.time_s))
+    return out
+
+
+def kernel_errors(prof=None, *, engine: str = "torch", folder: str | Path | None = None,
+                  split: str = "held_out") -> dict[str, dict]:
+    """Per class: ``n``, ``median_abs_error``, ``p90_abs_error`` and ``signed_median`` (predicted / measured - 1)
+    of the folder's kernels priced by ``prof`` (None: what ``perfmodel predict --arch h200-sxm --engine
+    ENGINE`` composes)."""
+    from .predict import predict_rows
+    from .resolve import resolve_hardware, resolve_profile
+
+    hw = resolve_hardware(ARCH)
+    if prof is None:
+        prof = resolve_profile(None, hw, engine)
+    rows = kernel_rows(folder, split)
+    predicted = predict_rows([r for _, r, _ in rows], hw, prof, source=str(folder or FOLDER))
+    ratio: dict[str, list[float]] = {}
+    for (cls, _, measured), p in zip(rows, predicted):
+        r = float(p["time_ms"]) * 1e-3 / measured - 1.0
+        ratio.setdefault(cls, []).append(r)
+        if cls.startswith("memory "):
+            ratio.setdefault("memory", []).append(r)
+    order = sorted(ratio, key=lambda k: (not k.startswith("gemm"), not k.startswith("attention"), k != "memory", k))
+    return {cls: {"n": len(ratio[cls]), "median_abs_error": float(np.median(np.abs(ratio[cls]))),
+                  "p90_abs_error": float(np.percentile(np.abs(ratio[cls]), 90)),
+                  "signed_median": float(np.median(ratio[cls]))} for cls in order}
+
+
+def markdown(errors: dict[str, dict], title: str = "") -> str:
+    lines = [f"{title}", ""] if title else []
+    lines += ["| class | rows | median abs error | P90 abs error | signed median |", "|---|---|---|---|---|"]
+    for cls, e in errors.items():
+        lines.append(f"| {cls} | {e['n']} | {e['median_abs_error']:.1%} | {e['p90_abs_error']:.1%} | "
+                     f"{e['signed_median']:+.1%} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .engines import CHOICES
+
+    p = argparse.ArgumentParser(prog="python -m perfmodel.kernel_check", description=__doc__.split("\n\n")[0])
+    p.add_argument("--engine", choices=CHOICES, default="torch", help="as perfmodel predict --engine (default torch)")
+    p.add_argument("--calibration", default=None, help="a profile folder or 'none' (default: automatic)")
+    p.add_argument("--split", choices=("held_out", "train", "all"), default="held_out")
+    args = p.parse_args(argv)
+    from .resolve import resolve_hardware, resolve_profile
+
+    prof = resolve_profile(args.calibration, resolve_hardware(ARCH), args.engine)
+    errors = kernel_errors(prof, split=args.split)
+    sys.stdout.write(markdown(errors, f"H200 standalone kernels ({args.split}), --engine {args.engine}: {prof.label}"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
