@@ -597,6 +597,24 @@ def expert_format(model: Model, sc: Scenario) -> str:
     return sc.dtype
 
 
+def _gemm_format(w: str, model: Model) -> str:
+    """The format class of the model's products in ``w`` (:func:`perfmodel.cost.gemm.gemm_format`), with the
+    scaling :func:`_quantized` gives them."""
+    from .cost.gemm import gemm_format
+
+    return gemm_format(w, "nvfp4" if w == "fp4" else model.fp8_scaling if w == "fp8" else None)
+
+
+def _in_module(op: O.Op, tokens, hidden: int, width: int, top_k: int, experts: int, ep: int, fmt: str) -> O.Op:
+    """An op of a fused MoE module, naming the module it belongs to (tokens before routing, hidden size, expert
+    width on this rank, top_k, experts, EP ways, the products' format): a table of the engine's MoE modules
+    prices the module whole, each of its ops by the module's ratio."""
+    module = {"moe_tokens": tokens, "moe_hidden": hidden, "moe_width": width, "moe_top_k": top_k,
+              "moe_experts": experts, "moe_ep": ep, "moe_format": fmt}
+    return O.Op(op.name, op.kind, op.phase, op.flops, op.bytes, {**op.params, **module}, op.count, op.scope,
+                op.kernels)
+
+
 def _grouped(op: O.Op) -> O.Op:
     """A grouped (MoE) product: one launch over the experts, timed with the grouped kernels' own efficiency."""
     return O.Op(op.name, op.kind, op.phase, op.flops, op.bytes, {**op.params, "grouped": True}, op.count, op.scope)
@@ -625,9 +643,14 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
     routed = group_tokens * moe.top_k / ep  # token-expert pairs this rank computes (uniform routing)
     if ep > 1:
         ops.append(O.collective("moe.dispatch", "all_to_all", routed * h * _b(act), ep, phase=ph))
-    ops += moe_expert_ops(group_tokens, h, width, moe.top_k, moe.num_experts, ep, w, act, ph,
-                          gated=model.mlp == "swiglu", fused=sc.kernels == "fused", imbalance=sc.moe_imbalance,
-                          weight_dtype=expert_format(model, sc))
+    experts = moe_expert_ops(group_tokens, h, width, moe.top_k, moe.num_experts, ep, w, act, ph,
+                             gated=model.mlp == "swiglu", fused=sc.kernels == "fused", imbalance=sc.moe_imbalance,
+                             weight_dtype=expert_format(model, sc))
+    if model.mlp == "swiglu" and sc.kernels == "fused" and expert_format(model, sc) == w:
+        # the engine's fused MoE module, the one its measured MoE tables time (perfmodel.cost.tables)
+        experts = [_in_module(op, group_tokens, h, width, moe.top_k, moe.num_experts, ep, _gemm_format(w, model))
+                   for op in experts]
+    ops += experts
     if ep > 1:
         ops.append(O.collective("moe.combine", "all_to_all", routed * h * _b(act), ep, phase=ph))
         if shard > 1:  # each expert split over shard ranks: their partial outputs meet

@@ -17,6 +17,16 @@ from pathlib import Path
 
 from .errors import InputError
 
+# How a table's rows were timed, which sets the power-limited clock each row ran at (perfmodel.power_clock): at least
+# ``warmup_calls`` calls and ``warmup_s`` of warmup, then ``target_s`` of timed calls, at least ``min_reps`` and at
+# most ``max_reps`` of them.
+# This suite's Timer (perfmodel/measure/timing.py): 25 ms and 2 calls of warmup, 80 ms of 10-200 flushed calls.
+SUITE_TIMING = {"warmup_calls": 2.0, "warmup_s": 0.025, "min_reps": 10.0, "target_s": 0.08, "max_reps": 200.0}
+# NVIDIA aiconfigurator's collectors: a few warmup calls and a few timed CUDA-graph replays (estimate: the
+# collectors' scripts are not in the aiconfigurator-core package; milliseconds of load for most rows)
+IMPORT_TIMING = {"warmup_calls": 3.0, "warmup_s": 0.0, "min_reps": 6.0, "target_s": 0.0, "max_reps": 6.0}
+TIMING_FIELDS = ("gemm_timing", "attn_timing")
+
 MEMORY_OP_KINDS = ("copy", "reduce", "rmsnorm", "layernorm", "swiglu", "gelu", "rotary", "residual",
                    "embedding", "kv_write", "moe_permute", "topk", "fused", "quantize")
 
@@ -106,18 +116,18 @@ class Profile:
     gemm_softness: float = 4.0  # p of the p-norm joining compute and memory time (large -> max)
     gemm_splitk_min_k: float = 512.0  # split-K / stream-K never cuts K below this many elements
     gemm_wave_q: float = 0.5  # share of a partial last wave that is paid (1: whole waves; 0: perfectly balanced)
-    gemm_power_drop: float = 0.10  # rate lost by a long compute-bound kernel at the power-limited clock (estimate)
-    gemm_power_tau: float = 3.0e-4  # duration at which half of that loss has set in (estimate)
     gemm_misaligned_eta: float = 0.3  # rate of the fallback kernels for rows not 16-byte aligned (estimate)
+    # how the GEMM rows were timed (perfmodel.power_clock.measure_window: the power-limited clock a row saw):
+    # this suite's Timer (perfmodel/measure/timing.py) unless the profile says otherwise
+    gemm_timing: dict[str, float] = field(default_factory=lambda: dict(SUITE_TIMING))
     # a format's streaming efficiency relative to gemm_mem_eta (fitted where measured; 1 otherwise)
     gemm_mem_eta_scale: dict[str, float] = field(default_factory=dict)
     # fixed cost of quantizing a linear layer's input, per format (fp8, fp8_block, fp4): fitted from an engine's
     # linear-module times; without one, an elementwise kernel's fixed cost (perfmodel.cost.gemm.quant_prologue)
     gemm_prologue_s: dict[str, float] = field(default_factory=dict)
     gemm_prologue_eta: dict[str, float] = field(default_factory=dict)  # its input pass, a ratio to the bandwidth
-    # per format (gemm_format): how far its rate falls at the power limit (else gemm_power_drop), and the most
-    # K splits its kernels use (else unlimited); fitted where an engine's tables measure the format
-    gemm_format_power_drop: dict[str, float] = field(default_factory=dict)
+    # per format (gemm_format): the most K splits its kernels use (else unlimited); fitted where an engine's
+    # tables measure the format
     gemm_max_split: dict[str, float] = field(default_factory=dict)
     # MoE grouped products (perfmodel.graph.moe_expert_ops), per format: compute and streaming efficiency relative
     # to the dense kernels', and a fixed cost of the grouped launch (routing set-up); fitted from an engine's MoE
@@ -128,6 +138,11 @@ class Profile:
     # distinct operand tiles in flight per SM needed to stream at full bandwidth (estimate, by Little's law:
     # ~3 MB in flight for 4.8 TB/s at ~600 ns latency is ~35 tiles of 128 x 64 bf16 four stages deep: 0.25/SM)
     gemm_mem_ctas: float = 0.25
+    # Tables as measured (perfmodel.cost.tables): the imported calibration folder whose measured rows anchor this
+    # family's prices on the part it was measured on ('' none). Set by load_profile from the folder a profile is read
+    # from (never by a fit), carried with the family by perfmodel.evidence.compose, cleared by perfmodel.transfer.carry.
+    gemm_table: str = ""
+    gemm_grouped_table: str = ""
 
     # Memory-bound kernels: time = alpha + bytes / (eta * HBM bandwidth)
     mem_eta: dict[str, float] = field(default_factory=lambda: {
@@ -169,6 +184,7 @@ class Profile:
     attn_mem_ctas: dict[str, float] = field(default_factory=dict)
     # p of the p-norm joining block compute and KV streaming (as gemm_softness; estimate until fitted)
     attn_softness: dict[str, float] = field(default_factory=lambda: {"flash": 4.0, "cudnn": 4.0, "efficient": 4.0})
+    attn_timing: dict[str, float] = field(default_factory=lambda: dict(SUITE_TIMING))  # as gemm_timing
     # Block shapes (query rows x keys) per backend, prefill and ".decode" (structural, not fitted):
     # FlashAttention-2 forward for head dim 128 tiles 128 x 64 and its split-KV decode kernel 64 x 128
     # (flash-attention csrc/flash_fwd_launch_template.h); cuDNN's kernels, by the names the profiler
@@ -181,6 +197,7 @@ class Profile:
     # the backend plain PyTorch dispatches to, per phase, as the suite's profiler saw it (none measured:
     # FlashAttention-2, PyTorch's first choice before cuDNN attention was preferred on Hopper)
     attn_default: dict[str, str] = field(default_factory=lambda: {"prefill": "flash", "decode": "flash"})
+    attn_table: str = ""  # as gemm_table, for attention
 
     # Launches: extra time per kernel on top of its own duration
     launch_graph_s: float = 1.0e-6  # inside a CUDA graph replay (estimate)
@@ -241,7 +258,7 @@ DEFAULTS = Profile()
 
 # Fields that hold a dict of numbers keyed by format, kind or backend: a profile file may give some keys and
 # take the rest from the defaults.
-_NUMBER_DICTS = ("gemm_eta", "gemm_mem_eta_scale", "gemm_prologue_s", "gemm_prologue_eta", "gemm_format_power_drop", "gemm_max_split",
+_NUMBER_DICTS = ("gemm_eta", "gemm_mem_eta_scale", "gemm_prologue_s", "gemm_prologue_eta", "gemm_max_split",
                  "gemm_grouped_eta", "gemm_grouped_mem",
                  "attn_sfu_cycles", "attn_sfu_p", "attn_cta_cycles", "attn_mem_ctas", "mem_eta", "mem_alpha_s", "row_s", "host_floor_s", "attn_eta", "attn_dec_eta",
                  "attn_overhead_s", "attn_cta_blocks", "attn_tail", "attn_softness", "attn_block_q", "attn_block_k",
@@ -254,8 +271,13 @@ _COMM_KEY = re.compile(r"^(all_reduce|engine_all_reduce|all_gather|reduce_scatte
 # Fields earlier versions wrote that no longer exist: read and ignored, so older profile.json files load.
 # scaleup_alpha_s, scaleout_alpha_s: the latency of one ring step, part-independent estimates; now the spec's
 # interconnect.scale_up.latency / scale_out.latency (a property of the part's fabric), or the fitted alpha.
-RETIRED_FIELDS = ("scaleup_alpha_s", "scaleout_alpha_s")
-_TEXT = ("name", "description", "device", "spec_key", "carried_from", "engine", "other_sources")
+# gemm_power_drop, gemm_power_tau, gemm_format_power_drop: a fitted power-limited slowdown of long kernels, now the
+# physics of perfmodel.power_clock (issue 24: fitted on tables, it slowed a step's GEMMs by up to 1.8x).
+RETIRED_FIELDS = ("scaleup_alpha_s", "scaleout_alpha_s", "gemm_power_drop", "gemm_power_tau", "gemm_format_power_drop")
+_TEXT = ("name", "description", "device", "spec_key", "carried_from", "engine", "other_sources", "gemm_table",
+         "gemm_grouped_table", "attn_table")
+# The table field of each family a fit may record as measured (perfmodel.cost.tables.TABLE_FIELD)
+TABLE_FIELDS = {"gemm": "gemm_table", "attention": "attn_table", "moe": "gemm_grouped_table"}
 # A fraction of a datasheet peak may pass 1 by the clock headroom (rates are quoted at a sustained clock
 # below max boost: 1980 / 1830 MHz on Hopper), never by 2.
 MAX_ETA = 2.0
@@ -271,8 +293,8 @@ MAX_OTHER = 1e6
 MAX_LOG_SPREAD = 5.0  # a quantile or spread of log(measured / predicted): e^5, a factor of 150
 # comm_eta: bus bandwidth over the spec's link bandwidth, which the fitter bounds at 2 (perfmodel.fit)
 _RELATIVE_ETA = ("gemm_mem_eta_scale", "gemm_grouped_eta", "gemm_grouped_mem", "comm_eta")
-_SHARES = ("gemm_wave_q", "gemm_power_drop", "gemm_format_power_drop")
-_TIMES = ("gemm_power_tau",)  # times whose name does not end in _s
+_SHARES = ("gemm_wave_q",)
+_TIMES = ()  # times whose name does not end in _s
 
 
 def _range_problem(key: str, v: float) -> str | None:
@@ -319,7 +341,20 @@ def load_profile(path: str | Path) -> Profile:
         merged = dict(base[key])
         merged.update(data.get(key, {}))
         data[key] = merged
-    return Profile(**{**base, **data})
+    return _with_tables(Profile(**{**base, **data}), p.parent)
+
+
+def _with_tables(prof: Profile, folder: Path) -> Profile:
+    """The profile with each measured family's table field naming ``folder`` where it holds an engine's imported
+    tables (its rows and the import's provenance), else cleared: a file never names another folder's table."""
+    from .measure.store import MEASUREMENTS
+
+    imported = prof.fitted and prof.engine != "torch" and isinstance(prof.provenance.get("import"), dict)
+    rows = any((folder / name).is_file() for name in (MEASUREMENTS, MEASUREMENTS + ".gz"))
+    measured = prof.provenance.get("measured_families") if imported and rows else None
+    measured = measured if isinstance(measured, list) else []
+    where = str(folder.resolve())
+    return prof.with_(**{f: (where if fam in measured else "") for fam, f in TABLE_FIELDS.items()})
 
 
 def _no_constant(name: str):
@@ -341,6 +376,11 @@ def _check_field(key: str, value, default, file: str) -> None:
     elif key == "fitted":
         if not isinstance(value, bool):
             raise bad("true or false")
+    elif key in TIMING_FIELDS:
+        if not isinstance(value, dict) or set(value) != set(SUITE_TIMING) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and 0 <= v <= MAX_OTHER
+                for v in value.values()):
+            raise bad(f"an object of non-negative numbers with the keys {', '.join(SUITE_TIMING)}")
     elif key in _FREE_DICTS:
         if not isinstance(value, dict):
             raise bad("an object")

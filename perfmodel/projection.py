@@ -375,6 +375,11 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
             out.append("calibration by family: " + "; ".join(
                 f"{fam} {v.get('source', '')}" + (f" ({v['engine']})" if v.get("engine") else "")
                 for fam, v in fams.items()))
+        from .cost.tables import assumption as table_assumption
+
+        line = table_assumption(hw, prof)
+        if line:
+            out.append(line)
     out.append(f"{sc.batching} batching; throughput definition in the README")
     if sc.mode != "sol":
         from .kernel_choices import assumption_lines, choices

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from . import __version__
-from .cost import OpTime
+from .cost import OpTime, clock_info
 from .energy import projection_energy
 from .kernel_choices import choices as kernel_choices
 
@@ -78,6 +78,10 @@ def projection_dict(p, gpu_hour_usd: float | None = None) -> dict:
         "memory": p.memory.as_dict(),
         "energy": projection_energy(p, gpu_hour_usd),
         "ops": ops,
+        # the power-limited clock of each phase and each compute op's time in the step over its time alone
+        "power_clock": ({"prefill": clock_info(p.prefill.times, p.hardware, p.profile),
+                         "decode": clock_info(p.decode.times, p.hardware, p.profile) if p.decode else None}
+                        if p.scenario.mode != "sol" else None),
         "calibration": calibration_info(p.profile),
         "engine": p.scenario.engine,
         "kernels": kernel_choices(p.hardware, p.scenario, p.profile),
@@ -100,6 +104,7 @@ def step_dict(hw, model, sc, prof, phase) -> dict:
         "launch_gaps_ms": _num(phase.kernels_s * 1e3),
         "bound": phase_bound(phase),
         "ops": [op_row(t) for t in phase.times],
+        "power_clock": clock_info(phase.times, hw, prof) if sc.mode != "sol" else None,
         "calibration": calibration_info(prof),
     }
 

@@ -14,8 +14,9 @@ What carries, and why:
   docs/backtest.md compares both). A format the source part cannot run natively (fp4 on an H200) was never
   measured: it takes the source's fp8 efficiency, scaled by the target's fp4 share over the source's fp8 share,
   and the projection says so.
-- **Structure carries**: tile shapes, the K-loop prologue ``gemm_k0``, the tile-efficiency constant,
-  split-K limits, flash block sizes. Tile and wave quantization are recomputed on the target's SM count.
+- **Structure carries**: tile shapes, the K-loop prologue ``gemm_k0``, split-K limits, flash block sizes. The
+  tile-efficiency constant ``gemm_tile_c`` scales with the tensor FLOPs per SM per clock
+  (:func:`tensor_flops_per_sm_clock`): it stands for operand traffic against MMA work. Tile and wave quantization are recomputed on the target's SM count.
   Which backend plain PyTorch dispatches to (``attn_default``) carries within a vendor: it is decided by the
   software (torch and cuDNN versions), and the target is assumed to run the same stack.
 - **Kernel fixed costs scale with clock**: ``gemm_overhead_s``, ``attn_overhead_s`` and the memory kernels'
@@ -38,7 +39,7 @@ from __future__ import annotations
 
 from . import generations
 from .energy.carry import carry_power
-from .profile import DEFAULTS, MAX_ETA, Profile
+from .profile import DEFAULTS, MAX_ETA, TABLE_FIELDS, Profile
 from .spec import HardwareSpec
 
 SAME_VENDOR_SPREAD = 0.10  # estimate, where no backtest summary is committed: a generation change within one vendor
@@ -99,6 +100,9 @@ def carry(profile: Profile, source: HardwareSpec | None, target: HardwareSpec, *
     link = ratios.get("allreduce_busbw", 1.0)
     lat = ratios.get("allreduce_latency", 1.0)
     capped = lambda d, r: {k: min(v * r, 1.0) for k, v in d.items()}  # noqa: E731
+    tile_c = profile.gemm_tile_c
+    if source is not None:  # narrow tiles' operand cost follows the tensor cores' FLOPs per SM clock
+        tile_c *= tensor_flops_per_sm_clock(target) / tensor_flops_per_sm_clock(source)
     sfu = 1.0
     if source is not None:  # softmax cycles per score follow the SM's exponential throughput
         sfu = sfu_exp_rate(source.generation) / sfu_exp_rate(target.generation)
@@ -106,6 +110,7 @@ def carry(profile: Profile, source: HardwareSpec | None, target: HardwareSpec, *
         attn_sfu_cycles={k: v * sfu for k, v in profile.attn_sfu_cycles.items()},
         carried_from=label,
         gemm_eta=eta,
+        gemm_tile_c=tile_c,
         attn_eta=attn_eta,
         gemm_mem_eta=min(profile.gemm_mem_eta * bw, 1.0),
         mem_eta=capped(profile.mem_eta, bw),
@@ -120,10 +125,20 @@ def carry(profile: Profile, source: HardwareSpec | None, target: HardwareSpec, *
         mem_alpha_s={k: v * clock for k, v in profile.mem_alpha_s.items()},
         power=carry_power(profile.power, source, target) if profile.power and source is not None else profile.power,
         carry_spread=max(profile.carry_spread, same_vendor_spread()),
+        # a part's measured tables price that part alone (perfmodel.cost.tables): never another part's shapes
+        **{f: "" for f in TABLE_FIELDS.values()},
         description=f"{profile.description}; carried from {label} to {target.key}"
                     + (" relative to both parts' sustained ceilings" if ratios else ""),
         provenance={**profile.provenance, "carry": {"from": label, "to": target.key, "sustained_ratios": ratios}},
     )
+
+
+def tensor_flops_per_sm_clock(spec: HardwareSpec) -> float:
+    """Dense bf16 tensor FLOPs per SM per boost-clock cycle: what one SM's tensor cores consume between operand
+    loads. The tile-efficiency constant (``gemm_tile_c``: a narrow tile's operand traffic against its MMA work)
+    scales with it, the operand path per SM per cycle taken as the same (estimate): an H20's or an L40S's SMs
+    feed tensor cores a quarter as fast as an H100's, so a decode GEMM's 8-row tiles are not compute-bound there."""
+    return spec.tensor_rate("bf16") / spec.sm_count / spec.boost_clock_hz
 
 
 def sfu_exp_rate(generation: str) -> float:

@@ -19,7 +19,9 @@ CAL = ROOT / "calibration" / "h200"
 # README "Validation against published results" (perfmodel validate): median |error| per metric, and every
 # part's signed median for throughput, as measured when this was written; a regression of more than a point
 # (or two for a part's signed median) fails.
-PINNED_MEDIANS = {"output_throughput_per_gpu": 0.102, "ttft": 0.152, "model_tflops_per_gpu": 0.041}
+# (issue 24: training moved from 0.041 to 0.079 when the fitted step-level power drop gave way to the H200's
+# measured power-limited clock, carried to A100 and H100 by the energy carry's rule; docs/power-clock.md)
+PINNED_MEDIANS = {"output_throughput_per_gpu": 0.102, "ttft": 0.152, "model_tflops_per_gpu": 0.079}
 
 
 @pytest.mark.slow
@@ -30,6 +32,7 @@ def test_committed_profile_is_what_the_fitter_makes_of_the_measurements(tmp_path
     d.mkdir()
     for name in ("measurements.jsonl", "environment.json"):
         shutil.copy(CAL / name, d / name)
+    shutil.copytree(CAL / "clock-course", d / "clock-course")  # the power-limited clock's courses
     fit_directory(d)
     fresh = json.loads((d / "profile.json").read_text())
     committed = json.loads((CAL / "profile.json").read_text())

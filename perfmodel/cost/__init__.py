@@ -22,6 +22,7 @@ from .gemm import gemm_format, gemm_time, mem_scale, quant_prologue
 from .backend import NP
 from .memory import memory_time
 from .memory import standalone as standalone_time
+from . import tables
 
 BOUNDS = ("compute", "memory", "latency", "network")
 
@@ -84,18 +85,39 @@ def _scalar(x):
 def time_op(op: Op, hw: HardwareSpec, prof: Profile, *, mode: str = "latency", world: int = 1, xp=NP,
             standalone: bool = False, sustained=None) -> OpTime:
     """Time one op as it runs inside a step (a stream of kernels), or ``standalone``: timed on its own,
-    as a microbenchmark times it (:func:`.memory.standalone`). ``sustained``: the compute time of the step
-    it runs in, which sets the power-limited clock (:func:`sustained_compute`).
+    as a microbenchmark times it (:func:`.memory.standalone`). ``sustained``: the power demand of the step it
+    runs in (:func:`step_demand`), which sets the power-limited clock; None: timed alone.
 
     With ``xp=XL`` (:mod:`.backend`) and Expr-valued shapes, spec figures and profile parameters, the
-    result's ``time`` is the Excel formula of the same model (``bound`` is then None)."""
+    result's ``time`` is the Excel formula of the same model (``bound`` is then None). Where the part's own
+    measured table covers the op's shape, it anchors the numeric result (:mod:`.tables`)."""
     t, t_c, t_m = _time_parts(op, hw, prof, mode=mode, world=world, xp=xp, sustained=sustained)
+    if mode != "sol" and xp.numeric and op.kind in tables.TABLE_KINDS:
+        # where the part's own measured table covers the shape, it replaces the fitted alone time (:mod:`.tables`;
+        # the workbook multiplies its formulas by the same ratio itself)
+        ratio = table_ratio(op, hw, prof)
+        if ratio is not None:
+            t, t_c, t_m = t * ratio, t_c * ratio, t_m * ratio
     if standalone and mode != "sol" and op.kind not in COMM_KINDS:
         t = standalone_time(op.kind, t, prof, op.bytes, hw.l2_bytes, hw.hbm_bandwidth, xp)
     if not xp.numeric:
         return OpTime(op, t, t_c, t_m, None)
     bound = "network" if op.kind in COMM_KINDS else _scalar(_label(t_c, t_m, t))
     return OpTime(op, _scalar(t), _scalar(t_c), _scalar(t_m), bound)
+
+
+def table_ratio(op: Op, hw: HardwareSpec, prof: Profile):
+    """The part's own measured table's anchor ratio for ``op`` (t_table / t_fit_alone, :mod:`.tables`): 1 where
+    no table covers its shape, None where no table applies to its family."""
+    if not any(getattr(prof, f) for f in tables.TABLE_FIELD.values()):
+        return None
+    backend = attention_kernel(op, hw, prof).backend if op.kind == "attention" else None
+    return tables.anchor_ratio(op, hw, prof, price=_alone_time, backend=backend)
+
+
+def _alone_time(op: Op, hw: HardwareSpec, prof: Profile):
+    """An op's time alone, in a stream (no step around it): what a table row's module is fitted as."""
+    return time_op(op, hw, prof).time
 
 
 def _time_parts(op: Op, hw, prof: Profile, *, mode: str, world: int, xp, sustained):
@@ -120,7 +142,8 @@ def _time_parts(op: Op, hw, prof: Profile, *, mode: str, world: int, xp, sustain
                 stream = stream * grouped_scale(prof.gemm_grouped_mem, fmt)
             t, t_c, t_m = gemm_time(shape(p["m"]), shape(p["n"]), shape(p["k"]), p["groups"], op.bytes, peak,
                                     hw.sm_count, bw, prof, eta, xp=xp, elem_bytes=bytes_per_element(p["dtype"]),
-                                    sustained=sustained, mem_scale=stream, fmt=fmt)
+                                    sustained=sustained, mem_scale=stream, fmt=fmt,
+                                    vector_peak=hw.vector_fp32_flops)
             if p.get("grouped"):
                 t = t + prof.gemm_grouped_overhead_s
             if p.get("quant_input"):
@@ -132,7 +155,8 @@ def _time_parts(op: Op, hw, prof: Profile, *, mode: str, world: int, xp, sustain
                               p["head_dim"], p["head_dim_v"], causal, op.bytes, peak, hw.sm_count, bw, prof, xp=xp,
                               packed=p.get("packed", False), sustained=sustained, backend=kernel.backend,
                               clock=hw.boost_clock_hz, kv_dtype=p.get("kv_dtype"), window=p.get("window", 0),
-                              eta_scale=fp8_attention_scale(prof, kernel.backend) if p["dtype"] == "fp8" else 1.0)
+                              eta_scale=fp8_attention_scale(prof, kernel.backend) if p["dtype"] == "fp8" else 1.0,
+                              fmt=p["dtype"])
     if sol:
         return op.bytes / bw, 0.0, op.bytes / bw
     t, t_m = memory_time(mem_kind(op), op.bytes, bw, prof, **_rows(op), sms=hw.sm_count, xp=xp)
@@ -177,8 +201,8 @@ def attention_phase(op: Op) -> str:
 
 
 def time_ops(ops: list[Op], hw: HardwareSpec, prof: Profile, *, mode: str = "latency", world: int = 1) -> list[OpTime]:
-    """Times of a step's ops in a stream, the power-limited clock set by the step's whole compute time."""
-    sustained = None if mode == "sol" else sustained_compute(ops, hw, prof)
+    """Times of a step's ops in a stream, the power-limited clock set by the step's power demand."""
+    sustained = None if mode == "sol" else step_demand(ops, hw, prof)
     return [time_op(op, hw, prof, mode=mode, world=world, sustained=sustained if op.kind in COMPUTE_KINDS else None)
             for op in ops]
 
@@ -189,14 +213,74 @@ def ideal_compute(op: Op, hw: HardwareSpec, prof: Profile):
     return op.flops / (peak * eta)
 
 
-def sustained_compute(ops: list[Op], hw: HardwareSpec, prof: Profile):
-    """How long a step keeps the tensor cores busy (GEMM and attention FLOPs at their achievable rates,
-    every run counted): the stretch that sets the power-limited clock."""
-    total = 0.0
+def demand_seconds(op: Op, hw: HardwareSpec, prof: Profile, xp=NP):
+    """An op's power demand times its duration (:mod:`perfmodel.power_clock`): its FLOPs over the format's
+    datasheet peak at the format's demand at peak, its minimal bytes over the bandwidth at the demand of
+    streaming; a collective draws none (its link time is not counted either)."""
+    from ..power_clock import clock_model
+
+    if op.kind in COMM_KINDS:
+        return 0.0
+    model = clock_model(prof)
+    out = model.demand_per_bandwidth * op.bytes / hw.hbm_bandwidth
+    if op.kind in COMPUTE_KINDS:
+        peak, _ = matmul_rate(hw, op.params["dtype"], prof, op.params.get("scaling"))
+        out = out + model.format_demand(gemm_format(op.params["dtype"], op.params.get("scaling"))) * op.flops / peak
+    return out
+
+
+def time_estimate(op: Op, hw: HardwareSpec, prof: Profile, xp=NP):
+    """A quick estimate of an op's time for its step's power demand: the larger of its FLOPs at the achievable
+    rate and its bytes at the streaming efficiency (a collective: none)."""
+    if op.kind in COMM_KINDS:
+        return 0.0
+    eta_m = prof.gemm_mem_eta if op.kind in COMPUTE_KINDS else prof.mem_eta.get(mem_kind(op), prof.mem_eta["copy"])
+    t_m = op.bytes / (hw.hbm_bandwidth * eta_m)
+    return xp.maximum(ideal_compute(op, hw, prof), t_m) if op.kind in COMPUTE_KINDS else t_m
+
+
+def demand_parts(ops: list[Op], hw: HardwareSpec, prof: Profile):
+    """(sum of demand-seconds, sum of estimated seconds) over a step's ops, every run counted."""
+    num = den = 0.0
     for op in ops:
-        if op.kind in COMPUTE_KINDS:
-            total = total + ideal_compute(op, hw, prof) * op.count
-    return total
+        if op.kind in COMM_KINDS:
+            continue
+        num = num + demand_seconds(op, hw, prof) * op.count
+        den = den + time_estimate(op, hw, prof) * op.count
+    return num, den
+
+
+def step_demand(ops: list[Op], hw: HardwareSpec, prof: Profile):
+    """The step's power demand (:mod:`perfmodel.power_clock`): the time-weighted mean of its ops' demands, which
+    sets the power-limited clock of its compute ops: the controller follows power over tens of milliseconds, a
+    step's kernels are far shorter."""
+    num, den = demand_parts(ops, hw, prof)
+    return num / np.maximum(den, 1e-12)
+
+
+def clock_info(times: list[OpTime], hw: HardwareSpec, prof: Profile) -> dict:
+    """The power-limited clock of one evaluated step (:mod:`perfmodel.power_clock`), for ``--format json``: the
+    step's demand, the stretch it settles to under a repeated load and from rest, and each compute op's time in
+    the step over its time alone (as its table timed it)."""
+    from ..power_clock import clock_model, from_rest_stretch, steady_stretch
+
+    model = clock_model(prof)
+    ops = [t.op for t in times]
+    demand = step_demand(ops, hw, prof)
+    compute_s = sum(float(np.max(ideal_compute(o, hw, prof))) * float(np.max(o.count)) for o in ops
+                    if o.kind in COMPUTE_KINDS)
+    rows = []
+    for t in times:
+        if t.op.kind not in COMPUTE_KINDS:
+            continue
+        alone = float(np.max(time_op(t.op, hw, prof).time))
+        rows.append({"name": t.op.name, "phase": t.op.phase, "alone_ms": round(alone * 1e3, 6),
+                     "in_step_ms": round(float(np.max(t.time)) * 1e3, 6),
+                     "in_step_over_alone": round(float(np.max(t.time)) / alone, 4) if alone > 0 else None})
+    d = float(np.max(demand))
+    return {"step_demand": round(d, 4), "steady_stretch": round(float(steady_stretch(d, model.alpha)), 4),
+            "from_rest_stretch": round(float(from_rest_stretch(model, d, compute_s)), 4),
+            "compute_stretch_ms": round(compute_s * 1e3, 4), "model": model.source, "ops": rows}
 
 
 def family(kind: str) -> str:

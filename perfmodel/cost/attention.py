@@ -15,12 +15,12 @@ Every backend (FlashAttention-2, cuDNN, ...) has its own fitted efficiencies and
 from __future__ import annotations
 
 from .backend import NP
-from .gemm import power_limited
+from .gemm import power_clocked
 
 
 def attention_time(batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, head_dim_v, causal, nbytes, peak, sms, bw,
                    prof, xp=NP, packed=False, sustained=None, backend="flash", eta_scale=1.0, clock=None,
-                   kv_dtype=None, window=0):
+                   kv_dtype=None, window=0, fmt="bf16"):
     """``packed``: a decode kernel that computes only the real query rows (serving engines' decode
     attention), rather than padding them to the block height as a flash prefill kernel does.
     ``backend``: whose fitted parameters and block shapes apply; ``eta_scale``: a factor on its compute
@@ -73,11 +73,14 @@ def attention_time(batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, head_dim_v
         t_sfu = bq * bk * sfu / clock
         q = prof.attn_sfu_p.get(backend, 1.0)
         t_block = (t_block**q + t_sfu**q) ** (1.0 / q)
-    t_c = power_limited(blocks * t_block, prof, sustained, xp)
+    t_c0 = blocks * t_block
     units = ctas * split
     # streaming the KV cache at full bandwidth needs ``attn_mem_ctas`` CTAs in flight per SM (Little's law: one
     # CTA keeps too few loads outstanding); fewer stream proportionally slower
     t_m = nbytes / (bw * dec_eta * xp.minimum(1.0, units / (sms * prof.attn_mem_ctas.get(backend, 1.0))))
+    # at the power-limited clock (alone or in a step), from the FLOPs the blocks execute
+    t_c = power_clocked(t_c0, blocks * sms * 2.0 * bq * bk * (head_dim + head_dim_v), nbytes, t_m, fmt, peak, bw,
+                        prof, sustained, xp, timing=prof.attn_timing)
     p = prof.attn_softness[backend]  # how far block compute and KV streaming overlap (large: fully)
     t = (t_c**p + t_m**p) ** (1.0 / p)
     # each CTA's own latency (launch, loading Q, the split-KV reduction, writing O): ``attn_cta_cycles`` at the

@@ -1,7 +1,7 @@
 """Math backends for the cost formulas: numpy (numbers and arrays) or Excel (formula text).
 
 Every cost formula is written once against a small namespace (``ceil``, ``floor``, ``maximum``,
-``minimum``, ``where``, ``clip``, ``logical_and``, ``logical_or``, ``mod``) and ordinary arithmetic. With :data:`NP` it computes; with
+``minimum``, ``where``, ``clip``, ``logical_and``, ``logical_or``, ``mod``, ``exp``) and ordinary arithmetic. With :data:`NP` it computes; with
 :data:`XL` and :class:`Expr` arguments (cell references) it returns the same formula as Excel text,
 which is how the what-if workbook stays identical to the Python model.
 """
@@ -20,6 +20,7 @@ class _Numpy:
     logical_and = staticmethod(np.logical_and)
     logical_or = staticmethod(np.logical_or)
     mod = staticmethod(np.mod)
+    exp = staticmethod(np.exp)
 
     @staticmethod
     def clip(x, lo, hi):
@@ -100,6 +101,9 @@ class _Excel:
     def logical_or(a, b): return Expr(f"OR({_t(a)},{_t(b)})")
     @staticmethod
     def mod(a, b): return Expr(f"MOD({_t(a)},{_t(b)})")
+    @staticmethod
+    def exp(x): return Expr(f"EXP({_t(x)})")
+
     @staticmethod
     def clip(x, lo, hi): return Expr(f"MIN(MAX({_t(x)},{_t(lo)}),{_t(hi)})")
 

@@ -9,11 +9,13 @@ The model follows how cuBLAS/CUTLASS kernels run on NVIDIA parts:
   ``gemm_wave_q`` is how much of the tail is paid, stream-K scheduling recovering the rest), which is why
   a 148-SM part and a 132-SM part differ on one shape;
 - with too few tiles to fill the SMs, K is split across CTAs (split-K), paying an fp32 partial-sum pass;
+- a product of at most ``GEMV_MAX_ROWS`` rows may instead run on the CUDA cores (GEMV-style), its real rows
+  at the vector rate, streaming like the narrowest tile;
 - a tile's mainloop runs at ``gemm_eta[dtype]`` of the per-SM dense peak, lower for small tiles (less
   operand reuse), plus a ``gemm_k0`` prologue/epilogue in K-elements;
-- a long compute-bound stretch runs at a power-limited clock: the rate falls by up to ``gemm_power_drop``
-  as its duration passes ``gemm_power_tau`` (a kernel alone, or the compute time of the whole step: a
-  prefill of many GEMMs back to back heats the part like one long kernel);
+- the compute part runs at a power-limited clock (:mod:`perfmodel.power_clock`, physics measured on an
+  H200): timed alone, the clock's mean over the window its table timed it in, at its own power demand; inside
+  a step, the clock the step's demand settles to under a repeated load (a few percent to ~20%);
 - operands whose rows are not 16-byte aligned (N or K not a multiple of 8 bf16 elements) force a slower
   kernel family: both rates scale by ``gemm_misaligned_eta``;
 - streaming the operands reaches ``gemm_mem_eta`` of HBM bandwidth only with ``gemm_mem_ctas`` distinct
@@ -38,6 +40,15 @@ _SHAPES = ((128, 256), (128, 128), (64, 256), (64, 128), (64, 64), (32, 128), (1
 TILES = tuple(dict.fromkeys(_SHAPES + tuple((b, a) for a, b in _SHAPES)))
 _REF_TILE = (128, 256)
 ALIGN_BYTES = 16
+NARROW = 8  # the narrowest tile side (Hopper's wgmma N, the operand-swapped row count of a decode GEMM)
+# Products with at most this many rows (or columns) may run on the CUDA cores instead (cuBLAS's gemv kernels,
+# TensorRT-LLM's CUDA-core GEMM for small batches): estimate, the libraries' heuristics are not published. Where
+# the tensor cores per SM are slow (H20, L40S, L4), the 8-row tile's padded MMA work would bind; these do not.
+GEMV_MAX_ROWS = 8
+# 16-bit weights only: the fp8 rows of the L40S and RTX PRO 6000 TensorRT-LLM tables at 1-8 rows run 10-11% slower
+# than such a path would (their kernels are tensor-core ones), the bf16 rows within 2% of it (issue 24)
+GEMV_FORMATS = ("bf16", "fp16")
+_NEVER = 1e30  # a candidate that does not apply
 
 
 def tile_efficiency(tm: float, tn: float, c):
@@ -46,19 +57,20 @@ def tile_efficiency(tm: float, tn: float, c):
     return (1.0 / (1.0 + c * (1.0 / tm + 1.0 / tn))) / ref
 
 
-def power_limited(t_c0, prof, sustained=None, xp=NP, drop=None):
-    """Compute time at the power-limited clock: the rate falls by up to ``gemm_power_drop`` (or ``drop``: a
-    format's own, :func:`power_drop`) as the compute-bound stretch it belongs to (the kernel itself, or
-    ``sustained``: the compute time of the whole step it runs in) passes ``gemm_power_tau``."""
-    s = t_c0 if sustained is None else xp.maximum(t_c0, sustained)
-    d = prof.gemm_power_drop if drop is None else drop
-    return t_c0 / (1.0 - d * s / (s + prof.gemm_power_tau))
+def power_clocked(t_c0, flops, nbytes, t_m, fmt: str, peak, bw, prof, sustained, xp=NP, timing=None):
+    """A kernel's compute part at the power-limited clock (:mod:`perfmodel.power_clock`); ``t_c0`` is its time
+    at the boost clock. Alone (``sustained`` None): as its table timed it, the clock's mean over the
+    measurement's window (``timing``, else ``gemm_timing``) at the kernel's own power demand. Inside a step of
+    a repeated load (``sustained``: the step's demand, :func:`perfmodel.cost.step_demand`): the clock that
+    demand settles to."""
+    from ..power_clock import alone_stretch, clock_model, kernel_demand, steady_stretch
 
-
-def power_drop(prof, fmt: str) -> float:
-    """How far a format's sustained rate falls at the power limit: its own where fitted (fp4 and fp8 draw more
-    power per second than bf16 at their higher rates), else the shared ``gemm_power_drop``."""
-    return prof.gemm_format_power_drop.get(fmt, prof.gemm_power_drop)
+    model = clock_model(prof)
+    if sustained is not None:
+        return t_c0 * steady_stretch(sustained, model.alpha, xp)
+    t_k = xp.maximum(t_c0, t_m)
+    demand = kernel_demand(model, fmt, flops, nbytes, t_k, peak, bw, xp)
+    return t_c0 * alone_stretch(model, demand, t_k, prof.gemm_timing if timing is None else timing, xp)
 
 
 def max_split(prof, fmt: str):
@@ -95,11 +107,12 @@ def quant_prologue(m, k, fmt: str, dtype: str, bw, prof):
 
 
 def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof, eta, xp=NP, elem_bytes=2.0, sustained=None,
-              mem_scale=1.0, fmt: str | None = None):
+              mem_scale=1.0, fmt: str | None = None, vector_peak=None):
     """Returns (time, compute_part, memory_part) in seconds for ``groups`` products of m x n x k.
     ``mem_scale``: the format's streaming efficiency relative to ``gemm_mem_eta`` (:func:`mem_scale`);
-    ``fmt``: the format class (:func:`gemm_format`), for its own split-K limit and power drop."""
-    drop = power_drop(prof, fmt) if fmt else None
+    ``fmt``: the format class (:func:`gemm_format`), for its own split-K limit and power demand;
+    ``sustained``: the step's power demand (None: timed alone); ``vector_peak``: the part's plain fp32 rate,
+    for the CUDA-core variant of skinny products (None: tensor-core tiles only)."""
     cap = max_split(prof, fmt) if fmt else None
     per_sm = peak / sms
     p = prof.gemm_softness
@@ -118,7 +131,6 @@ def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof, eta, xp=NP, elem_byt
         waves = (1.0 - q) * (units / sms) + q * xp.ceil(units / sms)
         t_tile = 2.0 * tm * tn * (k / split + prof.gemm_k0) / (per_sm * eta * tile_efficiency(tm, tn, prof.gemm_tile_c))
         t_c0 = waves * t_tile / slow
-        t_c = power_limited(t_c0, prof, sustained, xp, drop)
         partials = (split - 1.0) * m * n * groups * 8.0  # fp32 partial sums written and read back
         # Distinct operand tiles in flight: CTAs of one tile column share their B tiles through L2 (and of
         # one row, their A tiles), so HBM concurrency is the row and column tile counts, weighted by each
@@ -127,17 +139,26 @@ def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof, eta, xp=NP, elem_byt
         distinct = (xp.ceil(m / tm) * share_a + xp.ceil(n / tn) * (1.0 - share_a)) * groups * split
         streams = xp.minimum(1.0, distinct / (sms * prof.gemm_mem_ctas))
         t_m = (nbytes + partials) / (bw * prof.gemm_mem_eta * mem_scale * streams * slow)
+        t_c = power_clocked(t_c0, 2.0 * m * n * k * groups, nbytes, t_m, fmt or "bf16", peak, bw, prof, sustained, xp)
         t = (t_c**p + t_m**p) ** (1.0 / p)
-        if not xp.numeric:  # a formula: one flat MIN over the tiles (a running IF chain nests exponentially)
-            formulas.append(t)
-            continue
-        if best is None:
-            best, best_c, best_m = t, t_c, t_m
-        else:
-            better = t < best
-            best_c = xp.where(better, t_c, best_c)
-            best_m = xp.where(better, t_m, best_m)
-            best = xp.minimum(t, best)
+        candidates = [(t, t_c, t_m)]
+        if vector_peak is not None and min(tm, tn) == NARROW and (fmt or "bf16") in GEMV_FORMATS:
+            # the CUDA-core variant of the narrowest tile (GEMV-style): the few real rows on the vector units,
+            # no padding to the MMA's 8, the same operand streaming
+            t_cv = 2.0 * m * n * k * groups / (vector_peak * prof.gemm_eta.get("fp32", 0.85))
+            t_v = xp.where(xp.minimum(m, n) <= GEMV_MAX_ROWS, (t_cv**p + t_m**p) ** (1.0 / p), _NEVER)
+            candidates.append((t_v, t_cv, t_m))
+        for t, t_c, t_m in candidates:
+            if not xp.numeric:  # a formula: one flat MIN over the tiles (a running IF chain nests exponentially)
+                formulas.append(t)
+                continue
+            if best is None:
+                best, best_c, best_m = t, t_c, t_m
+            else:
+                better = t < best
+                best_c = xp.where(better, t_c, best_c)
+                best_m = xp.where(better, t_m, best_m)
+                best = xp.minimum(t, best)
     if not xp.numeric:
         return xp.min_of(formulas) + prof.gemm_overhead_s, None, None
     return best + prof.gemm_overhead_s, best_c, best_m

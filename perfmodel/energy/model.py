@@ -8,7 +8,7 @@ stage counted, as the phase lists them):
              non-collective op)
 
 The ``min`` is the power limit: a step whose dynamic power would push the board past it runs at a lower
-clock instead (the latency model already slows it, ``gemm_power_drop``), drawing the limit for its time.
+clock instead (the latency model already slows it, :mod:`perfmodel.power_clock`), drawing the limit for its time.
 The limit holds on average over the power controller's window, which is longer than a kernel: the
 calibration suite's whole-layer rows (1.7-3.1 ms a run) read the limit, not the mix of their kernels'
 powers, so the cap applies to the step, not to each op. Launch gaps and host-bound stretches draw

@@ -1,6 +1,7 @@
 """``perfmodel fit DIR``: fit a profile to a folder of measurements (``measurements.jsonl``, written by
 ``perfmodel calibrate`` or ``perfmodel import``): the kernels' latency parameters, launch costs, collectives,
-training kernels and power, each validated; writes ``profile.json``, ``validation.json`` and ``validation.md``."""
+training kernels and power, each validated, and the held-out error of the measured tables beside the fit's
+(:mod:`perfmodel.fit.tables`); writes ``profile.json``, ``validation.json`` and ``validation.md``."""
 from __future__ import annotations
 
 import json
@@ -12,14 +13,18 @@ from pathlib import Path
 from ..errors import InputError
 from ..io import write_text_atomic
 from ..measure.store import ENVIRONMENT, MEASUREMENTS, read_rows
-from ..profile import DEFAULTS, MEMORY_OP_KINDS, Profile, save_profile
+from ..profile import DEFAULTS, IMPORT_TIMING, MEMORY_OP_KINDS, SUITE_TIMING, Profile, save_profile
 from ..spec import HardwareSpec
+from .clock import CLOCK_COURSE_DIR, fit_clock
+from .clock import report_text as clock_text
 from .collectives import fit_collectives
 from .latency import dispatch_defaults, fit_launch, fit_profile, load_cases, residual_quantiles, validate_cases
 from .layers import validate_layers
 from .power import fit_power
 from .power import report_text as power_text
 from .training import fit_training, training_markdown
+from .tables import markdown as tables_markdown
+from .tables import validate_rows as validate_tables
 
 
 # --- the command ------------------------------------------------------------------------------------
@@ -119,7 +124,9 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
     if not cases and not comms:
         raise InputError("no usable measurements to fit", file=str(path))
     attn_default, dispatch_seen = dispatch_defaults(rows, DEFAULTS)
-    prof = fit_profile(cases, hw, DEFAULTS.with_(attn_default=attn_default))
+    # the protocol the rows were timed by sets the clock each ran at (perfmodel.power_clock)
+    timing = dict(IMPORT_TIMING if imported else SUITE_TIMING)
+    prof = fit_profile(cases, hw, DEFAULTS.with_(attn_default=attn_default, gemm_timing=timing, attn_timing=timing))
     prof = fit_launch(prof, launches)
     prof, comm_info = fit_collectives(prof, rows, hw)
     summary, val_rows = validate_cases(cases, hw, prof)
@@ -128,6 +135,9 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
     power = None
     if any(r.get("kind") == "power" for r in rows if isinstance(r, dict)):
         prof, power = fit_power(prof, rows, hw)
+    clock = fit_clock(d / CLOCK_COURSE_DIR, hw)
+    if clock is not None:
+        prof = prof.with_(power={**(prof.power or {}), "clock": clock[0].as_dict()})
     formats = sorted({c.params["dtype"] for c in cases if c.kind == "gemm"})
     validation = {"ops": summary, "layers": layer_summary, "holdout_share": holdout, "seed": seed,
                   "training": {k: v for k, v in training.items() if k in ("rows", "train_step_summary")}}
@@ -151,8 +161,11 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
                     **({"import": imported} if imported else {})},
     )
     save_profile(prof, d / "profile.json")
+    # the measured tables' own held-out error beside the fit's, per class (perfmodel.fit.tables)
+    tables = validate_tables(rows, prof, hw, holdout=holdout, seed=seed)
     per_row = json.dumps({"summary": validation, "ops": val_rows, "layers": layer_rows, "training": training,
-                          "power": power}, indent=1, allow_nan=False) + "\n"
+                          "power": power, **({"tables": tables} if tables["classes"] else {})},
+                         indent=1, allow_nan=False) + "\n"
     if path.suffix == ".gz":  # imported tables: thousands of rows, kept compressed like their measurements
         import gzip
 
@@ -164,6 +177,10 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
     text = validation_markdown(prof, hw) + "\n" + training_markdown(training)
     if power is not None:
         text += "\n## Power\n\n```\n" + power_text(power) + "\n```\n"
+    if clock is not None:
+        text += "\n## Power-limited clock\n\n```\n" + clock_text(clock[1]) + "\n```\n"
+    if tables["classes"]:
+        text += "\n" + tables_markdown(tables)
     write_text_atomic(d / "validation.md", text)
     return text
 

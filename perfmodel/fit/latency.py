@@ -13,7 +13,6 @@ bands (P10/P50/P90) that projections carry. Whole decoder layers are never fitte
 """
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 
@@ -23,6 +22,7 @@ from ..cost.gemm import gemm_format
 from ..cost.memory import memory_time
 from ..dtypes import bytes_per_element
 from ..errors import InputError
+from ..measure.store import is_held_out  # noqa: F401  (the fit's held-out split, defined beside the row ids)
 from ..predict import op_from_params
 from ..profile import DEFAULTS, MEMORY_OP_KINDS, Profile
 from ..spec import HardwareSpec
@@ -45,14 +45,6 @@ class Case:
     held_out: bool
     standalone: bool = True
     backend: str | None = None  # attention: the SDPA backend that ran (the dispatched one for "default")
-
-
-def is_held_out(case_id: str, share: float, seed: int = 0) -> bool:
-    """Whether a shape is held out. The attention backend is not part of the key: a shape is held out
-    under every backend or under none, so no backend's rows leak a held-out shape into the fit."""
-    key = "|".join(part for part in case_id.split("|") if not part.startswith("backend="))
-    h = hashlib.sha256(f"{seed}:{key}".encode()).digest()
-    return int.from_bytes(h[:8], "big") / 2**64 < share
 
 
 def row_backend(r: dict) -> str | None:
@@ -173,10 +165,13 @@ def _array_params(cases: list[Case]) -> dict:
 def predict_cases(cases: list[Case], hw: HardwareSpec, prof: Profile) -> np.ndarray:
     """Each case's time as the cost model gives it (:func:`perfmodel.cost.time_op`, the projection's own path),
     one vectorised op per group of like cases. A case whose module did more than its op (an engine's attention
-    module also writes the new K and V into the cache) adds those ops' times."""
+    module also writes the new K and V into the cache) adds those ops' times. The fitted model alone: no measured
+    table anchors it (:mod:`perfmodel.cost.tables`)."""
     from ..cost import time_op
+    from ..cost.tables import without_tables
     from ..ops import kv_write
 
+    prof = without_tables(prof)  # the fitted model alone: a table anchoring its own rows would validate nothing
     out = np.empty(len(cases))
     groups: dict[tuple, list[int]] = {}
     for i, c in enumerate(cases):
@@ -301,7 +296,6 @@ def fit_profile(cases: list[Case], hw: HardwareSpec, base: Profile = DEFAULTS) -
         params += [_field("gemm_k0", 1.0, 4096.0), _field("gemm_tile_c", 0.1, 500.0),
                    _field("gemm_overhead_s", 1e-8, 1e-3), _field("gemm_mem_eta", 0.05, 1.0),
                    _field("gemm_softness", 1.2, 30.0), _field("gemm_wave_q", 0.01, 1.0),
-                   _field("gemm_power_drop", 1e-3, 0.6), _field("gemm_power_tau", 1e-6, 0.1),
                    _field("gemm_mem_ctas", 0.05, 16.0)]
         if any(_misaligned(c) for c in gemms):
             params.append(_field("gemm_misaligned_eta", 0.01, 1.0))
@@ -309,13 +303,11 @@ def fit_profile(cases: list[Case], hw: HardwareSpec, base: Profile = DEFAULTS) -
         for f in fmts:
             if f != "bf16" and sum(1 for c in gemms if _format(c) == f and c.params["m"] <= 64) >= 10:
                 params.append(_dict_entry("gemm_mem_eta_scale", f, 0.2, 1.25, start=1.0))
-        # an engine's quantized formats run other kernel families than bf16: their own power drop (the large
-        # products that reach the power limit) and their own split-K limit (skinny products over a long K)
+        # an engine's quantized formats run other kernel families than bf16: their own split-K limit (skinny
+        # products over a long K); their power-limited clock is physics (perfmodel.power_clock)
         engine_fmts = sorted({_format(c) for c in gemms if c.params.get("quant_input")})
         for f in engine_fmts:
             sub = [c for c in gemms if _format(c) == f]
-            if sum(1 for c in sub if min(c.params["m"], c.params["n"], c.params["k"]) >= 2048) >= 10:
-                params.append(_dict_entry("gemm_format_power_drop", f, 1e-3, 0.7, start=prof.gemm_power_drop))
             if sum(1 for c in sub if c.params["k"] >= 8 * prof.gemm_splitk_min_k
                    and c.params["m"] * c.params["n"] <= 256 * 1024) >= 10:
                 params.append(_dict_entry("gemm_max_split", f, 1.0, 256.0, start=16.0))

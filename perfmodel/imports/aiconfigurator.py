@@ -48,7 +48,7 @@ PACKAGE = "aiconfigurator-core"
 # aiconfigurator system name -> this project's hardware spec key
 SYSTEMS: dict[str, str] = {
     "h100_sxm": "h100-sxm", "h200_sxm": "h200-sxm", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200",
-    "gb300": "gb300", "a100_sxm": "a100-sxm-80gb",
+    "gb300": "gb300", "a100_sxm": "a100-sxm-80gb", "l40s": "l40s", "rtx_pro_6000_server": "rtx-pro-6000",
 }
 ENGINES = ("trtllm", "vllm", "sglang")
 FAMILIES = ("gemm", "attention", "comm", "moe")

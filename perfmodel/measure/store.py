@@ -7,6 +7,7 @@ its last complete line before a resumed run appends to it. Nothing here imports 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import math
 import os
@@ -32,6 +33,15 @@ def make_id(kind: str, params: dict[str, Any]) -> str:
         parts.append(str(params["dtype"]))
     parts.extend(f"{k}={_fmt(v)}" for k, v in params.items() if k != "dtype")
     return "|".join(parts)
+
+
+def is_held_out(case_id: str, share: float, seed: int = 0) -> bool:
+    """Whether a measured shape is held out of a fit (``perfmodel fit``'s split, by a hash of its id; the held-out
+    validation of the measured tables uses the same). The attention backend is not part of the key: a shape is
+    held out under every backend or under none, so no backend's rows leak a held-out shape into the fit."""
+    key = "|".join(part for part in case_id.split("|") if not part.startswith("backend="))
+    h = hashlib.sha256(f"{seed}:{key}".encode()).digest()
+    return int.from_bytes(h[:8], "big") / 2**64 < share
 
 
 def clean_json(value: Any) -> Any:

@@ -34,7 +34,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .. import __version__, capacity
-from ..cost import ideal_compute, time_op
+from ..cost import demand_seconds, time_estimate, time_op
 from ..cost.backend import XL, Expr, formula
 from ..cost.overlap import resolve_method
 from ..energy.model import limit_w, power_params
@@ -569,7 +569,8 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
         if overlap_method in ("none", "fixed"):  # the hidden fraction is a live input
             rules = dataclasses.replace(rules, overlap="fixed", fraction=I("overlap"))
         timed_by_key[st.key] = _step_sheet(wb, st, model, hw, sc_r, hw_view, prof_view, rules, power, I,
-                                           (title_font, bold, head_fill))
+                                           (title_font, bold, head_fill),
+                                           ratios=_table_ratios(model, hw, sc_r, prof, st.key))
 
     # -- serving and memory (perfmodel.projection and perfmodel.capacity on cells) ----------------
     srow("request_s", "a request's first token beyond its prefill step", request_overhead_s(sc_r, hw, model, prof),
@@ -676,7 +677,27 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
 PART_TITLES = {"busy": "total_s (x count)", "gaps": "launch_gaps_s"}
 
 
-def _step_sheet(wb, st: StepSheet, model, hw, sc_r, hw_view, prof_view, rules, power, I, styles) -> list:
+def _table_ratios(model, hw, sc_r, prof, key: str) -> list[tuple[str, float]]:
+    """Per op of a step sheet, the part's own measured table's anchor ratio at the exported shapes
+    (:func:`perfmodel.cost.table_ratio`; 1 where no table covers the op): a constant the op's formula is
+    multiplied by, so the workbook agrees with the projection at the exported shapes and its formulas stay live
+    (the ratio itself stays fixed when a shape cell changes)."""
+    from ..cost import table_ratio
+
+    plan = serving_steps(sc_r, sc_r.batch)
+    step = {"prefill": plan.prefill, "draft": plan.draft,
+            **dict(zip(("decode_lo", "decode_mid", "decode_hi"), plan.decode))}.get(key)
+    if step is None:
+        return []
+    out = []
+    for op in build_ops(model, step, sc_r):
+        r = table_ratio(op, hw, prof) if sc_r.mode != "sol" else None
+        out.append((op.name, 1.0 if r is None else float(r)))
+    return out
+
+
+def _step_sheet(wb, st: StepSheet, model, hw, sc_r, hw_view, prof_view, rules, power, I, styles,
+                ratios: list[tuple[str, float]] = ()) -> list:
     """One step's sheet: a row per operator, its shape quantities, its time for one run (the cost model on
     cells), then :func:`perfmodel.step_accounting.account` of those time cells: each run after overlap and the
     host floor, one column per part of the step, its share; B5 the step's time. Returns the ops with their time
@@ -686,6 +707,8 @@ def _step_sheet(wb, st: StepSheet, model, hw, sc_r, hw_view, prof_view, rules, p
     title_font, bold, head_fill = styles
     ws = wb.create_sheet(st.title)
     ops = _step_ops(model, sc_r, st)
+    if [name for name, _ in ratios] != [op.name for op in ops]:
+        ratios = [(op.name, 1.0) for op in ops]  # the exported shapes' ops are not these: no constant to apply
     set_text(ws, "A1", f"{st.title} step: {model.name} on {hw.name}")
     ws["A1"].font = title_font
     set_text(ws, "A2", "sequences in the step (batch)")
@@ -704,7 +727,7 @@ def _step_sheet(wb, st: StepSheet, model, hw, sc_r, hw_view, prof_view, rules, p
                 params.append(k)
     head = ["operator", "kind", "dtype", "count", "kernels", "flops", "bytes", *params,
             "time_s (one run)", "run_s (overlap, launch)", *(PART_TITLES.get(p, f"{p}_s") for p in PARTS), "share",
-            "ideal compute_s (power)", "dynamic_J (one run, one GPU)"]
+            "power demand x s (clock)", "time estimate_s (clock)", "dynamic_J (one run, one GPU)"]
     hr = 8
     for i, h in enumerate(head, start=1):
         c = ws.cell(row=hr, column=i, value=h)
@@ -716,12 +739,13 @@ def _step_sheet(wb, st: StepSheet, model, hw, sc_r, hw_view, prof_view, rules, p
     c_part = {p: c_run + 1 + i for i, p in enumerate(PARTS)}
     c_share = c_run + 1 + len(PARTS)
     c_comp = c_share + 1
-    c_energy = c_comp + 1
+    c_est = c_comp + 1
+    c_energy = c_est + 1
     helper_col = [c_energy + 2]
-    # the step's compute-bound time sets the power-limited clock of its GEMMs and attention
-    # (perfmodel.cost.time_ops): each compute op's FLOPs at its achievable rate, summed in B7
+    # the step's power demand sets the power-limited clock of its GEMMs and attention (perfmodel.cost.step_demand):
+    # each op's demand-seconds over its estimated seconds, time-weighted in B7
     sustained = None if sc_r.mode == "sol" else Expr("$B$7")
-    set_text(ws, "A7", "sustained compute (sets the power-limited clock)")
+    set_text(ws, "A7", "power demand of the step (sets the power-limited clock, perfmodel.power_clock)")
     first = hr + 1
     last = hr + len(ops)
     timed: list[_Timed] = []  # (op, its time cell): what the step's account reads
@@ -747,12 +771,18 @@ def _step_sheet(wb, st: StepSheet, model, hw, sc_r, hw_view, prof_view, rules, p
             op, params=new_params, kernels=kernels,
             flops=Expr(f"$F{r}") if isinstance(op.flops, Expr) else op.flops,
             bytes=Expr(f"$G{r}") if isinstance(op.bytes, Expr) else op.bytes)
+        if sustained is not None and op.kind not in COMM_KINDS:
+            _write_long(ws, r, c_comp, demand_seconds(view, hw_view, prof_view, XL), helper_col)
+            _write_long(ws, r, c_est, time_estimate(view, hw_view, prof_view, XL), helper_col)
+            for cc in (c_comp, c_est):
+                ws.cell(row=r, column=cc).number_format = "0.000E+00"
         if sustained is not None and op.kind in COMPUTE_KINDS:
-            _write_long(ws, r, c_comp, ideal_compute(view, hw_view, prof_view), helper_col)
-            ws.cell(row=r, column=c_comp).number_format = "0.000E+00"
             t = time_op(view, hw_view, prof_view, mode=sc_r.mode, world=sc_r.gpus, xp=XL, sustained=sustained).time
         else:
             t = time_op(view, hw_view, prof_view, mode=sc_r.mode, world=sc_r.gpus, xp=XL).time
+        ratio = ratios[r - first][1]
+        if ratio != 1.0:  # the part's own measured table at the exported shape (_table_ratios)
+            t = t * ratio
         _write_long(ws, r, c_time, t, helper_col)
         set_formula(ws, f"{_col(c_energy)}{r}", _op_energy_formula(view, power, I))
         ws.cell(row=r, column=c_energy).number_format = "0.000E+00"
@@ -773,7 +803,8 @@ def _step_sheet(wb, st: StepSheet, model, hw, sc_r, hw_view, prof_view, rules, p
     sums = {p: Expr(f"SUM({_col(c)}{first}:{_col(c)}{last})") for p, c in c_part.items()}
     ws["B5"] = formula(step_time(sums, acc.serial_s))  # + an eager framework's own host work a step
     ws["B6"] = formula(sums["gaps"])
-    ws["B7"] = f"=SUMPRODUCT({_col(c_comp)}{first}:{_col(c_comp)}{last},D{first}:D{last})"
+    ws["B7"] = (f"=SUMPRODUCT({_col(c_comp)}{first}:{_col(c_comp)}{last},D{first}:D{last})"
+                f"/MAX(SUMPRODUCT({_col(c_est)}{first}:{_col(c_est)}{last},D{first}:D{last}),1E-12)")
     set_text(ws, "D2", "dynamic energy of the step, one GPU (J, before the power limit)")
     ws["E2"] = f"=SUMPRODUCT({_col(c_energy)}{first}:{_col(c_energy)}{last},D{first}:D{last})"
     ws["E2"].number_format = "0.000E+00"

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..cost import sustained_compute, time_op, time_ops
+from ..cost import demand_parts, time_op, time_ops
+from ..power_clock import clock_model, steady_stretch
 from ..energy.model import limit_w, op_energy
 from ..graph import Step, build_ops
 from ..ops import COMPUTE_KINDS
@@ -88,32 +89,43 @@ def classify_ops(model, sc) -> OpClasses:
     return OpClasses(frozenset(token), frozenset(per_seq), frozenset(decode_attn), frozenset(prefill_attn))
 
 
-def _class_sum(times, keys, wanted, launch: str, sc, prof, hw, power):
-    """(time, dynamic joules before the power limit) of the ops whose key is in ``wanted``: their summed shares
-    of a step launched ``launch`` (perfmodel.step_accounting)."""
-    acc = account(times, Rules.of(sc, launch=launch, **host_rules(sc, hw)), prof, hw=hw, world=sc.gpus)
-    t_sum = acc.total([k in wanted for k in keys])
-    e_sum = 0.0
+# The power-limited clock of a step depends on the whole step's demand (perfmodel.cost.step_demand), which a table
+# of one op class cannot know: every class is tabulated at the boost clock and at REF_DEMAND, with its share of the
+# step's demand (demand-seconds and estimated seconds), and a step interpolates between the two clocks at the
+# stretch its summed demand gives (linear in the stretch: exact at both ends, within a fraction of a percent
+# between them and just beyond).
+REF_DEMAND = 1.44  # a 1.2x stretch: the H200's large GEMMs settle at 1.19-1.21x
+FIELDS = ("t", "dt", "e", "num", "den")  # boost time, time at REF_DEMAND minus it, joules, demand parts
+
+
+def _class_fields(ops, keys, wanted, launch: str, sc, prof, hw, power) -> dict:
+    """The table fields (FIELDS) of the ops whose key is in ``wanted``: their summed shares of a step launched
+    ``launch`` (perfmodel.step_accounting) at the boost clock and at REF_DEMAND, their dynamic joules before the
+    power limit, and their part of the step's power demand."""
+    sel = [(op, k) for op, k in zip(ops, keys) if k in wanted]
+    mask = [k in wanted for k in keys]
+    out = {}
+    for name, demand in (("t", 0.0), ("ref", REF_DEMAND)):
+        sus = None if sc.mode == "sol" else demand
+        # every op of the step is timed (a collective's share depends on the ops it overlaps), the class's summed
+        times = [time_op(op, hw, prof, mode=sc.mode, world=sc.gpus, sustained=sus if op.kind in COMPUTE_KINDS
+                         else None) for op in ops]
+        acc = account(times, Rules.of(sc, launch=launch, **host_rules(sc, hw)), prof, hw=hw, world=sc.gpus)
+        out[name] = acc.total(mask)
+    out["dt"] = out.pop("ref") - out["t"]
+    e = 0.0
     if power is not None:
-        for t, k in zip(times, keys):
-            if k in wanted:
-                e_sum = e_sum + op_energy(t.op, power) * t.op.count
-    return t_sum, e_sum
+        for op, _ in sel:
+            e = e + op_energy(op, power) * op.count
+    out["e"] = e
+    out["num"], out["den"] = demand_parts([op for op, _ in sel], hw, prof)
+    return out
 
 
-def _time_class(model, hw, sc, prof, step: Step, wanted, launch: str, power):
-    """Time only the ops of one class, at the power-limited clock of the whole step they belong to."""
+def _time_class(model, hw, sc, prof, step: Step, wanted, launch: str, power) -> dict:
+    """The table fields of one class of a step's ops (:func:`_class_fields`)."""
     ops = build_ops(model, step, sc)
-    keys = _key_list(ops)
-    sustained = None if sc.mode == "sol" else sustained_compute(ops, hw, prof)
-    times = []
-    sel_keys = []
-    for op, k in zip(ops, keys):
-        if k in wanted:
-            times.append(time_op(op, hw, prof, mode=sc.mode, world=sc.gpus,
-                                 sustained=sustained if op.kind in COMPUTE_KINDS else None))
-            sel_keys.append(k)
-    return _class_sum(times, sel_keys, wanted, launch, sc, prof, hw, power)
+    return _class_fields(ops, _key_list(ops), wanted, launch, sc, prof, hw, power)
 
 
 def _geom_grid(lo: int, hi: int, n: int, exact_below: int = 0, extra=()) -> np.ndarray:
@@ -125,9 +137,9 @@ def _geom_grid(lo: int, hi: int, n: int, exact_below: int = 0, extra=()) -> np.n
     return np.array(sorted(p for p in pts if p >= lo), dtype=float)
 
 
-def _interp2(xs: list, ys: list, t_table, e_table, x: float, y: float) -> tuple[float, float]:
-    """Bilinear interpolation of two tables on one rectilinear grid (clamped at the edges); each axis has
-    at least two points."""
+def _interp2(xs: list, ys: list, tables: dict, x: float, y: float) -> dict:
+    """Bilinear interpolation of tables on one rectilinear grid (clamped at the edges); each axis has at least
+    two points."""
     nx, ny = len(xs) - 2, len(ys) - 2
     i = bisect.bisect_right(xs, x) - 1
     i = 0 if i < 0 else (nx if i > nx else i)
@@ -139,30 +151,30 @@ def _interp2(xs: list, ys: list, t_table, e_table, x: float, y: float) -> tuple[
     y0 = ys[j]
     fy = (y - y0) / (ys[j + 1] - y0)
     fy = 0.0 if fy < 0.0 else (1.0 if fy > 1.0 else fy)
-    out = []
-    for table in (t_table, e_table):
+    out = {}
+    for name, table in tables.items():
         r0, r1 = table[i], table[i + 1]
         a = r0[j] + (r0[j + 1] - r0[j]) * fy
         b = r1[j] + (r1[j + 1] - r1[j]) * fy
-        out.append(a + (b - a) * fx)
-    return out[0], out[1]
+        out[name] = a + (b - a) * fx
+    return out
 
 
 EXACT_MAX = 32768  # token and sequence counts tabulated one by one; a geometric grid above
 
 
-def _lookup(table, n: int) -> tuple[float, float]:
-    """(time, joules) at count n from a (counts, times, joules) table: exact below EXACT_MAX, linear
+def _lookup(table: dict, n: int) -> dict:
+    """The fields at count n from a table (``counts`` and one list per field): exact below EXACT_MAX, linear
     between grid points above, clamped at the last point."""
-    counts, times, joules = table
+    counts = table["counts"]
     if n <= EXACT_MAX and n < len(counts):
-        return times[n], joules[n]
+        return {f: table[f][n] for f in FIELDS}
     last = len(counts) - 1
     if n >= counts[last]:
-        return times[last], joules[last]
+        return {f: table[f][last] for f in FIELDS}
     i = bisect.bisect_right(counts, n) - 1
-    f = (n - counts[i]) / (counts[i + 1] - counts[i])
-    return times[i] + (times[i + 1] - times[i]) * f, joules[i] + (joules[i + 1] - joules[i]) * f
+    w = (n - counts[i]) / (counts[i + 1] - counts[i])
+    return {f: table[f][i] + (table[f][i + 1] - table[f][i]) * w for f in FIELDS}
 
 
 class StepModel:
@@ -191,9 +203,9 @@ class StepModel:
         self._build(piece_hint)
 
     # -- tables ------------------------------------------------------------------------------------
-    def _tables_1d(self, phase: str, n: int, wanted, launch: str):
-        """(counts, times, joules) of one op class over 1..n tokens (or sequences): every count up to
-        EXACT_MAX, a geometric grid above (interpolated linearly: these ops are smooth there)."""
+    def _tables_1d(self, phase: str, n: int, wanted, launch: str) -> dict:
+        """One op class over 1..n tokens (or sequences), every field: every count up to EXACT_MAX, a geometric
+        grid above (interpolated linearly: these ops are smooth there)."""
         idx = np.arange(1, min(n, EXACT_MAX) + 1, dtype=float)
         if n > EXACT_MAX:
             idx = np.concatenate([idx, np.unique(np.round(np.geomspace(EXACT_MAX, n, 64)[1:]))])
@@ -202,11 +214,11 @@ class StepModel:
         else:
             step = Step("decode", idx, 1, 1)
         ops = build_ops(self.model, step, self.sc)
-        times = time_ops(ops, self.hw, self.prof, mode=self.sc.mode, world=self.sc.gpus)
-        t, e = _class_sum(times, _key_list(ops), wanted, launch, self.sc, self.prof, self.hw, self.power)
-        t = np.concatenate([[0.0], np.broadcast_to(t, idx.shape)])
-        e = np.concatenate([[0.0], np.broadcast_to(e, idx.shape)])
-        return np.concatenate([[0.0], idx]).tolist(), t.tolist(), e.tolist()
+        fields = _class_fields(ops, _key_list(ops), wanted, launch, self.sc, self.prof, self.hw, self.power)
+        out = {"counts": np.concatenate([[0.0], idx]).tolist()}
+        for f in FIELDS:
+            out[f] = np.concatenate([[0.0], np.broadcast_to(fields[f], idx.shape)]).tolist()
+        return out
 
     def _build(self, piece_hint) -> None:
         c, sc = self.classes, self.sc
@@ -221,30 +233,31 @@ class StepModel:
         n_grid = _geom_grid(1, self.max_seqs, 40, exact_below=16)
         c_grid = _geom_grid(1, self.max_context, 40, exact_below=4)
         self.dec_n, self.dec_c = n_grid.tolist(), c_grid.tolist()
-        self.dec_t, self.dec_e = {}, {}
+        self.dec = {}
         for launch in modes:
-            t, e = _time_class(self.model, self.hw, sc, self.prof, Step("decode", n_grid[:, None], 1, c_grid[None, :]),
-                               c.decode_attn, launch, self.power)
+            fields = _time_class(self.model, self.hw, sc, self.prof, Step("decode", n_grid[:, None], 1, c_grid[None, :]),
+                                 c.decode_attn, launch, self.power)
             shape = (len(n_grid), len(c_grid))
-            self.dec_t[launch] = np.broadcast_to(t, shape).tolist()
-            self.dec_e[launch] = np.broadcast_to(e, shape).tolist()
+            self.dec[launch] = {f: np.broadcast_to(fields[f], shape).tolist() for f in FIELDS}
         # prefill attention of one piece: p new tokens over x cached ones
         p_grid = _geom_grid(1, self.max_tokens, 48, exact_below=16, extra=piece_hint)
         x_grid = np.concatenate([[0.0], _geom_grid(1, self.max_context, 32, exact_below=2)])
         self.pre_p, self.pre_x = p_grid.tolist(), x_grid.tolist()
-        t, e = _time_class(self.model, self.hw, sc, self.prof, Step("prefill", 1, p_grid[:, None], x_grid[None, :]),
-                           c.prefill_attn, self.mixed_launch, self.power)
+        fields = _time_class(self.model, self.hw, sc, self.prof, Step("prefill", 1, p_grid[:, None], x_grid[None, :]),
+                             c.prefill_attn, self.mixed_launch, self.power)
         shape = (len(p_grid), len(x_grid))
-        self.pre_t = np.broadcast_to(t, shape).tolist()
-        self.pre_e = np.broadcast_to(e, shape).tolist()
+        self.pre = {f: np.broadcast_to(fields[f], shape).tolist() for f in FIELDS}
+        model = clock_model(self.prof)
+        self.alpha = model.alpha
+        self.ref_extra = float(steady_stretch(REF_DEMAND, model.alpha)) - 1.0
 
     # -- queries -----------------------------------------------------------------------------------
-    def piece(self, p: int, x: int) -> tuple[float, float]:
-        """(time, dynamic joules) of one prefill piece's attention-like ops."""
-        return _interp2(self.pre_p, self.pre_x, self.pre_t, self.pre_e, p, x)
+    def piece(self, p: int, x: int) -> dict:
+        """The fields of one prefill piece's attention-like ops."""
+        return _interp2(self.pre_p, self.pre_x, self.pre, p, x)
 
-    def decode_attn(self, launch: str, n: int, ctx: float) -> tuple[float, float]:
-        return _interp2(self.dec_n, self.dec_c, self.dec_t[launch], self.dec_e[launch], n, ctx)
+    def decode_attn(self, launch: str, n: int, ctx: float) -> dict:
+        return _interp2(self.dec_n, self.dec_c, self.dec[launch], n, ctx)
 
     def step(self, n_dec: int, ctx_mean: float, pieces: list[tuple[int, int]]) -> tuple[float, float]:
         """(seconds, dynamic joules of one TP rank's ops, held to the power limit) of one step: ``n_dec``
@@ -258,28 +271,22 @@ class StepModel:
             tokens = max(-(-tokens // pp), biggest)
             rows = -(-rows // pp)
             n_dec = -(-n_dec // pp)
-        t1, e1 = _lookup(self.token[launch], tokens)
-        t2, e2 = _lookup(self.seq[launch], rows)
-        t = t1 + t2 + self.serial[launch]
-        e = e1 + e2
+        parts = [_lookup(self.token[launch], tokens), _lookup(self.seq[launch], rows)]
         if n_dec:
-            ta, ea = self.decode_attn(launch, n_dec, ctx_mean)
-            t += ta
-            e += ea
+            parts.append(self.decode_attn(launch, n_dec, ctx_mean))
         if pieces:
-            pt = pe = 0.0
-            top_t = top_e = 0.0
-            for p, x in pieces:
-                a, b = self.piece(p, x)
-                pt += a
-                pe += b
-                top_t = max(top_t, a)
-                top_e = max(top_e, b)
-            if pp > 1:
-                pt, pe = max(pt / pp, top_t), max(pe / pp, top_e)
-            t += pt
-            e += pe
-        return t, min(e, self.headroom * t)  # the power limit holds over the step
+            got = [self.piece(p, x) for p, x in pieces]
+            total = {f: sum(g[f] for g in got) for f in FIELDS}
+            if pp > 1:  # the pieces spread over the stages, the largest one whole
+                top = max(got, key=lambda g: g["t"])
+                total = {f: max(total[f] / pp, top[f]) for f in FIELDS}
+            parts.append(total)
+        s = {f: sum(part[f] for part in parts) for f in FIELDS}
+        # the step's power-limited clock, from its summed demand (REF_DEMAND's comment)
+        demand = s["num"] / max(s["den"], 1e-12)
+        share = (float(steady_stretch(demand, self.alpha)) - 1.0) / self.ref_extra
+        t = s["t"] + s["dt"] * share + self.serial[launch]
+        return t, min(s["e"], self.headroom * t)  # the power limit holds over the step
 
     def decode_span(self, n: int, ctx0: float, k: int) -> tuple[float, float, float, float]:
         """k pure-decode steps of n sequences whose mean context starts at ``ctx0`` and grows by one a step:

@@ -185,7 +185,7 @@ def attribute(kernels: list[Kernel], layers: int) -> tuple[dict[str, list[float]
 
 def residual_rows(kernels: list[Kernel], side: Sidecar, hw, prof) -> tuple[list[Row], bool]:
     from .. import ops as O
-    from ..cost import sustained_compute, time_op
+    from ..cost import step_demand, time_op
     from ..graph import Step, build_ops
     from ..scenario import Scenario
 
@@ -194,7 +194,7 @@ def residual_rows(kernels: list[Kernel], side: Sidecar, hw, prof) -> tuple[list[
     sc = Scenario(dtype=side.dtype, act_dtype=side.dtype if side.dtype in ("bf16", "fp16") else "bf16",
                   kernels="torch", launch="eager").validated()
     ops = {op.name: op for op in build_ops(model, step, sc)}
-    sustained = sustained_compute(list(ops.values()), hw, prof)
+    sustained = step_demand(list(ops.values()), hw, prof)
     measured, annotated = attribute(kernels, model.layers)
     rows: list[Row] = []
     if not annotated:

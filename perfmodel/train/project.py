@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from ..errors import InputError
 
-from ..cost import matmul_rate, sustained_compute
+from ..cost import demand_parts, matmul_rate
 from ..models import Model
 from ..ops import collective as collective_op
 from ..ops import Op
@@ -208,8 +208,11 @@ def timed_blocks(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Profil
     head_f = G.head_forward(model, ts)
     head_b = G.head_backward(head_f, ts)
     compute_ops = [t.op for t in layer_f + layer_b + layer_r]
-    sustained = None if ts.mode == "sol" else (sustained_compute(compute_ops, hw, prof) * layers_per_stage
-                                               + sustained_compute([t.op for t in head_f + head_b], hw, prof))
+    sustained = None
+    if ts.mode != "sol":  # the stage's power demand: its layers' and the head's, time-weighted
+        num_l, den_l = demand_parts(compute_ops, hw, prof)
+        num_h, den_h = demand_parts([t.op for t in head_f + head_b], hw, prof)
+        sustained = (num_l * layers_per_stage + num_h) / max(den_l * layers_per_stage + den_h, 1e-12)
     layer_t = _time_block(layer_f + layer_r + layer_b, hw, prof, params, ts, sustained)
     emb_t = _time_block(emb_f + emb_b, hw, prof, params, ts, sustained)
     head_t = _time_block(head_f + head_b, hw, prof, params, ts, sustained)
