@@ -84,7 +84,7 @@ def test_backtest_reports_every_family_and_the_own_profile():
     for fmt in ("bf16", "fp8", "fp4"):
         f = fams[f"gemm {fmt}"]
         assert f["own"]["median_abs_error"] < f["sustained"]["median_abs_error"]
-    assert "carried, sustained ceilings" in markdown([r])
+    assert "carried, target's sustained ceilings (not blind)" in markdown([r])
 
 
 def test_sustained_ceilings_read_off_a_folder():

@@ -2,9 +2,10 @@
 
     python docs/tools/backtest_family_table.py > /tmp/table.md     # about a minute on two cores
 
-Each cell reads *before / carried / own*: the H200 suite profile (calibration/h200) carried by the datasheet
-rule; the H200's TensorRT-LLM profile (calibration/h200-sxm-trtllm) carried relative to sustained ceilings; the
-target's own profile on its held-out rows. Median |error| (signed median) by family, as ``perfmodel backtest``
+Each cell reads *before / blind / ceilings / own*: the H200 suite profile (calibration/h200) carried by the
+datasheet rule; the H200's TensorRT-LLM profile (calibration/h200-sxm-trtllm) carried blind (the datasheet rule:
+nothing of the target's tables read); the same relative to the target's sustained ceilings (which `perfmodel
+sustained` measured from the target's own tables: not blind); the target's own profile on its held-out rows. Median |error| (signed median) by family, as ``perfmodel backtest``
 pools them.
 """
 from __future__ import annotations
@@ -39,7 +40,8 @@ def main() -> None:
                 cells.append("-")
                 continue
             b, c = before.get(fam, {}), carried.get(fam, {})
-            cells.append(f"{_cell(b.get('datasheet'))} / {_cell(c.get('sustained'))} / {_cell(c.get('own'))}")
+            cells.append(f"{_cell(b.get('datasheet'))} / {_cell(c.get('datasheet'))} / {_cell(c.get('sustained'))} / "
+                         f"{_cell(c.get('own'))}")
         print(f"| {fam} | " + " | ".join(cells) + " |")
 
 

@@ -1,0 +1,77 @@
+"""The H200 power-clock tables of docs/power-clock.md, regenerated from the measured courses.
+
+    python docs/tools/power_clock_table.py > /tmp/power-clock-tables.md     # about two seconds
+
+The first table is each course's per-call time over its boost time at several moments of the stream (the median
+of the windows around that moment), its steady stretch after 2 s and the clock model's; the second the suite-style
+timing of the same kernels, rested and right after a hot course; the third the fitted model.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from perfmodel.fit.clock import course_summary, fit_clock, load_courses
+from perfmodel.paths import repo_root
+from perfmodel.resolve import resolve_hardware
+
+MOMENTS_S = (0.02, 0.05, 0.1, 0.3, 1.0, 2.0)
+
+
+def _at(summary: dict, t_s: float) -> str:
+    t, s = summary["t"], summary["stretch"]
+    if t_s > t[-1]:
+        return "-"
+    i = int(np.searchsorted(t, t_s))
+    return f"{np.median(s[max(0, i - 3):i + 3]):.3f}"
+
+
+def tables() -> str:
+    folder = repo_root() / "calibration" / "h200" / "clock-course"
+    courses, alone = load_courses(folder)
+    hw = resolve_hardware("h200-sxm")
+    model, report = fit_clock(folder, hw)
+    checks = {c["name"]: c for c in report["courses"]}
+    out = ["| course | workload | boost ms | " + " | ".join(f"{m * 1e3:g} ms" if m < 1 else f"{m:g} s"
+                                                            for m in MOMENTS_S)
+           + " | steady (>= 2 s) | model | fitted |",
+           "|---|---|---|" + "---|" * len(MOMENTS_S) + "---|---|---|"]
+    for row in courses:
+        s = course_summary(row)
+        c = checks[row["name"]]
+        p = row["params"]
+        what = (f"{p.get('dtype', '')} {p['m']}x{p['n']}x{p['k']}".strip() if "m" in p else f"copy {p['bytes'] >> 20} MiB")
+        if p["op"] == "mix":
+            what = f"{p['dtype']} {p['m']}^3 GEMM and {p['bytes'] >> 20} MiB copy in turn"
+        if "burst_s" in p:
+            what += f", {p['burst_s'] * 1e3:g} ms on / {p['gap_s'] * 1e3:g} ms idle"
+        if p.get("rest_s"):
+            what += f", after {p['rest_s']:g} s rest"
+        model_cell = f"{c['steady_model']:.3f}" if c["steady_model"] else "-"
+        out.append(f"| {row['name']} | {what} | {s['boost_s'] * 1e3:.4f} | "
+                   + " | ".join(_at(s, m) for m in MOMENTS_S)
+                   + f" | {s['steady']:.3f} | {model_cell} | {'yes' if c['fitted'] else 'no'} |")
+    out += ["", "| kernel | boost ms | suite timing, rested | after a hot course | rested over boost |",
+            "|---|---|---|---|---|"]
+    boost = {r["name"]: course_summary(r)["boost_s"] for r in courses}
+    rested = {a["name"]: a for a in alone if not a["after_hot_s"]}
+    for a in alone:
+        if not a["after_hot_s"]:
+            continue
+        r = rested[a["name"]]
+        out.append(f"| {a['name']} | {boost[a['name']] * 1e3:.4f} | {r['time_s'] * 1e3:.4f} ms | "
+                   f"{a['time_s'] * 1e3:.4f} ms | {r['time_s'] / boost[a['name']]:.3f} |")
+    m = model.as_dict()
+    out += ["", "| parameter | value |", "|---|---|",
+            f"| onset | {m['onset_s'] * 1e3:.1f} ms |", f"| fast time constant | {m['tau_s'] * 1e3:.1f} ms |",
+            f"| fast share of the stretch | {m['fast_share']:.2f} |",
+            f"| slow time constant | {m['slow_tau_s']:.2f} s |", f"| alpha (estimate) | {m['alpha']:g} |",
+            f"| share the suite's timing shows | {m['alone_share']:.2f} |"]
+    out += [f"| demand at peak, {k} | {v:.2f} |" for k, v in m["demand_at_peak"].items()]
+    out += [f"| demand of streaming at the datasheet bandwidth | {m['demand_per_bandwidth']:.2f} |",
+            f"| static power (rested, measured) | {report['static_w']:.0f} W |",
+            f"| power limit (enforced) | {report['limit_w']:.0f} W |"]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    print(tables())

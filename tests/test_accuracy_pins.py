@@ -1,0 +1,64 @@
+"""Today's accuracy, pinned per part and class (docs/tools/accuracy_pins.py writes tests/data/accuracy_pins.json):
+a median |error| may not grow by more than a point, a signed median not move by more than two."""
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from perfmodel.paths import repo_root
+
+ROOT = repo_root()
+PINS = json.loads((ROOT / "tests" / "data" / "accuracy_pins.json").read_text())
+MEDIAN_SLACK = 0.01
+SIGNED_SLACK = 0.02
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("accuracy_pins", ROOT / "docs" / "tools" / "accuracy_pins.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _check(name: str, now: dict) -> None:
+    pinned = PINS[name]
+    assert set(now) == set(pinned), (name, sorted(set(now) ^ set(pinned)))
+    bad = []
+    for key, p in pinned.items():
+        x = now[key]
+        if x["n"] != p["n"] or x["median_abs_error"] > p["median_abs_error"] + MEDIAN_SLACK \
+                or abs(x["signed_median"] - p["signed_median"]) > SIGNED_SLACK:
+            bad.append((key, p, x))
+    assert not bad, f"{name}: moved past its pin (rerun docs/tools/accuracy_pins.py if intended): {bad}"
+
+
+@pytest.mark.parametrize("name", ["public", "kernels"])
+def test_fast_pins(name):
+    _check(name, _tool().FAST[name]())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["backtest_blind", "silicon"])
+def test_slow_pins(name):
+    _check(name, _tool().SLOW[name]())
+
+
+def test_documented_carry_spread_is_the_committed_backtests():
+    spread = json.loads((ROOT / "calibration" / "backtest.json").read_text())["spread"]["carry_spread"]
+    assert f"**{spread:.2f}** in log terms" in (ROOT / "docs" / "backtest.md").read_text()
+    assert f"spread ({spread:.2f} in log terms)" in (ROOT / "README.md").read_text()
+
+
+def test_silicon_doc_states_the_pinned_figures():
+    """docs/validation-silicon.md's issue-24 table prints the pinned silicon figures (TPOT and TTFT by part)."""
+    doc = (ROOT / "docs" / "validation-silicon.md").read_text()
+    names = {"b200": "B200", "b300": "B300", "gb200": "GB200", "gb300": "GB300", "h100-sxm": "H100 SXM",
+             "h200-sxm": "H200 SXM"}
+    for part, name in names.items():
+        cells = []
+        for metric in ("tpot", "ttft"):
+            x = PINS["silicon"][f"{part} {metric}"]
+            cells.append(f"{x['median_abs_error']:.1%} ({x['signed_median']:+.1%})")
+        assert f"| {cells[0]} | {cells[1]} |" in doc.split("**After issue 24**")[1].split("\n\n**")[0], name
