@@ -70,6 +70,31 @@ def tables() -> str:
     out += [f"| demand of streaming at the datasheet bandwidth | {m['demand_per_bandwidth']:.2f} |",
             f"| static power (rested, measured) | {report['static_w']:.0f} W |",
             f"| power limit (enforced) | {report['limit_w']:.0f} W |"]
+    out += ["", in_step_table()]
+    return "\n".join(out)
+
+
+IN_STEP_CASES = (("h100-sxm", "bf16"), ("h200-sxm", "bf16"), ("h200-sxm", "fp8"), ("b200", "bf16"), ("b200", "fp8"),
+                 ("b200", "fp4"), ("gb200", "fp4"), ("b300", "fp4"))
+
+
+def in_step_table() -> str:
+    """Llama-3.1-70B prefill of 8,192 tokens at TP 2 (TensorRT-LLM): the step's demand, the stretch it settles to,
+    and the FFN GEMMs' time in the step over their time alone, per part and format (``--format json``'s
+    ``power_clock``)."""
+    from perfmodel import project
+    from perfmodel.cost import clock_info
+
+    out = ["| part | format | step demand | steady stretch | gate_up alone | in step | in step / alone | "
+           "down in step / alone |", "|---|---|---|---|---|---|---|---|"]
+    for arch, dtype in IN_STEP_CASES:
+        p = project(arch, "llama70b", dtype=dtype, isl=8192, tp=2)
+        info = clock_info(p.prefill.times, p.hardware, p.profile)
+        ops = {r["name"]: r for r in info["ops"]}
+        g, d = ops["ffn.gate_up"], ops["ffn.down"]
+        out.append(f"| {arch} | {dtype} | {info['step_demand']:.2f} | {info['steady_stretch']:.3f} | "
+                   f"{g['alone_ms']:.3f} ms | {g['in_step_ms']:.3f} ms | {g['in_step_over_alone']:.3f} | "
+                   f"{d['in_step_over_alone']:.3f} |")
     return "\n".join(out)
 
 
