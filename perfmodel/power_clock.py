@@ -4,9 +4,10 @@ step than when it was measured alone.
 Measured on an H200 (``calibration/h200/clock-course``, :mod:`perfmodel.measure.clock_course`, 2026-12-04): a
 stream of large bf16 or fp8 GEMMs runs at the boost clock for its first ~20 ms, then the power controller
 (software power cap, NVML reason 0x4) pulls the clock down within ~50 ms, and after ~2 s the kernels take
-1.20-1.25x their boost time; memory-bound streams (a copy, a batch-16 decode GEMM) draw 580-630 W, stay under
-the 700 W limit and never slow. A 50% mix of GEMMs and copies slows its GEMMs about as much as a pure GEMM
-stream: the controller follows the kernels' own power, not the average of the mix. So:
+1.19-1.21x their boost time; memory-bound streams (a copy, a batch-16 decode GEMM) draw 580-630 W, stay under
+the 700 W limit and never slow. GEMMs taking turns with copies slow nearly as much as alone (a call 1.145x,
+against 1.19x for the GEMMs alone); the calls' time-weighted demand, the rule a step is priced by, predicts it
+within a few percent (``python -m perfmodel.fit.clock``). So:
 
 - a kernel's **demand** is the dynamic power it would draw at the boost clock over the dynamic budget (power
   limit minus static power): ``demand_at_peak[format]`` times its share of the datasheet peak, plus

@@ -25,19 +25,26 @@ def _r(x: float) -> float:
     return round(float(x), 4)
 
 
-def public() -> dict:
+def _pinned(stats: dict) -> dict:
+    """The pinned fields of per-class statistics (median and signed median rounded, row count)."""
+    return {k: {"median_abs_error": _r(v["median_abs_error"]), "signed_median": _r(v["signed_median"]), "n": v["n"]}
+            for k, v in stats.items()}
+
+
+def _by_part(path=None) -> dict:
     from perfmodel.validate import run_validation, summary
 
-    s = summary(run_validation())
-    return {k: {"median_abs_error": _r(v["median_abs_error"]), "signed_median": _r(v["signed_median"]), "n": v["n"]}
-            for k, v in s["by_part"].items()}
+    return _pinned(summary(run_validation(path))["by_part"])
+
+
+def public() -> dict:
+    return _by_part()
 
 
 def kernels() -> dict:
     from perfmodel.kernel_check import kernel_errors
 
-    return {k: {"median_abs_error": _r(v["median_abs_error"]), "signed_median": _r(v["signed_median"]), "n": v["n"]}
-            for k, v in kernel_errors().items()}
+    return _pinned(kernel_errors())
 
 
 def backtest_blind() -> dict:
@@ -50,17 +57,12 @@ def backtest_blind() -> dict:
         for fam, sides in fams.items():
             x = sides.get(BLIND_SIDE)
             if x:
-                out[f"{target} {fam}"] = {"median_abs_error": _r(x["median_abs_error"]),
-                                          "signed_median": _r(x["signed_median"]), "n": x["n"]}
-    return out
+                out[f"{target} {fam}"] = x
+    return _pinned(out)
 
 
 def silicon() -> dict:
-    from perfmodel.validate import run_validation, summary
-
-    s = summary(run_validation(repo_root() / "workloads" / "validation" / "aiconfigurator_silicon.csv"))
-    return {k: {"median_abs_error": _r(v["median_abs_error"]), "signed_median": _r(v["signed_median"]), "n": v["n"]}
-            for k, v in s["by_part"].items()}
+    return _by_part(repo_root() / "workloads" / "validation" / "aiconfigurator_silicon.csv")
 
 
 FAST = {"public": public, "kernels": kernels}

@@ -213,7 +213,7 @@ def ideal_compute(op: Op, hw: HardwareSpec, prof: Profile):
     return op.flops / (peak * eta)
 
 
-def demand_seconds(op: Op, hw: HardwareSpec, prof: Profile, xp=NP):
+def demand_seconds(op: Op, hw: HardwareSpec, prof: Profile):
     """An op's power demand times its duration (:mod:`perfmodel.power_clock`): its FLOPs over the format's
     datasheet peak at the format's demand at peak, its minimal bytes over the bandwidth at the demand of
     streaming; a collective draws none (its link time is not counted either)."""

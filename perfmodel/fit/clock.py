@@ -22,8 +22,8 @@ and over all compute-bound courses together:
 - ``demand_per_bandwidth``: from the copy course, which stays under the limit: its measured power over the
   budget, per share of the datasheet bandwidth.
 
-Courses that mix workloads (``mix``) or idle between bursts (``duty``) are never fitted: they are predicted,
-and the report gives their error.
+Courses that mix workloads (``mix``, priced by the time-weighted demand a projection uses) or idle between bursts
+(``duty``, priced from rest) are never fitted: they are predicted, and the report gives their error.
 
     python -m perfmodel.fit.clock calibration/h200/clock-course [--arch h200-sxm]
 """
@@ -44,7 +44,6 @@ STEADY_FROM_S = 2.0  # past the 1 s averaging window's transient (the courses se
 ONSET_WINDOW_S = 0.6  # the fast response, before the slow one (1 s power average) sets in
 COURSE_FILE = "clock_course.jsonl"
 CLOCK_COURSE_DIR = "clock-course"  # beside a calibration's measurements: perfmodel fit reads it there
-COPY_RATE_SHARE = 0.88  # the H200 copy course: 2 x 1 GiB in 0.507 ms = 4.24 TB/s of the 4.8 TB/s datasheet
 
 
 def _file(directory: Path) -> Path | None:
@@ -109,6 +108,7 @@ def fit_courses(courses: list[dict], alone: list[dict], spec) -> tuple[ClockMode
     alone_share = float(np.clip(np.median(shares), 0.0, 1.0)) if shares else base.alone_share
     # memory: the copy course's power stays under the limit; its demand is its power over the budget
     dpb = base.demand_per_bandwidth
+    copy_rate = None  # bytes/s the copy course streamed (read plus written), for the mix course's check
     static = float(np.median([r.get("power_w_start") or base_static(spec) for r in courses])) if courses else None
     limit = float(next((r.get("power_limit_w") for r in courses if r.get("power_limit_w")), spec.tdp_w))
     for r in courses:
@@ -118,22 +118,22 @@ def fit_courses(courses: list[dict], alone: list[dict], spec) -> tuple[ClockMode
         samples = [x for x in r["samples"] if x[0] >= STEADY_FROM_S and x[1]]
         if samples and static:
             power = float(np.median([x[1] for x in samples]))
-            rate = r["bytes_per_call"] / (s["boost_s"] * s["steady"])
-            dpb = (power - static) / (limit - static) / (rate / spec.hbm_bandwidth)
+            copy_rate = r["bytes_per_call"] / (s["boost_s"] * s["steady"])
+            dpb = (power - static) / (limit - static) / (copy_rate / spec.hbm_bandwidth)
     model = ClockModel(alpha=alpha, onset_s=onset_s, tau_s=tau_s, alone_share=alone_share, fast_share=fast_share,
                        slow_tau_s=slow_tau_s,
                        demand_at_peak={**base.demand_at_peak, **dap}, demand_per_bandwidth=dpb,
                        source=f"fitted to {len(fitted)} GEMM courses on {spec.name}")
     report = {"courses": [], "model": model.as_dict(), "static_w": static, "limit_w": limit}
     for s in summaries:
-        report["courses"].append(_check(s, model, spec, s in fitted))
+        report["courses"].append(_check(s, model, spec, s in fitted, copy_rate))
     return model, report
 
 
 def _fit_onset(fitted: list[dict], base: ClockModel) -> tuple[float, float, float, float]:
     """(onset, fast tau, fast share, slow tau) by least squares of the courses' normalised stretch
-    ``(s(t) - 1) / (steady - 1)`` against :func:`perfmodel.power_clock.onset`, on a grid (four parameters,
-    a few thousand points: a grid search is exact enough and never fails to converge)."""
+    ``(s(t) - 1) / (steady - 1)`` against :func:`perfmodel.power_clock.onset` (bounded least squares from three
+    starts, the best kept)."""
     from ..power_clock import onset
 
     ts, gs = [], []
@@ -173,17 +173,23 @@ def base_static(spec) -> float:
     return 0.17 * spec.tdp_w
 
 
-def _check(s: dict, model: ClockModel, spec, fitted: bool) -> dict:
-    """A course's measured steady stretch against the model's, from its own demand."""
+def _check(s: dict, model: ClockModel, spec, fitted: bool, copy_rate: float | None) -> dict:
+    """A course's measured steady stretch against the model's. A mix course is priced as a projection prices a
+    step (:func:`perfmodel.cost.step_demand`): the clock of the calls' time-weighted demand, the GEMM's share of a
+    call stretched by it, the copy's (at the copy course's measured rate) not."""
     p = s["params"]
     pred = None
     if p.get("op") in ("gemm", "mix"):
         flops = 2.0 * p["m"] * p["n"] * p["k"]
         gemm_s = s["boost_s"]
-        if p["op"] == "mix":  # a call is half a GEMM and half a copy: the copy at the copy course's rate
-            copy_s = p["bytes"] * 2.0 / COPY_RATE_SHARE / spec.hbm_bandwidth
+        copy_s = 0.0
+        if p["op"] == "mix" and copy_rate:  # a call is half a GEMM and half a copy
+            copy_s = p["bytes"] * 2.0 / copy_rate
             gemm_s = max(2.0 * s["boost_s"] - copy_s, 1e-9)
         demand = model.format_demand(_format(p)) * flops / gemm_s / spec.tensor_flops[_format(p)]
+        if copy_s:
+            copy_demand = model.demand_per_bandwidth * copy_rate / spec.hbm_bandwidth
+            demand = (demand * gemm_s + copy_demand * copy_s) / (gemm_s + copy_s)
         gemm = float(steady_stretch(demand, model.alpha))
         if p["op"] == "mix":  # the GEMM's share of a call stretches, the copy's does not
             pred = (gemm_s * gemm + copy_s) / (gemm_s + copy_s)

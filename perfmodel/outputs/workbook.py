@@ -772,7 +772,7 @@ def _step_sheet(wb, st: StepSheet, model, hw, sc_r, hw_view, prof_view, rules, p
             flops=Expr(f"$F{r}") if isinstance(op.flops, Expr) else op.flops,
             bytes=Expr(f"$G{r}") if isinstance(op.bytes, Expr) else op.bytes)
         if sustained is not None and op.kind not in COMM_KINDS:
-            _write_long(ws, r, c_comp, demand_seconds(view, hw_view, prof_view, XL), helper_col)
+            _write_long(ws, r, c_comp, demand_seconds(view, hw_view, prof_view), helper_col)
             _write_long(ws, r, c_est, time_estimate(view, hw_view, prof_view, XL), helper_col)
             for cc in (c_comp, c_est):
                 ws.cell(row=r, column=cc).number_format = "0.000E+00"
