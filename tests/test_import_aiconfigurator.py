@@ -76,6 +76,30 @@ def test_import_is_deterministic_and_subsamples_by_stratum(src, tmp_path):
     assert len({(r["params"]["dtype"], r["params"].get("scaling")) for r in rows}) == 4  # every format kept
 
 
+def test_the_whole_tables_hold_every_converted_row_of_every_kernel(src, tmp_path):
+    """tables.npz holds each table whole (the fit's subsample is cut from it), every kernel family apart, the same
+    bytes for the same import."""
+    from perfmodel.cost import tables as T
+    from perfmodel.cost.table_store import FILE, decode, quantization_error
+
+    a = tmp_path / "a"
+    prov = aic.import_system(src, "b200_sxm", "trtllm", a, rows_per_table=20)
+    first = (a / FILE).read_bytes()
+    aic.import_system(src, "b200_sxm", "trtllm", a, rows_per_table=20)
+    assert (a / FILE).read_bytes() == first
+    classes, provenance = decode(a / FILE)
+    assert provenance["system"] == "b200_sxm" and prov["whole_tables"]["rows"] == sum(len(c) for c in classes)
+    sub = T.classes_of(_rows(a))  # the subsample: every row is in the whole tables, at its time
+    whole = {(c.key, c.kernel): {tuple(d): t for d, t in zip(c.dims.tolist(), c.times.tolist())} for c in classes}
+    assert sum(len(c) for c in classes) > sum(len(c) for c in sub)
+    for c in sub:
+        got = whole[(c.key, c.kernel)]
+        for d, t in zip(c.dims.tolist(), c.times.tolist()):
+            assert got[tuple(d)] == pytest.approx(t, rel=quantization_error() * 1.01)
+    # every kernel's rows: the real B200 table's NVFP4 MoE keeps CUTLASS beside min-latency (tests/test_tables.py)
+    assert {(c.key, c.kernel) for c in sub} <= set(whole)
+
+
 def test_subsample_spreads_over_strata():
     rows = [{"id": f"a{i}", "g": "big"} for i in range(100)] + [{"id": f"b{i}", "g": "small"} for i in range(3)]
     kept = aic.subsample(rows, lambda r: (r["g"],), 13, seed=0)

@@ -176,12 +176,12 @@ def test_held_out_validation_on_the_fixture(folder):
     result = validate_folder(folder)
     c = result["classes"]["gemm bf16"]
     rows = [json.loads(line) for line in (folder / "measurements.jsonl").read_text().splitlines()]
-    cases, *_ = load_cases(rows, 0.25, 0)
-    held = [x for x in cases if x.held_out]
+    (cls,) = T.classes_of(rows)
+    held = cls.dims[cls.held_out(0.25, 0)]
     assert c["n"] == len(held) > 0 and c["covered"] == c["n"]
     # the fitted model misses each held-out row by its residual; the table (the residual is linear in the logs)
     # reproduces it
-    fitted = np.array([abs(math.exp(-_residual(x.params["m"], x.params["n"], x.params["k"])) - 1) for x in held])
+    fitted = np.array([abs(math.exp(-_residual(m, n, k)) - 1) for m, n, k in held])
     assert c["fitted"]["median_abs_error"] == pytest.approx(float(np.median(fitted)), rel=1e-6)
     assert c["interpolated"]["median_abs_error"] < 1e-3
     assert "| gemm bf16 |" in markdown(result)
@@ -239,7 +239,20 @@ def test_moe_module_takes_one_ratio_and_the_engines_kernel():
           if t.op.name == "moe.gate_up"][0]
     folder = T.family_table(prof, "moe", b300)
     assert folder is not None and folder.kernel_for("moe", ("moe", "fp4", "balanced")) is None
-    assert table_ratio(op, b300, prof) is None
+    # ... so it is carried: B300's CUTLASS table times the min-latency / CUTLASS ratio measured on the sibling part
+    # that times both (of B200 and GB200, the nearer in fp4 rate over HBM bandwidth)
+    key = ("moe", "fp4", "balanced")
+    sibling, wanted, have = T.kernel_sibling(folder, key)
+    assert (wanted, have) == (T.MIN_LATENCY_MOE_KERNEL, "moe_torch_flow_cutlass")
+    assert sibling.path.name in ("b200-trtllm", "gb200-trtllm")
+    price = lambda op, h, p: time_op(op, h, p).time  # noqa: E731
+    dims = T.op_class(op)[2]
+    own = folder.table(key, have, price).ratio(dims)
+    kernels = sibling.table(key, wanted, price).ratio(dims) / sibling.table(key, have, price).ratio(dims)
+    assert table_ratio(op, b300, prof) == pytest.approx(float(own * kernels), rel=1e-12)
+    assert float(kernels) < 0.7  # the min-latency kernel is the faster one at decode sizes
+    p300 = project("b300", "mixtral", tp=2, batch=8, dtype="fp4")
+    assert any(f"ratio on {sibling.path.name}" in a for a in p300.assumptions)
 
 
 def test_predict_cases_is_the_fit_alone():
@@ -259,13 +272,14 @@ def test_a_class_is_fitted_exactly_as_the_fit_prices_its_rows():
 
     prof = T.without_tables(load_profile(B200))
     hw = load_spec("b200")
-    groups = T.group_rows(read_rows(B200 / "measurements.jsonl.gz"))
+    all_rows = read_rows(B200 / "measurements.jsonl.gz")
     for key in (("gemm", "fp8_block"), ("moe", "fp4", "balanced"),
                 T.attention_key("trtllm", "bf16", "bf16", 128, 128, True, False, True)):
-        rows = next(iter(groups[key].values()))[:40]
-        ids, _, fitted, _, _ = T.class_data(rows, prof, hw, lambda op, h, p: time_op(op, h, p).time)
+        rows = [r for r in all_rows if (T.row_class(r) or (None,))[0] == key][:40]
+        (cls,) = T.classes_of(rows)
+        fitted = T.fitted_times(cls, prof, hw, lambda op, h, p: time_op(op, h, p).time)
         cases, *_ = load_cases(rows, 0.25, 0)
-        assert ids == [c.id for c in cases]
+        assert len(cases) == len(rows) == len(cls)
         assert np.allclose(fitted, predict_cases(cases, hw, prof), rtol=1e-12)
 
 
@@ -282,3 +296,18 @@ def test_docs_tables_table_is_regenerated():
     doc = (root / "docs" / "tables.md").read_text()
     block = re.search(r"<!-- tables-table: begin -->\n(.*?)\n<!-- tables-table: end -->", doc, re.S).group(1)
     assert block == tool.tables(), "run python docs/tools/tables_table.py and paste it into docs/tables.md"
+
+
+def test_docs_tables_effect_is_regenerated():
+    import importlib.util
+    import re
+
+    from perfmodel.paths import repo_root
+
+    root = repo_root()
+    spec = importlib.util.spec_from_file_location("tables_effect", root / "docs" / "tools" / "tables_effect.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    doc = (root / "docs" / "tables.md").read_text()
+    block = re.search(r"<!-- tables-effect: begin -->\n(.*?)\n<!-- tables-effect: end -->", doc, re.S).group(1)
+    assert block == tool.table(), "run python docs/tools/tables_effect.py and paste it into docs/tables.md"

@@ -206,7 +206,8 @@ def cmd_import(args) -> int:
     prov = aic.import_system(src, args.system, args.engine, out, version=args.version,
                              rows_per_table=args.rows_per_table, seed=args.seed, families=families)
     print(aic.summary_text(prov), file=sys.stderr)
-    print(f"wrote {out}/measurements.jsonl.gz and environment.json", file=sys.stderr)
+    wrote = "measurements.jsonl.gz, " + (aic.TABLES_FILE + " " if prov.get("whole_tables") else "")
+    print(f"wrote {out}/{wrote}and environment.json", file=sys.stderr)
     if args.fit:
         from ..fit.directory import fit_directory
 

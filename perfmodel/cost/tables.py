@@ -1,7 +1,9 @@
 """Tables as measured: a part's own kernel tables anchor the fitted cost model where they cover a shape.
 
 An imported calibration folder (``calibration/<part>-<engine>``, :mod:`perfmodel.imports.aiconfigurator`) holds
-the engine's measured module times (``measurements.jsonl.gz``) and the profile fitted to them (``profile.json``).
+the engine's measured module times, whole (``tables.npz``, :mod:`.table_store`) and as the subsample the profile
+was fitted to (``measurements.jsonl.gz``, ``profile.json``); a folder without the whole tables is interpolated
+from its measurements.
 The fit compresses thousands of rows into a few dozen parameters and misses its own held-out rows by 5-20%
 (``validation.md``); where the part's own table covers a shape, the table is the better evidence. This module
 prices a covered shape from the table and keeps the fitted structure for everything the table cannot know.
@@ -55,8 +57,9 @@ the module's ratio (the graph prices the quantize and cache-write kernels as ops
 op takes its ratio).
 
 **Judged per class.** A class's table stands for its shapes only where it reproduces the class's own held-out
-rows (the fit's split) at least as well as the fitted model does at the median (:func:`judge`,
-:data:`MIN_JUDGED_ROWS`): of two kinds of evidence from the same rows, the one measured to be better.
+rows (the fit's share and seed, picked by shape: :meth:`.table_store.ClassRows.held_out`) at least as well as the
+fitted model does at the median (:func:`judge`, :data:`MIN_JUDGED_ROWS`): of two kinds of evidence from the same
+rows, the one measured to be better.
 
 **When a table applies.** The op's family must name the folder (``Profile.gemm_table``, ``attn_table``,
 ``gemm_grouped_table``: set by :func:`perfmodel.profile.load_profile` for an imported engine table, travelling with
@@ -88,9 +91,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..imports.aiconfigurator import PREFERRED_MOE_KERNELS
 from ..profile import TABLE_FIELDS
 from .gemm import gemm_format
+from .table_store import FILE as DENSE_FILE
+from .table_store import ClassRows
 
 # A shape may lie this factor beyond its class's measured range in each dim and still be anchored on the table
 # (clamped to the range). The tables' grids step by up to a factor of 2 (batch and sequence lengths are powers of
@@ -114,9 +118,9 @@ MAX_GRID_CELLS = 1_000_000
 # from the table's own spread (measured: 5% leaves dips of 5-10% in Llama decode sweeps on b200-trtllm and
 # h200-sxm-trtllm; 10% costs the held-out rows at most 0.8 points of median against no envelope)
 NOISE_DIP = 0.10
-# A class's table stands for its shapes only where it reproduces the class's own held-out rows (the fit's split)
-# at least as well as the fitted model does, at the median: the better evidence of the two, measured. Judged on at
-# least this many held-out rows (a median of fewer says little); a class with fewer keeps its table.
+# A class's table stands for its shapes only where it reproduces the class's own held-out rows (the fit's share and
+# seed) at least as well as the fitted model does, at the median: the better evidence of the two, measured. Judged
+# on at least this many held-out rows (a median of fewer says little); a class with fewer keeps its table.
 MIN_JUDGED_ROWS = 5
 # A folder's files are looked at again for changes (a refit, a new import) at most this often, in seconds: a
 # projection prices dozens of ops, each of which would otherwise stat them
@@ -130,8 +134,10 @@ QUERY_CACHE = 4096
 LINE_CACHE = 65536
 # The MoE kernel an engine runs per format where its table might hold another (module doc); a format not listed
 # runs the one kernel the import kept. TensorRT-LLM's NVFP4 MoE on Blackwell runs its TRTLLM-gen backend, the
-# tables' "min_latency" kernel source (the import's rule, perfmodel.imports.aiconfigurator.PREFERRED_MOE_KERNELS).
-ENGINE_MOE_KERNELS: dict[tuple[str, str], str] = {("trtllm", "fp4"): PREFERRED_MOE_KERNELS[0]}
+# tables' "min_latency" kernel source (about 3x faster than CUTLASS at decode sizes; the import keeps it where a
+# table holds it: perfmodel.imports.aiconfigurator.PREFERRED_MOE_KERNELS).
+MIN_LATENCY_MOE_KERNEL = "moe_torch_flow_min_latency"
+ENGINE_MOE_KERNELS: dict[tuple[str, str], str] = {("trtllm", "fp4"): MIN_LATENCY_MOE_KERNEL}
 FAMILIES = ("gemm", "attention", "moe")
 # Op kinds a table may anchor: GEMMs, attention, and the memory-bound ops of a fused MoE module (its permutes and
 # activation take the module's ratio)
@@ -445,31 +451,10 @@ def module_time(key: tuple, template: dict, shape: dict, prof, hw, price) -> np.
     return total
 
 
-def _row_shape(key: tuple, rows: list[dict]) -> dict:
-    """The shape params of a class's rows, as arrays (what :func:`module_ops` takes)."""
-    def col(name, default=None):
-        return np.array([float(r["params"].get(name, default)) for r in rows])
-
-    if key[0] == "gemm":
-        return {"m": col("m"), "n": col("n"), "k": col("k")}
-    if key[0] == "attention":
-        return {k: col(k) for k in ("batch", "seq_q", "seq_kv", "heads_q", "heads_kv")}
-    return {"tokens": col("tokens"), "hidden": col("hidden"), "width": np.ceil(col("inter") / col("tp")),
-            "experts": col("experts"), "top_k": col("top_k"), "ep": col("ep")}
-
-
-def class_data(rows: list[dict], prof, hw, price) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, dict]:
-    """(ids, measured times, the fitted model's times, shape dims, the class's template) of one class's rows (one
-    key, one kernel), the rows no class holds left out; ``price`` as in :func:`module_time`."""
-    keyed = [(r, c) for r, c in ((r, row_class(r)) for r in rows) if c is not None]
-    if not keyed:
-        return [], np.zeros(0), np.zeros(0), np.zeros((0, 0)), {}
-    rows = [r for r, _ in keyed]
-    key = keyed[0][1][0]
-    template = template_of(rows[0])
-    fitted = module_time(key, template, _row_shape(key, rows), prof, hw, price)
-    dims = np.array([[float(d) for d in c[2]] for _, c in keyed])
-    return [r["id"] for r in rows], np.array([float(r["time_s"]) for r in rows]), fitted, dims, template
+def fitted_times(cls: ClassRows, prof, hw, price) -> np.ndarray:
+    """The fitted model's time of each of a class's rows (its module at the row's shape, :func:`module_time`):
+    what the fit's :func:`~perfmodel.fit.latency.predict_cases` gives the same rows; ``price`` as there."""
+    return module_time(cls.key, cls.template, shape_of(cls.key, cls.dims), prof, hw, price)
 
 
 # --- a folder's tables ------------------------------------------------------------------------------------------
@@ -630,51 +615,126 @@ class FolderTables:
     path: Path
     part: str  # the spec key the folder was measured on
     engine: str
-    rows: dict[tuple, dict[str, list[dict]]]  # class key -> kernel -> rows
+    rows: dict[tuple, dict[str, ClassRows]]  # class key -> kernel -> its rows
     _built: dict = field(default_factory=dict)
 
     def kernel_for(self, family: str, key: tuple) -> str | None:
         """The kernel of ``key`` the engine runs, or None when the table does not hold it (module doc)."""
-        kernels = self.rows.get(key)
-        if not kernels:
-            return None
-        if family == "moe":
-            wanted = ENGINE_MOE_KERNELS.get((self.engine, key[1]))
-            if wanted is not None:
-                return wanted if wanted in kernels else None
-        return next(iter(kernels)) if len(kernels) == 1 else None  # several and no rule: which one is unknown
+        return engine_kernel(self.engine, key, list(self.rows.get(key) or ()))
 
-    def table(self, key: tuple, kernel: str, price) -> ClassTable | None:
+    def table(self, key: tuple, kernel: str, price) -> "ClassTable | CarriedKernel | None":
+        """The class's table of ``kernel``, or, where ``kernel`` is None (the table lacks the kernel the engine
+        runs), that kernel carried from a sibling part (:meth:`carried`)."""
+        if kernel is None:
+            return self.carried(key, price)
         if (key, kernel) not in self._built:
             prof, hw = folder_fit(self)
             split = prof.validation or {}
-            self._built[(key, kernel)] = build_class(key, kernel, self.rows[key][kernel], prof, hw, price,
+            self._built[(key, kernel)] = build_class(self.rows[key][kernel], prof, hw, price,
                                                      holdout=split.get("holdout_share", 0.25),
                                                      seed=split.get("seed", 0))
         return self._built[(key, kernel)]
 
 
-def build_class(key: tuple, kernel: str, rows: list[dict], prof, hw, price, *, holdout: float = 0.25,
-                seed: int = 0) -> ClassTable | None:
+    def carried(self, key: tuple, price) -> "CarriedKernel | None":
+        """The kernel the engine runs for ``key``, which this table lacks, from the one kernel it holds times the
+        two kernels' ratio on the sibling part that times both (:func:`kernel_sibling`); None where there is none."""
+        if ("carried", key) not in self._built:
+            self._built[("carried", key)] = None
+            found = kernel_sibling(self, key)
+            if found is not None:
+                sibling, wanted, have = found
+                parts = (self.table(key, have, price), sibling.table(key, wanted, price),
+                         sibling.table(key, have, price))
+                if None not in parts:
+                    self._built[("carried", key)] = CarriedKernel(*parts, sibling.path.name)
+        return self._built[("carried", key)]
+
+
+@dataclass
+class CarriedKernel:
+    """A kernel a part's table lacks, priced from the kernel it holds: ``own``'s ratio times the two kernels' ratio
+    where a sibling part times both (``wanted`` over ``have``, each against the sibling's one fit, so the fit
+    cancels): TensorRT-LLM's min-latency NVFP4 MoE on B300 and GB300, whose tables hold CUTLASS's alone."""
+
+    own: ClassTable
+    wanted: ClassTable
+    have: ClassTable
+    sibling: str  # the sibling folder's name
+
+    def ratio(self, dims: list) -> np.ndarray:
+        own, wanted, have = self.own.ratio(dims), self.wanted.ratio(dims), self.have.ratio(dims)
+        kernels = wanted / have
+        return np.where(np.isfinite(own), own, 1.0) * np.where(np.isfinite(kernels), kernels, 1.0)
+
+
+def kernel_sibling(folder: FolderTables, key: tuple) -> tuple[FolderTables, str, str] | None:
+    """(the sibling folder, the kernel the engine runs, the kernel ``folder`` holds) for a class whose table holds
+    one kernel that is not the engine's: of the folders beside it (same engine, another part, whole tables) that
+    time both, the one whose part is nearest in balance, its dense tensor rate in the class's format over its HBM
+    bandwidth (the two kernels differ in how they use each), ties by name; None where none does."""
+    from ..spec import load_spec
+    from .table_store import read_header
+
+    kernels = list(folder.rows.get(key) or ())
+    wanted = ENGINE_MOE_KERNELS.get((folder.engine, key[1])) if key[0] == "moe" else None
+    if wanted is None or len(kernels) != 1 or kernels[0] == wanted:
+        return None
+    have = kernels[0]
+
+    def balance(spec) -> float:
+        return spec.tensor_rate(key[1]) / spec.hbm_bandwidth
+
+    target = balance(load_spec(folder.part))
+    best = None
+    for path in sorted(folder.path.parent.iterdir()):
+        dense = path / DENSE_FILE
+        if path == folder.path or not dense.is_file():
+            continue
+        try:
+            header = read_header(dense)
+        except ValueError:
+            continue
+        held = {c["kernel"] for c in header.get("classes", []) if c["key"] == key}
+        if not {wanted, have} <= held or header.get("provenance", {}).get("engine") != folder.engine:
+            continue
+        other = load_folder(path)
+        if other is None or other.part == folder.part:
+            continue
+        score = abs(math.log(balance(load_spec(other.part)) / target))
+        if best is None or score < best[0]:
+            best = (score, other)
+    return None if best is None else (best[1], wanted, have)
+
+
+def engine_kernel(engine: str, key: tuple, kernels: list[str]) -> str | None:
+    """Of the kernels a table times for class ``key``, the one ``engine`` runs (:data:`ENGINE_MOE_KERNELS`, else
+    the only one), or None where the table does not hold it or several and no rule says which."""
+    if key[0] == "moe":
+        wanted = ENGINE_MOE_KERNELS.get((engine, key[1]))
+        if wanted is not None:
+            return wanted if wanted in kernels else None
+    return kernels[0] if len(kernels) == 1 else None
+
+
+def build_class(cls: ClassRows, prof, hw, price, *, holdout: float = 0.25, seed: int = 0) -> ClassTable | None:
     """A class's table from its rows: residuals against ``prof`` (the folder's fit, tables off) on ``hw`` (the
     library spec of its part); ``price`` as in :func:`module_time`. None where the table does not reproduce the
-    class's held-out rows (``holdout``, ``seed``: the fit's split) better than the fit (:data:`MIN_JUDGED_ROWS`)."""
-    ids, measured, fitted, dims, template = class_data(rows, prof, hw, price)
-    if not ids:
+    class's held-out rows (``holdout``, ``seed``: the share and seed of the fit's split) better than the fit (:data:`MIN_JUDGED_ROWS`)."""
+    if not len(cls):
         return None
-    fit = module_fit(key, template, prof, hw, price)
-    verdict = judge(key, kernel, ids, dims, measured, fitted, fit, holdout, seed)
+    fitted = fitted_times(cls, prof, hw, price)
+    fit = module_fit(cls.key, cls.template, prof, hw, price)
+    verdict = judge(cls.key, cls.kernel, cls.held_out(holdout, seed), cls.dims, cls.times, fitted, fit)
     if not verdict["used"]:
         return None
-    return ClassTable.of(key, kernel, dims, measured, fitted, fit)
+    return ClassTable.of(cls.key, cls.kernel, cls.dims, cls.times, fitted, fit)
 
 
-def judge(key: tuple, kernel: str, ids: list[str], dims, measured, fitted, fit, holdout: float, seed: int) -> dict:
-    """The class's held-out rows priced from its other rows as a projection prices a shape: their times, the
-    fitted model's, whether each was covered, and whether the table stands for the class (:data:`MIN_JUDGED_ROWS`)."""
-    from ..measure.store import is_held_out
-
-    held = np.array([is_held_out(i, holdout, seed) for i in ids], dtype=bool)
+def judge(key: tuple, kernel: str, held: np.ndarray, dims, measured, fitted, fit) -> dict:
+    """The class's held-out rows (``held``: :meth:`ClassRows.held_out`) priced from its other rows as a projection prices a
+    shape: their times, the fitted model's, whether each was covered, and whether the table stands for the class
+    (:data:`MIN_JUDGED_ROWS`)."""
     train = ~held & np.isfinite(fitted) & (fitted > 0)
     out = {"measured": measured[held], "fitted": fitted[held], "table": fitted[held].copy(),
            "covered": np.zeros(int(held.sum()), dtype=bool), "used": True}
@@ -727,7 +787,7 @@ def _stamp(path: Path) -> tuple:
     from ..measure.store import MEASUREMENTS
 
     out = []
-    for name in (MEASUREMENTS, MEASUREMENTS + ".gz", "profile.json"):
+    for name in (MEASUREMENTS, MEASUREMENTS + ".gz", DENSE_FILE, "profile.json"):
         try:
             out.append((name, (path / name).stat().st_mtime_ns))
         except OSError:
@@ -769,27 +829,57 @@ def clear_cache() -> None:
 
 
 def _read_folder(path: Path) -> FolderTables | None:
-    from ..measure.store import read_rows
     from ..profile import load_profile
 
-    file = measurement_file(path)
-    if file is None or not (path / "profile.json").is_file():
+    if not (path / "profile.json").is_file():
+        return None
+    classes = folder_classes(path)
+    if classes is None:
         return None
     prof = load_profile(path)
-    return FolderTables(path, prof.spec_key, prof.engine, group_rows(read_rows(file)))
+    return FolderTables(path, prof.spec_key, prof.engine, by_key(classes))
 
 
-def group_rows(rows) -> dict[tuple, dict[str, list[dict]]]:
-    """Rows per class key and kernel (:func:`row_class`); rows no class holds, and repeated ids, left out."""
-    out: dict[tuple, dict[str, list[dict]]] = {}
+def folder_classes(path: Path) -> list[ClassRows] | None:
+    """A folder's measured classes: its whole tables (``tables.npz``, :mod:`perfmodel.cost.table_store`) where the
+    import wrote them, else the rows of its measurements; None where it has neither."""
+    from ..errors import InputError
+    from ..measure.store import read_rows
+    from .table_store import decode
+
+    dense = Path(path) / DENSE_FILE
+    if dense.is_file():
+        try:
+            return decode(dense)[0]
+        except ValueError as e:
+            raise InputError(str(e), file=str(dense)) from None
+    file = measurement_file(Path(path))
+    return None if file is None else classes_of(read_rows(file))
+
+
+def classes_of(rows) -> list[ClassRows]:
+    """Measured rows as classes (:func:`row_class`, one a key and kernel); rows no class holds, and an id repeated
+    under one kernel, left out."""
+    grouped: dict[tuple, list[tuple[dict, list]]] = {}
     seen = set()
     for r in rows:
         cls = row_class(r) if isinstance(r, dict) else None
-        if cls is None or r["id"] in seen:
+        if cls is None or (cls[1], r["id"]) in seen:
             continue
-        seen.add(r["id"])
-        key, kernel, _ = cls
-        out.setdefault(key, {}).setdefault(kernel, []).append(r)
+        seen.add((cls[1], r["id"]))
+        key, kernel, dims = cls
+        grouped.setdefault((key, kernel), []).append((r, dims))
+    return [ClassRows(key, kernel, template_of(members[0][0]),
+                      np.array([[float(d) for d in dims] for _, dims in members]),
+                      np.array([float(r["time_s"]) for r, _ in members]))
+            for (key, kernel), members in grouped.items()]
+
+
+def by_key(classes: list[ClassRows]) -> dict[tuple, dict[str, ClassRows]]:
+    """Classes per key and kernel."""
+    out: dict[tuple, dict[str, ClassRows]] = {}
+    for c in classes:
+        out.setdefault(c.key, {})[c.kernel] = c
     return out
 
 
@@ -834,8 +924,7 @@ def anchor_ratio(op, hw, prof, *, price, backend: str | None = None):
     folder = family_table(prof, family, hw)
     if folder is None:
         return None
-    kernel = folder.kernel_for(family, key)
-    table = folder.table(key, kernel, price) if kernel is not None else None
+    table = folder.table(key, folder.kernel_for(family, key), price)
     if table is None:
         return None
     r = table.ratio(dims)
@@ -853,5 +942,13 @@ def assumption(hw, prof) -> str | None:
     if not used:
         return None
     where = "; ".join(f"{', '.join(fams)} from {name}" for name, fams in used.items())
+    carried = {}
+    moe = family_table(prof, "moe", hw)
+    for key in (moe.rows if moe is not None else ()):
+        found = kernel_sibling(moe, key) if key[0] == "moe" and moe.kernel_for("moe", key) is None else None
+        if found is not None:
+            carried[key[1]] = (f"{key[1]} MoE's {found[1]} kernel (the engine's; the table holds {found[2]}) by "
+                               f"the two kernels' ratio on {found[0].path.name}")
     return (f"measured tables: {where} where they cover the shape (within {REACH:g}x of the measured range, "
-            "clamped there; the fitted model elsewhere and for the in-step clock)")
+            "clamped there; the fitted model elsewhere and for the in-step clock)"
+            + "".join(f"; {line}" for line in carried.values()))

@@ -10,6 +10,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from ..cost.tables import folder_classes
 from ..errors import InputError
 from ..io import write_text_atomic
 from ..measure.store import ENVIRONMENT, MEASUREMENTS, read_rows
@@ -24,7 +25,7 @@ from .power import fit_power
 from .power import report_text as power_text
 from .training import fit_training, training_markdown
 from .tables import markdown as tables_markdown
-from .tables import validate_rows as validate_tables
+from .tables import validate_classes as validate_tables
 
 
 # --- the command ------------------------------------------------------------------------------------
@@ -162,7 +163,7 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
     )
     save_profile(prof, d / "profile.json")
     # the measured tables' own held-out error beside the fit's, per class (perfmodel.fit.tables)
-    tables = validate_tables(rows, prof, hw, holdout=holdout, seed=seed)
+    tables = validate_tables(folder_classes(d) or [], prof, hw, holdout=holdout, seed=seed)
     per_row = json.dumps({"summary": validation, "ops": val_rows, "layers": layer_rows, "training": training,
                           "power": power, **({"tables": tables} if tables["classes"] else {})},
                          indent=1, allow_nan=False) + "\n"

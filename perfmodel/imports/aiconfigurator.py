@@ -26,7 +26,9 @@ of this project's own CUDA-graph measurement of the same bf16 GEMMs at the media
   of the MoE family and as its validation.
 
 Tables are large (up to 200k rows); a deterministic, stratified subsample keeps every format, shape band
-and routing class (``rows_per_table``). Provenance (package version, table path, engine version, rows kept
+and routing class (``rows_per_table``) for the fit, and the tables whole, every kernel's rows, go into
+``tables.npz`` as compact arrays (:mod:`perfmodel.cost.table_store`) for :mod:`perfmodel.cost.tables` to
+interpolate. Provenance (package version, table path, engine version, rows kept
 of rows read, what was skipped and why) goes into ``environment.json``. Nothing here imports torch or pandas;
 reading parquet needs pyarrow (``pip install '.[import]'``).
 """
@@ -41,6 +43,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from ..cost.table_store import FILE as TABLES_FILE
+from ..cost.table_store import write as write_tables
+from ..cost.tables import MIN_LATENCY_MOE_KERNEL, classes_of
 from ..errors import InputError
 
 PACKAGE = "aiconfigurator-core"
@@ -77,8 +82,9 @@ DEFAULT_ROWS_PER_TABLE = 3000
 # Where a table times one MoE format with two kernel families, the one the engine runs: for NVFP4 on Blackwell
 # TensorRT-LLM's recipes select its TRTLLM-gen MoE backend (the table's "min_latency" kernel source; about 3x
 # faster than CUTLASS at decode sizes), elsewhere CUTLASS, and DeepGEMM for block-scaled fp8. The other
-# family's rows are counted as skipped.
-PREFERRED_MOE_KERNELS = ("moe_torch_flow_min_latency",)
+# family's rows are counted as skipped in the fitted subsample; the whole tables (tables.npz) keep every kernel
+# (the projection picks the engine's: perfmodel.cost.tables.ENGINE_MOE_KERNELS).
+PREFERRED_MOE_KERNELS = (MIN_LATENCY_MOE_KERNEL,)
 # TensorRT-LLM's XQA decode kernel packs up to this many query heads of one KV head onto the tensor cores;
 # beyond it (64-128 heads over one KV head) the engine falls back to a CUDA-core kernel this model does not have
 MAX_GROUP = 32
@@ -646,6 +652,7 @@ def import_system(src: Source, system: str, engine: str, out: Path, *, version: 
     wanted = version or current_version(src, system, engine)
     tables: dict[str, dict] = {}
     rows: list[dict] = []
+    whole: list[dict] = []  # every converted row of every kernel: the tables as measured (tables.npz)
     for plan in plans(engine):
         if plan.family not in families:
             continue
@@ -654,10 +661,11 @@ def import_system(src: Source, system: str, engine: str, out: Path, *, version: 
             continue
         path, used = hit
         conv = plan.convert(read_columns(path, plan.columns))
+        for r in conv.rows:
+            r["source"] = f"{plan.table}@{used}"
+        whole += conv.rows
         conv = main_kernels(conv)
         kept = subsample(conv.rows, plan.stratum, rows_per_table, seed) if plan.stratum else conv.rows
-        for r in kept:
-            r["source"] = f"{plan.table}@{used}"
         rows += kept
         tables[plan.table] = {"file": str(path.relative_to(src.systems)), "engine_version": used, "rows_read": conv.read,
                               "rows_converted": len(conv.rows), "rows_kept": len(kept), "skipped": conv.skipped}
@@ -698,6 +706,14 @@ def import_system(src: Source, system: str, engine: str, out: Path, *, version: 
     text = "".join(json.dumps(r, sort_keys=False, separators=(",", ":")) + "\n" for r in unique)
     # compressed (about 10x), with no timestamp in the header: the same import gives the same bytes
     write_bytes_atomic(out / (MEASUREMENTS + ".gz"), gzip.compress(text.encode("utf-8"), mtime=0))
+    classes = classes_of(whole)
+    if classes:
+        provenance["whole_tables"] = {"file": TABLES_FILE, "classes": len(classes),
+                                      "rows": sum(len(c) for c in classes)}
+        write_tables(out, classes, {k: provenance[k] for k in ("source", "package_version", "system", "engine",
+                                                                 "engine_version", "command")})
+    else:
+        (out / TABLES_FILE).unlink(missing_ok=True)  # no class to interpolate: no stale whole tables either
     write_json_atomic(out / "environment.json", {"env": env, "import": provenance})
     return provenance
 
@@ -709,4 +725,8 @@ def summary_text(prov: dict) -> str:
         skipped = "; ".join(f"{n} {why}" for why, n in sorted(t["skipped"].items())) or "none skipped"
         lines.append(f"  {table:<28} {t['engine_version']:<14} kept {t['rows_kept']:>6} of {t['rows_read']:>7}  "
                      f"({skipped})")
+    whole = prov.get("whole_tables")
+    if whole:
+        lines.append(f"  whole tables (every kernel, for interpolation): {whole['classes']} classes, "
+                     f"{whole['rows']:,} rows in {whole['file']}")
     return "\n".join(lines)
