@@ -46,6 +46,10 @@ class ClassRows:
     template: dict  # the params every row of the class shares
     dims: np.ndarray  # (n, d) shape dims
     times: np.ndarray  # (n,) measured seconds
+    # whether the import took this kernel for the engine's main path where a table times several for one class
+    # (perfmodel.imports.aiconfigurator.main_kernels: the preferred one, else the one it measures most); the
+    # others are kept as evidence (a kernel ratio carried to a part whose table lacks the engine's kernel)
+    main: bool = True
 
     def __len__(self) -> int:
         return len(self.times)
@@ -106,7 +110,8 @@ def encode(classes: list[ClassRows], provenance: dict | None = None) -> bytes:
         arrays[f"c{i}_cells"] = gaps.astype(np.uint32 if gaps.max() < 2**32 else np.uint64)
         arrays[f"c{i}_time"] = delta.astype(np.int16).view(np.uint8).reshape(-1, 2).T.copy()  # byte planes
         header["classes"].append({"key": _jsonable(c.key), "kernel": c.kernel, "template": c.template,
-                                  "axes": [len(a) for a in axes], "rows": len(times), "first_step": first})
+                                  "main": bool(c.main), "axes": [len(a) for a in axes], "rows": len(times),
+                                  "first_step": first})
     arrays["header"] = np.frombuffer(json.dumps(header, sort_keys=True).encode("utf-8"), dtype=np.uint8)
     buf = io.BytesIO()
     np.savez_compressed(buf, **arrays)
@@ -151,7 +156,7 @@ def decode(data: bytes | Path) -> tuple[list[ClassRows], dict]:
                 if len(steps) != int(c["rows"]) or len(flat) != int(c["rows"]):
                     raise ValueError(f"class {i}: {c['rows']} rows expected")
                 out.append(ClassRows(_tuple(c["key"]), str(c["kernel"]), dict(c["template"]), dims,
-                                     np.exp2(steps * step)))
+                                     np.exp2(steps * step), bool(c.get("main", True))))
     except (KeyError, IndexError, TypeError, json.JSONDecodeError, UnicodeDecodeError, OSError, EOFError,
             zipfile.BadZipFile) as e:
         raise ValueError(f"not a readable {FILE} ({type(e).__name__}: {e})") from None

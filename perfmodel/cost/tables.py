@@ -620,7 +620,8 @@ class FolderTables:
 
     def kernel_for(self, family: str, key: tuple) -> str | None:
         """The kernel of ``key`` the engine runs, or None when the table does not hold it (module doc)."""
-        return engine_kernel(self.engine, key, list(self.rows.get(key) or ()))
+        kernels = self.rows.get(key) or {}
+        return engine_kernel(self.engine, key, list(kernels), [k for k, c in kernels.items() if c.main])
 
     def table(self, key: tuple, kernel: str, price) -> "ClassTable | CarriedKernel | None":
         """The class's table of ``kernel``, or, where ``kernel`` is None (the table lacks the kernel the engine
@@ -676,7 +677,8 @@ def kernel_sibling(folder: FolderTables, key: tuple) -> tuple[FolderTables, str,
     from ..spec import load_spec
     from .table_store import read_header
 
-    kernels = list(folder.rows.get(key) or ())
+    held = folder.rows.get(key) or {}
+    kernels = [k for k, c in held.items() if c.main] or list(held)
     wanted = ENGINE_MOE_KERNELS.get((folder.engine, key[1])) if key[0] == "moe" else None
     if wanted is None or len(kernels) != 1 or kernels[0] == wanted:
         return None
@@ -707,14 +709,18 @@ def kernel_sibling(folder: FolderTables, key: tuple) -> tuple[FolderTables, str,
     return None if best is None else (best[1], wanted, have)
 
 
-def engine_kernel(engine: str, key: tuple, kernels: list[str]) -> str | None:
-    """Of the kernels a table times for class ``key``, the one ``engine`` runs (:data:`ENGINE_MOE_KERNELS`, else
-    the only one), or None where the table does not hold it or several and no rule says which."""
+def engine_kernel(engine: str, key: tuple, kernels: list[str], main: list[str] | None = None) -> str | None:
+    """Of the kernels a table times for class ``key``, the one ``engine`` runs: :data:`ENGINE_MOE_KERNELS`'s,
+    else the one the import took for the engine's main path (``main``, :attr:`.table_store.ClassRows.main`), else
+    the only one; None where the table does not hold it, or several and nothing says which."""
     if key[0] == "moe":
         wanted = ENGINE_MOE_KERNELS.get((engine, key[1]))
         if wanted is not None:
             return wanted if wanted in kernels else None
-    return kernels[0] if len(kernels) == 1 else None
+    if len(kernels) == 1:
+        return kernels[0]
+    main = [k for k in (main or ()) if k in kernels]
+    return main[0] if len(main) == 1 else None
 
 
 def build_class(cls: ClassRows, prof, hw, price, *, holdout: float = 0.25, seed: int = 0) -> ClassTable | None:

@@ -57,14 +57,17 @@ def validate_classes(classes: list[ClassRows], prof, hw, *, holdout: float = 0.2
     against ``prof`` (its fitted profile) on ``hw`` (module doc)."""
     pooled: dict[str, dict[str, list]] = {}
     kernels: dict[tuple, list[str]] = {}
+    main: dict[tuple, list[str]] = {}
     for cls in classes:
         kernels.setdefault(cls.key, []).append(cls.kernel)
+        if cls.main:
+            main.setdefault(cls.key, []).append(cls.kernel)
     for cls in classes:
         got = _held_out_class(cls, prof, hw, holdout, seed)
         if got is None:
             continue
         name = report_class(cls.key)
-        if engine_kernel(prof.engine, cls.key, kernels[cls.key]) != cls.kernel:
+        if engine_kernel(prof.engine, cls.key, kernels[cls.key], main.get(cls.key)) != cls.kernel:
             # a kernel the engine does not run here (another MoE backend): evidence for carrying, never priced
             name += f" [{cls.kernel.removeprefix('moe_torch_flow_')}]"
             got["used"] = np.zeros_like(got["used"])

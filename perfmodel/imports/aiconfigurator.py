@@ -707,6 +707,9 @@ def import_system(src: Source, system: str, engine: str, out: Path, *, version: 
     # compressed (about 10x), with no timestamp in the header: the same import gives the same bytes
     write_bytes_atomic(out / (MEASUREMENTS + ".gz"), gzip.compress(text.encode("utf-8"), mtime=0))
     classes = classes_of(whole)
+    main = {(c.key, c.kernel) for c in classes_of(unique)}  # the kernels the subsample kept (main_kernels)
+    for c in classes:
+        c.main = (c.key, c.kernel) in main
     if classes:
         provenance["whole_tables"] = {"file": TABLES_FILE, "classes": len(classes),
                                       "rows": sum(len(c) for c in classes)}
