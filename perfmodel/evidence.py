@@ -49,7 +49,7 @@ from dataclasses import fields
 from . import generations
 from .attention_kernels import KERNELS
 from .profile import DEFAULTS, Profile
-from .spec import HardwareSpec
+from .spec import HardwareSpec, lineage_rank
 
 # Profile fields per family. Fields not listed (name, description, validation, ...) come from the GEMM source.
 FAMILY_FIELDS: dict[str, tuple[str, ...]] = {
@@ -135,7 +135,14 @@ def _same_mma(source: HardwareSpec | None, hw: HardwareSpec) -> bool:
 
 
 def _same_part(prof: Profile, hw: HardwareSpec) -> bool:
-    return prof.spec_key == hw.key or prof.spec_key in getattr(hw, "aliases", ())
+    """Measured on ``hw`` itself or on a part ``hw`` is a what-if of (:func:`perfmodel.spec.lineage_rank`)."""
+    return lineage_rank(prof.spec_key, hw) is not None
+
+
+def _part_distance(prof: Profile, hw: HardwareSpec) -> int:
+    """0 for the part itself, k for the k-th part it extends, past every one of those for any other part."""
+    rank = lineage_rank(prof.spec_key, hw)
+    return len(hw.lineage) + 1 if rank is None else rank
 
 
 def _rank(hw: HardwareSpec, engine: str, family: str, prof: Profile, source: HardwareSpec | None):
@@ -143,6 +150,7 @@ def _rank(hw: HardwareSpec, engine: str, family: str, prof: Profile, source: Har
     family first; then the same part; then the requested engine (engine families only), generation distance,
     the part whose bandwidth is closest, and the name (deterministic)."""
     same_part = _same_part(prof, hw)
+    distance = _part_distance(prof, hw)
     engine_miss = 0 if family not in ENGINE_FAMILIES else _engine_distance(engine, prof.engine)
     own_kernels = not (family in ENGINE_FIRST_FAMILIES and engine in SERVING_ENGINES) or (
         engine_miss == 0 and (same_part or _same_mma(source, hw)))
@@ -151,12 +159,12 @@ def _rank(hw: HardwareSpec, engine: str, family: str, prof: Profile, source: Har
     else:
         gen = _generation_distance(source.generation, hw.generation)
         bw = abs(source.hbm_bandwidth - hw.hbm_bandwidth) / hw.hbm_bandwidth
-    return (not own_kernels, not same_part, engine_miss, gen, bw, prof.name)
+    return (not own_kernels, distance, engine_miss, gen, bw, prof.name)
 
 
 def _usable(hw: HardwareSpec, prof: Profile, source: HardwareSpec | None) -> bool:
     """Nothing carries across vendors (perfmodel.transfer): a profile of another vendor's part is no evidence."""
-    return source is None or source.vendor == hw.vendor or prof.spec_key == hw.key
+    return source is None or source.vendor == hw.vendor or _same_part(prof, hw)
 
 
 def choose(hw: HardwareSpec, engine: str, candidates: list[tuple[Profile, HardwareSpec | None]],

@@ -375,6 +375,13 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
             out.append("calibration by family: " + "; ".join(
                 f"{fam} {v.get('source', '')}" + (f" ({v['engine']})" if v.get("engine") else "")
                 for fam, v in fams.items()))
+        from .spec import what_if_of
+
+        parent = what_if_of(hw)
+        if parent is not None:
+            changed = ", ".join(parent[1]) or "no figure"
+            out.append(f"{hw.key} extends {parent[0]}: a what-if of it ({changed} changed), priced by its "
+                       "calibration at this spec's figures (derived figures rescaled with what they derive from)")
         from .cost.tables import assumption as table_assumption
 
         line = table_assumption(hw, prof)

@@ -65,14 +65,6 @@ def _load_profiles(root: Path) -> list[tuple[Path, Profile]]:
     return out
 
 
-def _own_profile(hw: HardwareSpec) -> Profile | None:
-    names = {hw.key, *getattr(hw, "aliases", ())}
-    for folder, prof in available_profiles():
-        if prof.spec_key in names or folder.name in names:
-            return prof
-    return None
-
-
 def resolve_profile(arg, hw: HardwareSpec, engine: str | None = None) -> Profile:
     """The profile a projection on ``hw`` with ``engine`` (a preset key; None or ``auto``: the part's default
     serving engine; a standalone price passes :data:`STANDALONE_ENGINE`) uses.

@@ -108,6 +108,9 @@ class HardwareSpec:
     figures: dict[str, Figure] = field(default_factory=dict)  # dotted field path -> Figure
     files: tuple[str, ...] = ()  # the extends chain, most derived first
     sha256: str = ""  # of the spec file's bytes and every file it extends
+    # the parts this spec is a what-if of, nearest first: the keys of the files it extends, as far up the chain as
+    # vendor and generation stay the same (:func:`lineage_rank`); a renamed copy (spec_with(key=...)) adds the old key
+    lineage: tuple[str, ...] = ()
 
     def tensor_rate(self, dtype_key: str) -> float:
         """Dense tensor-core FLOP/s for ``dtype_key``; falls back to the next wider format the part has."""
@@ -197,6 +200,21 @@ SUSTAINED_FIELDS: tuple[SpecField, ...] = (
     SpecField("sustained.allreduce_latency", "sustained.allreduce_latency", "time",
               "All-reduce time of a small message"),
 )
+
+# Figures that derive from others, and what from (issue 26: "derived figures follow what they derive from"). A
+# datasheet's dense rates are SMs x FLOP per clock per SM x boost clock; a sustained ceiling is a measured share of
+# its datasheet figure. Where a spec changes a basis figure and not a figure derived from it that it inherits, the
+# derived figure is rescaled by the basis' ratio (keeping its per-SM-per-clock rate, or its measured share), and
+# its Figure says so (source "derived"): :func:`_derive_figures` for an extends chain, :func:`spec_with` for a sweep.
+# In order: a tensor rate follows the SMs and clock, then its sustained ceiling follows the rate.
+DERIVED: dict[str, tuple[str, ...]] = {
+    **{f"compute.tensor.{d}": ("compute.sm_count", "compute.boost_clock") for d in TENSOR_DTYPES},
+    "compute.vector_fp32": ("compute.sm_count", "compute.boost_clock"),
+    "sustained.tensor.bf16": ("compute.tensor.bf16",), "sustained.tensor.fp8": ("compute.tensor.fp8",),
+    "sustained.tensor.fp4": ("compute.tensor.fp4",), "sustained.bandwidth": ("memory.bandwidth",),
+    "sustained.allreduce_busbw": ("interconnect.scale_up.bandwidth",),
+    "sustained.allreduce_latency": ("interconnect.scale_up.latency",),
+}
 
 _BY_PATH = {f.path: f for f in SPEC_FIELDS + SUSTAINED_FIELDS}
 _BY_ATTR = {f.attr: f for f in SPEC_FIELDS + SUSTAINED_FIELDS}
@@ -506,6 +524,7 @@ def _build(path: Path) -> HardwareSpec:
             raise _err(f"missing required figure; expected e.g. {{value: {ex}, source: datasheet}}", head, p)
 
     _derive_visible(figures, merged, chain)
+    _derive_figures(figures, merged, chain)
     v = {p: f.value for p, f in figures.items()}
     spec = HardwareSpec(
         key=head.stem,
@@ -532,9 +551,41 @@ def _build(path: Path) -> HardwareSpec:
         figures=dict(sorted(figures.items(), key=lambda kv: _ORDER.get(kv[0], 99))),
         files=tuple(str(r.path) for r in chain),
         sha256=_hash(r.data for r in chain),
+        lineage=_lineage(chain),
     )
     _check_plausible(spec)
     return spec
+
+
+def _lineage(chain: list) -> tuple[str, ...]:
+    """The keys of the files a spec extends, nearest first, while each keeps the spec's vendor and generation:
+    a file that changes either starts another part, whose measurements are not this one's."""
+    def identity(rank: int) -> tuple:  # vendor and generation in force at chain[rank] (what it and its bases set)
+        out = {}
+        for raw in reversed(chain[rank:]):
+            out.update({k: raw.top[k] for k in ("vendor", "generation") if k in raw.top})
+        return out.get("vendor"), out.get("generation")
+
+    own = identity(0)
+    keys = []
+    for rank in range(1, len(chain)):
+        if identity(rank) != own:
+            break
+        keys.append(chain[rank].path.stem)
+    return tuple(keys)
+
+
+def lineage_rank(spec_key: str, hw: "HardwareSpec") -> int | None:
+    """How near the part ``spec_key`` names is to ``hw`` as its measurements go: 0 for ``hw`` itself (its key or
+    an alias), k for the k-th part it is a what-if of (:attr:`HardwareSpec.lineage`), None for another part.
+    A spec that extends a part is that part with the figures it changes: the part's calibration prices it at the
+    spec's own figures, as ``sweep --vary`` prices the part's (issue 26)."""
+    if not spec_key:
+        return None
+    if spec_key == hw.key or spec_key in getattr(hw, "aliases", ()):
+        return 0
+    lineage = getattr(hw, "lineage", ())
+    return lineage.index(spec_key) + 1 if spec_key in lineage else None
 
 
 _ORDER = {f.path: i for i, f in enumerate(SPEC_FIELDS + SUSTAINED_FIELDS)}
@@ -551,6 +602,48 @@ def _derive_visible(figures: dict, merged: dict, chain: list) -> None:
     nominal = figures["memory.capacity"]
     figures["memory.visible"] = Figure(value=visible_from_nominal(nominal.value), source="estimate",
                                        text="(derived)", ref=VISIBLE_RULE, file=nominal.file)
+
+
+def what_if_of(hw: "HardwareSpec") -> tuple[str, list[str]] | None:
+    """(the part ``hw`` is a what-if of, the figures it changes: dotted paths) or None for a part of its own
+    (:attr:`HardwareSpec.lineage`)."""
+    import numpy as np
+
+    if not hw.lineage:
+        return None
+    try:
+        parent = load_spec(hw.lineage[0])
+    except InputError:  # a renamed copy of a spec that is not in the library
+        return hw.lineage[0], []
+    changed = [p for p, f in hw.figures.items()
+               if p not in parent.figures or not np.array_equal(np.asarray(f.value), parent.figures[p].value)]
+    return parent.key, changed
+
+
+def _derive_figures(figures: dict, merged: dict, chain: list) -> None:
+    """Rescale each inherited figure of :data:`DERIVED` whose basis figures a file further down the extends chain
+    changed without restating it: by the basis' ratio between the file that gave it and now."""
+    rank = {r.path: i for i, r in enumerate(chain)}  # 0: the most derived file
+    given = {p: rank[f] for p, (fig, f) in merged.items() if fig is not None}  # where each figure was set
+    for path, bases in DERIVED.items():
+        fig = figures.get(path)
+        if fig is None or path not in given:
+            continue
+        at = given[path]
+        factor, why = 1.0, []
+        for basis in bases:
+            if basis not in figures or given.get(basis, at) >= at:
+                continue  # given beside (or below) the derived figure: the file stated both
+            then = next((r for r in chain[at:] if r.figures.get(basis) is not None), None)
+            if then is None:
+                continue
+            factor *= figures[basis].value / _figure(basis, then.figures[basis], then.path).value
+            why.append(basis)
+        if why:
+            figures[path] = Figure(value=fig.value * factor, source="derived", text="(derived)",
+                                   ref=f"{Path(fig.file).name}'s figure rescaled with {' and '.join(why)} "
+                                       f"(x{factor:.4g})", file=figures[why[0]].file)
+            given[path] = min(given[basis] for basis in why)  # a figure derived from it follows it in turn
 
 
 def _hash(blobs) -> str:
@@ -738,6 +831,16 @@ def clear_cache() -> None:
 _TEXT_FIELDS = ("name", "vendor", "generation", "key")
 
 
+def _sustained_key(path: str) -> str:
+    """``sustained.tensor.bf16`` -> ``bf16``, ``sustained.bandwidth`` -> ``bandwidth`` (HardwareSpec.sustained)."""
+    return path.split(".", 1)[1].replace("tensor.", "")
+
+
+def _figure_value(spec: HardwareSpec, attr: str):
+    """A numeric field by its attribute name (``tensor_flops.<dtype>`` included; None where the part lacks it)."""
+    return spec.tensor_flops.get(attr.split(".", 1)[1]) if attr.startswith("tensor_flops.") else getattr(spec, attr)
+
+
 def spec_with(spec: HardwareSpec, **overrides: Any) -> HardwareSpec:
     """A copy of ``spec`` with some SI fields replaced, for what-if sweeps and sensitivity analysis.
 
@@ -788,11 +891,43 @@ def spec_with(spec: HardwareSpec, **overrides: Any) -> HardwareSpec:
             options = [f.attr for f in SPEC_FIELDS if "." not in f.attr] + ["tensor_flops", *_TEXT_FIELDS]
             raise _err(f"not a spec field; {_suggest(name, options)}expected one of: {', '.join(options)}",
                        "spec_with", name)
+    sustained = dict(spec.sustained)
+    given = {_BY_ATTR[n].path for n in overrides if n in _BY_ATTR}
+    given |= {f"compute.tensor.{d}" for d in (overrides.get("tensor_flops") or {})}
+    for path, bases in DERIVED.items():  # a derived figure follows what it derives from (DERIVED)
+        changed = [b for b in bases if b in given]
+        old = (spec.sustained.get(_sustained_key(path)) if path.startswith("sustained.")
+               else _figure_value(spec, _BY_PATH[path].attr))
+        if not changed or path in given or old is None:
+            continue
+        factor = 1.0
+        for b in changed:
+            attr = _BY_PATH[b].attr
+            new = tensor.get(attr.split(".", 1)[1]) if attr.startswith("tensor_flops.") else changes.get(attr)
+            factor = factor * new / _figure_value(spec, attr)
+        value = old * factor
+        given.add(path)
+        if path.startswith("sustained."):
+            if not hasattr(value, "shape"):  # a swept array is not carried (the profile is resolved once)
+                sustained[_sustained_key(path)] = float(value)
+            continue
+        attr = _BY_PATH[path].attr
+        if attr.startswith("tensor_flops."):
+            tensor[attr.split(".", 1)[1]] = value
+        else:
+            changes[attr] = value
+        figures[path] = Figure(value=value, source="derived", text="(derived)",
+                               ref=f"rescaled with {' and '.join(changed)}", file="")
     if "hbm_bytes" in overrides and "hbm_visible_bytes" not in overrides:  # visible memory follows capacity
         changes["hbm_visible_bytes"] = changes["hbm_bytes"] * (spec.hbm_visible_bytes / spec.hbm_bytes)
         figures["memory.visible"] = Figure(value=changes["hbm_visible_bytes"], source="estimate",
                                            text="(follows capacity)", ref="what-if override", file="")
     tag = repr(sorted((k, repr(v)) for k, v in overrides.items()))
-    return replace(spec, **changes, tensor_flops=tensor,
+    if changes.get("key", spec.key) != spec.key:  # a renamed copy is a what-if of the spec it was made from ...
+        same = all(changes.get(k, getattr(spec, k)) == getattr(spec, k) for k in ("vendor", "generation"))
+        changes["lineage"] = (spec.key, *spec.lineage) if same else ()  # ... unless it is another vendor's or family's
+    elif any(changes.get(k, getattr(spec, k)) != getattr(spec, k) for k in ("vendor", "generation")):
+        changes["lineage"] = ()
+    return replace(spec, **changes, tensor_flops=tensor, sustained=sustained,
                    figures=dict(sorted(figures.items(), key=lambda kv: _ORDER.get(kv[0], 99))),
                    sha256=_hash([spec.sha256.encode(), tag.encode()]))

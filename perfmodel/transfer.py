@@ -40,7 +40,7 @@ from __future__ import annotations
 from . import generations
 from .energy.carry import carry_power
 from .profile import DEFAULTS, MAX_ETA, TABLE_FIELDS, Profile
-from .spec import HardwareSpec
+from .spec import HardwareSpec, lineage_rank
 
 SAME_VENDOR_SPREAD = 0.10  # estimate, where no backtest summary is committed: a generation change within one vendor
 CROSS_VENDOR_SPREAD = 0.30  # estimate
@@ -70,8 +70,8 @@ def same_vendor_spread() -> float:
 def carry(profile: Profile, source: HardwareSpec | None, target: HardwareSpec, *, sustained: bool = True) -> Profile:
     """The profile as it applies to ``target``. Identity when the target is the part it was measured on.
     ``sustained=False``: ignore both parts' sustained ceilings (the datasheet-only rule the backtest compares)."""
-    if not profile.fitted or profile.spec_key == target.key:
-        return profile
+    if not profile.fitted or lineage_rank(profile.spec_key, target) is not None:
+        return profile  # the part itself, or a part it is a what-if of: its fractions apply to the new figures
     label = profile.spec_key or profile.name
     if source is not None and source.vendor != target.vendor:
         return DEFAULTS.with_(name=DEFAULTS.name, carried_from="", carry_spread=CROSS_VENDOR_SPREAD,

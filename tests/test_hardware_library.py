@@ -208,9 +208,13 @@ def test_user_spec_extends_a_library_part(tmp_path, base):
     assert spec.name == "B200 with 10 TB/s" and spec.key == "fast"
     assert spec.hbm_bandwidth == pytest.approx(10e12)
     assert spec.figures["memory.bandwidth"].source == "estimate"
-    for f in SPEC_FIELDS + SUSTAINED_FIELDS:  # differs only in the one figure
-        if f.path != "memory.bandwidth":
+    for f in SPEC_FIELDS + SUSTAINED_FIELDS:  # differs only in the one figure and what derives from it
+        if f.path == "sustained.bandwidth":  # the measured share of the bandwidth, kept (spec.DERIVED)
+            assert spec_value(spec, f.attr) == pytest.approx(spec_value(b200, f.attr) * 10e12 / b200.hbm_bandwidth)
+            assert spec.figures[f.path].source == "derived"
+        elif f.path != "memory.bandwidth":
             assert spec_value(spec, f.attr) == spec_value(b200, f.attr), f.attr
+    assert spec.lineage == ("b200",)  # a what-if of the B200: its calibration applies
     assert spec.generation == b200.generation and spec.vendor == b200.vendor
     assert spec.files == (str(p.resolve()), str((HW / "b200.yaml").resolve()))
 

@@ -221,8 +221,10 @@ def test_a_what_if_spec_takes_the_ratio_form():
     t = float(time_op(op, what_if, prof).time)
     assert t == pytest.approx(float(time_op(op, what_if, fit).time) * ratio)  # t_fit(hw') x t_table / t_fit(hw)
     assert t != pytest.approx(float(time_op(op, hw, prof).time), rel=1e-3)  # never the parent's table time
-    other = spec_with(hw, key="b200-what-if")
-    assert table_ratio(op, other, prof) is None  # another key: another part
+    renamed = spec_with(hw, key="b200-what-if")  # a renamed copy is the same part: its table, the same ratio
+    assert table_ratio(op, renamed, prof) == ratio
+    other = spec_with(hw, key="not-a-b200", generation="hopper")
+    assert table_ratio(op, other, prof) is None  # another generation: another part
 
 
 def test_moe_module_takes_one_ratio_and_the_engines_kernel():

@@ -92,6 +92,7 @@ from pathlib import Path
 import numpy as np
 
 from ..profile import TABLE_FIELDS
+from ..spec import lineage_rank
 from .gemm import gemm_format
 from .table_store import FILE as DENSE_FILE
 from .table_store import ClassRows
@@ -898,7 +899,7 @@ def family_table(prof, family: str, hw) -> FolderTables | None:
     if not path:
         return None
     folder = load_folder(path)
-    if folder is None or folder.part != hw.key:
+    if folder is None or lineage_rank(folder.part, hw) is None:  # another part (a what-if of the part: its own)
         return None
     return folder if projected_engine(prof, family) == folder.engine else None
 

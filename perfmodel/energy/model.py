@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops import COMM_KINDS, COMPUTE_KINDS
+from ..spec import lineage_rank
 
 # The defaults are the power rows measured on an H200 (calibration/h200, `kind: power`, NVML energy counter
 # over ~1.5 s loops, 700 W limit), expressed as shares of the TDP and rates so that they carry to any part:
@@ -61,7 +62,7 @@ def power_params(prof, hw) -> dict:
     if not power:
         return default_power(hw)
     if float(power.get("tdp_w", hw.tdp_w)) == float(hw.tdp_w) and (
-            not prof.spec_key or prof.spec_key == hw.key or power.get("carried")):
+            not prof.spec_key or lineage_rank(prof.spec_key, hw) is not None or power.get("carried")):
         return _complete(power, hw)
     from ..resolve import resolve_hardware
     from .carry import carry_power

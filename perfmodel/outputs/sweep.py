@@ -2,7 +2,7 @@
 
 ``--vary FIELD=START:STOP:COUNT`` (COUNT evenly spaced values, units as in spec files: ``4TB/s:12TB/s:9``)
 or ``--vary FIELD=V1,V2,...``. Hardware figures (any numeric spec attribute: hbm_bandwidth, sm_count,
-hbm_bytes, scaleup_bandwidth, tensor_flops.bf16, ...) and the batch (integers and ``max``, resolved per
+hbm_bytes, scaleup_bandwidth, tensor_flops.bf16, ...; or its name in a spec file: memory.bandwidth, ...) and the batch (integers and ``max``, resolved per
 hardware point by :func:`perfmodel.capacity.max_batch`) travel as numpy arrays through
 :func:`perfmodel.spec.spec_with` and :func:`perfmodel.projection.serving_times` in one evaluation. Scenario
 fields that shape the operator graph (isl, osl, tp, pp, ep, dtype, ...) and the scale-up domain are
@@ -26,6 +26,7 @@ SCENARIO_TEXT = ("dtype", "kv_dtype", "act_dtype", "batching", "launch", "mode",
 _SPEC = {f.attr: f for f in SPEC_FIELDS}
 LOOPED_SPEC = ("scaleup_domain",)  # decides which collective formula applies: a plain number
 FIELDS = tuple(_SPEC) + ("batch",) + SCENARIO_INT + SCENARIO_FLOAT + SCENARIO_TEXT
+BY_YAML_PATH = {f.path: f.attr for f in SPEC_FIELDS}  # memory.bandwidth -> hbm_bandwidth
 
 
 @dataclass
@@ -92,10 +93,15 @@ def parse_vary(text: str) -> Axis:
     if "=" not in text:
         raise _err("missing '='", text)
     name, rest = (s.strip() for s in text.split("=", 1))
+    name = BY_YAML_PATH.get(name, name)  # a spec file's name of a figure (memory.bandwidth) is its field's too
     if name not in FIELDS:
-        close = difflib.get_close_matches(name, FIELDS, n=1, cutoff=0.5)
+        names = list(FIELDS) + list(BY_YAML_PATH)
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        raise InputError(f"{name!r} cannot be varied; {hint}expected one of: {', '.join(FIELDS)}", field="--vary")
+        spec = ", ".join(f"{f.attr} ({f.path})" for f in SPEC_FIELDS)
+        rest_fields = ", ".join(f for f in FIELDS if f not in _SPEC)
+        raise InputError(f"{name!r} cannot be varied; {hint}expected a spec figure, by its field or its name in a "
+                         f"spec file: {spec}; or {rest_fields}", field="--vary")
     if ":" in rest:
         parts = rest.split(":")
         if len(parts) != 3:

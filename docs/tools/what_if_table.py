@@ -1,0 +1,70 @@
+"""The tables of docs/what-if.md: the issue's what-if examples written as spec files and as sweeps of the same
+figure, and the departures from monotonicity the generated suite (tests/test_what_if.py) found, bounded.
+
+    python docs/tools/what_if_table.py          # a few seconds
+"""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+# (name, the spec file's text, the library part, the sweep field, its value, model, scenario)
+EXAMPLES = (
+    ("H200 at 2x HBM bandwidth", "extends: h200-sxm\nname: H200 2x HBM\nmemory:\n"
+     "  bandwidth: {value: 9.6 TB/s, source: estimate}\n", "h200-sxm", "hbm_bandwidth", 9.6e12, "llama8b", {}),
+    ("B200 at 10 TB/s", "extends: b200\nname: B200 at 10 TB/s\nmemory:\n"
+     "  bandwidth: {value: 10 TB/s, source: estimate}\n", "b200", "hbm_bandwidth", 10e12, "llama70b", {}),
+    ("H100 at 4.8 TB/s", "extends: h100-sxm\nname: H100 at 4.8 TB/s\nmemory:\n"
+     "  bandwidth: {value: 4.8 TB/s, source: estimate}\n", "h100-sxm", "hbm_bandwidth", 4.8e12, "llama8b", {}),
+    ("H200 with 1.5x the SMs", "extends: h200-sxm\nname: H200 1.5x SMs\ncompute:\n"
+     "  sm_count: {value: 198, source: estimate}\n", "h200-sxm", "sm_count", 198, "llama70b",
+     {"tp": 4, "batch": 16}),
+)
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.2f}"
+
+
+def examples() -> str:
+    from perfmodel import project
+    from perfmodel.spec import load_spec, spec_with
+
+    lines = ["| what-if | model | part TPOT (ms) | spec file TPOT | sweep TPOT | spec file TTFT / sweep TTFT (ms) "
+             "| GEMM calibration of the spec file |",
+             "|---|---|---|---|---|---|---|"]
+    with tempfile.TemporaryDirectory() as d:
+        for name, text, part, field, value, model, kw in EXAMPLES:
+            path = Path(d) / ("".join(c if c.isalnum() else "-" for c in name.lower()) + ".yaml")
+            path.write_text(text)
+            base = project(part, model, **kw)
+            by_file = project(str(path), model, **kw)
+            by_sweep = project(spec_with(load_spec(part), **{field: value}), model, **kw)
+            gemm = by_file.profile.provenance.get("families", {}).get("gemm", {})
+            lines.append(f"| {name} | {model} | {_ms(base.tpot_s)} | {_ms(by_file.tpot_s)} | {_ms(by_sweep.tpot_s)} "
+                         f"| {_ms(by_file.ttft_s)} / {_ms(by_sweep.ttft_s)} | {gemm.get('source', '-')} |")
+    return "\n".join(lines)
+
+
+def departures() -> str:
+    """The largest TPOT departure per finding, at the factor the suite's bound is stated for."""
+    from perfmodel import project
+    from perfmodel.spec import list_specs, load_spec, spec_with
+
+    lines = ["| finding | worst case | TPOT change |", "|---|---|---|"]
+    kw = {"tp": 4, "batch": 16, "dtype": "fp8"}
+    worst = max(((p.key, project(spec_with(load_spec(p.key), sm_count=float(round(p.sm_count * 1.5))), "llama8b")
+                  .tpot_s / project(p.key, "llama8b").tpot_s - 1) for p in list_specs() if p.vendor == "nvidia"),
+                key=lambda x: x[1])
+    lines.append(f"| 1.5x the SMs (rates scaled with them), Llama-3.1-8B batch 1 | {worst[0]} | {worst[1]:+.2%} |")
+    hw = load_spec("h20")
+    a = project(hw, "llama70b", **kw).tpot_s
+    b = project(spec_with(hw, **{"tensor_flops.bf16": hw.tensor_flops["bf16"] * 1.5}), "llama70b", **kw).tpot_s
+    lines.append(f"| 1.5x the bf16 rate alone, Llama-3.1-70B fp8 TP 4 batch 16 | h20 | {b / a - 1:+.2%} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(examples())
+    print()
+    print(departures())
