@@ -1087,10 +1087,11 @@ def _hf_text_model(c: _Cfg, mt: str, notes: list[str]) -> dict:
         kw["head_dim"] = kw["mla"].qk_nope_head_dim + kw["mla"].qk_rope_head_dim  # HF's head_dim is the rope part
     elif c.get("head_dim") is not None:
         kw["head_dim"] = c.int("head_dim")
-    elif hidden % heads:
-        raise c.error("head_dim", f"missing; hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads})")
     else:
-        kw["head_dim"] = hidden // heads
+        kw["head_dim"] = hidden // heads  # transformers' rule where head_dim is not given (floor division)
+        if hidden % heads:
+            notes.append(f"head_dim not given: hidden_size // num_attention_heads = {kw['head_dim']}, as transformers "
+                         f"derives it ({hidden} is not a multiple of {heads}: the heads span less than hidden_size)")
 
     # --- which layers attend how far
     kw.update(_hf_layer_types(c, family, mt, layers, max_position, notes))
@@ -1117,7 +1118,8 @@ def _hf_moe(c: _Cfg, family: str, layers: int, intermediate: int, notes: list[st
                 notes.append(f"multi-token-prediction modules (num_mtp_modules={c.cfg.get('num_mtp_modules')}) "
                              "not modelled")
     elif family in ("qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe"):
-        n = c.int("num_experts")
+        # transformers 5 writes the routed experts as num_local_experts (the published configs: num_experts)
+        n = c.int("num_experts") if c.has("num_experts") or not c.has("num_local_experts") else c.int("num_local_experts")
         step = c.int("decoder_sparse_step", default=1)
         dense = c.get("mlp_only_layers", [])
         if not isinstance(dense, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in dense):
@@ -1156,6 +1158,14 @@ def _hf_moe(c: _Cfg, family: str, layers: int, intermediate: int, notes: list[st
             n_shared = c.int("n_shared_experts", default=0, minimum=0)
             moe_inter = c.int("moe_intermediate_size")
             first_dense = c.int("first_k_dense_replace", default=0, minimum=0)
+            kinds = c.get("mlp_layer_types")  # transformers 5: "dense" / "sparse" per layer, first_k_dense_replace's
+            if kinds is not None:
+                lead = next((i for i, k in enumerate(kinds) if k != "dense"), len(kinds)) if isinstance(kinds, list) else -1
+                if (not isinstance(kinds, list) or len(kinds) != layers or kinds[lead:] != ["sparse"] * (layers - lead)
+                        or (c.has("first_k_dense_replace") and lead != first_dense)):
+                    raise c.error("mlp_layer_types", f"expected num_hidden_layers ({layers}) entries, leading "
+                                  f"\"dense\" ones then \"sparse\" (first_k_dense_replace), got {_short(kinds)}")
+                first_dense = lead
             freq = c.int("moe_layer_freq", default=1)
             if freq != 1:
                 raise c.error("moe_layer_freq", f"only 1 is supported (MoE on every layer after first_k_dense_replace), "
@@ -1210,6 +1220,9 @@ def _hf_layer_types(c: _Cfg, family: str, mt: str, layers: int, max_position: in
             raise c.error("layer_types", f"expected a list of num_hidden_layers ({layers}) entries, got {_short(listed)}")
         types = []
         for i, t in enumerate(listed):
+            if t == "indexed_attention" and family in ("deepseek_v32", "glm_moe_dsa"):
+                t = "full_attention"  # transformers 5's name for DeepSeek Sparse Attention's layers (the indexer:
+                # index_topk and its heads, read with the MLA fields)
             if t not in _HF_LAYER_TYPES:
                 raise c.error("layer_types", f"entry {i}: expected one of {', '.join(_HF_LAYER_TYPES)}, got {_short(t)}")
             types.append(_HF_LAYER_TYPES[t])
@@ -1226,7 +1239,7 @@ def _hf_layer_types(c: _Cfg, family: str, mt: str, layers: int, max_position: in
     elif family == "llama4":
         chunk = c.int("attention_chunk_size", default=0, minimum=0)
         rope = c.get("no_rope_layers")
-        if rope is None:
+        if rope is None or rope == []:  # transformers takes an empty list as unset too
             # transformers' Llama4TextConfig: every no_rope_layer_interval-th layer (default 4) has no rotary
             # embedding (NoPE) and attends to everything; the others are rotary and chunked
             interval = c.int("no_rope_layer_interval", default=4)
