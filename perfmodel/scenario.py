@@ -8,7 +8,7 @@ from .errors import InputError
 
 
 ENGINE_FIELDS = ("kernels", "rotary", "launch", "attention_kernel", "fp8_attention", "prefill_chunk", "max_batch",
-                 "mem_policy", "mem_fraction", "mem_reserve", "kv_cache")
+                 "mem_policy", "mem_fraction", "mem_reserve", "kv_cache", "batching")
 KV_CACHES = ("paged", "dynamic", "static")
 
 
@@ -35,7 +35,7 @@ class Scenario:
     kv_dtype: str | None = None  # KV cache; None: the engine's rule (fp8 with fp8/fp4 weights where it does that)
     act_dtype: str = "bf16"  # activations between kernels
     mode: str = "latency"  # latency (calibrated model) | sol (pure roofline)
-    batching: str = "continuous"  # continuous (prefill amortised into a running stream) | static
+    batching: str | None = None  # continuous (prefill amortised into a running stream) | static; None: the engine's
     # collective overlap: a method (none, stream, decomposed, fused; perfmodel.cost.overlap) or a fixed fraction
     # of every collective hidden (0: none, the default assumption)
     overlap: float | str = 0.0
@@ -118,8 +118,11 @@ class Scenario:
             "mem_fraction": eng.fraction_for(self.tp),
             "mem_reserve": eng.mem_reserve,
             "kv_cache": eng.kv_cache,
+            "batching": eng.batching,
         }
         filled = {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in preset.items()}
+        if eng.key == "hf" and self.launch is None and filled["kv_cache"] == "static":
+            filled["launch"] = "auto"  # generate() compiles the decode step of a compileable (static) cache
         out = replace(self, engine=eng.key, **filled)
         if out.kernels == "hf" and out.kv_cache == "dynamic" and out.launch_for("decode") == "graph":
             from .errors import InputError

@@ -97,12 +97,14 @@ def _scenario_for(row: dict, where: str, engine: str, model):
     osl = _int(row, "osl", where)
     static = "static" in (row.get("notes") or "").lower() or row["metric"] == "ttft"
     cache = re.search(r"cache_implementation=(dynamic|static)", row.get("notes") or "")
-    # transformers' compiled static cache: decode replayed from CUDA graphs, prefill eager
+    # transformers' compiled static cache: decode replayed from CUDA graphs, prefill eager; a static cache row
+    # that does not say torch.compile ran eager (generate(disable_compile=True))
     compiled = cache is not None and "torch.compile" in (row.get("notes") or "")
+    launch = "auto" if compiled else ("eager" if cache is not None and cache.group(1) == "static" else None)
     return Scenario(isl=_int(row, "isl", where), osl=max(1, osl), batch=_int(row, "batch", where),
                     tp=_int(row, "tp", where), pp=_int(row, "pp", where), dtype=precision,
                     batching="static" if static else "continuous", engine=engine_of(row, engine),
-                    kv_cache=cache.group(1) if cache else None, launch="auto" if compiled else None).validated()
+                    kv_cache=cache.group(1) if cache else None, launch=launch).validated()
 
 
 def parse_where(text: str | None) -> list[tuple[str, frozenset]]:

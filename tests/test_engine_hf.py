@@ -12,9 +12,9 @@ from perfmodel.scenario import Scenario
 HF_DIR = repo_root() / "calibration" / "h200" / "hf"
 
 
-def _ops(cache: str, batch=1, ctx=128, isl=128, osl=64, model="llama-3.1-8b"):
+def _ops(cache: str, batch=1, ctx=128, isl=128, osl=64, model="llama-3.1-8b", launch="eager"):
     hw = resolve_hardware("h200")
-    sc = Scenario(engine="hf", kv_cache=cache, isl=isl, osl=osl).for_hardware(hw)
+    sc = Scenario(engine="hf", kv_cache=cache, isl=isl, osl=osl, launch=launch).for_hardware(hw)
     return build_ops(resolve_model(model), Step("decode", batch, 1, ctx), sc)
 
 
@@ -118,12 +118,12 @@ def test_the_compiled_path_fuses_the_elementwise_kernels_and_keeps_generates_hos
     dec = evaluate_step(resolve_model("llama-3.1-8b"), hw, sc, prof, Step("decode", 1, 1, 128))
     device = sum(t.time * t.op.count for t in dec.times)
     assert dec.time_s > device + 0.9 * host.graph_step_s  # the replay's ops plus the host's work around it
-    eager_step = evaluate_step(resolve_model("llama-3.1-8b"), hw, _hf(kv_cache="static")[1], prof,
+    eager_step = evaluate_step(resolve_model("llama-3.1-8b"), hw, _hf(kv_cache="static", launch="eager")[1], prof,
                                Step("decode", 1, 1, 128))
     assert dec.time_s < 0.4 * eager_step.time_s  # measured: 7.3 against 43 ms a token at batch 1
     # prefill is eager either way: transformers compiles the decode step only
     pre = [evaluate_step(resolve_model("llama-3.1-8b"), hw, s, prof, Step("prefill", 1, 128, 0)).time_s
-           for s in (sc, _hf(kv_cache="static")[1])]
+           for s in (sc, _hf(kv_cache="static", launch="eager")[1])]
     assert pre[0] == pytest.approx(pre[1])
 
 
@@ -230,3 +230,34 @@ def test_the_request_setup_constant_is_the_measured_median():
     assert REQUEST_SETUP_LAUNCHES == pytest.approx(statistics.median(ratios), rel=0.01)
     h = measured_host_costs(HF_DIR)
     assert 1e-3 < h.request_s < 6e-3 and "bare launches" in h.source
+
+
+def test_a_static_cache_is_the_compiled_decode_generate_runs_by_default():
+    """transformers' generate() compiles the decode step of a static cache unless disable_compile=True (issue 26):
+    --engine hf --kv-cache static is that path; --launch eager the eager one. --engine hf batches statically."""
+    hw = resolve_hardware("h200")
+    default = Scenario(engine="hf", kv_cache="static").for_hardware(hw)
+    assert default.launch == "auto" and default.launch_for("decode") == "graph" and default.batching == "static"
+    assert Scenario(engine="hf", kv_cache="static", launch="eager").for_hardware(hw).launch == "eager"
+    assert Scenario(engine="hf").for_hardware(hw).launch == "eager"  # the dynamic cache: no compile
+    assert Scenario(engine="hf", batching="continuous").for_hardware(hw).batching == "continuous"  # asked for
+    assert Scenario(engine="trtllm").for_hardware(hw).batching == "continuous"
+
+
+def test_docs_engines_compiled_and_eager_figures_are_the_projection_and_the_table():
+    import csv
+    import re
+
+    from perfmodel import project
+
+    doc = " ".join((repo_root() / "docs" / "engines.md").read_text().split())
+    kw = dict(engine="hf", kv_cache="static", isl=128, osl=64)
+    eager = project("h200-sxm", "llama8b", launch="eager", **kw).tpot_s * 1e3
+    compiled = project("h200-sxm", "llama8b", **kw).tpot_s * 1e3
+    with open(repo_root() / "workloads" / "validation" / "hf_generate_h200.csv", encoding="utf-8") as fh:
+        measured = {r["id"]: float(r["value"]) for r in csv.DictReader(fh)}
+    m_eager = measured["hf-h200-llama-3.1-8b-static-b1-i128-tpot"]
+    m_compiled = measured["hf-h200-llama-3.1-8b-static-compile-b1-i128-tpot"]
+    want = (f"eager static cache {eager:.1f} ms a token projected against {m_eager:.1f} ms measured, compiled "
+            f"{compiled:.1f} ms against {m_compiled:.1f} ms")
+    assert want in doc, re.sub(r"\s+", " ", want)

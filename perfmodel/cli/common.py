@@ -49,8 +49,9 @@ def scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True) -> None:
         g.add_argument("--isl", type=int, default=1024, help="input tokens per request (default 1024)")
         g.add_argument("--osl", type=int, default=128, help="output tokens per request (default 128)")
         g.add_argument("--batch", default="1", help="concurrent sequences, or 'max' for the largest that fits")
-        g.add_argument("--batching", choices=("continuous", "static"), default="continuous",
-                       help="how throughput amortises prefill (README: Throughput)")
+        g.add_argument("--batching", choices=("continuous", "static"), default=None,
+                       help="how throughput amortises prefill (README: Throughput; default: the engine's, "
+                            "continuous for serving engines, static for --engine hf)")
         g.add_argument("--prefill-chunk", type=int, default=None,
                        help="prefill tokens per step (continuous; default: the engine's)")
     g.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
