@@ -42,7 +42,8 @@ def register(sub) -> None:
     p.add_argument("--system", help="the package's system name, e.g. b200_sxm, gb200, h100_sxm (see --list)")
     p.add_argument("--engine", choices=("trtllm", "vllm", "sglang"), help="whose kernels")
     p.add_argument("--version", default=None, help="engine version (default: the package's current one)")
-    p.add_argument("--out", help="calibration folder (default calibration/<spec>-<engine>)")
+    p.add_argument("--out", help="calibration folder to write (required; the shipped ones are "
+                                 "calibration/<spec>-<engine>)")
     p.add_argument("--data", default=None, help="the package's systems folder (default: the installed package)")
     p.add_argument("--families", default=None, help="comma-separated: gemm,attention,comm,moe (default all)")
     p.add_argument("--rows-per-table", type=int, default=3000, help="stratified subsample size per table")
@@ -58,8 +59,9 @@ def register(sub) -> None:
                                                      "calibration/*-trtllm)")
     p.add_argument("--classes", action="store_true", help="every class (collectives per world size and size, "
                                                           "MoE per routing) instead of families")
-    p.add_argument("--write", action="store_true",
-                   help="also write calibration/backtest.json (the carry spread of carried projections' bands)")
+    p.add_argument("--summary", default=None, metavar="JSON",
+                   help="also write the summary (the carry spread of carried projections' bands) to this file; the "
+                        "shipped one, which projections read, is calibration/backtest.json")
     p.add_argument("--out", help="write the markdown here instead of stdout")
     p.set_defaults(func=cmd_backtest)
 
@@ -195,7 +197,10 @@ def cmd_import(args) -> int:
         return 0
     if not args.system or not args.engine:
         raise InputError("give --system and --engine (or --list to see what the package holds)", field="--system")
-    out = Path(args.out or f"calibration/{aic.SYSTEMS.get(args.system, args.system)}-{args.engine}")
+    if not args.out:  # the shipped folders are tracked files: written only when named
+        raise InputError(f"give --out DIR (the shipped folder of this part and engine is calibration/"
+                         f"{aic.SYSTEMS.get(args.system, args.system)}-{args.engine})", field="--out")
+    out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise InputError("exists and is not a folder", file=str(out), field="--out")
     families = [f.strip() for f in args.families.split(",")] if args.families else list(aic.FAMILIES)
@@ -218,7 +223,7 @@ def cmd_import(args) -> int:
 def cmd_backtest(args) -> int:
     from pathlib import Path
 
-    from ..backtest import SUMMARY, backtest, markdown, write_summary
+    from ..backtest import backtest, markdown, write_summary
     from ..paths import calibration_dir
 
     root = calibration_dir()
@@ -235,9 +240,9 @@ def cmd_backtest(args) -> int:
     if not results:
         raise InputError("no source and target on different parts", field="--target")
     text = markdown(results, families_only=not args.classes)
-    if args.write:
-        write_summary([r for r in results if r["source_engine"] != "torch"], root / SUMMARY)
-        print(f"wrote {root / SUMMARY}", file=sys.stderr)
+    if args.summary:
+        write_summary([r for r in results if r["source_engine"] != "torch"], Path(args.summary))
+        print(f"wrote {args.summary}", file=sys.stderr)
     emit(text + "\n", args.out)
     return 0
 

@@ -20,7 +20,8 @@ def register(sub) -> None:
     p.add_argument("--sidecar", default=None, help="the run's description (with a single trace)")
     p.add_argument("--arch", default="h200", help="hardware spec the trace was taken on (default h200)")
     p.add_argument("--calibration", default=None, help="profile folder or 'none' (default: automatic)")
-    p.add_argument("--out-dir", default=None, help="where the CSV and SVG go (default: beside each trace)")
+    p.add_argument("--out-dir", default=None, help="write each trace's residuals CSV and SVG into this folder "
+                                                    "(default: none written; the table goes to stdout)")
     p.add_argument("--format", choices=("table", "json"), default="table",
                    help="table (default) or json (the rows and summary of each trace)")
     p.add_argument("--refit", default=None, metavar="PROFILE_JSON",
@@ -49,12 +50,12 @@ def cmd_import(args) -> int:
     # every output named and checked (folder exists, not a folder, no name twice) before any trace is read;
     # nothing is written until every trace has been read, mapped and (with --refit) refitted
     outputs: dict[Path, str | None] = {}
-    for t in args.traces:
+    for t in args.traces if args.out_dir else ():  # files only where asked: never beside a (tracked) trace
         path = Path(t)
-        out_dir = Path(args.out_dir) if args.out_dir else path.parent
+        out_dir = Path(args.out_dir)
         for suffix in (".residuals.csv", ".residuals.svg"):
             target = out_dir / f"{_stem(path)}{suffix}"
-            check_output_file(str(target), "--out-dir" if args.out_dir else "trace")
+            check_output_file(str(target), "--out-dir")
             if target in outputs:
                 raise InputError("two traces would write the same residuals file (same name in one folder); "
                                  "give them different names or --out-dir", file=str(target))
@@ -74,10 +75,10 @@ def cmd_import(args) -> int:
             title = (f"{path.name}: {side.extra.get('model_name', 'model')} {side.phase}, batch {side.batch}, seq "
                      f"{side.seq}, context {side.context}, {side.dtype} on {side.extra.get('device', '?')} "
                      f"against {hw.key} ({prof.label})" + ("" if annotated else "; no module annotations: by family"))
-            out_dir = Path(args.out_dir) if args.out_dir else path.parent
             stem = _stem(path)
-            files[out_dir / f"{stem}.residuals.csv"] = to_csv(rows)
-            files[out_dir / f"{stem}.residuals.svg"] = to_svg(rows, title)
+            if args.out_dir:
+                files[Path(args.out_dir) / f"{stem}.residuals.csv"] = to_csv(rows)
+                files[Path(args.out_dir) / f"{stem}.residuals.svg"] = to_svg(rows, title)
             texts.append(to_table(rows, title))
             docs.append({"trace": str(path), "sidecar": {"phase": side.phase, "batch": side.batch, "seq": side.seq,
                                                           "context": side.context, "dtype": side.dtype, **side.extra},
@@ -102,10 +103,8 @@ def cmd_import(args) -> int:
         texts.append(f"refit: {len(cases)} operators folded into {args.refit}; median |error| after the refit "
                      f"{s['median_abs_error']:.1%}" if s["median_abs_error"] is not None else "refit written")
     write_files_atomic(files)  # all or nothing: a failure on one (a full disk: /dev/full) changes none
-    for t in args.traces:
-        path = Path(t)
-        out_dir = Path(args.out_dir) if args.out_dir else path.parent
-        print(f"wrote {out_dir / (_stem(path) + '.residuals.csv')} and .svg", file=sys.stderr)
+    for t in args.traces if args.out_dir else ():
+        print(f"wrote {Path(args.out_dir) / (_stem(Path(t)) + '.residuals.csv')} and .svg", file=sys.stderr)
     if args.refit:
         print(f"wrote {args.refit}", file=sys.stderr)
     if args.format == "json":

@@ -1,4 +1,5 @@
-"""Regenerate the example outputs in docs/examples/: ``python -m perfmodel.outputs.examples``.
+"""Regenerate the example outputs: ``python -m perfmodel.outputs.examples --out DIR`` (the shipped ones are
+``--out docs/examples``: a tracked folder, written only when named).
 
 B200 against H100 on Llama-3.1-70B (TP 2, fp8, 2048 in / 512 out, batch 64): the HTML report, the
 what-if workbooks (one per part), a sweep of HBM bandwidth x batch (CSV and SVG) and, when playwright
@@ -46,9 +47,11 @@ def screenshot(html: Path, png: Path, chromium: str = "/usr/bin/chromium") -> bo
 
 def main(argv: list[str] | None = None) -> int:
     from ..cli import main as cli_main
-    from ..paths import repo_root
+    import argparse
 
-    out = Path(argv[0]) if argv else repo_root() / "docs" / "examples"
+    ap = argparse.ArgumentParser(prog="python -m perfmodel.outputs.examples", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="folder for the examples (the shipped ones: docs/examples)")
+    out = Path(ap.parse_args(argv).out)
     out.mkdir(parents=True, exist_ok=True)
     for cmd in commands(out.relative_to(Path.cwd()) if out.is_relative_to(Path.cwd()) else out):
         saved = sys.argv
