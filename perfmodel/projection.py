@@ -375,13 +375,15 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
             out.append("calibration by family: " + "; ".join(
                 f"{fam} {v.get('source', '')}" + (f" ({v['engine']})" if v.get("engine") else "")
                 for fam, v in fams.items()))
-        from .spec import what_if_of
+        from .spec import lineage_rank, what_if_of
 
-        parent = what_if_of(hw)
+        inherited = [f for f, v in fams.items() if isinstance(v, dict) and lineage_rank(v.get("part", ""), hw)]
+        parent = what_if_of(hw) if inherited else None  # some family measured on a part this spec extends
         if parent is not None:
             changed = ", ".join(parent[1]) or "no figure"
-            out.append(f"{hw.key} extends {parent[0]}: a what-if of it ({changed} changed), priced by its "
-                       "calibration at this spec's figures (derived figures rescaled with what they derive from)")
+            out.append(f"{hw.key} extends {parent[0]} ({changed} changed): {', '.join(inherited)} from "
+                       f"{parent[0]}'s measurements, priced at this spec's figures (derived figures rescaled with "
+                       "what they derive from)")
         from .cost.tables import assumption as table_assumption
 
         line = table_assumption(hw, prof)
