@@ -164,6 +164,9 @@ class Model:
     expert_dtype: str = ""
     linear_attention: LinearAttention | None = None  # the "linear" layers' Gated DeltaNet
     attn_output_gate: bool = False  # a sigmoid gate (hidden -> heads x head_dim, beside q) on attention's output
+    # multi-token-prediction layers published with the checkpoint (num_nextn_predict_layers): what --mtp drafts
+    # with; not counted in the parameters (the main model is)
+    mtp_layers: int = 0
 
     def __post_init__(self) -> None:
         # the expanded per-layer tuple, whatever the constructor was given (descriptors are validated before
@@ -347,7 +350,7 @@ _FIELDS = (
     "qkv_bias", "moe", "mla", "fp8_scaling",
     "qk_norm", "qk_norm_type", "attention_bias", "sliding_window", "layer_types", "layer_pattern", "attention_chunk",
     "attention_sinks", "logit_softcap", "attn_softcap", "sandwich_norm", "expert_dtype",
-    "linear_attention", "attn_output_gate",
+    "linear_attention", "attn_output_gate", "mtp_layers",
 )
 _MOE_REQUIRED = ("num_experts", "top_k", "expert_intermediate")
 _MOE_FIELDS = _MOE_REQUIRED + ("num_shared_experts", "shared_intermediate", "first_dense_layers", "layer_step",
@@ -405,12 +408,13 @@ SIZE_LIMITS = {
     "moe.num_shared_experts": 1024, "moe.shared_intermediate": 2**20, "moe.first_dense_layers": 1024,
     "moe.layer_step": 1024,
     "mla.q_lora_rank": 2**16, "mla.kv_lora_rank": 2**16, "mla.qk_nope_head_dim": 4096, "mla.qk_rope_head_dim": 4096,
-    "mla.v_head_dim": 4096,
+    "mla.v_head_dim": 4096, "mtp_layers": 64,
 }
 _SOFTCAP_LIMIT = 1e6  # a cap is a few tens (Gemma 2: 30 and 50); far above that is a typo
 _HF_SIZE_NAMES = {
     "num_hidden_layers": "layers", "hidden_size": "hidden", "num_attention_heads": "heads",
     "num_key_value_heads": "kv_heads", "head_dim": "head_dim", "intermediate_size": "intermediate",
+    "num_nextn_predict_layers": "mtp_layers", "mtp_num_hidden_layers": "mtp_layers", "num_mtp_modules": "mtp_layers",
     "vocab_size": "vocab", "max_position_embeddings": "max_position", "num_local_experts": "moe.num_experts",
     "n_routed_experts": "moe.num_experts", "num_experts": "moe.num_experts", "num_experts_per_tok": "moe.top_k",
     "moe_intermediate_size": "moe.expert_intermediate", "n_shared_experts": "moe.num_shared_experts",
@@ -618,6 +622,7 @@ def _model_from_dict(d, file: str) -> Model:
         aliases=tuple(a.lower() for a in _str_list(d, "aliases", file)),
         source=_str(d, "source", file, default=""),
         notes=_str_list(d, "notes", file),
+        mtp_layers=_int(d, "mtp_layers", file, default=0, minimum=0),
         qk_norm=qk_norm,
         qk_norm_type=_enum(d, "qk_norm_type", QK_NORM_TYPES, file, default="head"),
         attention_bias=_bool(d, "attention_bias", file),
@@ -1081,6 +1086,7 @@ def _hf_text_model(c: _Cfg, mt: str, notes: list[str]) -> dict:
     else:
         kw["intermediate"] = c.int("intermediate_size")
     kw["moe"], kw["mla"] = _hf_moe(c, family, layers, kw["intermediate"], notes)
+    kw["mtp_layers"] = _hf_mtp_layers(c, family)
 
     # --- head_dim
     if kw["mla"] is not None:
@@ -1097,6 +1103,17 @@ def _hf_text_model(c: _Cfg, mt: str, notes: list[str]) -> dict:
     kw.update(_hf_layer_types(c, family, mt, layers, max_position, notes))
     c.report_first = unused_first
     return kw
+
+
+def _hf_mtp_layers(c: _Cfg, family: str) -> int:
+    """The multi-token-prediction layers a config publishes (what --mtp drafts with), by each family's field."""
+    if family == "minimax_m2":
+        return c.int("num_mtp_modules", default=0, minimum=0) if c.bool("use_mtp") else 0
+    if family in ("qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe"):
+        return c.int("mtp_num_hidden_layers", default=0, minimum=0)
+    if family in ("deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "glm4_moe"):
+        return c.int("num_nextn_predict_layers", default=0, minimum=0)
+    return 0
 
 
 def _hf_moe(c: _Cfg, family: str, layers: int, intermediate: int, notes: list[str]):

@@ -97,3 +97,27 @@ def test_training_formats_recipes_and_nvfp4():
         project_train("h100-sxm", "llama-3.1-8b", dtype="fp4", **kw)
     with pytest.raises(InputError, match="fp8-recipe"):
         project_train("b200", "llama-3.1-8b", dtype="fp8", fp8_recipe="nope", **kw)
+
+
+def test_mtp_verify_step_is_a_decode_step_and_pays_off():
+    """Issue 25: a verify step of 1 + k tokens a sequence runs the engines' decode kernel (packed rows over the
+    cache; MLA absorbed), not a prefill kernel padding each to a block; with the DeepSeek-V3 report's acceptance
+    (0.8 for one draft token) TPOT falls by at least a quarter at batch 1 and never rises up to batch 64."""
+    for batch in (1, 8, 16, 32, 64):
+        base = project("h200-sxm", "deepseek-v3", tp=8, dtype="fp8", batch=batch)
+        spec = project("h200-sxm", "deepseek-v3", tp=8, dtype="fp8", batch=batch, mtp=1, mtp_accept=0.8)
+        assert spec.tpot_s <= base.tpot_s, batch
+        if batch == 1:
+            assert spec.tpot_s <= 0.75 * base.tpot_s
+        core = {t.op.name: float(t.time) for t in base.decode.times}["attn.core"]
+        verify = {t.op.name: float(t.time) for t in spec.decode.times}["attn.core"]
+        assert verify < 2.0 * core, batch  # the same latent cache read once, twice the query rows
+
+
+def test_mtp_needs_a_model_with_mtp_layers():
+    from perfmodel.models import load_model
+
+    assert load_model("deepseek-v3").mtp_layers == 1 and load_model("llama70b").mtp_layers == 0
+    with pytest.raises(InputError, match="multi-token-prediction") as e:
+        project("h200-sxm", "llama70b", tp=8, mtp=1, mtp_accept=0.7)
+    assert e.value.field == "--mtp"

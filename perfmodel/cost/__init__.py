@@ -156,7 +156,7 @@ def _time_parts(op: Op, hw, prof: Profile, *, mode: str, world: int, xp, sustain
                               packed=p.get("packed", False), sustained=sustained, backend=kernel.backend,
                               clock=hw.boost_clock_hz, kv_dtype=p.get("kv_dtype"), window=p.get("window", 0),
                               eta_scale=fp8_attention_scale(prof, kernel.backend) if p["dtype"] == "fp8" else 1.0,
-                              fmt=p["dtype"])
+                              fmt=p["dtype"], decode=op.phase == "decode")
     if sol:
         return op.bytes / bw, 0.0, op.bytes / bw
     t, t_m = memory_time(mem_kind(op), op.bytes, bw, prof, **_rows(op), sms=hw.sm_count, xp=xp)

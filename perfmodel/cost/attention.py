@@ -1,9 +1,9 @@
 """Fused (flash) attention time: block work over the SMs, with split-KV for decode.
 
 A flash forward kernel gives each CTA one block of ``block_q`` query rows of one head and walks the key
-blocks (only those at or below the diagonal when causal). With a single query per sequence (decode), the
-query heads of one KV group are packed as rows (GQA packing) and the key sequence is split across CTAs
-until the SMs are full (split-KV). Time is the larger of the average SM load and the longest CTA (a
+blocks (only those at or below the diagonal when causal). With a single query per sequence (decode; or a few,
+speculative decoding's verification, under an engine's decode kernel), the query heads of one KV group are
+packed as rows (GQA packing) and the key sequence is split across CTAs until the SMs are full (split-KV). Time is the larger of the average SM load and the longest CTA (a
 longest-first schedule achieves about that), at ``attn_eta`` of the per-SM dense bf16 peak per block,
 each CTA paying ``attn_cta_blocks`` blocks' worth of prologue and epilogue (loading Q, writing O),
 joined with the time to stream Q, K, V and O from HBM, plus a fixed overhead.
@@ -20,14 +20,18 @@ from .gemm import power_clocked
 
 def attention_time(batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, head_dim_v, causal, nbytes, peak, sms, bw,
                    prof, xp=NP, packed=False, sustained=None, backend="flash", eta_scale=1.0, clock=None,
-                   kv_dtype=None, window=0, fmt="bf16"):
+                   kv_dtype=None, window=0, fmt="bf16", decode=False):
     """``packed``: a decode kernel that computes only the real query rows (serving engines' decode
     attention), rather than padding them to the block height as a flash prefill kernel does.
+    ``decode``: the op is a decode step's; under a packed (serving engine's) kernel its few query tokens a
+    sequence (speculative decoding's verification of draft tokens) are packed rows of the decode kernel, as
+    one query is: TensorRT-LLM's XQA and MLA generation kernels, FlashInfer's and FlashMLA's decode kernels
+    take several query tokens a sequence; a flash prefill kernel would pad each to a block.
     ``backend``: whose fitted parameters and block shapes apply; ``eta_scale``: a factor on its compute
     efficiency (fp8 attention)."""
     eta, dec_eta = prof.attn_eta[backend] * eta_scale, prof.attn_dec_eta[backend]
     c0, tail = prof.attn_cta_blocks[backend], prof.attn_tail[backend]
-    single = seq_q <= 1.0
+    single = (seq_q > 0.0) if (decode and packed) else (seq_q <= 1.0)
     # an engine's decode kernel may have a fixed cost of its own (attn_overhead_s["<backend>.decode"]), and one
     # per KV-cache format where it runs another kernel for it ("<backend>.decode.fp8")
     overhead = prof.attn_overhead_s[backend]
