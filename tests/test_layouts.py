@@ -121,3 +121,20 @@ def test_mtp_needs_a_model_with_mtp_layers():
     with pytest.raises(InputError, match="multi-token-prediction") as e:
         project("h200-sxm", "llama70b", tp=8, mtp=1, mtp_accept=0.7)
     assert e.value.field == "--mtp"
+
+
+def test_docs_speculative_table_is_regenerated():
+    import importlib.util
+    import re
+
+    from perfmodel.paths import repo_root
+
+    root = repo_root()
+    spec = importlib.util.spec_from_file_location("mtp_table", root / "docs" / "tools" / "mtp_table.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    doc = (root / "docs" / "speculative.md").read_text()
+    block = re.search(r"<!-- mtp-table: begin -->\n(.*?)\n<!-- mtp-table: end -->", doc, re.S).group(1)
+    assert block == tool.table()
+    base, spec1 = (float(x) for x in tool.table().splitlines()[2].split("|")[2:4])
+    assert f"at batch 1 this is {base / spec1:.2f}x" in doc
