@@ -377,7 +377,8 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
                 for fam, v in fams.items()))
         from .spec import lineage_rank, what_if_of
 
-        inherited = [f for f, v in fams.items() if isinstance(v, dict) and lineage_rank(v.get("part", ""), hw)]
+        inherited = [f for f, v in fams.items()
+                     if isinstance(v, dict) and not v.get("carried") and lineage_rank(v.get("part", ""), hw)]
         parent = what_if_of(hw) if inherited else None  # some family measured on a part this spec extends
         if parent is not None:
             changed = ", ".join(parent[1]) or "no figure"

@@ -76,6 +76,7 @@ def resolve_profile(arg, hw: HardwareSpec, engine: str | None = None) -> Profile
     """
     from .transfer import carry
 
+    hw = calibration_view(hw)
     if isinstance(arg, Profile):
         prof = arg
     elif arg is None:
@@ -92,6 +93,21 @@ def resolve_profile(arg, hw: HardwareSpec, engine: str | None = None) -> Profile
         check_input_path(str(arg), what="a calibration profile", field="--calibration")
         prof = load_profile(arg)
     return carry(prof, source_spec(prof), hw)
+
+
+def calibration_view(hw: HardwareSpec) -> HardwareSpec:
+    """``hw`` as calibration sees it: a spec with measurements of its own is a part of its own, whatever it
+    extends (the GB200's spec extends the B200's, but its own tables show it sustains 6% more: the B200's
+    measurements reach it carried by the transfer rules); a spec with none (a what-if, a renamed copy) is the part
+    it extends with the figures it changes (:func:`perfmodel.spec.lineage_rank`, docs/what-if.md)."""
+    from dataclasses import replace
+
+    if not hw.lineage:
+        return hw
+    names = {hw.key, *getattr(hw, "aliases", ())}
+    if any(p.spec_key in names for _, p in available_profiles()):
+        return replace(hw, lineage=())
+    return hw
 
 
 def source_spec(prof: Profile) -> HardwareSpec | None:

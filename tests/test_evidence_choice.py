@@ -88,8 +88,9 @@ def test_a_serving_engines_gemms_come_from_its_own_tables_within_the_instruction
     gb200 = load_spec("gb200")
     fams = resolve_profile(None, gb200, "vllm").provenance["families"]
     for fam in ("gemm", "moe"):  # vLLM's B200 tables (tcgen05, as the GB200), not the GB200's TensorRT-LLM ones;
-        # the GB200's spec extends the B200's (same vendor and generation): measured on the part it is a what-if of
-        assert fams[fam]["profile"] == "b200-vllm" and not fams[fam]["carried"], fam
+        # carried: the GB200 has measurements of its own, so it is a part of its own though its spec extends the
+        # B200's (resolve.calibration_view; a what-if with none would take them as its own)
+        assert fams[fam]["profile"] == "b200-vllm" and fams[fam]["carried"], fam
     assert fams["comm"]["profile"] == "gb200-trtllm"  # the part's own fabric first
     assert fams["attention"]["profile"] == "b200-vllm" and fams["attention"]["kernels"]["decode"] == "flashinfer"
     # no vLLM table on an mma.sync part: the A100's own (TensorRT-LLM) tables, not Hopper's vLLM ones
