@@ -69,3 +69,25 @@ def pytest_collection_modifyitems(config, items):
     if len(keep) < len(items):
         config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("slow")])
         items[:] = keep
+
+
+@pytest.fixture
+def generated_block():
+    """``(doc, tag, tool, function) -> (the block docs/<doc> holds between <!-- tag: begin/end --> markers, what
+    docs/tools/<tool>'s function prints now)``: a documented figure checked against the script that produces it."""
+    import importlib.util
+    import re
+
+    from perfmodel.paths import repo_root
+
+    def check(doc: str, tag: str, tool: str, function: str) -> tuple[str, str]:
+        root = repo_root()
+        spec = importlib.util.spec_from_file_location(tool.removesuffix(".py"), root / "docs" / "tools" / tool)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        text = (root / "docs" / doc).read_text(encoding="utf-8")
+        block = re.search(rf"<!-- {tag}: begin -->\n(.*?)\n<!-- {tag}: end -->", text, re.S)
+        assert block, f"docs/{doc} has no {tag} block"
+        return block.group(1), getattr(module, function)()
+
+    return check

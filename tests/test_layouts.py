@@ -123,18 +123,10 @@ def test_mtp_needs_a_model_with_mtp_layers():
     assert e.value.field == "--mtp"
 
 
-def test_docs_speculative_table_is_regenerated():
-    import importlib.util
-    import re
-
+def test_docs_speculative_table_is_regenerated(generated_block):
     from perfmodel.paths import repo_root
 
-    root = repo_root()
-    spec = importlib.util.spec_from_file_location("mtp_table", root / "docs" / "tools" / "mtp_table.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    doc = (root / "docs" / "speculative.md").read_text()
-    block = re.search(r"<!-- mtp-table: begin -->\n(.*?)\n<!-- mtp-table: end -->", doc, re.S).group(1)
-    assert block == tool.table()
-    base, spec1 = (float(x) for x in tool.table().splitlines()[2].split("|")[2:4])
-    assert f"at batch 1 this is {base / spec1:.2f}x" in doc
+    doc, now = generated_block("speculative.md", "mtp-table", "mtp_table.py", "table")
+    assert doc == now, "run python docs/tools/mtp_table.py and paste it into docs/speculative.md"
+    base, spec1 = (float(x) for x in now.splitlines()[2].split("|")[2:4])
+    assert f"at batch 1 this is {base / spec1:.2f}x" in (repo_root() / "docs" / "speculative.md").read_text()

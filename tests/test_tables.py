@@ -285,31 +285,11 @@ def test_a_class_is_fitted_exactly_as_the_fit_prices_its_rows():
         assert np.allclose(fitted, predict_cases(cases, hw, prof), rtol=1e-12)
 
 
-def test_docs_tables_table_is_regenerated():
-    import importlib.util
-    import re
-
-    from perfmodel.paths import repo_root
-
-    root = repo_root()
-    spec = importlib.util.spec_from_file_location("tables_table", root / "docs" / "tools" / "tables_table.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    doc = (root / "docs" / "tables.md").read_text()
-    block = re.search(r"<!-- tables-table: begin -->\n(.*?)\n<!-- tables-table: end -->", doc, re.S).group(1)
-    assert block == tool.tables(), "run python docs/tools/tables_table.py and paste it into docs/tables.md"
+def test_docs_tables_table_is_regenerated(generated_block):
+    doc, now = generated_block("tables.md", "tables-table", "tables_table.py", "tables")
+    assert doc == now, "run python docs/tools/tables_table.py and paste it into docs/tables.md"
 
 
-def test_docs_tables_effect_is_regenerated():
-    import importlib.util
-    import re
-
-    from perfmodel.paths import repo_root
-
-    root = repo_root()
-    spec = importlib.util.spec_from_file_location("tables_effect", root / "docs" / "tools" / "tables_effect.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    doc = (root / "docs" / "tables.md").read_text()
-    block = re.search(r"<!-- tables-effect: begin -->\n(.*?)\n<!-- tables-effect: end -->", doc, re.S).group(1)
-    assert block == tool.table(), "run python docs/tools/tables_effect.py and paste it into docs/tables.md"
+def test_docs_tables_effect_is_regenerated(generated_block):
+    doc, now = generated_block("tables.md", "tables-effect", "tables_effect.py", "table")
+    assert doc == now, "run python docs/tools/tables_effect.py and paste it into docs/tables.md"

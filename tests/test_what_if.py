@@ -158,17 +158,7 @@ def test_a_band_contains_its_p50(part):
     assert np.isfinite(p.ttft_s)
 
 
-def test_docs_what_if_tables_are_regenerated():
-    import importlib.util
-    import re
-
-    from perfmodel.paths import repo_root
-
-    root = repo_root()
-    spec = importlib.util.spec_from_file_location("what_if_table", root / "docs" / "tools" / "what_if_table.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    doc = (root / "docs" / "what-if.md").read_text()
-    for tag, fn in (("what-if-examples", tool.examples), ("what-if-departures", tool.departures)):
-        block = re.search(rf"<!-- {tag}: begin -->\n(.*?)\n<!-- {tag}: end -->", doc, re.S).group(1)
-        assert block == fn(), f"run python docs/tools/what_if_table.py and paste it into docs/what-if.md ({tag})"
+def test_docs_what_if_tables_are_regenerated(generated_block):
+    for tag, function in (("what-if-examples", "examples"), ("what-if-departures", "departures")):
+        doc, now = generated_block("what-if.md", tag, "what_if_table.py", function)
+        assert doc == now, f"run python docs/tools/what_if_table.py and paste it into docs/what-if.md ({tag})"
