@@ -637,8 +637,10 @@ def _derive_figures(figures: dict, merged: dict, chain: list) -> None:
             then = next((r for r in chain[at:] if r.figures.get(basis) is not None), None)
             if then is None:
                 continue
-            factor *= figures[basis].value / _figure(basis, then.figures[basis], then.path).value
-            why.append(basis)
+            ratio = figures[basis].value / _figure(basis, then.figures[basis], then.path).value
+            if ratio != 1.0:  # restated at the same value: nothing to follow
+                factor *= ratio
+                why.append(basis)
         if why:
             figures[path] = Figure(value=fig.value * factor, source="derived", text="(derived)",
                                    ref=f"{Path(fig.file).name}'s figure rescaled with {' and '.join(why)} "
