@@ -1136,7 +1136,8 @@ def _hf_moe(c: _Cfg, family: str, layers: int, intermediate: int, notes: list[st
                              "not modelled")
     elif family in ("qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe"):
         # transformers 5 writes the routed experts as num_local_experts (the published configs: num_experts)
-        n = c.int("num_experts") if c.has("num_experts") or not c.has("num_local_experts") else c.int("num_local_experts")
+        n = c.int("num_local_experts") if c.has("num_local_experts") and not c.has("num_experts") else \
+            c.int("num_experts")
         step = c.int("decoder_sparse_step", default=1)
         dense = c.get("mlp_only_layers", [])
         if not isinstance(dense, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in dense):
@@ -1177,7 +1178,8 @@ def _hf_moe(c: _Cfg, family: str, layers: int, intermediate: int, notes: list[st
             first_dense = c.int("first_k_dense_replace", default=0, minimum=0)
             kinds = c.get("mlp_layer_types")  # transformers 5: "dense" / "sparse" per layer, first_k_dense_replace's
             if kinds is not None:
-                lead = next((i for i, k in enumerate(kinds) if k != "dense"), len(kinds)) if isinstance(kinds, list) else -1
+                lead = next((i for i, k in enumerate(kinds) if k != "dense"), len(kinds)) if isinstance(kinds, list) \
+                    else -1
                 if (not isinstance(kinds, list) or len(kinds) != layers or kinds[lead:] != ["sparse"] * (layers - lead)
                         or (c.has("first_k_dense_replace") and lead != first_dense)):
                     raise c.error("mlp_layer_types", f"expected num_hidden_layers ({layers}) entries, leading "

@@ -15,7 +15,7 @@ def resolve_hardware(hw) -> HardwareSpec:
     from .spec import load_spec
 
     check_input_path(str(hw), what="a hardware name or spec file", field="--arch")
-    return load_spec(hw)
+    return calibration_view(load_spec(hw))  # every consumer sees the lineage calibration sees
 
 
 def resolve_model(model) -> Model:

@@ -32,8 +32,9 @@ What carries, and why:
   about another's; the target keeps the documented defaults and a wide band.
 
 Each carry widens the uncertainty band by ``carry_spread`` (log-space): the kernel-level cross-generation backtest's
-spread (``calibration/backtest.json``, written by ``perfmodel backtest --summary calibration/backtest.json``: per family the 80th percentile of
-the carried classes' error, the median over families), or the 0.10 estimate where none is committed.
+spread (``calibration/backtest.json``, written by ``perfmodel backtest --summary calibration/backtest.json``: per
+family the 80th percentile of the carried classes' error, the median over families), or the 0.10 estimate where
+none is committed.
 """
 from __future__ import annotations
 

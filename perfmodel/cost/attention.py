@@ -3,10 +3,11 @@
 A flash forward kernel gives each CTA one block of ``block_q`` query rows of one head and walks the key
 blocks (only those at or below the diagonal when causal). With a single query per sequence (decode; or a few,
 speculative decoding's verification, under an engine's decode kernel), the query heads of one KV group are
-packed as rows (GQA packing) and the key sequence is split across CTAs until the SMs are full (split-KV). Time is the larger of the average SM load and the longest CTA (a
-longest-first schedule achieves about that), at ``attn_eta`` of the per-SM dense bf16 peak per block,
-each CTA paying ``attn_cta_blocks`` blocks' worth of prologue and epilogue (loading Q, writing O),
-joined with the time to stream Q, K, V and O from HBM, plus a fixed overhead.
+packed as rows (GQA packing) and the key sequence is split across CTAs until the SMs are full (split-KV). Time is
+the larger of the average SM load and the longest CTA (a longest-first schedule achieves about that), at
+``attn_eta`` of the per-SM dense bf16 peak per block, each CTA paying ``attn_cta_blocks`` blocks' worth of
+prologue and epilogue (loading Q, writing O), joined with the time to stream Q, K, V and O from HBM, plus a fixed
+overhead.
 
 Every backend (FlashAttention-2, cuDNN, ...) has its own fitted efficiencies and fixed cost
 (``Profile.attn_eta[backend]`` and so on); the structure is shared. Written against a math backend

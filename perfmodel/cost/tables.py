@@ -637,7 +637,6 @@ class FolderTables:
                                                      seed=split.get("seed", 0))
         return self._built[(key, kernel)]
 
-
     def carried(self, key: tuple, price) -> "CarriedKernel | None":
         """The kernel the engine runs for ``key``, which this table lacks, from the one kernel it holds times the
         two kernels' ratio on the sibling part that times both (:func:`kernel_sibling`); None where there is none."""
@@ -727,7 +726,8 @@ def engine_kernel(engine: str, key: tuple, kernels: list[str], main: list[str] |
 def build_class(cls: ClassRows, prof, hw, price, *, holdout: float = 0.25, seed: int = 0) -> ClassTable | None:
     """A class's table from its rows: residuals against ``prof`` (the folder's fit, tables off) on ``hw`` (the
     library spec of its part); ``price`` as in :func:`module_time`. None where the table does not reproduce the
-    class's held-out rows (``holdout``, ``seed``: the share and seed of the fit's split) better than the fit (:data:`MIN_JUDGED_ROWS`)."""
+    class's held-out rows (``holdout``, ``seed``: the share and seed of the fit's split) better than the fit
+    (:data:`MIN_JUDGED_ROWS`)."""
     if not len(cls):
         return None
     fitted = fitted_times(cls, prof, hw, price)
@@ -739,9 +739,9 @@ def build_class(cls: ClassRows, prof, hw, price, *, holdout: float = 0.25, seed:
 
 
 def judge(key: tuple, kernel: str, held: np.ndarray, dims, measured, fitted, fit) -> dict:
-    """The class's held-out rows (``held``: :meth:`ClassRows.held_out`) priced from its other rows as a projection prices a
-    shape: their times, the fitted model's, whether each was covered, and whether the table stands for the class
-    (:data:`MIN_JUDGED_ROWS`)."""
+    """The class's held-out rows (``held``: :meth:`ClassRows.held_out`) priced from its other rows as a projection
+    prices a shape: their times, the fitted model's, whether each was covered, and whether the table stands for the
+    class (:data:`MIN_JUDGED_ROWS`)."""
     train = ~held & np.isfinite(fitted) & (fitted > 0)
     out = {"measured": measured[held], "fitted": fitted[held], "table": fitted[held].copy(),
            "covered": np.zeros(int(held.sum()), dtype=bool), "used": True}

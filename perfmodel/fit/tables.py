@@ -3,11 +3,12 @@
 For each class of a folder's imported tables (whole, ``tables.npz``, where the import wrote it: every measured
 shape, not the fit's 3,000-row subsample), a quarter of the rows, picked by a hash of their shape
 (:meth:`perfmodel.cost.table_store.ClassRows.held_out`; the same shape is held out in every format and kernel), are
-priced from the remaining rows exactly as a projection would price them (:mod:`perfmodel.cost.tables`: interpolated in log space, detrended by
-the fitted profile, non-decreasing in the batch, clamped and faded within the reach), and the median and P90 of
-|predicted / measured - 1| are reported next to the fitted model's on the same rows, and next to interpolating log
-time itself (no trend), the alternative the design rejected. Whether projections use each class's table (it must
-beat the fit on these rows at the median, :func:`perfmodel.cost.tables.judge`) is reported with it.
+priced from the remaining rows exactly as a projection would price them (:mod:`perfmodel.cost.tables`: interpolated
+in log space, detrended by the fitted profile, non-decreasing in the batch, clamped and faded within the reach), and
+the median and P90 of |predicted / measured - 1| are reported next to the fitted model's on the same rows, and next
+to interpolating log time itself (no trend), the alternative the design rejected. Whether projections use each
+class's table (it must beat the fit on these rows at the median, :func:`perfmodel.cost.tables.judge`) is reported
+with it.
 
 ``perfmodel fit`` writes the result into ``validation.json(.gz)`` (a ``tables`` section) and ``validation.md``
 (a table "fitted vs interpolated held-out error per class"). Without refitting::

@@ -1,12 +1,12 @@
 """Sweeps: a grid of hardware figures and scenario values, evaluated vectorised.
 
-``--vary FIELD=START:STOP:COUNT`` (COUNT evenly spaced values, units as in spec files: ``4TB/s:12TB/s:9``)
-or ``--vary FIELD=V1,V2,...``. Hardware figures (any numeric spec attribute: hbm_bandwidth, sm_count,
-hbm_bytes, scaleup_bandwidth, tensor_flops.bf16, ...; or its name in a spec file: memory.bandwidth, ...) and the batch (integers and ``max``, resolved per
-hardware point by :func:`perfmodel.capacity.max_batch`) travel as numpy arrays through
-:func:`perfmodel.spec.spec_with` and :func:`perfmodel.projection.serving_times` in one evaluation. Scenario
-fields that shape the operator graph (isl, osl, tp, pp, ep, dtype, ...) and the scale-up domain are
-looped over, each combination again vectorised over the rest.
+``--vary FIELD=START:STOP:COUNT`` (COUNT evenly spaced values, units as in spec files: ``4TB/s:12TB/s:9``) or
+``--vary FIELD=V1,V2,...``. Hardware figures (any numeric spec attribute: hbm_bandwidth, sm_count, hbm_bytes,
+scaleup_bandwidth, tensor_flops.bf16, ...; or its name in a spec file: memory.bandwidth, ...) and the batch
+(integers and ``max``, resolved per hardware point by :func:`perfmodel.capacity.max_batch`) travel as numpy arrays
+through :func:`perfmodel.spec.spec_with` and :func:`perfmodel.projection.serving_times` in one evaluation. Scenario
+fields that shape the operator graph (isl, osl, tp, pp, ep, dtype, ...) and the scale-up domain are looped over,
+each combination again vectorised over the rest.
 """
 from __future__ import annotations
 
