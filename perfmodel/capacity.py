@@ -25,7 +25,7 @@ from .cost.backend import NP
 from .dtypes import bytes_per_element
 from .errors import InputError
 from .graph import INDEXER_FORMAT, attention_layer_kinds, expert_format, heads_per_gpu, linear_layers
-from .models import Model, is_moe_layer
+from .models import Model, indexer_params, is_moe_layer
 from .scenario import Scenario
 
 
@@ -100,15 +100,22 @@ def _layer_params(model: Model, layer: int, sc: Scenario) -> tuple[float, float]
     h = model.hidden
     tp = sc.tp
     hq, hkv = heads_per_gpu(model, tp)
-    if model.mla is not None:
+    if model.layer_types[layer] == "linear":  # a Gated DeltaNet layer: its heads split over the TP ranks
+        la = model.linear_attention
+        kh, vh = _ceil_div(la.key_heads, tp), _ceil_div(la.value_heads, tp)
+        qk, v = kh * la.key_head_dim, vh * la.value_head_dim
+        attn = h * (2 * qk + 2 * v + 2 * vh) + (2 * qk + v) * la.conv_kernel + 2 * vh + la.value_head_dim + v * h
+    elif model.mla is not None:
         a = model.mla
         qk = a.qk_nope_head_dim + a.qk_rope_head_dim
         q = (h * a.q_lora_rank + a.q_lora_rank * hq * qk) if a.q_lora_rank else h * hq * qk
         attn = q + h * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank * hq * (
             a.qk_nope_head_dim + a.v_head_dim) + hq * a.v_head_dim * h
+        attn += indexer_params(model)  # DeepSeek Sparse Attention's indexer, whole on every rank (estimate)
     else:
         d = model.head_dim
-        attn = h * (hq + 2 * hkv) * d + hq * d * h
+        gate = 2 if model.attn_output_gate else 1  # a gated attention's gate comes out of the q projection
+        attn = h * (gate * hq + 2 * hkv) * d + hq * d * h
     mats = 3 if model.mlp == "swiglu" else 2
     experts = 0.0
     if is_moe_layer(model, layer):
@@ -141,14 +148,31 @@ def weight_bytes(model: Model, sc: Scenario) -> float:
             b += embed
         if s == sc.pp - 1:
             b += head + model.hidden * act
+            b += mtp_weight_bytes(model, sc)
         best = max(best, b)
     return best
+
+
+def mtp_weight_bytes(model: Model, sc: Scenario) -> float:
+    """Bytes of the multi-token-prediction modules a speculative decode loads (``sc.mtp`` > 0), on the last
+    pipeline rank: per module one decoder layer like the model's last, the projection of the joined embedding
+    and hidden state (2h x h) and its two norms; the embedding and head are the model's, shared
+    (DeepSeek-V3 report, sec. 2.2: 14B of MTP weights beside the 671B main model, 11.5B of them unique)."""
+    if not sc.mtp or not model.mtp_layers:
+        return 0.0
+    h = model.hidden
+    dense, experts = _layer_params(model, model.layers - 1, sc)
+    per_module = ((dense + 2 * h * h + 2 * h) * bytes_per_element(sc.dtype)
+                  + experts * bytes_per_element(expert_format(model, sc)))
+    return model.mtp_layers * per_module
 
 
 def kv_bytes_per_token(model: Model, sc: Scenario) -> float:
     """KV-cache bytes one token adds on one GPU (that GPU's layers that keep keys: Gated DeltaNet layers keep a
     state instead, :func:`linear_state_bytes`)."""
-    layers = math.ceil((model.layers - linear_layers(model)) / sc.pp)
+    # a speculative decode's MTP modules keep keys of their own: one layer's more per module
+    mtp = model.mtp_layers if sc.mtp else 0
+    layers = math.ceil((model.layers - linear_layers(model) + mtp) / sc.pp)
     kv = bytes_per_element(sc.kv)
     if model.mla is not None:
         # the latent and the rotary key; TP ranks each keep the whole latent

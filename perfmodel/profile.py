@@ -111,6 +111,9 @@ class Profile:
     # (estimate: cuBLAS on Hopper reaches ~790 of 989 TFLOP/s bf16 on 8192^3, KINDS.md of the device library)
     gemm_k0: float = 96.0  # K-loop prologue/epilogue, in K elements (estimate: a few pipeline stages of 64)
     gemm_tile_c: float = 24.0  # tile efficiency 1 / (1 + c (1/tm + 1/tn) - c/256-normalised); smaller tiles lose
+    # per format, a factor on gemm_tile_c where the format's tensor rate per SM clock moved unlike bf16's when
+    # carried (perfmodel.transfer); absent: 1
+    gemm_tile_c_fmt: dict[str, float] = field(default_factory=dict)
     gemm_overhead_s: float = 4.0e-6  # fixed cost of a GEMM launch, ramp-up and tail (estimate)
     gemm_mem_eta: float = 0.85  # fraction of HBM bandwidth a memory-bound GEMM streams at (estimate)
     gemm_softness: float = 4.0  # p of the p-norm joining compute and memory time (large -> max)
@@ -136,7 +139,8 @@ class Profile:
     gemm_grouped_mem: dict[str, float] = field(default_factory=dict)
     gemm_grouped_overhead_s: float = 0.0
     # distinct operand tiles in flight per SM needed to stream at full bandwidth (estimate, by Little's law:
-    # ~3 MB in flight for 4.8 TB/s at ~600 ns latency is ~35 tiles of 128 x 64 bf16 four stages deep: 0.25/SM)
+    # ~3 MB in flight for 4.8 TB/s at ~600 ns latency is ~35 tiles of 128 x 64 bf16 four stages deep: 0.25/SM);
+    # carried to another SM count and bandwidth so that the total follows the bandwidth (perfmodel.transfer)
     gemm_mem_ctas: float = 0.25
     # Tables as measured (perfmodel.cost.tables): the imported calibration folder whose measured rows anchor this
     # family's prices on the part it was measured on ('' none). Set by load_profile from the folder a profile is read
@@ -258,7 +262,7 @@ DEFAULTS = Profile()
 
 # Fields that hold a dict of numbers keyed by format, kind or backend: a profile file may give some keys and
 # take the rest from the defaults.
-_NUMBER_DICTS = ("gemm_eta", "gemm_mem_eta_scale", "gemm_prologue_s", "gemm_prologue_eta", "gemm_max_split",
+_NUMBER_DICTS = ("gemm_eta", "gemm_tile_c_fmt", "gemm_mem_eta_scale", "gemm_prologue_s", "gemm_prologue_eta", "gemm_max_split",
                  "gemm_grouped_eta", "gemm_grouped_mem",
                  "attn_sfu_cycles", "attn_sfu_p", "attn_cta_cycles", "attn_mem_ctas", "mem_eta", "mem_alpha_s", "row_s", "host_floor_s", "attn_eta", "attn_dec_eta",
                  "attn_overhead_s", "attn_cta_blocks", "attn_tail", "attn_softness", "attn_block_q", "attn_block_k",

@@ -16,7 +16,10 @@ What carries, and why:
   and the projection says so.
 - **Structure carries**: tile shapes, the K-loop prologue ``gemm_k0``, split-K limits, flash block sizes. The
   tile-efficiency constant ``gemm_tile_c`` scales with the tensor FLOPs per SM per clock
-  (:func:`tensor_flops_per_sm_clock`): it stands for operand traffic against MMA work. Tile and wave quantization are recomputed on the target's SM count.
+  (:func:`tensor_flops_per_sm_clock`, each format its own): it stands for operand traffic against MMA work. Tile
+  and wave quantization are recomputed on the target's SM count. The CTAs in flight a stream needs follow the
+  bandwidth by Little's law, not the SM count (:func:`_structure`); a what-if of a measured part takes these
+  structural rules too.
   Which backend plain PyTorch dispatches to (``attn_default``) carries within a vendor: it is decided by the
   software (torch and cuDNN versions), and the target is assumed to run the same stack.
 - **Kernel fixed costs scale with clock**: ``gemm_overhead_s``, ``attn_overhead_s`` and the memory kernels'
@@ -71,13 +74,16 @@ def same_vendor_spread() -> float:
 def carry(profile: Profile, source: HardwareSpec | None, target: HardwareSpec, *, sustained: bool = True) -> Profile:
     """The profile as it applies to ``target``. Identity when the target is the part it was measured on.
     ``sustained=False``: ignore both parts' sustained ceilings (the datasheet-only rule the backtest compares)."""
-    if not profile.fitted or lineage_rank(profile.spec_key, target) is not None:
-        return profile  # the part itself, or a part it is a what-if of: its fractions apply to the new figures
+    if not profile.fitted:
+        return profile
+    if lineage_rank(profile.spec_key, target) is not None:
+        # the part itself, or a what-if of it: its fractions apply to the new figures, and what is counted per
+        # SM or per cycle follows the figures it is counted against (identity for the part itself)
+        return profile if source is None else profile.with_(**_structure(profile, source, target))
     label = profile.spec_key or profile.name
     if source is not None and source.vendor != target.vendor:
         return DEFAULTS.with_(name=DEFAULTS.name, carried_from="", carry_spread=CROSS_VENDOR_SPREAD,
                               description=f"documented defaults: the {label} profile does not carry across vendors")
-    clock = (source.boost_clock_hz / target.boost_clock_hz) if source is not None else 1.0
     eta = dict(profile.gemm_eta)
     measured = set(profile.provenance.get("measured_formats", eta))
     measured |= {k for k in eta if k.endswith("_block")}  # variants only a fit writes
@@ -101,17 +107,10 @@ def carry(profile: Profile, source: HardwareSpec | None, target: HardwareSpec, *
     link = ratios.get("allreduce_busbw", 1.0)
     lat = ratios.get("allreduce_latency", 1.0)
     capped = lambda d, r: {k: min(v * r, 1.0) for k, v in d.items()}  # noqa: E731
-    tile_c = profile.gemm_tile_c
-    if source is not None:  # narrow tiles' operand cost follows the tensor cores' FLOPs per SM clock
-        tile_c *= tensor_flops_per_sm_clock(target) / tensor_flops_per_sm_clock(source)
-    sfu = 1.0
-    if source is not None:  # softmax cycles per score follow the SM's exponential throughput
-        sfu = sfu_exp_rate(source.generation) / sfu_exp_rate(target.generation)
     return profile.with_(
-        attn_sfu_cycles={k: v * sfu for k, v in profile.attn_sfu_cycles.items()},
+        **(_structure(profile, source, target) if source is not None else {}),
         carried_from=label,
         gemm_eta=eta,
-        gemm_tile_c=tile_c,
         attn_eta=attn_eta,
         gemm_mem_eta=min(profile.gemm_mem_eta * bw, 1.0),
         mem_eta=capped(profile.mem_eta, bw),
@@ -120,10 +119,6 @@ def carry(profile: Profile, source: HardwareSpec | None, target: HardwareSpec, *
         comm_eta={k: min(v * link, MAX_ETA) for k, v in profile.comm_eta.items()},
         scaleup_eta=min(profile.scaleup_eta * link, MAX_ETA),
         comm_alpha_s={k: v * lat for k, v in profile.comm_alpha_s.items()},
-        gemm_overhead_s=profile.gemm_overhead_s * clock,
-        gemm_prologue_s={k: v * clock for k, v in profile.gemm_prologue_s.items()},
-        attn_overhead_s={k: v * clock for k, v in profile.attn_overhead_s.items()},
-        mem_alpha_s={k: v * clock for k, v in profile.mem_alpha_s.items()},
         power=carry_power(profile.power, source, target) if profile.power and source is not None else profile.power,
         carry_spread=max(profile.carry_spread, same_vendor_spread()),
         # a part's measured tables price that part alone (perfmodel.cost.tables): never another part's shapes
@@ -134,12 +129,50 @@ def carry(profile: Profile, source: HardwareSpec | None, target: HardwareSpec, *
     )
 
 
-def tensor_flops_per_sm_clock(spec: HardwareSpec) -> float:
-    """Dense bf16 tensor FLOPs per SM per boost-clock cycle: what one SM's tensor cores consume between operand
-    loads. The tile-efficiency constant (``gemm_tile_c``: a narrow tile's operand traffic against its MMA work)
-    scales with it, the operand path per SM per cycle taken as the same (estimate): an H20's or an L40S's SMs
+def _structure(profile: Profile, source: HardwareSpec, target: HardwareSpec) -> dict:
+    """What a profile counts per SM, per cycle or per byte in flight, restated for ``target``'s figures: the
+    rules that hold for a what-if of the measured part as for another part (each factor is exactly 1 where the
+    figures it follows are equal).
+
+    - Tile efficiency: ``gemm_tile_c`` follows the bf16 tensor FLOPs per SM clock, and each other format's
+      products follow that format's own rate (``gemm_tile_c_fmt``), so a faster bf16 path never slows fp8.
+    - Streaming concurrency, by Little's law: the distinct tiles (CTAs) in flight a kernel needs to stream at
+      full bandwidth are bytes in flight over bytes per tile, so they grow with the bandwidth, not with the SMs:
+      the per-SM constants ``gemm_mem_ctas`` and ``attn_mem_ctas`` are restated so that their total over the
+      target's SMs is the source's times the bandwidth ratio (more SMs alone neither help nor hurt a stream).
+    - Kernel fixed costs are cycles: they scale by source clock / target clock.
+    - Softmax cycles follow the SM's exponential throughput."""
+    clock = source.boost_clock_hz / target.boost_clock_hz
+    tile_c = profile.gemm_tile_c * tensor_flops_per_sm_clock(target) / tensor_flops_per_sm_clock(source)
+    tile_fmt = dict(profile.gemm_tile_c_fmt)
+    for fmt in target.tensor_flops:
+        if fmt != "bf16" and fmt in source.tensor_flops:
+            own = tensor_flops_per_sm_clock(target, fmt) / tensor_flops_per_sm_clock(source, fmt)
+            bf16 = tensor_flops_per_sm_clock(target) / tensor_flops_per_sm_clock(source)
+            tile_fmt[fmt] = tile_fmt.get(fmt, 1.0) * own / bf16
+    streams = (source.sm_count / target.sm_count) * (target.hbm_bandwidth / source.hbm_bandwidth)
+    sfu = sfu_exp_rate(source.generation) / sfu_exp_rate(target.generation)
+    return {
+        "gemm_tile_c": tile_c,
+        "gemm_tile_c_fmt": tile_fmt,
+        "gemm_mem_ctas": profile.gemm_mem_ctas * streams,
+        # every backend's, those without a fitted figure at the cost model's 1.0 (perfmodel.cost.attention)
+        "attn_mem_ctas": {k: profile.attn_mem_ctas.get(k, 1.0) * streams
+                          for k in {*profile.attn_mem_ctas, *profile.attn_eta}},
+        "attn_sfu_cycles": {k: v * sfu for k, v in profile.attn_sfu_cycles.items()},
+        "gemm_overhead_s": profile.gemm_overhead_s * clock,
+        "gemm_prologue_s": {k: v * clock for k, v in profile.gemm_prologue_s.items()},
+        "attn_overhead_s": {k: v * clock for k, v in profile.attn_overhead_s.items()},
+        "mem_alpha_s": {k: v * clock for k, v in profile.mem_alpha_s.items()},
+    }
+
+
+def tensor_flops_per_sm_clock(spec: HardwareSpec, fmt: str = "bf16") -> float:
+    """Dense tensor FLOPs of a format per SM per boost-clock cycle: what one SM's tensor cores consume between
+    operand loads. The tile-efficiency constant (``gemm_tile_c``: a narrow tile's operand traffic against its MMA
+    work) scales with it, the operand path per SM per cycle taken as the same (estimate): an H20's or an L40S's SMs
     feed tensor cores a quarter as fast as an H100's, so a decode GEMM's 8-row tiles are not compute-bound there."""
-    return spec.tensor_rate("bf16") / spec.sm_count / spec.boost_clock_hz
+    return spec.tensor_rate(fmt) / spec.sm_count / spec.boost_clock_hz
 
 
 def sfu_exp_rate(generation: str) -> float:

@@ -119,6 +119,7 @@ def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof, eta, xp=NP, elem_byt
     misaligned = xp.logical_or(xp.mod(n * elem_bytes, ALIGN_BYTES) > 0, xp.mod(k * elem_bytes, ALIGN_BYTES) > 0)
     slow = xp.where(misaligned, prof.gemm_misaligned_eta, 1.0)
     q = prof.gemm_wave_q
+    tile_c = prof.gemm_tile_c * prof.gemm_tile_c_fmt.get((fmt or "bf16").split("_")[0], 1.0)
     best = best_c = best_m = None
     formulas = []
     for tm, tn in TILES:
@@ -129,7 +130,7 @@ def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof, eta, xp=NP, elem_byt
         split = xp.clip(xp.floor(sms / tiles), 1.0, most)
         units = tiles * split
         waves = (1.0 - q) * (units / sms) + q * xp.ceil(units / sms)
-        t_tile = 2.0 * tm * tn * (k / split + prof.gemm_k0) / (per_sm * eta * tile_efficiency(tm, tn, prof.gemm_tile_c))
+        t_tile = 2.0 * tm * tn * (k / split + prof.gemm_k0) / (per_sm * eta * tile_efficiency(tm, tn, tile_c))
         t_c0 = waves * t_tile / slow
         partials = (split - 1.0) * m * n * groups * 8.0  # fp32 partial sums written and read back
         # Distinct operand tiles in flight: CTAs of one tile column share their B tiles through L2 (and of
