@@ -1,4 +1,5 @@
-"""The table of docs/models.md "Families: parameter counts and one projection", regenerated.
+"""The tables of docs/models.md: parameter counts beside the cards', and "One projection per family" (its marked
+block, ``projections``, is checked by tests/test_docs_generated.py and rewritten by docs/tools/regenerate.py).
 
     python docs/tools/models_table.py > /tmp/table.md
 
@@ -40,29 +41,40 @@ def _fits(key: str):
     return None
 
 
+def projections() -> str:
+    """The table of docs/models.md "One projection per family" (marked block ``models-projections``)."""
+    cards = _cards()
+    lines = ["| model | family | H200 layout | TPOT, batch 1 | tok/s per GPU at max batch (batch) |",
+             "|---|---|---|---|---|"]
+    for key in sorted(cards.CARDS):
+        m = load_model(key)
+        layout = _fits(key)
+        if layout is None:
+            lines.append(f"| {key} | {m.family} | does not fit 8 x H200 | | |")
+            continue
+        tp, dtype = layout
+        one = project("h200", key, tp=tp, dtype=dtype, batch=1, isl=1024, osl=1024)
+        big = project("h200", key, tp=tp, dtype=dtype, batch="max", isl=1024, osl=1024)
+        lines.append(f"| {key} | {m.family} | TP{tp} {dtype} | {one.tpot_s * 1e3:.2f} ms | "
+                     f"{big.throughput_tok_s_per_gpu:,.0f} ({big.batch}) |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     cards = _cards()
-    print("| model | family | total (ours) | card | active (ours) | card | H200 layout | TPOT b=1 | "
-          "tok/s/GPU at max batch (batch) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| model | family | total (ours) | card | active (ours) | card |")
+    print("|---|---|---|---|---|---|")
     for key in sorted(cards.CARDS):
         m = load_model(key)
         row = cards.CARDS[key]
         tot = cards._ours(m, "total", row["total"].counts) if "total" in row else m.param_count()
         act = cards._ours(m, "active", row["active"].counts) if "active" in row else None
-        layout = _fits(key)
-        if layout is None:
-            proj_cells = "does not fit 8 x H200 | | "
-        else:
-            tp, dtype = layout
-            one = project("h200", key, tp=tp, dtype=dtype, batch=1, isl=1024, osl=1024)
-            big = project("h200", key, tp=tp, dtype=dtype, batch="max", isl=1024, osl=1024)
-            proj_cells = (f"TP{tp} {dtype} | {one.tpot_s * 1e3:.2f} ms | "
-                          f"{big.throughput_tok_s_per_gpu:,.0f} ({big.batch})")
         card_t = f"{row['total'].figure / 1e9:g}B" if "total" in row else ""
         card_a = f"{row['active'].figure / 1e9:g}B" if "active" in row else ""
         act_s = f"{act / 1e9:.2f}B" if act is not None else ""
-        print(f"| {key} | {m.family} | {tot / 1e9:.2f}B | {card_t} | {act_s} | {card_a} | {proj_cells} |")
+        print(f"| {key} | {m.family} | {tot / 1e9:.2f}B | {card_t} | {act_s} | {card_a} |")
+    print()
+    print(projections())
 
 
 if __name__ == "__main__":
