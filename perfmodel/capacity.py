@@ -148,7 +148,7 @@ def weight_bytes(model: Model, sc: Scenario) -> float:
             b += embed
         if s == sc.pp - 1:
             b += head + model.hidden * act
-            b += mtp_weight_bytes(model, sc)
+            b += mtp_weight_bytes(model, sc) + draft_weight_bytes(sc)
         best = max(best, b)
     return best
 
@@ -158,7 +158,7 @@ def mtp_weight_bytes(model: Model, sc: Scenario) -> float:
     pipeline rank: per module one decoder layer like the model's last, the projection of the joined embedding
     and hidden state (2h x h) and its two norms; the embedding and head are the model's, shared
     (DeepSeek-V3 report, sec. 2.2: 14B of MTP weights beside the 671B main model, 11.5B of them unique)."""
-    if not sc.mtp or not model.mtp_layers:
+    if not sc.mtp or sc.draft is not None or not model.mtp_layers:
         return 0.0
     h = model.hidden
     dense, experts = _layer_params(model, model.layers - 1, sc)
@@ -167,11 +167,19 @@ def mtp_weight_bytes(model: Model, sc: Scenario) -> float:
     return model.mtp_layers * per_module
 
 
+def draft_weight_bytes(sc: Scenario) -> float:
+    """Bytes of a separate draft model's weights (``sc.draft``), on the same GPUs in the same layout."""
+    from .speculative import draft_model, draft_scenario
+
+    drafter = draft_model(sc)
+    return 0.0 if drafter is None else weight_bytes(drafter, draft_scenario(sc))
+
+
 def kv_bytes_per_token(model: Model, sc: Scenario) -> float:
     """KV-cache bytes one token adds on one GPU (that GPU's layers that keep keys: Gated DeltaNet layers keep a
     state instead, :func:`linear_state_bytes`)."""
     # a speculative decode's MTP modules keep keys of their own: one layer's more per module
-    mtp = model.mtp_layers if sc.mtp else 0
+    mtp = model.mtp_layers if sc.mtp and sc.draft is None else 0
     layers = math.ceil((model.layers - linear_layers(model) + mtp) / sc.pp)
     kv = bytes_per_element(sc.kv)
     if model.mla is not None:
@@ -179,9 +187,17 @@ def kv_bytes_per_token(model: Model, sc: Scenario) -> float:
         per_layer = (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * kv
         if model.mla.index_topk:  # DeepSeek Sparse Attention's indexer key, fp8, and its fp32 scale
             per_layer += model.mla.index_head_dim * bytes_per_element(INDEXER_FORMAT) + 4.0
-        return layers * per_layer
+        return layers * per_layer + _draft_kv_per_token(sc)
     _, hkv = heads_per_gpu(model, sc.tp)
-    return layers * 2 * hkv * model.head_dim * kv
+    return layers * 2 * hkv * model.head_dim * kv + _draft_kv_per_token(sc)
+
+
+def _draft_kv_per_token(sc: Scenario) -> float:
+    """A separate draft model keeps every token's keys too, in a cache of its own."""
+    from .speculative import draft_model, draft_scenario
+
+    drafter = draft_model(sc)
+    return 0.0 if drafter is None else kv_bytes_per_token(drafter, draft_scenario(sc))
 
 
 def kv_bytes_per_sequence(model: Model, sc: Scenario, length, *, xp=NP, per_token=None):

@@ -63,10 +63,10 @@ def check_layout(model: Model, sc: Scenario) -> list[str]:
     if sc.pp > 1 and model.layers % sc.pp:
         notes.append(f"{model.layers} layers over {sc.pp} stages: the fullest stage has "
                      f"{_ceil_div(model.layers, sc.pp)} and sets the pace")
-    if sc.mtp and not model.mtp_layers:
-        raise InputError(f"{name} publishes no multi-token-prediction layer to draft {sc.mtp} tokens with (its "
-                         "config's num_nextn_predict_layers or the like is 0; draft models are not modelled yet)",
-                         field="--mtp")
+    if sc.mtp:
+        from .speculative import check_draft
+
+        check_draft(model, sc)
     if model.max_position and sc.isl + sc.osl > model.max_position:
         raise InputError(f"--isl {sc.isl} + --osl {sc.osl} exceeds the {model.max_position}-token context of {name}",
                          field="--isl")

@@ -35,6 +35,8 @@ from .ops import COMM_KINDS
 from .profile import Profile
 from .scenario import Scenario
 from .spec import HardwareSpec
+from .speculative import describe as describe_speculation
+from .speculative import draft_model, draft_scenario
 from .step_accounting import Rules, StepAccount, account, step_time
 from .step_accounting import host_cost  # noqa: F401  (for the callers that import it from here)
 
@@ -182,11 +184,18 @@ def serving_times(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, b
     plan = serving_steps(sc, batch)
     prefill = evaluate_step(model, hw, sc, prof, plan.prefill)
     decode = [evaluate_step(model, hw, sc, prof, s) for s in plan.decode]
-    draft = evaluate_step(model, hw, sc, prof, plan.draft) if plan.draft is not None else None
     ttft = prefill.time_s + request_overhead_s(sc, hw, model, prof)  # the request's own setup and token return
+    drafter = draft_model(sc)
+    draft_s = None
+    if drafter is not None:  # a separate draft model: its own decode step per draft token, its prefill in TTFT
+        sc_d = draft_scenario(sc)
+        draft_s = evaluate_step(drafter, hw, sc_d, prof, plan.draft).time_s
+        ttft = ttft + evaluate_step(drafter, hw, sc_d, prof, plan.prefill).time_s
+    elif plan.draft is not None:  # the model's own MTP module: one decoder layer and the LM head
+        draft = evaluate_step(model, hw, sc, prof, plan.draft)
+        draft_s = draft_time(draft.times, draft.layers)
     if decode:
-        tpot = decode_mean(sc, *(d.time_s for d in decode),
-                           draft_s=draft_time(draft.times, draft.layers) if draft is not None else None)
+        tpot = decode_mean(sc, *(d.time_s for d in decode), draft_s=draft_s)
     else:
         tpot = 0.0 * ttft
     e2e, thr = serving_rates(sc, batch, plan.n_pre, ttft, tpot, decode=bool(decode))
@@ -400,10 +409,7 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
                    f"on their own sequences; the MoE layers spread over all {sc.moe_group} GPUs (EP {sc.ep}"
                    + (f", each expert split {sc.moe_group // sc.ep} ways)" if sc.moe_group // sc.ep > 1 else ")"))
     if sc.mtp:
-        out.append(f"speculative decoding: {sc.mtp} draft tokens a step from the model's own multi-token-prediction "
-                   f"layer (one decoder layer and the LM head each), each accepted with probability "
-                   f"{sc.mtp_accept:g}: {sc.tokens_per_step:.2f} tokens per verify step of {1 + sc.mtp} tokens; "
-                   "TPOT is the time per emitted token")
+        out.append(describe_speculation(model, sc))
     if sc.moe_imbalance > 1.0:
         out.append(f"expert load imbalance {sc.moe_imbalance:g}: the busiest EP rank routes that many times the mean "
                    "and sets the pace")

@@ -27,10 +27,13 @@ class Scenario:
     # expert load imbalance: the busiest EP rank's routed tokens over the mean (1: uniform routing); the
     # ranks meet at every all-to-all, so the busiest sets the pace
     moe_imbalance: float = 1.0
-    # speculative decoding with the model's multi-token-prediction layers (DeepSeek-V3's MTP, EAGLE-style heads):
-    # mtp draft tokens a step, each accepted with probability mtp_accept given its predecessors were
+    # speculative decoding: mtp draft tokens a step, from the model's own multi-token-prediction layers
+    # (DeepSeek-V3's MTP) or from a separate draft model (``draft``: a model name or file sharing the target's
+    # vocabulary). mtp_accept: the probability that draft token i is accepted given the ones before it were, one
+    # figure for every position or one per position (acceptance falls along the draft)
     mtp: int = 0
-    mtp_accept: float | None = None
+    mtp_accept: float | tuple[float, ...] | None = None
+    draft: str | None = None
     dtype: str = "bf16"  # weights and GEMM operands
     kv_dtype: str | None = None  # KV cache; None: the engine's rule (fp8 with fp8/fp4 weights where it does that)
     act_dtype: str = "bf16"  # activations between kernels
@@ -67,13 +70,33 @@ class Scenario:
         return self.tp * self.pp * self.attention_dp
 
     @property
+    def acceptance(self) -> tuple[float, ...]:
+        """Each draft position's acceptance given the positions before it were accepted (``mtp`` figures)."""
+        a = self.mtp_accept
+        if not self.mtp:
+            return ()
+        if isinstance(a, (tuple, list)):
+            return tuple(float(x) for x in a)
+        return (float(a or 0.0),) * self.mtp
+
+    @property
+    def accepted_run(self) -> tuple[float, ...]:
+        """The distribution of the tokens a verify step emits per sequence: P(1), ..., P(mtp + 1). The step
+        emits the verified token and every draft token up to the first one rejected."""
+        out, reach = [], 1.0
+        for a in self.acceptance:
+            out.append(reach * (1.0 - a))
+            reach *= a
+        return (*out, reach)
+
+    @property
     def tokens_per_step(self) -> float:
         """Tokens a decode step emits per sequence: 1 without speculation; with k draft tokens accepted in turn
-        with probability a each, the expected accepted run plus the verified token, (1 - a^(k+1)) / (1 - a)."""
+        (position i with probability a_i given the ones before), the expected run plus the verified token,
+        1 + a_1 + a_1 a_2 + ... (with one figure a for all: (1 - a^(k+1)) / (1 - a))."""
         if not self.mtp:
             return 1.0
-        a = float(self.mtp_accept or 0.0)
-        return (1.0 - a ** (self.mtp + 1)) / (1.0 - a)
+        return sum((n + 1) * p for n, p in enumerate(self.accepted_run))
 
     @property
     def moe_group(self) -> int:
@@ -162,10 +185,17 @@ class Scenario:
                              field="--ep")
         if not isinstance(self.mtp, int) or isinstance(self.mtp, bool) or not 0 <= self.mtp <= 16:
             raise InputError(f"expected 0 to 16 draft tokens a step, got {self.mtp!r}", field="--mtp")
-        if self.mtp and not (isinstance(self.mtp_accept, (int, float)) and not isinstance(self.mtp_accept, bool)
-                             and 0.0 <= self.mtp_accept < 1.0):
-            raise InputError(f"with --mtp give the acceptance rate of a draft token, in [0, 1), got {self.mtp_accept!r}",
-                             field="--mtp-accept")
+        if self.mtp:
+            given = self.mtp_accept if isinstance(self.mtp_accept, (tuple, list)) else (self.mtp_accept,)
+            if not given or not all(isinstance(a, (int, float)) and not isinstance(a, bool) and 0.0 <= a < 1.0
+                                    for a in given):
+                raise InputError("with --mtp give the acceptance rate of a draft token, in [0, 1), or one per "
+                                 f"position separated by commas, got {self.mtp_accept!r}", field="--mtp-accept")
+            if len(given) not in (1, self.mtp):
+                raise InputError(f"--mtp {self.mtp} drafts {self.mtp} tokens: give one acceptance rate or {self.mtp}, "
+                                 f"got {len(given)}", field="--mtp-accept")
+        if self.draft is not None and not self.mtp:
+            raise InputError("a draft model drafts tokens only with --mtp K (the draft tokens a step)", field="--draft")
         if not (isinstance(self.moe_imbalance, (int, float)) and not isinstance(self.moe_imbalance, bool)
                 and 1.0 <= self.moe_imbalance <= 1e3):
             raise InputError(f"expected the busiest rank's load over the mean, >= 1, got {self.moe_imbalance!r}",

@@ -61,9 +61,14 @@ def scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True) -> None:
                    help="attention data parallel: this many groups of --tp GPUs run attention on their own "
                         "sequences while the MoE layers spread over all of them (DEP: --tp 1 --attention-dp 8 --ep 8)")
     g.add_argument("--mtp", type=int, default=0,
-                   help="speculative decoding: draft tokens a step from the model's multi-token-prediction layer")
-    g.add_argument("--mtp-accept", type=float, default=None,
-                   help="with --mtp: probability that a draft token is accepted (given the ones before it were)")
+                   help="speculative decoding: draft tokens a step, from the model's multi-token-prediction layer "
+                        "or from --draft")
+    g.add_argument("--mtp-accept", type=acceptance_arg, default=None,
+                   help="with --mtp: probability that a draft token is accepted given the ones before it were; one "
+                        "figure, or one per draft position separated by commas (0.9,0.8,0.7)")
+    g.add_argument("--draft", default=None, metavar="MODEL",
+                   help="with --mtp: a separate draft model (name or file) sharing the model's vocabulary, for "
+                        "models without MTP layers")
     g.add_argument("--moe-imbalance", type=float, default=1.0,
                    help="busiest expert-parallel rank's routed tokens over the mean (default 1: uniform)")
     g.add_argument("--dtype", default="bf16", help="weights and GEMM format: bf16, fp16, fp8, fp4")
@@ -95,6 +100,15 @@ def scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True) -> None:
                    help="profile folder or profile.json; 'none' for documented defaults (default: automatic)")
 
 
+def acceptance_arg(text: str) -> float | tuple[float, ...]:
+    """--mtp-accept: one probability, or one per draft position separated by commas."""
+    try:
+        values = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a probability or several separated by commas, got {text!r}")
+    return values[0] if len(values) == 1 else values
+
+
 def overlap_arg(text: str) -> float | str:
     """--overlap: a number keeps its old meaning (a fixed fraction), anything else is a method name."""
     try:
@@ -108,7 +122,7 @@ def scenario_from_args(args, batch=None):
     from ..scenario import Scenario, parse_batch
 
     kw = dict(tp=args.tp, pp=args.pp, ep=args.ep, attention_dp=args.attention_dp, moe_imbalance=args.moe_imbalance,
-              mtp=args.mtp, mtp_accept=args.mtp_accept, dtype=args.dtype, kv_dtype=args.kv_dtype, mode=args.mode,
+              mtp=args.mtp, mtp_accept=args.mtp_accept, draft=args.draft, dtype=args.dtype, kv_dtype=args.kv_dtype, mode=args.mode,
               launch=args.launch, overlap=args.overlap, kernels=args.kernels, engine=args.engine,
               attention_kernel=args.attention_kernel, mem_fraction=args.mem_fraction,
               kv_cache=getattr(args, "kv_cache", None))

@@ -37,6 +37,7 @@ from .. import __version__, capacity
 from ..cost import demand_seconds, time_estimate, time_op
 from ..cost.backend import XL, Expr, formula
 from ..cost.overlap import resolve_method
+from ..errors import InputError
 from ..energy.model import limit_w, power_params
 from ..energy.report import power_source
 from ..graph import Step, build_ops
@@ -467,6 +468,9 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
                    editable=not structural)
 
     # -- latency model -------------------------------------------------------------------------
+    if sc_r.draft is not None:
+        raise InputError("the workbook prices speculation with the model's own MTP layers only, not a separate "
+                         "draft model (perfmodel project prices both)", field="--draft")
     seq = 1 + sc_r.mtp  # a decode step verifies the draft tokens too
     steps = [
         StepSheet("prefill", "Prefill", "prefill", Expr(""), Expr(""), 0),

@@ -1,0 +1,80 @@
+"""Where a speculative decode's draft tokens come from, and what drafting them costs.
+
+A decode step with speculation verifies 1 + K tokens a sequence (``Scenario.mtp`` = K; the verify step is an
+ordinary decode step of 1 + K query rows, :mod:`perfmodel.projection`). The K draft tokens come from
+
+- the model's own multi-token-prediction modules (DeepSeek-V3's MTP: one decoder layer and the shared LM head
+  per draft token; the model's ``mtp_layers``), or
+- a separate draft model (``Scenario.draft``: a smaller model of the family, sharing the target's tokenizer),
+  run K decode steps of one token a sequence before each verify step, on the same GPUs and layout, with a KV
+  cache and weights of its own; it prefills every prompt too (vLLM's and SGLang's draft-model speculation).
+
+Acceptance is a distribution: position i is accepted with probability a_i given the ones before it were
+(``Scenario.acceptance``), so a verify step emits 1 to K + 1 tokens (``Scenario.accepted_run``); TPOT is the
+time of a verify step and its drafts over the tokens it emits on average.
+"""
+from __future__ import annotations
+
+import functools
+
+from .errors import InputError
+from .models import Model
+from .scenario import Scenario
+
+
+@functools.lru_cache(maxsize=16)
+def _load(name: str) -> Model:
+    from .resolve import resolve_model
+
+    return resolve_model(name)
+
+
+def draft_model(sc: Scenario) -> Model | None:
+    """The separate draft model of the scenario, or None (no speculation, or the model's own MTP modules)."""
+    if not sc.mtp or sc.draft is None:
+        return None
+    try:
+        return _load(sc.draft)
+    except InputError as e:
+        raise InputError(f"draft model: {e.detail}", file=e.file, field="--draft") from None
+
+
+def draft_scenario(sc: Scenario) -> Scenario:
+    """The scenario the draft model runs: the target's layout and formats, without speculation of its own."""
+    return sc.with_(mtp=0, mtp_accept=None, draft=None)
+
+
+def check_draft(model: Model, sc: Scenario) -> None:
+    """Refuse a speculation no engine runs: drafts without MTP modules or a draft model, a draft model of
+    another vocabulary, or one whose heads the layout cannot split."""
+    if not sc.mtp:
+        return
+    if sc.draft is None:
+        if not model.mtp_layers:
+            raise InputError(f"{model.name} publishes no multi-token-prediction layer to draft {sc.mtp} tokens with "
+                             "(its config's num_nextn_predict_layers or the like is 0): name a draft model with "
+                             "--draft", field="--mtp")
+        return
+    draft = draft_model(sc)
+    if draft.vocab != model.vocab:
+        raise InputError(f"draft model {draft.name} has a vocabulary of {draft.vocab} tokens, {model.name} of "
+                         f"{model.vocab}: speculation needs one tokenizer", field="--draft")
+    from .graph import check_layout
+
+    try:
+        check_layout(draft, draft_scenario(sc))
+    except InputError as e:
+        raise InputError(f"draft model {draft.name}: {e.detail}", field="--draft") from None
+
+
+def describe(model: Model, sc: Scenario) -> str:
+    """The assumption line of a speculative decode."""
+    a = sc.acceptance
+    rates = f"{a[0]:g}" if len(set(a)) == 1 else ", ".join(f"{x:g}" for x in a)
+    source = (f"the draft model {draft_model(sc).name} (its own decode step of one token per draft, its prefill "
+              "in TTFT, its weights and KV cache in memory)" if sc.draft is not None else
+              "the model's own multi-token-prediction layer (one decoder layer and the LM head each)")
+    run = ", ".join(f"{p:.2f}" for p in sc.accepted_run)
+    return (f"speculative decoding: {sc.mtp} draft tokens a step from {source}, accepted with probability {rates} "
+            f"given the ones before: a verify step of {1 + sc.mtp} tokens emits 1..{1 + sc.mtp} with probability "
+            f"{run}, {sc.tokens_per_step:.2f} on average; TPOT is the time per emitted token")

@@ -1,0 +1,97 @@
+"""Speculative decoding (issue 25): acceptance as a distribution over draft positions, and drafts from a
+separate draft model for models without MTP layers (perfmodel/speculative.py)."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from perfmodel import project
+from perfmodel.capacity import kv_bytes_per_token, weight_bytes
+from perfmodel.errors import InputError
+from perfmodel.models import load_model
+from perfmodel.scenario import Scenario
+
+
+@given(st.lists(st.floats(0.0, 0.99), min_size=1, max_size=8))
+def test_the_accepted_run_is_a_distribution(rates):
+    sc = Scenario(mtp=len(rates), mtp_accept=tuple(rates)).validated()
+    run = sc.accepted_run
+    assert len(run) == len(rates) + 1 and sum(run) == pytest.approx(1.0) and min(run) >= 0
+    expected, reach = 1.0, 1.0
+    for a in rates:
+        reach *= a
+        expected += reach
+    assert sc.tokens_per_step == pytest.approx(expected)
+
+
+def test_one_rate_is_every_positions_rate():
+    k, a = 3, 0.7
+    one = Scenario(mtp=k, mtp_accept=a).validated()
+    each = Scenario(mtp=k, mtp_accept=(a,) * k).validated()
+    assert one.tokens_per_step == pytest.approx((1 - a ** (k + 1)) / (1 - a)) == each.tokens_per_step
+    with pytest.raises(InputError, match="one acceptance rate or 3"):
+        Scenario(mtp=3, mtp_accept=(0.9, 0.8)).validated()
+    with pytest.raises(InputError, match=r"\[0, 1\)"):
+        Scenario(mtp=2, mtp_accept=(0.9, 1.2)).validated()
+    with pytest.raises(InputError, match="--mtp K") as e:
+        Scenario(draft="llama8b").validated()
+    assert e.value.field == "--draft"
+
+
+def test_falling_acceptance_emits_fewer_tokens_than_its_first_rate():
+    sc = Scenario(mtp=3, mtp_accept=(0.9, 0.7, 0.5)).validated()
+    assert sc.tokens_per_step < Scenario(mtp=3, mtp_accept=0.9).validated().tokens_per_step
+    assert sc.tokens_per_step == pytest.approx(1 + 0.9 + 0.63 + 0.315)
+
+
+KW = {"tp": 4, "batch": 8}
+
+
+def test_a_draft_model_speeds_a_memory_bound_decode_and_charges_its_own_steps():
+    base = project("h200", "llama70b", **KW)
+    draft = project("h200", "llama8b", **KW)
+    good = project("h200", "llama70b", mtp=3, mtp_accept=0.8, draft="llama8b", **KW)
+    none = project("h200", "llama70b", mtp=3, mtp_accept=0.0, draft="llama8b", **KW)
+    assert good.tpot_s < 0.8 * base.tpot_s
+    # accepting nothing pays the verify step and three of the draft's decode steps for one token
+    assert none.tpot_s > base.tpot_s + 2.5 * draft.decode.time_s
+    # the draft prefills every prompt: TTFT grows by the draft's prefill step
+    assert good.ttft_s - base.ttft_s == pytest.approx(draft.prefill.time_s, rel=0.05)
+    assert any("draft model Llama-3.1-8B" in a for a in good.assumptions)
+
+
+def test_a_draft_model_holds_its_weights_and_kv_cache():
+    m, d = load_model("llama70b"), load_model("llama8b")
+    sc = Scenario(tp=4, mtp=2, mtp_accept=0.8, draft="llama8b")
+    plain = Scenario(tp=4)
+    assert weight_bytes(m, sc) == pytest.approx(weight_bytes(m, plain) + weight_bytes(d, plain))
+    assert kv_bytes_per_token(m, sc) == pytest.approx(kv_bytes_per_token(m, plain) + kv_bytes_per_token(d, plain))
+
+
+def test_speculation_no_engine_runs_is_refused_in_one_line():
+    with pytest.raises(InputError, match="--draft") as e:
+        project("h200", "llama70b", mtp=1, mtp_accept=0.7, **KW)  # no MTP layers, no draft model
+    assert e.value.field == "--mtp"
+    with pytest.raises(InputError, match="one tokenizer") as e:
+        project("h200", "llama70b", mtp=1, mtp_accept=0.7, draft="qwen3-0.6b", **KW)
+    assert e.value.field == "--draft"
+    with pytest.raises(InputError, match="draft model") as e:
+        project("h200", "llama70b", mtp=1, mtp_accept=0.7, draft="no-such-model", **KW)
+    assert e.value.field == "--draft"
+
+
+def test_the_cli_takes_one_rate_per_position(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "perfmodel", "project", "--arch", "h200", "--model", "qwen3-32b",
+                           "--mtp", "3", "--mtp-accept", "0.9,0.7,0.5", "--draft", "qwen3-0.6b", "--format", "json"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["scenario"]["mtp_accept"] == [0.9, 0.7, 0.5] and out["scenario"]["draft"] == "qwen3-0.6b"
+    bad = subprocess.run([sys.executable, "-m", "perfmodel", "project", "--arch", "h200", "--model", "qwen3-32b",
+                          "--mtp", "2", "--mtp-accept", "0.9,x"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "--mtp-accept" in bad.stderr
