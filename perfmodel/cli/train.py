@@ -50,6 +50,9 @@ def register(sub) -> None:
     g.add_argument("--kernels", default="fused", help="fused (Megatron/TransformerEngine, default) or torch")
     g.add_argument("--no-dp-overlap", action="store_true", help="gradient reduce after the backward, exposed")
     g.add_argument("--tp-overlap", type=float, default=0.0, help="share of TP collectives hidden (default 0)")
+    g.add_argument("--moe-a2a-overlap", choices=("on", "off"), default=None,
+                   help="expert-parallel all-to-all hidden under another micro-batch's compute (DualPipe; "
+                        "Megatron's --overlap-moe-expert-parallel-comm); default: on with --schedule dualpipe")
     g.add_argument("--mode", default="latency", help="latency (calibrated, default) or sol (roofline)")
     g.add_argument("--calibration", default=None,
                    help="profile folder or profile.json; 'none' for documented defaults (default: automatic)")
@@ -78,6 +81,7 @@ def train_scenario(args):
         interleave=interleave, recompute=args.recompute, sequence_parallel=args.sequence_parallel, zero=3 if args.fsdp else args.zero,
         dtype=args.dtype, fp8_recipe=args.fp8_recipe, optimizer=args.optimizer, grad_dtype=args.grad_dtype, attention=args.attention,
         attention_kernel=args.attention_kernel, dropout=args.dropout, kernels=args.kernels, dp_overlap=not args.no_dp_overlap, tp_overlap=args.tp_overlap,
+        moe_a2a_overlap=None if args.moe_a2a_overlap is None else args.moe_a2a_overlap == "on",
         mode=args.mode)
 
 

@@ -25,7 +25,8 @@ collective (``comm_base_s``: launch and synchronisation, software) plus, for eac
 
 A group larger than the scale-up domain runs hierarchically: the part inside each domain over NVLink (the
 domain's measured or default model), the part across domains over the scale-out network with 1/domain of
-the bytes per rank, each of its steps at the spec's scale-out hop latency.
+the bytes per rank, each of its steps at the spec's scale-out hop latency. An all-to-all reduces nothing on
+the way: its remote share crosses the scale-out network whole (:func:`_all_to_all_across`).
 
 How much of a collective hides under compute is decided by :mod:`.overlap`, applied by the projection.
 Every formula here is plain arithmetic on the inputs (no branch on a value), so the workbook's Excel
@@ -120,6 +121,9 @@ def collective_time(kind: str, nbytes, group, world, hw, prof: Profile, *, sol: 
             return 0.0 * nbytes
         if group <= domain:
             return bus_factor(kind, group) * nbytes / hw.scaleup_bandwidth
+        if kind == "all_to_all":
+            return xp.maximum(nbytes * (domain - 1) / group / hw.scaleup_bandwidth,
+                              nbytes * (group - domain) / group / hw.scaleout_bandwidth)
         return (bus_factor(kind, domain) * nbytes / hw.scaleup_bandwidth
                 + bus_factor(kind, group / domain) * nbytes / domain / hw.scaleout_bandwidth)
     if kind == "p2p":
@@ -130,8 +134,23 @@ def collective_time(kind: str, nbytes, group, world, hw, prof: Profile, *, sol: 
         return 0.0 * nbytes
     if group <= domain:
         return _within_domain(kind, nbytes, int(group), hw, prof, xp)
+    if kind == "all_to_all":
+        return _all_to_all_across(nbytes, int(group), hw, prof, xp)
     outer = group / domain
     t_inner = _within_domain(kind, nbytes, int(domain), hw, prof, xp)
     t_outer = (ring_steps(kind, outer) * hw.scaleout_latency
                + bus_factor(kind, outer) * (nbytes / domain) / (prof.scaleout_eta * hw.scaleout_bandwidth))
     return t_inner + t_outer
+
+
+def _all_to_all_across(nbytes, group: int, hw, prof: Profile, xp=NP):
+    """An all-to-all over more ranks than one scale-up domain holds. Nothing reduces on the way (unlike a
+    hierarchical all-reduce, whose outer step carries 1/domain of the bytes): each rank's buffer goes 1/group to
+    every peer, the domain's share over NVLink and the remote peers' share, (group - domain) / group of it, over
+    the rank's own scale-out NIC, both at once (NCCL's and DeepEP's all-to-all send to every peer together). A
+    DeepSeek-V3 expert-parallel group of 64 on 8-GPU HGX boxes sends 7/8 of its dispatch over 50 GB/s NICs."""
+    domain = hw.scaleup_domain
+    t_inner = _within_domain("all_to_all", nbytes * domain / group, domain, hw, prof, xp)
+    t_outer = (prof.comm_base_s + hw.scaleout_latency
+               + nbytes * (group - domain) / group / (prof.scaleout_eta * hw.scaleout_bandwidth))
+    return xp.maximum(t_inner, t_outer)

@@ -324,13 +324,16 @@ def _moe_expert_parallel(ops: list[TrainOp], model: Model, ts: TrainScenario, to
             new = O.gemm(op.name, per_expert, p["n"], p["k"], p["dtype"], phase="prefill", groups=local,
                          out_dtype=p["out_dtype"]).with_count(op.count)
             t = replace(t, op=new, model_flops=float(new.flops))
+        # overlapped (ts.a2a_hidden): exposed only where it exceeds its pass's compute, which another
+        # micro-batch's chunk runs meanwhile (hide_under "*")
+        hide = ("*",) if ts.a2a_hidden else ()
         if op.name == "moe.unpermute":
             comb = O.collective("moe.combine", "all_to_all", a2a, ts.ep, phase="prefill", count=op.count)
-            out.append(TrainOp(comb, "forward", "comm", stride=ts.tp))
+            out.append(TrainOp(comb, "forward", "comm", stride=ts.tp, hide_under=hide))
         out.append(t)
         if op.name == "moe.permute":
             disp = O.collective("moe.dispatch", "all_to_all", a2a, ts.ep, phase="prefill", count=op.count)
-            out.append(TrainOp(disp, "forward", "comm", stride=ts.tp))
+            out.append(TrainOp(disp, "forward", "comm", stride=ts.tp, hide_under=hide))
     return out
 
 
@@ -485,7 +488,8 @@ def _comm_backward(t: TrainOp, ts: TrainScenario, gathers: dict[str, str]) -> li
     conj = {"all_reduce": "all_reduce", "all_gather": "reduce_scatter", "reduce_scatter": "all_gather",
             "all_to_all": "all_to_all"}[kind]
     bw = replace(op, name=f"{name}.bwd", kind=conj)
-    out = [TrainOp(bw, "backward", "comm", tp_comm=t.tp_comm, stride=t.stride)]
+    hidden = ("*",) if t.hide_under == ("*",) else ()  # an overlapped all-to-all's gradient overlaps too
+    out = [TrainOp(bw, "backward", "comm", tp_comm=t.tp_comm, stride=t.stride, hide_under=hidden)]
     if kind == "all_gather" and t.tp_comm and name in gathers:
         again = replace(op, name=f"{name}.wgrad_input")
         out.append(TrainOp(again, "backward", "comm", tp_comm=False, hide_under=(f"{gathers[name]}.dgrad",),
@@ -528,4 +532,5 @@ def recompute(fwd: list[TrainOp], ts: TrainScenario) -> list[TrainOp]:
         return []
     keep = fwd if ts.recompute == "full" else [t for t in fwd if is_selective(t.name)]
     return [replace(t, pass_="recompute", op=replace(t.op, name=f"{t.op.name}.recompute"),
-                    hide_under=tuple(f"{h}.recompute" for h in t.hide_under)) for t in keep]
+                    hide_under=t.hide_under if t.hide_under == ("*",) else
+                    tuple(f"{h}.recompute" for h in t.hide_under)) for t in keep]

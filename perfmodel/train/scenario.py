@@ -57,6 +57,10 @@ class TrainScenario:
     kernels: str = "fused"  # fused: Megatron/TransformerEngine kernels; torch: plain PyTorch (the suite)
     dp_overlap: bool = True  # gradient reduce overlaps the last micro-batch's backward, param gather the forward
     tp_overlap: float = 0.0  # share of TP collective time hidden under GEMMs (TE userbuffers); 0: none
+    # expert-parallel all-to-all hidden under another micro-batch's compute: DualPipe's paired forward and
+    # backward chunks (DeepSeek-V3 report, sec. 3.2.1), Megatron-Core's --overlap-moe-expert-parallel-comm (1F1B
+    # with A2A overlap); None: on with --schedule dualpipe, off otherwise (Megatron's default)
+    moe_a2a_overlap: bool | None = None
     mode: str = "latency"  # latency (calibrated) | sol (roofline)
     mem_reserve: float = 2.0 * 2**30  # CUDA context, NCCL buffers, allocator slack (estimate, as for inference)
     mem_fraction: float = 0.95  # share of HBM the framework may use (estimate)
@@ -73,6 +77,11 @@ class TrainScenario:
     @property
     def tokens_per_step(self) -> int:
         return self.global_batch * self.seq
+
+    @property
+    def a2a_hidden(self) -> bool:
+        """Whether the MoE all-to-all overlaps compute (``moe_a2a_overlap``, else the schedule's default)."""
+        return self.schedule == "dualpipe" if self.moe_a2a_overlap is None else bool(self.moe_a2a_overlap)
 
     @property
     def chunks(self) -> int:

@@ -1,0 +1,48 @@
+"""Expert-parallel exchange across NVLink domains and its overlap in training (issue 25)."""
+from __future__ import annotations
+
+import pytest
+
+from perfmodel.cost.comm import collective_time
+from perfmodel.resolve import resolve_hardware, resolve_profile
+from perfmodel.train import project_train
+
+
+def test_an_all_to_all_beyond_a_domain_sends_its_remote_share_whole():
+    """No reduction on the way: of a 64-rank all-to-all on 8-GPU boxes, 7/8 of each rank's buffer crosses its
+    own NIC (it was priced as a hierarchical all-reduce's outer step, 1/8 of the bytes)."""
+    hw = resolve_hardware("h100-sxm")
+    prof = resolve_profile(None, hw, "torch")
+    nbytes = 256e6
+    t = collective_time("all_to_all", nbytes, 64, 64, hw, prof)
+    floor = nbytes * 56 / 64 / hw.scaleout_bandwidth
+    assert floor <= t <= 1.5 * floor
+    inside = collective_time("all_to_all", nbytes, 8, 8, hw, prof)
+    assert t > 5 * inside
+    sol = collective_time("all_to_all", nbytes, 64, 64, hw, prof, sol=True)
+    assert sol == pytest.approx(floor)
+
+
+LAYOUT = dict(gpus=256, tp=1, global_batch=2048, seq=4096, dtype="fp8", recompute="full")
+
+
+def test_wide_expert_parallelism_pays_on_8_gpu_boxes_not_in_an_nvl72():
+    """DeepSeek-V3 with EP 64: on HGX B200 the dispatch and combine cross the scale-out network, in a GB200
+    NVL72 they stay on NVLink; with EP 8 (one box) the two parts are alike."""
+    wide = {p: project_train(p, "deepseek-v3", pp=4, ep=64, **LAYOUT).tokens_per_s_per_gpu for p in ("b200", "gb200")}
+    narrow = {p: project_train(p, "deepseek-v3", pp=16, ep=8, **LAYOUT).tokens_per_s_per_gpu
+              for p in ("b200", "gb200")}
+    assert wide["b200"] / wide["gb200"] < 0.5
+    assert narrow["b200"] / narrow["gb200"] > 0.9
+
+
+def test_dualpipe_hides_the_all_to_all_and_the_flag_turns_it_on_and_off():
+    kw = dict(pp=8, ep=32, **LAYOUT)
+    exposed = "communication (exposed, in the pipeline)"
+    plain = project_train("gb200", "deepseek-v3", **kw)
+    hidden = project_train("gb200", "deepseek-v3", moe_a2a_overlap=True, **kw)
+    dual = project_train("gb200", "deepseek-v3", schedule="dualpipe", **kw)
+    dual_off = project_train("gb200", "deepseek-v3", schedule="dualpipe", moe_a2a_overlap=False, **kw)
+    assert hidden.breakdown[exposed] < 0.2 * plain.breakdown[exposed]
+    assert dual.breakdown[exposed] < 0.2 * dual_off.breakdown[exposed]
+    assert hidden.step_time_s < plain.step_time_s
