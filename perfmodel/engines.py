@@ -38,6 +38,12 @@ class Engine:
     vendors: tuple[str, ...] = ("nvidia", "amd", "other")
     kv_cache: str = "paged"  # paged (a block pool) | dynamic | static (Hugging Face transformers' caches)
     batching: str = "continuous"  # continuous (a scheduler admits requests into the running batch) | static
+    # how an MoE layer over attention-data-parallel ranks meets the tokens of the other ranks: gather (every
+    # rank's tokens all-gathered before the experts, their outputs reduce-scattered after) | all_to_all (each
+    # token dispatched to the ranks of its experts and combined back, DeepEP-style); and whether the tokens travel
+    # in the experts' GEMM format (fp8 or NVFP4 with their scales) rather than bf16
+    moe_exchange: str = "gather"
+    moe_quantized_exchange: bool = False
 
     def attention_for(self, generation: str) -> str:
         return self.attention.get(generation, self.attention["*"])
@@ -57,8 +63,13 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         attention={"*": "trtllm", "ampere": "flash"},
         kernels="fused", rotary="kv_write", launch="auto", fp8_kv=True, fp8_attention=True,
         prefill_chunk=8192, max_batch=2048, mem_policy="free", mem_fraction=0.9, mem_reserve=2 * GiB,
+        moe_exchange="gather", moe_quantized_exchange=True,
         sources={
             "attention": "TensorRT-LLM docs, advanced/gpt-attention.md: context FMHA and XQA generation kernels",
+            "moe_exchange": "TensorRT-LLM 1.x PyTorch backend with enable_attention_dp: the fused MoE all-gathers the "
+                            "quantized (FP8 / NVFP4) inputs of every DP rank and reduce-scatters its outputs "
+                            "(tensorrt_llm/_torch/modules/fused_moe); its MNNVL all-to-all is an option for wide EP "
+                            "(estimate: which one a given run used is not recorded)",
             "kernels": "TensorRT-LLM fuses residual + RMSNorm, SwiGLU and RoPE into the attention preprocessing "
                        "(docs, advanced/gpt-attention.md; PyTorch backend fusion passes)",
             "fp8_kv": "TensorRT-LLM performance docs (perf-overview): FP8 checkpoints are benchmarked with an FP8 "
@@ -76,7 +87,11 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         attention={"*": "flash", "hopper": "fa3", "blackwell": "flashinfer", "blackwell-ultra": "flashinfer"},
         kernels="fused", rotary="kernel", launch="auto", fp8_kv=False, fp8_attention=False,
         prefill_chunk=8192, max_batch=1024, mem_policy="total", mem_fraction=0.9, mem_reserve=2 * GiB,
+        moe_exchange="gather", moe_quantized_exchange=False,
         sources={
+            "moe_exchange": "vLLM VLLM_ALL2ALL_BACKEND default allgather_reducescatter with data-parallel attention "
+                            "and expert parallelism (vllm/envs.py, v0.11); DeepEP's kernels when asked "
+                            "(--moe-exchange all_to_all); bf16 tokens (estimate for other versions)",
             "attention": "vLLM V1 FLASH_ATTN backend runs vllm-flash-attn's FA3 on Hopper (FA2 elsewhere); "
                          "FlashInfer on Blackwell (vLLM docs, attention backends)",
             "kernels": "vLLM custom ops fused_add_rms_norm and silu_and_mul; rotary_embedding is its own kernel "
@@ -94,8 +109,12 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         attention={"*": "flash", "hopper": "fa3", "blackwell": "trtllm", "blackwell-ultra": "trtllm"},
         kernels="fused", rotary="kernel", launch="auto", fp8_kv=False, fp8_attention=False,
         prefill_chunk=8192, max_batch=4096, mem_policy="total", mem_fraction={1: 0.88, 2: 0.87, 4: 0.85, 8: 0.81},
-        mem_reserve=2 * GiB,
+        mem_reserve=2 * GiB, moe_exchange="gather", moe_quantized_exchange=False,
         sources={
+            "moe_exchange": "SGLang --moe-a2a-backend default none: with --enable-dp-attention every DP rank's tokens "
+                            "are gathered before the MoE and its output scattered back (layers/dp_attention.py); "
+                            "DeepEP (--moe-a2a-backend deepep) when asked (--moe-exchange all_to_all); estimate for "
+                            "other versions",
             "attention": "SGLang docs (attention backends): FA3 is the default on Hopper; on Blackwell its trtllm_mha "
                          "backend (TensorRT-LLM's kernels), the one aiconfigurator-core's SGLang 0.5.14 tables measure "
                          "on B200 and B300",

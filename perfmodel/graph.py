@@ -63,10 +63,10 @@ def check_layout(model: Model, sc: Scenario) -> list[str]:
     if sc.pp > 1 and model.layers % sc.pp:
         notes.append(f"{model.layers} layers over {sc.pp} stages: the fullest stage has "
                      f"{_ceil_div(model.layers, sc.pp)} and sets the pace")
-    if sc.mtp:
-        from .speculative import check_draft
-
-        check_draft(model, sc)
+    if sc.mtp and sc.draft is None and not model.mtp_layers:
+        raise InputError(f"{name} publishes no multi-token-prediction layer to draft {sc.mtp} tokens with (its "
+                         "config's num_nextn_predict_layers or the like is 0): name a draft model with --draft",
+                         field="--mtp")
     if model.max_position and sc.isl + sc.osl > model.max_position:
         raise InputError(f"--isl {sc.isl} + --osl {sc.osl} exceeds the {model.max_position}-token context of {name}",
                          field="--isl")
@@ -627,9 +627,18 @@ def _grouped(op: O.Op) -> O.Op:
 def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> list[O.Op]:
     """Routed experts (uniform routing assumed), shared experts, and the collectives EP or TP adds.
 
-    With ep > 1 each rank holds num_experts/ep whole experts (split tp/ep ways when ep < tp) and
-    dispatches its share of tokens by all-to-all; with ep = 1 every expert is TP-sharded and the FFN
-    ends in an all-reduce.
+    With ep > 1 each rank holds num_experts/ep whole experts (split moe_group/ep ways when ep < moe_group);
+    with ep = 1 every expert is sharded over the MoE group. How the MoE group meets the tokens is the engine's
+    (``sc.moe_exchange``, :mod:`perfmodel.engines`):
+
+    - one attention group (attention TP): every rank already holds every token; each computes its experts'
+      share and the FFN ends in an all-reduce (TensorRT-LLM, vLLM and SGLang without attention DP);
+    - ``gather`` over attention-data-parallel ranks: every rank's tokens are all-gathered before the experts
+      (in the experts' GEMM format where the engine quantizes first, ``sc.moe_quantized_exchange``) and the
+      outputs reduce-scattered back after (TensorRT-LLM's attention DP, vLLM's allgather_reducescatter,
+      SGLang's DP attention);
+    - ``all_to_all`` (ep > 1): each token's copies dispatched to its experts' ranks and combined back
+      (DeepEP, TensorRT-LLM's MNNVL all-to-all).
     """
     moe = model.moe
     assert moe is not None
@@ -645,8 +654,14 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
     # tokens of the whole MoE group: with attention data parallel every attention group brings its own
     group_tokens = tokens * sc.attention_dp
     routed = group_tokens * moe.top_k / ep  # token-expert pairs this rank computes (uniform routing)
-    if ep > 1:
-        ops.append(O.collective("moe.dispatch", "all_to_all", routed * h * _b(act), ep, phase=ph))
+    # the tokens travel in the experts' GEMM format where the engine quantizes before the exchange
+    sent = _b(w) if sc.moe_quantized_exchange and w in ("fp8", "fp4") else _b(act)
+    exchange = "all_to_all" if sc.moe_exchange == "all_to_all" and ep > 1 else "gather"
+    gathered = exchange == "gather" and sc.attention_dp > 1
+    if exchange == "all_to_all":
+        ops.append(O.collective("moe.dispatch", "all_to_all", routed * h * sent, ep, phase=ph))
+    elif gathered:
+        ops.append(O.collective("moe.gather", "all_gather", group_tokens * h * sent, sc.moe_group, phase=ph))
     experts = moe_expert_ops(group_tokens, h, width, moe.top_k, moe.num_experts, ep, w, act, ph,
                              gated=model.mlp == "swiglu", fused=sc.kernels == "fused", imbalance=sc.moe_imbalance,
                              weight_dtype=expert_format(model, sc))
@@ -655,14 +670,17 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
         experts = [_in_module(op, group_tokens, h, width, moe.top_k, moe.num_experts, ep, _gemm_format(w, model))
                    for op in experts]
     ops += experts
-    if ep > 1:
+    if exchange == "all_to_all":
         ops.append(O.collective("moe.combine", "all_to_all", routed * h * _b(act), ep, phase=ph))
         if shard > 1:  # each expert split over shard ranks: their partial outputs meet
             ops.append(O.collective("moe.allgather", "all_gather", tokens * h * _b(act), shard, phase=ph))
+    elif gathered:  # every rank's partial outputs summed and each DP rank's own tokens scattered back
+        ops.append(O.collective("moe.reduce_scatter", "reduce_scatter", group_tokens * h * _b(act), sc.moe_group,
+                                phase=ph))
     if moe.num_shared_experts:
         ops += _dense_ffn(model, ph, sc, tokens, w, act, prefix="moe.shared",
                           width=moe.num_shared_experts * moe.shared_intermediate, allreduce=False, residual=False)
-    if ep == 1 and sc.moe_group > 1:
+    if not gathered and exchange == "gather" and sc.moe_group > 1:
         ops.append(O.collective("moe.allreduce", "all_reduce", tokens * h * _b(act), sc.moe_group, phase=ph))
     if sc.kernels != "fused":
         ops.append(O.residual("moe.residual", tokens, h, act, phase=ph))

@@ -36,7 +36,7 @@ from .profile import Profile
 from .scenario import Scenario
 from .spec import HardwareSpec
 from .speculative import describe as describe_speculation
-from .speculative import draft_model, draft_scenario
+from .speculative import check_draft, draft_model, draft_scenario
 from .step_accounting import Rules, StepAccount, account, step_time
 from .step_accounting import host_cost  # noqa: F401  (for the callers that import it from here)
 
@@ -133,6 +133,7 @@ def project(hardware, model, scenario: Scenario | None = None, *, profile: Profi
 def project_resolved(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> Projection:
     sc = sc.for_hardware(hw)
     layout_notes = check_layout(model, sc)
+    check_draft(model, sc)
     if sc.batch == "max":
         b = capacity.max_batch(model, sc, hw)
         capacity.check_fits(model, sc, hw, b)
@@ -410,6 +411,13 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
                    + (f", each expert split {sc.moe_group // sc.ep} ways)" if sc.moe_group // sc.ep > 1 else ")"))
     if sc.mtp:
         out.append(describe_speculation(model, sc))
+    if model.moe is not None and (sc.attention_dp > 1 or sc.moe_exchange == "all_to_all") and sc.moe_group > 1:
+        fmt = "in the experts' format" if sc.moe_quantized_exchange and sc.dtype in ("fp8", "fp4") else "in bf16"
+        out.append("MoE exchange: " + (
+            f"tokens dispatched to their experts' ranks and combined back by all-to-all (DeepEP-style), {fmt}"
+            if sc.moe_exchange == "all_to_all" and sc.ep > 1 else
+            f"every attention-DP rank's tokens all-gathered before the experts, {fmt}, and the outputs "
+            "reduce-scattered after") + " (--moe-exchange; the engine's default in docs/engines.md)")
     if sc.moe_imbalance > 1.0:
         out.append(f"expert load imbalance {sc.moe_imbalance:g}: the busiest EP rank routes that many times the mean "
                    "and sets the pace")

@@ -64,6 +64,10 @@ class Scenario:
     # step concatenates the whole cache with the new token); static (StaticCache: max_cache_len = isl + osl
     # preallocated, attention over all of it)
     kv_cache: str | None = None
+    # how the MoE layers meet the tokens of other attention-data-parallel ranks: gather | all_to_all; None: the
+    # engine's (perfmodel.engines: moe_exchange, moe_quantized_exchange)
+    moe_exchange: str | None = None
+    moe_quantized_exchange: bool | None = None
 
     @property
     def gpus(self) -> int:
@@ -142,6 +146,8 @@ class Scenario:
             "mem_reserve": eng.mem_reserve,
             "kv_cache": eng.kv_cache,
             "batching": eng.batching,
+            "moe_exchange": eng.moe_exchange,
+            "moe_quantized_exchange": eng.moe_quantized_exchange,
         }
         filled = {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in preset.items()}
         if eng.key == "hf" and self.launch is None and filled["kv_cache"] == "static":
@@ -201,6 +207,7 @@ class Scenario:
             raise InputError(f"expected the busiest rank's load over the mean, >= 1, got {self.moe_imbalance!r}",
                              field="--moe-imbalance")
         _choice(self.mode, ("latency", "sol"), "--mode")
+        _choice(self.moe_exchange, ("gather", "all_to_all"), "--moe-exchange")
         _choice(self.batching, ("continuous", "static"), "--batching")
         from .attention_kernels import canonical
         from .engines import CHOICES as ENGINES

@@ -45,15 +45,9 @@ def draft_scenario(sc: Scenario) -> Scenario:
 
 
 def check_draft(model: Model, sc: Scenario) -> None:
-    """Refuse a speculation no engine runs: drafts without MTP modules or a draft model, a draft model of
-    another vocabulary, or one whose heads the layout cannot split."""
-    if not sc.mtp:
-        return
-    if sc.draft is None:
-        if not model.mtp_layers:
-            raise InputError(f"{model.name} publishes no multi-token-prediction layer to draft {sc.mtp} tokens with "
-                             "(its config's num_nextn_predict_layers or the like is 0): name a draft model with "
-                             "--draft", field="--mtp")
+    """Refuse a draft model no engine runs: one of another vocabulary, or one whose heads the layout cannot split
+    (a model without MTP layers and without a draft model is refused by :func:`perfmodel.graph.check_layout`)."""
+    if not sc.mtp or sc.draft is None:  # no speculation, or the model's own MTP layers (graph.check_layout)
         return
     draft = draft_model(sc)
     if draft.vocab != model.vocab:

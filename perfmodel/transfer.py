@@ -17,9 +17,9 @@ What carries, and why:
 - **Structure carries**: tile shapes, the K-loop prologue ``gemm_k0``, split-K limits, flash block sizes. The
   tile-efficiency constant ``gemm_tile_c`` scales with the tensor FLOPs per SM per clock
   (:func:`tensor_flops_per_sm_clock`, each format its own): it stands for operand traffic against MMA work. Tile
-  and wave quantization are recomputed on the target's SM count. The CTAs in flight a stream needs follow the
-  bandwidth by Little's law, not the SM count (:func:`_structure`); a what-if of a measured part takes these
-  structural rules too.
+  and wave quantization are recomputed on the target's SM count. The CTAs in flight a stream needs stay per SM
+  on another part and stay the measured total in a what-if of the part (:func:`_structure`); a what-if of a
+  measured part takes these structural rules too.
   Which backend plain PyTorch dispatches to (``attn_default``) carries within a vendor: it is decided by the
   software (torch and cuDNN versions), and the target is assumed to run the same stack.
 - **Kernel fixed costs scale with clock**: ``gemm_overhead_s``, ``attn_overhead_s`` and the memory kernels'
@@ -79,7 +79,7 @@ def carry(profile: Profile, source: HardwareSpec | None, target: HardwareSpec, *
     if lineage_rank(profile.spec_key, target) is not None:
         # the part itself, or a what-if of it: its fractions apply to the new figures, and what is counted per
         # SM or per cycle follows the figures it is counted against (identity for the part itself)
-        return profile if source is None else profile.with_(**_structure(profile, source, target))
+        return profile if source is None else profile.with_(**_structure(profile, source, target, what_if=True))
     label = profile.spec_key or profile.name
     if source is not None and source.vendor != target.vendor:
         return DEFAULTS.with_(name=DEFAULTS.name, carried_from="", carry_spread=CROSS_VENDOR_SPREAD,
@@ -129,17 +129,20 @@ def carry(profile: Profile, source: HardwareSpec | None, target: HardwareSpec, *
     )
 
 
-def _structure(profile: Profile, source: HardwareSpec, target: HardwareSpec) -> dict:
+def _structure(profile: Profile, source: HardwareSpec, target: HardwareSpec, *, what_if: bool = False) -> dict:
     """What a profile counts per SM, per cycle or per byte in flight, restated for ``target``'s figures: the
     rules that hold for a what-if of the measured part as for another part (each factor is exactly 1 where the
     figures it follows are equal).
 
     - Tile efficiency: ``gemm_tile_c`` follows the bf16 tensor FLOPs per SM clock, and each other format's
       products follow that format's own rate (``gemm_tile_c_fmt``), so a faster bf16 path never slows fp8.
-    - Streaming concurrency, by Little's law: the distinct tiles (CTAs) in flight a kernel needs to stream at
-      full bandwidth are bytes in flight over bytes per tile, so they grow with the bandwidth, not with the SMs:
-      the per-SM constants ``gemm_mem_ctas`` and ``attn_mem_ctas`` are restated so that their total over the
-      target's SMs is the source's times the bandwidth ratio (more SMs alone neither help nor hurt a stream).
+    - Streaming concurrency: the distinct tiles (CTAs) in flight a kernel needs to stream at full bandwidth
+      (``gemm_mem_ctas``, ``attn_mem_ctas``, per SM). In a what-if of the measured part (``what_if``) the
+      kernels are the part's, so the total they need does not follow the SM count: the per-SM constants are
+      restated so their total over the target's SMs is the source's (more SMs alone neither help nor hurt a
+      stream). Carried to another part they stay per SM: its kernels keep as many tiles in flight per SM as
+      the source's; carried to a what-if of another part, per SM of that part. Restating the total by the bandwidth ratio instead (Little's law at fixed bytes per
+      tile) was tried and backtested worse (docs/what-if.md).
     - Kernel fixed costs are cycles: they scale by source clock / target clock.
     - Softmax cycles follow the SM's exponential throughput."""
     clock = source.boost_clock_hz / target.boost_clock_hz
@@ -150,7 +153,7 @@ def _structure(profile: Profile, source: HardwareSpec, target: HardwareSpec) -> 
             own = tensor_flops_per_sm_clock(target, fmt) / tensor_flops_per_sm_clock(source, fmt)
             bf16 = tensor_flops_per_sm_clock(target) / tensor_flops_per_sm_clock(source)
             tile_fmt[fmt] = tile_fmt.get(fmt, 1.0) * own / bf16
-    streams = (source.sm_count / target.sm_count) * (target.hbm_bandwidth / source.hbm_bandwidth)
+    streams = _part_sms(source if what_if else None, target) / target.sm_count
     sfu = sfu_exp_rate(source.generation) / sfu_exp_rate(target.generation)
     return {
         "gemm_tile_c": tile_c,
@@ -165,6 +168,22 @@ def _structure(profile: Profile, source: HardwareSpec, target: HardwareSpec) -> 
         "attn_overhead_s": {k: v * clock for k, v in profile.attn_overhead_s.items()},
         "mem_alpha_s": {k: v * clock for k, v in profile.mem_alpha_s.items()},
     }
+
+
+def _part_sms(measured: HardwareSpec | None, target: HardwareSpec) -> float:
+    """The SM count whose kernels' concurrency ``target``'s streams keep: the measured part's in a what-if of it,
+    the library part ``target`` is a what-if of (its lineage) when carried to one, else ``target``'s own."""
+    if measured is not None:
+        return measured.sm_count
+    from .spec import load_spec
+
+    # a what-if spec file's lineage, then the key itself (spec_with keeps the part's key: a sweep of its figures)
+    for key in (*getattr(target, "lineage", ()), target.key):
+        try:
+            return load_spec(key).sm_count
+        except Exception:  # a user's file in the chain, not in the library: the next one
+            continue
+    return target.sm_count
 
 
 def tensor_flops_per_sm_clock(spec: HardwareSpec, fmt: str = "bf16") -> float:

@@ -27,10 +27,28 @@ def test_dep_runs_attention_on_its_own_sequences_and_spreads_experts_over_all_gp
     assert dep["attn.core"].params["heads_q"] == 128 and dep["attn.core"].params["batch"] == 8
     assert tp8["attn.core"].params["heads_q"] == 16 and tp8["attn.core"].params["batch"] == 64
     assert "attn.allreduce" not in dep and "attn.allreduce" in tp8
-    # MoE: each GPU computes 1/8 of all 64 x 8 token-expert pairs, whole experts, dispatched by all-to-all
+    # MoE: each GPU computes 1/8 of all 64 x 8 token-expert pairs, whole experts; TensorRT-LLM gathers every
+    # rank's NVFP4-quantized tokens before the experts and reduce-scatters the bf16 outputs after
     assert dep["moe.permute"].params["tokens"] == pytest.approx(64 * 8 / 8)
-    assert dep["moe.dispatch"].kind == "all_to_all" and dep["moe.dispatch"].params["group"] == 8
+    assert dep["moe.gather"].kind == "all_gather" and dep["moe.gather"].params["group"] == 8
+    assert dep["moe.gather"].bytes == pytest.approx(64 * 7168 * 0.5625)
+    assert dep["moe.reduce_scatter"].bytes == pytest.approx(64 * 7168 * 2)
     assert dep["moe.gate_up"].params["n"] == 2 * 2048
+    # tensor-parallel attention: every rank holds every token, the experts' outputs are all-reduced
+    assert "moe.gather" not in tp8 and "moe.dispatch" not in tp8 and tp8["moe.allreduce"].params["group"] == 8
+
+
+def test_the_moe_exchange_follows_the_engine_or_the_flag():
+    """DeepEP-style all-to-all when asked: each rank dispatches its 8 sequences' token-expert pairs (bf16 under
+    vLLM, which does not quantize before the exchange) and combines them back."""
+    a2a = _ops(Scenario(tp=1, attention_dp=8, ep=8, dtype="fp8", engine="vllm", moe_exchange="all_to_all"))
+    assert a2a["moe.dispatch"].kind == "all_to_all" and a2a["moe.dispatch"].params["group"] == 8
+    assert a2a["moe.dispatch"].bytes == pytest.approx(64 * 8 / 8 * 7168 * 2)
+    assert "moe.gather" not in a2a
+    gather = _ops(Scenario(tp=1, attention_dp=8, ep=8, dtype="fp8", engine="vllm"))
+    assert gather["moe.gather"].bytes == pytest.approx(64 * 7168 * 2)  # bf16: vLLM's allgather_reducescatter
+    with pytest.raises(InputError, match="moe-exchange"):
+        Scenario(moe_exchange="ring").validated()
 
 
 def test_dep_memory_holds_whole_attention_weights_and_own_sequences():

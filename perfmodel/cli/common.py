@@ -69,6 +69,10 @@ def scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True) -> None:
     g.add_argument("--draft", default=None, metavar="MODEL",
                    help="with --mtp: a separate draft model (name or file) sharing the model's vocabulary, for "
                         "models without MTP layers")
+    g.add_argument("--moe-exchange", choices=("gather", "all_to_all"), default=None,
+                   help="how MoE layers meet other attention-DP ranks' tokens: gather (all-gather before, "
+                        "reduce-scatter after) or all_to_all (DeepEP-style dispatch and combine); default: the "
+                        "engine's")
     g.add_argument("--moe-imbalance", type=float, default=1.0,
                    help="busiest expert-parallel rank's routed tokens over the mean (default 1: uniform)")
     g.add_argument("--dtype", default="bf16", help="weights and GEMM format: bf16, fp16, fp8, fp4")
@@ -125,7 +129,7 @@ def scenario_from_args(args, batch=None):
               mtp=args.mtp, mtp_accept=args.mtp_accept, draft=args.draft, dtype=args.dtype, kv_dtype=args.kv_dtype, mode=args.mode,
               launch=args.launch, overlap=args.overlap, kernels=args.kernels, engine=args.engine,
               attention_kernel=args.attention_kernel, mem_fraction=args.mem_fraction,
-              kv_cache=getattr(args, "kv_cache", None))
+              kv_cache=getattr(args, "kv_cache", None), moe_exchange=getattr(args, "moe_exchange", None))
     if hasattr(args, "isl"):
         kw.update(isl=args.isl, osl=args.osl, batch=parse_batch(str(args.batch)) if batch is None else batch,
                   batching=args.batching, prefill_chunk=args.prefill_chunk)
