@@ -44,6 +44,9 @@ class Engine:
     # in the experts' GEMM format (fp8 or NVFP4 with their scales) rather than bf16
     moe_exchange: str = "gather"
     moe_quantized_exchange: bool = False
+    # the release whose documented defaults the preset follows, and the one NVIDIA's imported kernel tables
+    # were measured with (calibration/<part>-<engine>/environment.json)
+    version: str = ""
 
     def attention_for(self, generation: str) -> str:
         return self.attention.get(generation, self.attention["*"])
@@ -64,6 +67,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         kernels="fused", rotary="kv_write", launch="auto", fp8_kv=True, fp8_attention=True,
         prefill_chunk=8192, max_batch=2048, mem_policy="free", mem_fraction=0.9, mem_reserve=2 * GiB,
         moe_exchange="gather", moe_quantized_exchange=True,
+        version="TensorRT-LLM 1.0 defaults (PyTorch backend, LLM API); kernel tables measured with 1.3.0rc20",
         sources={
             "attention": "TensorRT-LLM docs, advanced/gpt-attention.md: context FMHA and XQA generation kernels",
             "moe_exchange": "TensorRT-LLM 1.x PyTorch backend with enable_attention_dp: the fused MoE all-gathers the "
@@ -88,6 +92,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         kernels="fused", rotary="kernel", launch="auto", fp8_kv=False, fp8_attention=False,
         prefill_chunk=8192, max_batch=1024, mem_policy="total", mem_fraction=0.9, mem_reserve=2 * GiB,
         moe_exchange="gather", moe_quantized_exchange=False,
+        version="vLLM 0.11 defaults (V1 engine); kernel tables measured with 0.24.0",
         sources={
             "moe_exchange": "vLLM VLLM_ALL2ALL_BACKEND default allgather_reducescatter with data-parallel attention "
                             "and expert parallelism (vllm/envs.py, v0.11); DeepEP's kernels when asked "
@@ -110,6 +115,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         kernels="fused", rotary="kernel", launch="auto", fp8_kv=False, fp8_attention=False,
         prefill_chunk=8192, max_batch=4096, mem_policy="total", mem_fraction={1: 0.88, 2: 0.87, 4: 0.85, 8: 0.81},
         mem_reserve=2 * GiB, moe_exchange="gather", moe_quantized_exchange=False,
+        version="SGLang 0.4-0.5 defaults (server_args.py); kernel tables measured with 0.5.14",
         sources={
             "moe_exchange": "SGLang --moe-a2a-backend default none: with --enable-dp-attention every DP rank's tokens "
                             "are gathered before the MoE and its output scattered back (layers/dp_attention.py); "
@@ -132,6 +138,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         attention={"*": "auto"},
         kernels="torch", rotary="eager", launch="eager", fp8_kv=False, fp8_attention=False,
         prefill_chunk=1 << 30, max_batch=1 << 30, mem_policy="total", mem_fraction=1.0, mem_reserve=2 * GiB,
+        version="PyTorch as this project's calibration suite ran it (calibration/h200/environment.json)",
         sources={
             "attention": "F.scaled_dot_product_attention with no backend forced: what the calibration profile "
                          "saw PyTorch dispatch to on the part",
@@ -147,6 +154,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         kernels="hf", rotary="eager", launch="eager", fp8_kv=False, fp8_attention=False,
         prefill_chunk=1 << 30, max_batch=1 << 30, mem_policy="total", mem_fraction=1.0, mem_reserve=2 * GiB,
         kv_cache="dynamic", batching="static",
+        version="transformers 5.17 generate() (measured: calibration/h200/hf)",
         sources={
             "attention": "attn_implementation='sdpa': F.scaled_dot_product_attention, PyTorch's dispatch (cuDNN on "
                          "the H200: calibration/h200/hf/kernels.csv)",

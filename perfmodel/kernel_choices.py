@@ -22,7 +22,7 @@ def choices(hw: HardwareSpec, sc: Scenario, prof: Profile) -> dict:
     """Per family: the kernel, and whether its efficiency was measured on ``prof``'s part or carried."""
     sc = sc.for_hardware(hw)
     eng = engine_for(sc.engine, hw.vendor)
-    out: dict = {"engine": {"key": eng.key, "name": eng.name, "sources": dict(eng.sources)}}
+    out: dict = {"engine": {"key": eng.key, "name": eng.name, "version": eng.version, "sources": dict(eng.sources)}}
     out["gemm"] = _gemm(sc, prof)
     attention = {}
     for phase in ("prefill", "decode"):
@@ -66,7 +66,8 @@ def _gemm(sc: Scenario, prof: Profile) -> dict:
 
 def assumption_lines(ch: dict) -> list[str]:
     """The choices as sentences for a projection's assumptions."""
-    out = [f"engine: {ch['engine']['name']} (--engine {ch['engine']['key']}; presets in docs/engines.md)"]
+    version = f"; {ch['engine']['version']}" if ch["engine"].get("version") else ""
+    out = [f"engine: {ch['engine']['name']} (--engine {ch['engine']['key']}{version}; presets in docs/engines.md)"]
     for phase in ("prefill", "decode"):
         a = ch["attention"][phase]
         line = f"{phase} attention: {a['name']}"

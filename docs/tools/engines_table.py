@@ -1,0 +1,63 @@
+"""The engine-preset table of docs/engines.md, from the presets themselves (perfmodel/engines.py).
+
+    python docs/tools/engines_table.py
+"""
+from __future__ import annotations
+
+ATTENTION = {"trtllm": "TensorRT-LLM FMHA / XQA", "fa3": "FlashAttention-3", "flash": "FlashAttention-2",
+             "flashinfer": "FlashInfer", "auto": "PyTorch's dispatch"}
+KERNELS = {"fused": ("one fused kernel", "one kernel"), "torch": ("`F.rms_norm`, separate add", "`silu(g) * u` (two kernels)"),
+           "hf": ("eight kernels in fp32, separate add", "two kernels")}
+ROTARY = {"kv_write": "inside the KV-cache write", "kernel": "one kernel", "eager": "eager (five calls each on q and k)"}
+LAUNCH = {"auto": "decode from CUDA graphs, prefill eager", "eager": "eager", "graph": "CUDA graphs"}
+HUGE = 1 << 29
+
+
+def _est(e, key: str, text: str) -> str:
+    """``text``, marked where the preset's source for ``key`` calls it an estimate."""
+    return f"{text} (estimate)" if e.sources.get(key, "").startswith("estimate") else text
+
+
+def _memory(e) -> str:
+    if e.mem_policy == "free":
+        return f"KV gets {e.mem_fraction:.0%} of what is free after weights and activations"
+    if isinstance(e.mem_fraction, dict):
+        shares = "/".join(f"{v:.0%}".rstrip("%") for v in e.mem_fraction.values())
+        tps = "/".join(str(k) for k in e.mem_fraction)
+        return f"{shares}% of the device (TP {tps})"
+    return "the whole device" if e.mem_fraction == 1.0 else f"{e.mem_fraction:.0%} of the device in all"
+
+
+def table() -> str:
+    from perfmodel.engines import ENGINES
+
+    engines = list(ENGINES.values())
+    rows = {
+        "defaults follow": [e.version for e in engines],
+        "attention (Hopper)": [ATTENTION.get(e.attention_for("hopper"), e.attention_for("hopper")) for e in engines],
+        "attention (Blackwell)": [ATTENTION.get(e.attention_for("blackwell"), e.attention_for("blackwell"))
+                                  for e in engines],
+        "attention (Ampere)": [ATTENTION.get(e.attention_for("ampere"), e.attention_for("ampere")) for e in engines],
+        "norm + residual": [KERNELS[e.kernels][0] for e in engines],
+        "SwiGLU": [KERNELS[e.kernels][1] for e in engines],
+        "rotary": [ROTARY[e.rotary] for e in engines],
+        "launches": [LAUNCH[e.launch] for e in engines],
+        "KV cache with fp8 weights": ["fp8" if e.fp8_kv else "model dtype" for e in engines],
+        "fp8 attention over an fp8 cache": [_est(e, "fp8_attention", "yes") if e.fp8_attention else "no"
+                                            for e in engines],
+        "prefill tokens per step": ["whole prompt" if e.prefill_chunk > HUGE else f"{e.prefill_chunk}"
+                                    for e in engines],
+        "most sequences at once": ["memory alone" if e.max_batch > HUGE else _est(e, "max_batch", f"{e.max_batch}")
+                                   for e in engines],
+        "memory": [_memory(e) for e in engines],
+        "batching": [e.batching for e in engines],
+        "MoE over attention-DP ranks": [_est(e, "moe_exchange", e.moe_exchange + (
+            ", in the experts' format" if e.moe_quantized_exchange else ", bf16")) for e in engines],
+    }
+    lines = ["| | " + " | ".join(f"`{e.key}`" for e in engines) + " |", "|---" * (len(engines) + 1) + "|"]
+    lines += [f"| {name} | " + " | ".join(cells) + " |" for name, cells in rows.items()]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(table())
