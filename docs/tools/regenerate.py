@@ -41,6 +41,7 @@ BLOCKS = (
     Block("what-if.md", "what-if-departures", "what_if_table.py", "departures"),
     Block("models.md", "models-projections", "models_table.py", "projections"),
     Block("engines.md", "engine-presets", "engines_table.py", "table"),
+    Block("training.md", "moe-layouts", "moe_layout_table.py", "table"),
 )
 
 # Figures in prose, each held by a test that recomputes it (not rewritten by this script)
