@@ -342,7 +342,18 @@ def check_fits(model: Model, sc: Scenario, hw, best: int, batch: int | None = No
         f"{model.name} at batch {want} needs {_gib(fixed + need.kv_cache)} per GPU ({terms}) but {hw.name} has "
         f"{_gib(need.capacity if need.kv_budget > 0 else need.visible * (sc.mem_fraction if sc.mem_policy == 'total' else 1.0))} "
         f"usable of {_gib(need.visible)} visible ({policy}): {short}"
-        + (f"; {hint} would fit" if hint else ""), field="--batch" if batch and batch > 1 else "--tp")
+        + (f"; {hint} would fit" if hint else ""), field=_blame(model, sc, hw, want, batch))
+
+
+def _blame(model: Model, sc: Scenario, hw, want: int, batch: int | None) -> str:
+    """The flag a scenario that does not fit is blamed on: a memory share below the engine's that alone keeps it
+    from fitting, else the batch (more than one sequence) or the layout."""
+    from .engines import engine_for
+
+    preset = engine_for(sc.engine, getattr(hw, "vendor", "nvidia")).fraction_for(sc.tp)
+    if sc.mem_fraction < preset and max_batch(model, sc.with_(mem_fraction=preset), hw) >= want:
+        return "--mem-fraction"
+    return "--batch" if batch and batch > 1 else "--tp"
 
 
 def _gib(x) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import functools
 import io
+import math
 import os
 import statistics
 from dataclasses import dataclass
@@ -81,6 +82,27 @@ def _rows(path: Path) -> list[dict]:
     return list(csv.DictReader(io.StringIO(read_input_text(path, what="a host-cost measurement (CSV)"))))
 
 
+MAX_HOST_US = 1e6  # a host cost per kernel, sync or request call is under a second (the measured: 2-3,500 us)
+MAX_KERNELS = 1e7  # kernels counted in one decode step
+
+
+def _number(r: dict, field: str, path: Path, line: int, top: float) -> float:
+    """A measured figure of a host-cost CSV row: finite, positive and under ``top``, else one line naming the
+    file, the row and the column (text, 1e308 or a zero had given a traceback, a 300-digit TTFT or no host
+    cost at all)."""
+    raw = r.get(field)
+    try:
+        v = float(raw)
+    except (TypeError, ValueError):
+        v = float("nan")
+    if not (math.isfinite(v) and 0.0 < v <= top):
+        from .safeyaml import printable
+
+        raise InputError(f"row {line}: expected a number in (0, {top:g}], got {printable(str(raw), 40)!r}",
+                         file=str(path), field=field)
+    return v
+
+
 def measured_host_costs(folder: str | Path) -> HostCosts:
     """The host costs of a ``perfmodel.measure.hf_generate`` output folder (``host.csv``, ``kernels.csv``)."""
     folder = Path(folder)
@@ -88,22 +110,23 @@ def measured_host_costs(folder: str | Path) -> HostCosts:
     if not host.is_file() or not kernels.is_file():
         raise InputError("not a host-cost measurement (expected host.csv and kernels.csv)", file=str(folder))
     per_step: dict[tuple[str, str, str], float] = {}
-    for r in _rows(kernels):
+    for line, r in enumerate(_rows(kernels), start=2):
         if r.get("phase") == "decode_step" and r.get("cache") == "dynamic":
-            key = (r["model"], r["batch"], r["ctx"])
-            per_step[key] = per_step.get(key, 0.0) + float(r["count"])
+            key = (r.get("model"), r.get("batch"), r.get("ctx"))
+            per_step[key] = per_step.get(key, 0.0) + _number(r, "count", kernels, line, MAX_KERNELS)
     rates, sync, setups, bare = [], [], [], []
-    for r in _rows(host):
+    for line, r in enumerate(_rows(host), start=2):
+        us = lambda: _number(r, "wall_us", host, line, MAX_HOST_US) * 1e-6  # noqa: E731
         if r.get("family") == "request" and r.get("name") == "generate_setup" and r.get("wall_us"):
-            setups.append(float(r["wall_us"]) * 1e-6)
+            setups.append(us())
         if r.get("family") == "launch" and r.get("name") == "add_inplace" and r.get("wall_us"):
-            bare.append(float(r["wall_us"]) * 1e-6)
+            bare.append(us())
         if r.get("family") == "decode_step" and r.get("name") == "decode_forward_nosync" and r.get("batch") == "1":
-            n = per_step.get((r["model"], r["batch"], r["ctx"]))
+            n = per_step.get((r.get("model"), r.get("batch"), r.get("ctx")))
             if n and n > GENERATE_STEP_KERNELS:
-                rates.append(float(r["wall_us"]) * 1e-6 / (n - GENERATE_STEP_KERNELS))
+                rates.append(us() / (n - GENERATE_STEP_KERNELS))
         if r.get("family") == "sync" and r.get("name") == "bool_max_eq0":
-            sync.append(float(r["wall_us"]) * 1e-6)
+            sync.append(us())
     if not rates:
         raise InputError("no host-bound decode step measured (decode_forward_nosync at batch 1)", file=str(host))
     kernel_s = statistics.median(rates)

@@ -994,6 +994,9 @@ def _model_from_hf_dict(cfg, path: Path) -> Model:
     if not isinstance(tie, bool):
         raise InputError(f"expected true or false, got {_short(tie)}", file=file, field="tie_word_embeddings")
     quant = c.get("quantization_config") or (outer.get("quantization_config") if mt in _HF_WRAPPERS else None)
+    if quant is not None and not isinstance(quant, dict):  # "junk" had silently dropped gpt-oss's MXFP4 experts
+        raise InputError(f"expected a mapping (quant_method and its fields), got {_short(quant)}", file=file,
+                         field="quantization_config")
     if kw["moe"] is not None:
         kw["expert_dtype"] = _hf_expert_dtype(quant)
     unused = c.unused()
@@ -1007,6 +1010,12 @@ def _model_from_hf_dict(cfg, path: Path) -> Model:
                  notes=tuple(notes), fp8_scaling=_hf_fp8_scaling(quant), **kw)
 
 
+# transformers' ACT2FN names a gated MLP may use (activations.py); anything else is not an activation
+HF_ACTIVATIONS = frozenset({"silu", "swish", "gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_accurate",
+                            "gelu_python", "quick_gelu", "relu", "relu2", "relu6", "leaky_relu", "mish", "tanh",
+                            "sigmoid", "laplace", "linear", "gelu_10", "prelu", "xielu"})
+
+
 def _hf_text_model(c: _Cfg, mt: str, notes: list[str]) -> dict:
     """The Model fields of a text model's config (c), by family; notes gets what is not modelled."""
     family = _HF_FAMILIES[mt][0]
@@ -1017,11 +1026,14 @@ def _hf_text_model(c: _Cfg, mt: str, notes: list[str]) -> dict:
     if kv_heads > heads or heads % kv_heads:
         raise c.error("num_key_value_heads", f"expected a divisor of num_attention_heads ({heads}), got {kv_heads}")
     vocab = c.int("vocab_size")
-    max_position = c.int("max_position_embeddings", default=0, minimum=0)
+    max_position = c.int("max_position_embeddings", default=0, minimum=1)  # given, it is a context of tokens
     gemma = family in ("gemma2", "gemma3")
     act_key = "hidden_activation" if gemma and c.has("hidden_activation") else "hidden_act"
     act = c.get(act_key, "silu")
     c.get("hidden_act")
+    if act not in HF_ACTIVATIONS:
+        raise c.error(act_key, f"expected one of transformers' activations ({', '.join(sorted(HF_ACTIVATIONS))}), "
+                      f"got {_short(act)}")
     if act not in ("silu", "swish"):
         notes.append(f"{act_key}={act} (gated MLP modelled as swiglu; same shapes)")
     kw: dict = dict(family=family, hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads, vocab=vocab,
@@ -1172,6 +1184,11 @@ def _hf_moe(c: _Cfg, family: str, layers: int, intermediate: int, notes: list[st
                   num_shared_experts=1, shared_intermediate=width, layer_step=step)
     elif family in ("deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "glm4_moe"):
         n_routed = c.int("n_routed_experts", default=0, minimum=0)
+        if n_routed == 0 and c.has("n_routed_experts") and (c.get("num_experts_per_tok") or 0):
+            # Kimi K2 with 0 routed experts had become a 33B dense model: a contradiction, not a dense config
+            # (a dense one leaves n_routed_experts null)
+            raise c.error("n_routed_experts", f"expected a positive number of routed experts with "
+                          f"num_experts_per_tok {_short(c.get('num_experts_per_tok'))}, got 0")
         if n_routed:
             n_shared = c.int("n_shared_experts", default=0, minimum=0)
             moe_inter = c.int("moe_intermediate_size")

@@ -750,6 +750,10 @@ def resolve_spec(name_or_path: str | Path) -> Path:
 
 
 def _resolve_uncached(text: str, hdir: Path) -> Path:
+    if "/" in text or os.sep in text or text.startswith("~"):
+        # a path names a file: never the library's file of the same name (`--arch ./b200.yaml` with no such
+        # file had loaded hardware/b200.yaml)
+        raise _err(f"no spec file at {text!r} (a path names a file; a bare name looks in {hdir})", None, "hardware")
     for cand in (hdir / text, hdir / f"{text}.yaml", hdir / f"{text}.yml"):
         if cand.is_file():
             return cand.resolve()

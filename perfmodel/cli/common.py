@@ -162,7 +162,20 @@ OUTPUT_FILE_FLAGS = {"out": "--out", "report": "--report", "export": "--export",
 
 def check_outputs_not_inputs(args) -> None:
     """Refuse (one line, before anything is computed) an output file that is one of the command's own input
-    files (a spec, a model, a profile, a CSV table, a trace): ``--out`` would replace what it was computed from."""
+    files (a spec, a model, a profile, a CSV table, a trace): ``--out`` would replace what it was computed from;
+    ``-`` as a file name (standard output is what leaving the flag out gives); and two outputs of one command
+    named alike (the second write would replace the first)."""
+    named = {flag: getattr(args, a) for a, flag in OUTPUT_FILE_FLAGS.items()
+             if isinstance(getattr(args, a, None), str) and getattr(args, a)}
+    seen: dict[str, str] = {}
+    for flag, path in named.items():
+        if path.strip() == "-":
+            raise InputError("'-' is not a file name: leave the flag out to write to standard output", field=flag)
+        key = os.path.abspath(path)
+        if key in seen:
+            raise InputError(f"is also the {seen[key]} output; give each output its own file", file=path,
+                             field=flag)
+        seen[key] = flag
     outs = {flag: getattr(args, a) for a, flag in OUTPUT_FILE_FLAGS.items() if isinstance(getattr(args, a, None), str)}
     outs = {flag: path for flag, path in outs.items() if path and os.path.isfile(path)}
     if not outs:

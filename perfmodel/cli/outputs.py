@@ -150,6 +150,8 @@ def cmd_sweep(args) -> int:
 
     if args.metric not in METRICS:
         raise InputError(f"expected one of {', '.join(METRICS)}, got {args.metric!r}", field="--metric")
+    check_output_file(args.out, "--out", (".csv", ".xlsx"))  # CSV or a workbook: nothing else under another name
+    check_output_file(args.plot, "--plot", (".svg",))
     axes = [parse_vary(v) for v in args.vary]
     check_grid(axes, parts=len(args.arch))
     sc = scenario_from_args(args)

@@ -100,9 +100,13 @@ def _gpu_hour_usd(args) -> float | None:
     import math
 
     v = getattr(args, "gpu_hour_usd", None)
-    if v is not None and not (math.isfinite(v) and v > 0):
-        raise InputError(f"expected a positive price per GPU-hour, got {v}", field="--gpu-hour-usd")
+    if v is not None and not (math.isfinite(v) and 0 < v <= MAX_GPU_HOUR_USD):
+        raise InputError(f"expected a price per GPU-hour in (0, {MAX_GPU_HOUR_USD:g}] US dollars, got {v:g}",
+                         field="--gpu-hour-usd")
     return v
+
+
+MAX_GPU_HOUR_USD = 1e4  # no GPU rents for more; 1e308 printed a 300-digit cost
 
 
 def cmd_step(args) -> int:

@@ -125,6 +125,16 @@ def _float(text, flag: str, *, positive: bool = True) -> float | None:
     return v
 
 
+def _price(text) -> float | None:
+    from .project import MAX_GPU_HOUR_USD
+
+    v = _float(text, "--gpu-hour-usd", positive=False)
+    if v is not None and v > MAX_GPU_HOUR_USD:
+        raise InputError(f"expected a price per GPU-hour up to {MAX_GPU_HOUR_USD:g} US dollars, got {text}",
+                         field="--gpu-hour-usd")
+    return v
+
+
 def _ms(text, flag: str) -> float | None:
     v = _float(text, flag)
     return None if v is None else v / 1e3
@@ -167,7 +177,7 @@ def _options(args, **kw):
     return ServeOptions(slo_ttft_s=_ms(args.slo_ttft_ms, "--slo-ttft-ms"),
                         slo_tpot_s=_ms(args.slo_tpot_ms, "--slo-tpot-ms"),
                         slo_e2e_s=_ms(args.slo_e2e_ms, "--slo-e2e-ms"),
-                        gpu_hour_usd=_float(getattr(args, "gpu_hour_usd", None), "--gpu-hour-usd", positive=False),
+                        gpu_hour_usd=_price(getattr(args, "gpu_hour_usd", None)),
                         kv_link=args.kv_link, **kw)
 
 

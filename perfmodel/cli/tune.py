@@ -117,9 +117,25 @@ def _show(ranking, args) -> int:
     return 0
 
 
+# Largest shape a ranking takes: a dimension of 16M (tokens, features) and 4096 heads of 1024 channels are past
+# any model; a query of 10^8 tokens ran for over a minute to rank one kernel
+MAX_DIM = 1 << 24
+MAX_HEADS = 4096
+MAX_HEAD_DIM = 1024
+
+
+def _bounded(args, limits: dict[str, int]) -> None:
+    """Every shape flag given a whole number in [1, its limit], checked before anything is ranked."""
+    for attr, top in limits.items():
+        v = getattr(args, attr, None)
+        if v is not None and not 1 <= v <= top:
+            raise InputError(f"expected a whole number from 1 to {top}, got {v}", field="--" + attr.replace("_", "-"))
+
+
 def cmd_gemm(args) -> int:
     from ..tune.rank import rank_gemm
 
+    _bounded(args, {"m": MAX_DIM, "n": MAX_DIM, "k": MAX_DIM})
     hw, prof = _resolve(args)
     consts, source = _constants(args, hw, prof)
     return _show(rank_gemm(hw, prof, args.m, args.n, args.k, args.dtype, args.grid, consts, source), args)
@@ -128,6 +144,8 @@ def cmd_gemm(args) -> int:
 def cmd_attention(args) -> int:
     from ..tune.rank import rank_attention
 
+    _bounded(args, {"batch": MAX_DIM, "heads": MAX_HEADS, "kv_heads": MAX_HEADS, "seq_q": MAX_DIM,
+                    "seq_kv": MAX_DIM, "head_dim": MAX_HEAD_DIM})
     hw, prof = _resolve(args)
     consts, source = _constants(args, hw, prof)
     kv = args.kv_heads if args.kv_heads is not None else args.heads

@@ -68,10 +68,16 @@ def parse_disagg(text: str | None) -> tuple[int, int] | None:
     t = text.strip().lower()
     import re
 
-    m = re.fullmatch(r"(\d+)p(\d+)d", t)
-    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
-        raise InputError(f"expected XpYd with X, Y >= 1 (e.g. 1p2d), got {text!r}", field="--disagg")
+    m = re.fullmatch(r"(\d{1,6})p(\d{1,6})d", t)
+    if not m or not (1 <= int(m.group(1)) <= MAX_INSTANCES and 1 <= int(m.group(2)) <= MAX_INSTANCES):
+        raise InputError(f"expected XpYd with 1 <= X, Y <= {MAX_INSTANCES} (e.g. 1p2d), got {text[:40]!r}",
+                         field="--disagg")
     return int(m.group(1)), int(m.group(2))
+
+
+# most instances of one role a simulation holds (each keeps its own queues and step tables; 99999999999p1d ran
+# out of memory): past a thousand the closed forms of `perfmodel project` answer at a fraction of the cost
+MAX_INSTANCES = 1024
 
 
 def max_seqs_for(model, sc, hw, reqs) -> int:
@@ -159,8 +165,8 @@ def simulate(hw, model, sc, prof, reqs, opts: ServeOptions = ServeOptions(), *, 
 
     if opts.kv_link not in ("auto", "scaleup", "scaleout"):
         raise InputError(f"expected auto, scaleup or scaleout, got {opts.kv_link!r}", field="--kv-link")
-    if opts.replicas < 1:
-        raise InputError(f"expected a positive number of replicas, got {opts.replicas}", field="--replicas")
+    if not 1 <= opts.replicas <= MAX_INSTANCES:
+        raise InputError(f"expected 1 to {MAX_INSTANCES} replicas, got {opts.replicas}", field="--replicas")
     if getattr(sc, "mtp", 0):
         raise InputError("speculative decoding is projected by `perfmodel project`, not simulated request by "
                          "request yet", field="--mtp")

@@ -234,11 +234,22 @@ def microbatch_time(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Pro
     return total
 
 
-def project_training(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Profile) -> TrainProjection:
-    ts = ts.validated(model)
+def check_part_runs(hw: HardwareSpec, ts: TrainScenario) -> None:
+    """Refuse (one line) a format the part's tensor cores cannot run, as inference does: fp8 before Hopper and Ada,
+    NVFP4 and the MXFP8 recipe's block-scaled products before Blackwell (they came with its fp4 tensor cores)."""
     if ts.dtype == "fp4" and "fp4" not in hw.tensor_flops:
         raise InputError(f"NVFP4 training needs fp4 tensor cores; {hw.name} has none (--dtype fp8 or bf16)",
                          field="--dtype")
+    if ts.dtype == "fp8" and "fp8" not in hw.tensor_flops:
+        raise InputError(f"fp8 training needs fp8 tensor cores; {hw.name} has none (--dtype bf16)", field="--dtype")
+    if ts.dtype == "fp8" and ts.fp8_recipe == "mxfp8" and "fp4" not in hw.tensor_flops:
+        raise InputError(f"the MXFP8 recipe needs block-scaled (MX) tensor cores, Blackwell's; {hw.name} has none "
+                         "(--fp8-recipe delayed, tensorwise or block)", field="--fp8-recipe")
+
+
+def project_training(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Profile) -> TrainProjection:
+    ts = ts.validated(model)
+    check_part_runs(hw, ts)
     params = training_params(prof)
     layers = M.stage_layers(model, ts)
     p, m, v = ts.pp, ts.micro_batches, ts.chunks

@@ -168,6 +168,9 @@ class TrainScenario:
         return self
 
     def _check_model(self, model) -> None:
+        if model.max_position and self.seq > model.max_position:
+            raise InputError(f"--seq {self.seq} exceeds the {model.max_position}-token context of {model.name} (train "
+                             "a longer context with a config whose max_position_embeddings says so)", field="--seq")
         if model.heads % self.tp:
             raise InputError(f"--tp {self.tp} must divide the {model.heads} attention heads of {model.name}",
                              field="--tp")

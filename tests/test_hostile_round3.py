@@ -1,0 +1,112 @@
+"""Hardening, third round (issue 27): each case of the issue, fed to the CLI as a user would, must give one line
+on stderr naming the flag or field, exit code 2, no traceback and nothing written."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfmodel.paths import repo_root
+
+CONFIGS = repo_root() / "tests" / "data" / "hf_configs"
+
+
+def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "perfmodel", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=120)
+
+
+def _one_line(done: subprocess.CompletedProcess, field: str) -> None:
+    assert done.returncode == 2, (done.returncode, done.stderr[-400:])
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-400:]
+    assert field in lines[0], lines[0]
+
+
+CLI_CASES = [
+    (["project", "--arch", "h200", "--model", "llama8b", "--out", "-"], "--out"),
+    (["sweep", "--arch", "h200", "--model", "llama8b", "--vary", "hbm_bandwidth=4TB/s,5TB/s", "--out", "x.parquet"],
+     "--out"),
+    (["sweep", "--arch", "h200", "--model", "llama8b", "--vary", "hbm_bandwidth=4TB/s,5TB/s", "--out", "s.svg",
+      "--plot", "s.svg"], "--plot"),
+    (["project", "--arch", "./b200.yaml", "--model", "llama8b"], "./b200.yaml"),
+    (["project", "--arch", "h200", "--model", "llama8b", "--mem-fraction", "1e-9"], "--mem-fraction"),
+    (["project", "--arch", "h200", "--model", "llama8b", "--gpu-hour-usd", "1e308"], "--gpu-hour-usd"),
+    (["serve", "--arch", "h200", "--model", "llama8b", "--disagg", "99999999999p1d", "--rate", "1", "--requests", "10"],
+     "--disagg"),
+    (["train", "--arch", "h100-sxm", "--model", "llama8b", "--gpus", "8", "--global-batch", "8", "--seq", "10000000"],
+     "--seq"),
+    (["train", "--arch", "a100-sxm-80gb", "--model", "llama8b", "--gpus", "8", "--global-batch", "8", "--seq", "4096",
+      "--dtype", "fp8"], "--dtype"),
+    (["train", "--arch", "h100-sxm", "--model", "llama8b", "--gpus", "8", "--global-batch", "8", "--seq", "4096",
+      "--dtype", "fp8", "--fp8-recipe", "mxfp8"], "--fp8-recipe"),
+    (["tune", "attention", "--arch", "h200", "--heads", "32", "--seq-q", "100000000"], "--seq-q"),
+    (["tune", "gemm", "--arch", "h200", "--m", "1", "--n", "4096", "--k", "1000000000000000000"], "--k"),
+]
+
+
+@pytest.mark.parametrize("args,field", CLI_CASES, ids=[" ".join(a[:1] + a[-2:]) for a, _ in CLI_CASES])
+def test_flags_out_of_range_are_one_line(tmp_path, args, field):
+    _one_line(_run(args, tmp_path), field)
+    assert not any(tmp_path.iterdir()), "nothing is written before every check passes"
+
+
+def _mutated(tmp_path: Path, src: str, **changes) -> Path:
+    d = json.loads((CONFIGS / src).read_text())
+    d.update(changes)
+    out = tmp_path / "config.json"
+    out.write_text(json.dumps(d))
+    return out
+
+
+CONFIG_CASES = [
+    ("moonshotai--Kimi-K2-Instruct_config.json", {"n_routed_experts": 0}, "n_routed_experts"),
+    ("openai--gpt-oss-120b_config.json", {"quantization_config": "junk"}, "quantization_config"),
+    ("Qwen--Qwen3-8B_config.json", {"max_position_embeddings": 0}, "max_position_embeddings"),
+    ("Qwen--Qwen3-8B_config.json", {"hidden_act": "<script>"}, "hidden_act"),
+    ("deepseek-ai--DeepSeek-V3.2_config.json", {"num_nextn_predict_layers": -1}, "num_nextn_predict_layers"),
+]
+
+
+@pytest.mark.parametrize("src,changes,field", CONFIG_CASES, ids=[f for _, _, f in CONFIG_CASES])
+def test_config_json_fields_are_checked(tmp_path, src, changes, field):
+    path = _mutated(tmp_path, src, **changes)
+    done = _run(["project", "--arch", "h200", "--model", str(path), "--tp", "8", "--dtype", "fp8"], tmp_path)
+    _one_line(done, field)
+    assert str(path) in done.stderr  # the file is named
+
+
+def test_a_real_config_still_loads(tmp_path):
+    done = _run(["project", "--arch", "h200", "--model", str(CONFIGS / "Qwen--Qwen3-8B_config.json")], tmp_path)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("value", ["abc", "1e308", "0", "-5", "nan"])
+def test_host_cost_measurements_are_checked(tmp_path, value):
+    """$PERFMODEL_HOST_COSTS names a measurement folder: its figures are read checked, and a bad one is blamed on
+    the file and column that hold it (it had been blamed on hardware/h200-sxm.yaml, or given a 300-digit TTFT)."""
+    import os
+    import shutil
+
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    src = repo_root() / "calibration" / "h200" / "hf"
+    shutil.copy(src / "kernels.csv", folder / "kernels.csv")
+    lines = (src / "host.csv").read_text().splitlines()
+    head = lines[0].split(",")
+    col = head.index("wall_us")
+    out = [lines[0]]
+    for line in lines[1:]:
+        cells = line.split(",")
+        if cells[0] == "decode_step" and cells[1] == "decode_forward_nosync":
+            cells[col] = value
+        out.append(",".join(cells))
+    (folder / "host.csv").write_text("\n".join(out) + "\n")
+    env = {**os.environ, "PERFMODEL_HOST_COSTS": str(folder)}
+    done = subprocess.run([sys.executable, "-m", "perfmodel", "project", "--arch", "h200", "--model", "llama8b",
+                           "--engine", "hf"], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    _one_line(done, "wall_us")
+    assert "host.csv" in done.stderr and "h200-sxm.yaml" not in done.stderr
