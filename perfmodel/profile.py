@@ -314,6 +314,26 @@ def _range_problem(key: str, v: float) -> str | None:
     return None if v <= MAX_OTHER else f"a number under {MAX_OTHER:g}"
 
 
+# The training parameters the cost code divides by or multiplies with (perfmodel.train.cost.TRAIN_DEFAULTS): each
+# a positive finite number (a dict of them per backend or kind) in range; `adamw_eta: 0` had divided by zero.
+_TRAINING_RANGES = {"gemm_dgrad_scale": MAX_ETA * 5, "gemm_wgrad_scale": MAX_ETA * 5, "attn_bwd_ratio": 100.0,
+                    "mem_bwd_scale": MAX_ETA * 5, "loss_scale": 100.0, "adamw_eta": MAX_FRACTION_OF_PEAK,
+                    "adamw_alpha_s": MAX_TIME_S}
+
+
+def _check_training(value: dict, file: str) -> None:
+    for k, top in _TRAINING_RANGES.items():
+        v = value.get(k)
+        if v is None:
+            continue
+        items = v.items() if isinstance(v, dict) else [("", v)]
+        for sub, x in items:
+            if not (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and 0 < x <= top):
+                where = f"training.{k}" + (f".{sub}" if sub else "")
+                raise InputError(f"expected a positive number up to {top:g}, got {json.dumps(x)[:40]}", file=file,
+                                 field=where)
+
+
 def load_profile(path: str | Path) -> Profile:
     """Read ``profile.json`` (or a calibration folder holding one), checking every field."""
     from .io import check_input_path, loads_json, read_input_bytes
@@ -388,6 +408,8 @@ def _check_field(key: str, value, default, file: str) -> None:
     elif key in _FREE_DICTS:
         if not isinstance(value, dict):
             raise bad("an object")
+        if key == "training":
+            _check_training(value, file)
     elif key in _COMM_DICTS:
         if not isinstance(value, dict) or not all(isinstance(k, str) and _COMM_KEY.match(k) and int(k.split(":")[1]) >= 2
                                                   for k in value):

@@ -110,3 +110,25 @@ def test_host_cost_measurements_are_checked(tmp_path, value):
                            "--engine", "hf"], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
     _one_line(done, "wall_us")
     assert "host.csv" in done.stderr and "h200-sxm.yaml" not in done.stderr
+
+
+def test_an_output_never_replaces_a_file_of_an_input_folder(tmp_path):
+    import shutil
+
+    src = tmp_path / "h200"
+    shutil.copytree(repo_root() / "calibration" / "h200", src, ignore=shutil.ignore_patterns("hf", "clock-course",
+                                                                                             "launch-paths"))
+    before = (src / "profile.json").read_bytes()
+    done = _run(["backtest", "--source", str(src), "--out", str(src / "profile.json")], tmp_path)
+    _one_line(done, "--out")
+    assert (src / "profile.json").read_bytes() == before
+
+
+def test_a_training_parameter_of_zero_is_refused_at_load(tmp_path):
+    prof = json.loads((repo_root() / "calibration" / "h200" / "profile.json").read_text())
+    prof["training"]["adamw_eta"] = 0
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "profile.json").write_text(json.dumps(prof))
+    done = _run(["train", "--arch", "h200", "--model", "llama8b", "--gpus", "8", "--global-batch", "8", "--seq", "4096",
+                 "--calibration", str(tmp_path / "p")], tmp_path)
+    _one_line(done, "training.adamw_eta")

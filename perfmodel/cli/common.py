@@ -157,7 +157,8 @@ def json_text(data) -> str:
 
 
 # flags naming a file a command writes (``--refit`` is left out: refitting a profile in place is its purpose)
-OUTPUT_FILE_FLAGS = {"out": "--out", "report": "--report", "export": "--export", "plot": "--plot"}
+OUTPUT_FILE_FLAGS = {"out": "--out", "report": "--report", "export": "--export", "plot": "--plot",
+                     "summary": "--summary"}
 
 
 def check_outputs_not_inputs(args) -> None:
@@ -187,6 +188,12 @@ def check_outputs_not_inputs(args) -> None:
         for x in value if isinstance(value, (list, tuple)) else (value,):
             if isinstance(x, str) and x and os.path.isfile(x):
                 inputs.append((name, x))
+            elif isinstance(x, str) and x and os.path.isdir(x):
+                # an input folder (a calibration, a measurement): none of the files already in it is an output
+                for flag, path in outs.items():
+                    if os.path.dirname(os.path.abspath(path)) == os.path.abspath(x):
+                        raise InputError(f"is a file of this command's --{name.replace('_', '-')} input folder; "
+                                         "refusing to overwrite it (give another file name)", file=path, field=flag)
     for flag, path in outs.items():
         for name, x in inputs:
             try:
