@@ -132,3 +132,33 @@ def test_a_training_parameter_of_zero_is_refused_at_load(tmp_path):
     done = _run(["train", "--arch", "h200", "--model", "llama8b", "--gpus", "8", "--global-batch", "8", "--seq", "4096",
                  "--calibration", str(tmp_path / "p")], tmp_path)
     _one_line(done, "training.adamw_eta")
+
+
+@pytest.mark.parametrize("kind", ["newlines", "deep"])
+def test_sustained_caps_what_it_reads(tmp_path, kind):
+    """A 1.2 MB gzip of 1.2 GB of newlines ran for minutes; a row nested 100,000 deep raised RecursionError."""
+    import gzip
+    import shutil
+    import time
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    shutil.copy(repo_root() / "calibration" / "h200-sxm-trtllm" / "environment.json", folder)
+    if kind == "newlines":
+        with gzip.open(folder / "measurements.jsonl.gz", "wb") as fh:
+            for _ in range(3):  # 3 million lines, past the cap of two
+                fh.write(b"\n" * (1 << 20))
+    else:
+        (folder / "measurements.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    t0 = time.perf_counter()
+    done = _run(["sustained", str(folder)], tmp_path)
+    assert time.perf_counter() - t0 < 60
+    _one_line(done, "not a measurement file")
+
+
+def test_rows_outside_any_gpu_time_are_not_read():
+    from perfmodel.fit.latency import well_formed
+
+    row = {"id": "a", "kind": "gemm", "params": {}}
+    assert well_formed({**row, "time_s": 1e-5})
+    assert not well_formed({**row, "time_s": 1e-300}) and not well_formed({**row, "time_s": 1e30})

@@ -58,13 +58,19 @@ def row_backend(r: dict) -> str | None:
     return backend if backend in KERNELS else None
 
 
+# A measured time no GPU operation falls outside: a launch alone takes about a microsecond and CUDA events
+# resolve half of one; an hour is no kernel (time_s 1e-300 had read as an infinite rate in `perfmodel sustained`)
+MIN_ROW_TIME_S = 1e-8
+MAX_ROW_TIME_S = 3600.0
+
+
 def well_formed(r) -> bool:
-    """A row the fitter can use: an object with a string id and kind, a params object, and a positive finite
-    time in seconds (a measured row; error rows carry none)."""
+    """A row the fitter can use: an object with a string id and kind, a params object, and a time in seconds
+    within what a GPU operation takes (a measured row; error rows carry none)."""
     t = r.get("time_s") if isinstance(r, dict) else None
     return (isinstance(r, dict) and isinstance(r.get("id"), str) and isinstance(r.get("kind"), str)
             and isinstance(r.get("params"), dict) and isinstance(t, (int, float)) and not isinstance(t, bool)
-            and math.isfinite(t) and t > 0)
+            and math.isfinite(t) and MIN_ROW_TIME_S <= t <= MAX_ROW_TIME_S)
 
 
 def load_cases(rows: list[dict], holdout: float, seed: int) -> tuple[list[Case], list[dict], list[dict], list[dict]]:
