@@ -162,3 +162,18 @@ def test_rows_outside_any_gpu_time_are_not_read():
     row = {"id": "a", "kind": "gemm", "params": {}}
     assert well_formed({**row, "time_s": 1e-5})
     assert not well_formed({**row, "time_s": 1e-300}) and not well_formed({**row, "time_s": 1e30})
+
+
+def test_a_large_sweep_plots_a_readable_chart(tmp_path):
+    """A 1000 x 1000 sweep had drawn a 137 MB SVG: the chart keeps at most 12 lines of 400 points (the CSV keeps
+    every point)."""
+    from perfmodel.outputs.sweep import PLOT_LINES, PLOT_POINTS, parse_vary, run_sweep, sweep_svg
+    from perfmodel.resolve import resolve_hardware, resolve_model, resolve_profile
+    from perfmodel.scenario import Scenario
+
+    hw = resolve_hardware("h200")
+    axes = [parse_vary("hbm_bandwidth=1TB/s:10TB/s:900"), parse_vary("batch=1:64:40")]
+    res = run_sweep(hw, resolve_model("llama8b"), Scenario().validated(), resolve_profile(None, hw), axes)
+    svg = sweep_svg(res)
+    assert svg.count("<path") == PLOT_LINES
+    assert len(svg) < 200 * PLOT_LINES * PLOT_POINTS  # a marked point with its tooltip: ~140 bytes

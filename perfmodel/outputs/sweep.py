@@ -353,6 +353,17 @@ def sweep_xlsx(res: SweepResult) -> bytes:
     return buf.getvalue()
 
 
+PLOT_LINES = 12
+PLOT_POINTS = 400
+
+
+def _evenly(n: int, most: int) -> list[int]:
+    """At most ``most`` indices of ``range(n)``, evenly spread, the first and the last among them."""
+    if n <= most:
+        return list(range(n))
+    return sorted({round(k * (n - 1) / (most - 1)) for k in range(most)})
+
+
 def sweep_svg(res: SweepResult, metric: str = "throughput_tok_s_per_gpu", title: str | None = None) -> str:
     """The metric against the first varied field, one line per part (several --arch) or per value of the
     second field (others at their first value)."""
@@ -381,14 +392,20 @@ def sweep_svg(res: SweepResult, metric: str = "throughput_tok_s_per_gpu", title:
             idx[si] = j
         return data[tuple(idx)]
 
+    # a chart a person reads: at most PLOT_LINES lines (evenly picked values of the second field, the first and
+    # last among them) of at most PLOT_POINTS points each (a 1000 x 1000 sweep had drawn a 137 MB SVG); the CSV
+    # keeps every point
+    points = _evenly(len(xs), PLOT_POINTS)
+    xs_plot = [xs[i] for i in points]
     series = []
     if si is not None:
         a1 = axes[si]
-        for j, v in enumerate(a1.values):
+        for j in _evenly(len(a1.values), PLOT_LINES if a1.field != "arch" else len(a1.values)):
+            v = a1.values[j]
             name = str(v) if a1.field == "arch" else f"{a1.field} = {_label_value(a1.field, v)}"
-            series.append(Series(name, xs, [at(i, j) for i in range(len(xs))]))
+            series.append(Series(name, xs_plot, [at(i, j) for i in points]))
     else:
-        series.append(Series(metric, xs, [at(i, None) for i in range(len(xs))]))
+        series.append(Series(metric, xs_plot, [at(i, None) for i in points]))
     pos = [x for x in xs if x > 0]
     logx = numeric and len(pos) == len(xs) and max(pos) / min(pos) >= 20
     fixed = "; ".join(f"{a.field} = {_label_value(a.field, a.values[0])}" for k, a in enumerate(axes)
