@@ -177,3 +177,27 @@ def test_a_large_sweep_plots_a_readable_chart(tmp_path):
     svg = sweep_svg(res)
     assert svg.count("<path") == PLOT_LINES
     assert len(svg) < 200 * PLOT_LINES * PLOT_POINTS  # a marked point with its tooltip: ~140 bytes
+
+
+def test_imported_table_cells_are_checked_before_conversion():
+    """aiconfigurator tables: null, text, NaN, negative, zero and 10^18 cells had given tracebacks, a
+    ZeroDivisionError (num_gpus 0) or absurd GEMMs; a dropped column a traceback; escapes reached the terminal."""
+    from perfmodel.errors import InputError
+    from perfmodel.imports.aiconfigurator import checked_columns, convert_gemm, convert_nccl
+
+    cols = {"kernel_source": ["cutlass", "\x1b[31mred", "x", "x", "x", "x", "x"],
+            "gemm_dtype": ["float16"] * 7,
+            "m": [16, None, "16", float("nan"), -4, 0, 16],
+            "n": [4096] * 7, "k": [4096, 4096, 4096, 4096, 4096, 4096, 10**18],
+            "latency": [0.01] * 7}
+    kept, dropped = checked_columns(cols, Path("gemm_perf.parquet"), "gemm_perf")
+    assert dropped == 6 and kept["m"] == [16]
+    assert all("\x1b" not in k for k in kept["kernel_source"])
+    assert len(convert_gemm(kept).rows) == 1
+    with pytest.raises(InputError) as e:
+        checked_columns({"m": [1], "latency": [0.01]}, Path("gemm_perf.parquet"), "gemm_perf")
+    assert e.value.field == "n" and "gemm_perf.parquet" in str(e.value)
+    nccl, dropped = checked_columns({"op_name": ["all_reduce"] * 2, "nccl_dtype": ["half"] * 2, "num_gpus": [0, 8],
+                                     "message_size": [1024, 1024], "latency": [0.01, 0.01]},
+                                    Path("nccl_perf.parquet"), "nccl_perf")
+    assert dropped == 1 and len(convert_nccl(nccl).rows) == 1

@@ -263,6 +263,55 @@ def read_columns(path: Path, columns: Iterable[str]) -> dict[str, list]:
     return {c: table.column(c).to_pylist() for c in cols}
 
 
+# What each table's converter indexes (the rest it reads with a default), the text columns, and the numeric
+# columns that may be 0 (a prefill's prefix, no window). A table cell is checked before any converter sees it: a
+# missing required column is refused in one line naming the file and column; a row with a null, text, NaN,
+# negative, zero (where a size must be positive) or implausibly large number is dropped and counted
+# (they had given tracebacks, a ZeroDivisionError at num_gpus 0, or GEMMs with k = 10^18 imported).
+REQUIRED_COLUMNS = {
+    "gemm_perf": ("m", "n", "k"), "scale_matrix_perf": ("m", "k"),
+    "context_attention_perf": ("batch_size", "num_heads", "num_key_value_heads", "head_dim", "isl"),
+    "generation_attention_perf": ("batch_size", "num_heads", "num_key_value_heads", "head_dim", "step"),
+    "context_mla_perf": ("batch_size", "num_heads", "isl"), "generation_mla_perf": ("batch_size", "num_heads", "step"),
+    "custom_allreduce_perf": ("num_gpus", "message_size"), "nccl_perf": ("num_gpus", "message_size"),
+    "moe_perf": ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"),
+}
+TEXT_COLUMNS = frozenset({"kernel_source", "gemm_dtype", "attn_dtype", "kv_cache_dtype", "mla_dtype", "op_name",
+                          "nccl_dtype", "allreduce_dtype", "implementation", "backend", "moe_dtype", "distribution",
+                          "quant_dtype"})
+MAY_BE_ZERO = frozenset({"step", "window_size", "isl"})
+MAX_CELL = 2**40  # a size, a count or a latency in ms: past it no table row is a measurement
+MAX_TEXT = 200
+
+
+def checked_columns(cols: dict[str, list], path: Path, table: str) -> tuple[dict[str, list], int]:
+    """``cols`` with every row whose cells are not plausible dropped, and how many were."""
+    from ..safeyaml import printable
+
+    for name in REQUIRED_COLUMNS.get(table, ()):
+        if name not in cols:
+            raise InputError(f"the {table} table has no {name} column", file=str(path), field=name)
+    n = len(next(iter(cols.values()))) if cols else 0
+    bad = [False] * n
+    required = set(REQUIRED_COLUMNS.get(table, ()))
+    for name, values in cols.items():
+        if name in TEXT_COLUMNS:
+            # escapes and control characters never reach a terminal or a row; long text is cut
+            cols[name] = [None if v is None else printable(str(v), MAX_TEXT) for v in values]
+            continue
+        low = 0.0 if name in MAY_BE_ZERO else 1e-30
+        for i, v in enumerate(values):
+            if v is None:
+                bad[i] = bad[i] or name in required
+            elif isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                    or not low <= v <= MAX_CELL:
+                bad[i] = True
+    if not any(bad):
+        return cols, 0
+    keep = [i for i in range(n) if not bad[i]]
+    return {name: [values[i] for i in keep] for name, values in cols.items()}, n - len(keep)
+
+
 def _rows(cols: dict[str, list]) -> Iterator[dict]:
     names = list(cols)
     for values in zip(*(cols[n] for n in names)):
@@ -660,7 +709,11 @@ def import_system(src: Source, system: str, engine: str, out: Path, *, version: 
         if hit is None:
             continue
         path, used = hit
-        conv = plan.convert(read_columns(path, plan.columns))
+        cols, dropped = checked_columns(read_columns(path, plan.columns), path, plan.table)
+        conv = plan.convert(cols)
+        if dropped:
+            conv.read += dropped
+            conv.skipped["a cell null, not a number, out of range"] = dropped
         for r in conv.rows:
             r["source"] = f"{plan.table}@{used}"
         whole += conv.rows
@@ -674,7 +727,11 @@ def import_system(src: Source, system: str, engine: str, out: Path, *, version: 
         hit = _nccl_table(src, system)
         if hit is not None:
             path, used = hit
-            conv = convert_nccl(read_columns(path, NCCL_COLUMNS))
+            cols, dropped = checked_columns(read_columns(path, NCCL_COLUMNS), path, "nccl_perf")
+            conv = convert_nccl(cols)
+            if dropped:
+                conv.read += dropped
+                conv.skipped["a cell null, not a number, out of range"] = dropped
             for r in conv.rows:
                 r["source"] = f"nccl_perf@{used}"
             rows += conv.rows
