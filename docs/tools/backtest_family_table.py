@@ -24,15 +24,15 @@ def _cell(x) -> str:
     return "-" if not x else f"{x['median_abs_error']:.0%} ({x['signed_median']:+.0%})"
 
 
-def main() -> None:
+def table() -> str:
+    """The family table of docs/backtest.md (marked block ``family-table``; docs/tools/regenerate.py)."""
     cal = repo_root() / "calibration"
     columns = []
     for _, target in TARGETS:
         before = summary_by_family(backtest(cal / "h200", cal / target))
         carried = summary_by_family(backtest(cal / "h200-sxm-trtllm", cal / target))
         columns.append((before, carried))
-    print("| family | " + " | ".join(name for name, _ in TARGETS) + " |")
-    print("|---|" + "---|" * len(TARGETS))
+    lines = ["| family | " + " | ".join(name for name, _ in TARGETS) + " |", "|---|" + "---|" * len(TARGETS)]
     for fam in FAMILIES:
         cells = []
         for before, carried in columns:
@@ -42,8 +42,9 @@ def main() -> None:
             b, c = before.get(fam, {}), carried.get(fam, {})
             cells.append(f"{_cell(b.get('datasheet'))} / {_cell(c.get('datasheet'))} / {_cell(c.get('sustained'))} / "
                          f"{_cell(c.get('own'))}")
-        print(f"| {fam} | " + " | ".join(cells) + " |")
+        lines.append(f"| {fam} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
-    main()
+    print(table())

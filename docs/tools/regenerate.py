@@ -42,6 +42,7 @@ BLOCKS = (
     Block("models.md", "models-projections", "models_table.py", "projections"),
     Block("engines.md", "engine-presets", "engines_table.py", "table"),
     Block("training.md", "moe-layouts", "moe_layout_table.py", "table"),
+    Block("backtest.md", "family-table", "backtest_family_table.py", "table", slow=True),
 )
 
 # Figures in prose, each held by a test that recomputes it (not rewritten by this script)

@@ -174,7 +174,7 @@ def check_outputs_not_inputs(args) -> None:
             raise InputError("'-' is not a file name: leave the flag out to write to standard output", field=flag)
         key = os.path.abspath(path)
         if key in seen:
-            raise InputError(f"is also the {seen[key]} output; give each output its own file", file=path,
+            raise InputError(f"the same file as the {seen[key]} output; give each output its own file", file=path,
                              field=flag)
         seen[key] = flag
     outs = {flag: getattr(args, a) for a, flag in OUTPUT_FILE_FLAGS.items() if isinstance(getattr(args, a, None), str)}
