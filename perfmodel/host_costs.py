@@ -19,9 +19,7 @@ other parts unchanged (the host is not the GPU).
 """
 from __future__ import annotations
 
-import csv
 import functools
-import io
 import math
 import os
 import statistics
@@ -31,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import InputError
-from .io import read_input_text
+from .io import csv_dict_rows, read_input_text
 from .paths import calibration_dir
 
 GENERATE_STEP_KERNELS = 14  # kernels generate() launches a decode step outside the forward (kernels.csv, H200)
@@ -79,7 +77,7 @@ DEFAULT = HostCosts(kernel_s=KERNEL_S, step_s=_step_s(KERNEL_S, SYNC_S), request
 
 
 def _rows(path: Path) -> list[dict]:
-    return list(csv.DictReader(io.StringIO(read_input_text(path, what="a host-cost measurement (CSV)"))))
+    return csv_dict_rows(read_input_text(path, what="a host-cost measurement (CSV)"), file=str(path))
 
 
 MAX_HOST_US = 1e6  # a host cost per kernel, sync or request call is under a second (the measured: 2-3,500 us)

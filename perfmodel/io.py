@@ -387,3 +387,19 @@ def loads_json(data: bytes | str, *, file: str, what: str, max_depth: int = MAX_
         raise InputError(f"not UTF-8 text (byte {e.start}); expected {what}", file=file, field=field) from None
     except RecursionError:
         raise InputError(f"nested too deeply; expected {what}", file=file, field=field) from None
+
+
+def csv_dict_rows(text: str, *, file: str) -> list[dict]:
+    """Every row of a CSV text as a dict; a malformed one (a field over csv's 128 KiB limit, a NUL byte) is one
+    line naming the file and the line, never a traceback."""
+    import csv
+    import io as _io
+
+    reader = csv.DictReader(_io.StringIO(text))
+    rows: list[dict] = []
+    try:
+        for row in reader:
+            rows.append(row)
+    except csv.Error as e:
+        raise InputError(f"line {reader.line_num}: not a CSV row ({e})", file=file) from None
+    return rows

@@ -19,8 +19,6 @@ same scenario, isl and osl (:func:`perfmodel.serve.simulate.build_instance`).
 """
 from __future__ import annotations
 
-import csv
-import io
 import math
 import re
 import statistics
@@ -28,7 +26,7 @@ from pathlib import Path
 
 from .errors import InputError
 from .imports.aic_silicon import disagg_layouts
-from .io import read_input_text
+from .io import csv_dict_rows, read_input_text
 
 REQUIRED = ("id", "kind", "model", "hardware", "tp", "pp", "precision", "isl", "osl", "batch", "metric", "value")
 METRICS = {"output_throughput_per_gpu": "throughput_tok_s_per_gpu", "ttft": "ttft_ms", "tpot": "tpot_ms",
@@ -150,7 +148,7 @@ def run_validation(path=None, *, calibration=None, mode: str = "latency", engine
 
     p = Path(path) if path else default_csv()
     text = read_input_text(p, what="a validation table (CSV)", max_bytes=8 * 2**20)
-    rows = list(csv.DictReader(io.StringIO(text)))
+    rows = csv_dict_rows(text, file=str(p))
     if rows:
         missing = [c for c in REQUIRED if c not in rows[0]]
         if missing:

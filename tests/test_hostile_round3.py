@@ -201,3 +201,14 @@ def test_imported_table_cells_are_checked_before_conversion():
                                      "message_size": [1024, 1024], "latency": [0.01, 0.01]},
                                     Path("nccl_perf.parquet"), "nccl_perf")
     assert dropped == 1 and len(convert_nccl(nccl).rows) == 1
+
+
+def test_a_csv_field_over_the_csv_limit_is_one_line(tmp_path):
+    """A serve trace, a validation table, a host-cost CSV: a field over csv's 128 KiB limit had raised _csv.Error."""
+    trace = tmp_path / "w.csv"
+    trace.write_text("arrival_s,isl,osl\n0," + "1" * 200_000 + ",10\n")
+    _one_line(_run(["serve", "--arch", "h200", "--model", "llama8b", "--arrival", "trace", str(trace)], tmp_path),
+              "not a CSV row")
+    table = tmp_path / "v.csv"
+    table.write_text("id,kind,model,hardware\n1,inference,llama8b," + "x" * 200_000 + "\n")
+    _one_line(_run(["validate", "--csv", str(table)], tmp_path), "not a CSV row")

@@ -84,8 +84,12 @@ def _rows(path: Path):
         if not heads & set(ALIASES[field]):
             raise InputError(f"no {field} column (header: {', '.join(reader.fieldnames)}; expected "
                              f"{' or '.join(ALIASES[field])})", file=str(path))
-    for n, row in enumerate(reader, 2):
-        yield n, row
+    n = 1
+    try:
+        for n, row in enumerate(reader, 2):
+            yield n, row
+    except csv.Error as e:  # a field over csv's 128 KiB limit, a NUL byte: a malformed CSV, one line
+        raise InputError(f"line {n + 1}: not a CSV row ({e})", file=str(path)) from None
 
 
 def read_trace(path: str | Path, limit: int | None = None) -> Requests:

@@ -137,16 +137,16 @@ def training_value(row: dict, calibration=None) -> tuple[float, str]:
 
 def run_training_validation(paths, calibration=None) -> list[dict]:
     """Rows of kind ``training`` from each CSV, predicted (same record shape as perfmodel.validate)."""
-    import csv
-    import io
     from pathlib import Path
+
+    from ..io import csv_dict_rows
 
     out = []
     for path in paths:
         p = Path(path)
         if not p.is_file():
             raise InputError("no such file", file=str(p))
-        for i, row in enumerate(csv.DictReader(io.StringIO(p.read_text(encoding="utf-8-sig"))), start=2):
+        for i, row in enumerate(csv_dict_rows(p.read_text(encoding="utf-8-sig"), file=str(p)), start=2):
             if row.get("kind") != "training":
                 continue
             rec = {"id": row["id"], "kind": "training", "hardware": row["hardware"], "model": row["model"],
