@@ -212,3 +212,17 @@ def test_a_csv_field_over_the_csv_limit_is_one_line(tmp_path):
     table = tmp_path / "v.csv"
     table.write_text("id,kind,model,hardware\n1,inference,llama8b," + "x" * 200_000 + "\n")
     _one_line(_run(["validate", "--csv", str(table)], tmp_path), "not a CSV row")
+
+
+def test_a_sidecar_that_does_not_match_its_trace_is_one_line(tmp_path):
+    """`layers: 5000` in the sidecar of a two-layer trace had read 0.0 us a layer with exit 0."""
+    import shutil
+
+    src = repo_root() / "tests" / "data" / "traces"
+    shutil.copy(src / "synthetic_llama_prefill.json.gz", tmp_path)
+    side = json.loads((src / "synthetic_llama_prefill.sidecar.json").read_text())
+    side["model"]["layers"] = 5000
+    (tmp_path / "synthetic_llama_prefill.sidecar.json").write_text(json.dumps(side))
+    done = _run(["trace", "import", str(tmp_path / "synthetic_llama_prefill.json.gz"), "--arch", "h200"], tmp_path)
+    _one_line(done, "model.layers")
+    assert "sidecar.json" in done.stderr

@@ -68,9 +68,15 @@ def cmd_import(args) -> int:
     with progress(len(args.traces), "trace import") as tick:
         for t in args.traces:
             path = Path(t)
-            side = read_sidecar(args.sidecar or sidecar_path(path))
+            side_file = args.sidecar or sidecar_path(path)
+            side = read_sidecar(side_file)
             kernels = read_trace(path)
-            rows, annotated = residual_rows(kernels, side, hw, prof)
+            try:
+                rows, annotated = residual_rows(kernels, side, hw, prof)
+            except InputError as e:
+                if e.field != "model.layers" or e.file:
+                    raise
+                raise InputError(e.detail, file=str(side_file), field=e.field) from None  # the sidecar is wrong
             mapped.append((side, kernels))
             title = (f"{path.name}: {side.extra.get('model_name', 'model')} {side.phase}, batch {side.batch}, seq "
                      f"{side.seq}, context {side.context}, {side.dtype} on {side.extra.get('device', '?')} "

@@ -173,6 +173,15 @@ def attribute(kernels: list[Kernel], layers: int) -> tuple[dict[str, list[float]
         e = per.setdefault(row, {"t": {}, "n": 0})
         e["t"][layer] = e["t"].get(layer, 0.0) + k.dur_s
         e["n"] += 1
+    indices = {x for e in per.values() for x in e["t"] if x is not None}
+    if indices and max(indices) >= layers:  # layers.<i> past the sidecar's count: a sidecar of another model
+        raise InputError(f"the trace's modules reach layers.{max(indices)}, the sidecar says {layers} layers",
+                         field="model.layers")
+    if indices and len(indices) < layers:
+        # the sidecar counts more layers than the trace ran: each measured layer would be divided by the
+        # sidecar's count (layers: 5000 had read 0.0 us a layer)
+        raise InputError(f"the trace holds {len(indices)} decoder layers (layers.0 .. layers.{max(indices)}), the "
+                         f"sidecar says {layers}", field="model.layers")
     out = {}
     for row, e in per.items():
         seen = [x for x in e["t"] if x is not None]
