@@ -226,3 +226,19 @@ def test_a_sidecar_that_does_not_match_its_trace_is_one_line(tmp_path):
     done = _run(["trace", "import", str(tmp_path / "synthetic_llama_prefill.json.gz"), "--arch", "h200"], tmp_path)
     _one_line(done, "model.layers")
     assert "sidecar.json" in done.stderr
+
+
+def test_an_import_never_writes_into_another_calibration(tmp_path):
+    """`import --out` into a folder holding another part's calibration had mixed them (a later fit labelled H200
+    rows as H100's)."""
+    import shutil
+
+    held = tmp_path / "held"
+    shutil.copytree(repo_root() / "calibration" / "h100-sxm-trtllm", held)
+    before = sorted((p.name, p.stat().st_size) for p in held.iterdir())
+    done = _run(["import", "aiconfigurator", "--system", "h200_sxm", "--engine", "trtllm", "--out", str(held)],
+                tmp_path)
+    if "pip install" in done.stderr:
+        pytest.skip("aiconfigurator-core is not installed")
+    _one_line(done, "h100_sxm / trtllm")
+    assert sorted((p.name, p.stat().st_size) for p in held.iterdir()) == before

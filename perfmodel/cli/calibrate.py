@@ -182,6 +182,34 @@ def cmd_fit(args) -> int:
     return 0
 
 
+def _refuse_another_calibration(out, system: str, engine: str) -> None:
+    """An import writes into an empty folder or one holding an import of the same system and engine: never into
+    another calibration, whose rows a later fit would read as this part's (H200 rows fitted as an H100's)."""
+    import json
+
+    if not out.is_dir():
+        return
+    if (out / "measurements.jsonl").exists():
+        raise InputError("holds this project's own measurements (measurements.jsonl); give an empty folder",
+                         file=str(out), field="--out")
+    env = out / "environment.json"
+    if not env.exists():
+        if any(out.iterdir()):
+            raise InputError("is not empty and holds no calibration of this system; give an empty folder",
+                             file=str(out), field="--out")
+        return
+    try:
+        imp = json.loads(env.read_text(encoding="utf-8")).get("import") or {}
+    except (OSError, ValueError, AttributeError):
+        imp = {}
+    if not isinstance(imp, dict) or imp.get("system") != system or imp.get("engine") != engine:
+        from ..safeyaml import printable
+
+        held = f"{imp.get('system')} / {imp.get('engine')}" if isinstance(imp, dict) and imp else "another calibration"
+        raise InputError(f"holds {printable(held, 60)}, not {system} / {engine}; give an empty folder or that "
+                         "import's own", file=str(out), field="--out")
+
+
 def cmd_import(args) -> int:
     from pathlib import Path
 
@@ -203,6 +231,7 @@ def cmd_import(args) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise InputError("exists and is not a folder", file=str(out), field="--out")
+    _refuse_another_calibration(out, args.system, args.engine)
     families = [f.strip() for f in args.families.split(",")] if args.families else list(aic.FAMILIES)
     unknown = sorted(set(families) - set(aic.FAMILIES))
     if unknown:
