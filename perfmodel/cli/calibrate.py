@@ -215,6 +215,8 @@ def cmd_import(args) -> int:
 
     from ..imports import aiconfigurator as aic
 
+    if not args.list and args.out and args.system and args.engine:  # before the package is looked for
+        _refuse_another_calibration(Path(args.out), args.system, args.engine)
     src = aic.find_source(args.data)
     if args.list:
         print(f"{aic.PACKAGE} {src.version} at {src.systems}")
