@@ -281,8 +281,16 @@ def load_json(data: bytes | str, *, file: str, what: str = "JSON file", max_byte
     def no_constant(name):
         raise ValueError(f"{name} is not a JSON number")
 
+    def unique(pairs):  # json keeps the last of a repeated key silently; a config that says two things is refused
+        out = {}
+        for k, v in pairs:
+            if k in out:
+                raise ValueError(f"the key {key_text(k)} appears twice in one object")
+            out[k] = v
+        return out
+
     try:
-        value = json.loads(data, parse_constant=no_constant)
+        value = json.loads(data, parse_constant=no_constant, object_pairs_hook=unique)
     except json.JSONDecodeError as e:
         raise InputError(f"not valid JSON: {e.msg}", file=file, field=f"line {e.lineno}, column {e.colno}") from None
     except ValueError as e:  # NaN / Infinity

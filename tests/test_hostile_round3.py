@@ -79,6 +79,13 @@ def test_config_json_fields_are_checked(tmp_path, src, changes, field):
     assert str(path) in done.stderr  # the file is named
 
 
+def test_a_config_with_a_key_twice_is_refused(tmp_path):
+    path = tmp_path / "config.json"
+    text = (CONFIGS / "Qwen--Qwen3-8B_config.json").read_text().replace('"hidden_size"', '"hidden_size": 8,\n  "hidden_size"', 1)
+    path.write_text(text)
+    _one_line(_run(["project", "--arch", "h200", "--model", str(path)], tmp_path), "appears twice")
+
+
 def test_a_real_config_still_loads(tmp_path):
     done = _run(["project", "--arch", "h200", "--model", str(CONFIGS / "Qwen--Qwen3-8B_config.json")], tmp_path)
     assert done.returncode == 0, done.stderr
