@@ -555,6 +555,20 @@ def active_experts(num_experts: int, top_k: int, routed_tokens):
     return num_experts * (1.0 - keep ** O.backend_of(routed_tokens).minimum(routed_tokens, cap))
 
 
+def ranks_per_token(num_experts: int, top_k: int, ep: int) -> float:
+    """Expected number of distinct EP ranks a token's top_k experts live on (uniform routing, num_experts/ep
+    experts a rank): ep * (1 - C(E - E/ep, k) / C(E, k)). A DeepEP-style dispatch sends a token once to each such
+    rank and combines one partial sum from each, not one copy per expert: DeepSeek-V3 over EP 8 sends 5.3 copies
+    of a token, not 8 (0.66 of the bytes); over EP 64, 7.7."""
+    per_rank = num_experts // ep
+    if ep <= 1 or per_rank <= 0:
+        return float(min(top_k, max(ep, 1)))
+    miss = 1.0
+    for i in range(top_k):  # C(E - E/ep, k) / C(E, k) as a product
+        miss *= max(num_experts - per_rank - i, 0) / (num_experts - i)
+    return ep * (1.0 - miss)
+
+
 def moe_expert_ops(tokens, hidden: int, width: int, top_k: int, num_experts: int, ep: int, w: str, act: str,
                    ph: str, *, gated: bool = True, fused: bool = True, imbalance: float = 1.0,
                    weight_dtype: str | None = None) -> list[O.Op]:
@@ -637,8 +651,8 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
       (in the experts' GEMM format where the engine quantizes first, ``sc.moe_quantized_exchange``) and the
       outputs reduce-scattered back after (TensorRT-LLM's attention DP, vLLM's allgather_reducescatter,
       SGLang's DP attention);
-    - ``all_to_all`` (ep > 1): each token's copies dispatched to its experts' ranks and combined back
-      (DeepEP, TensorRT-LLM's MNNVL all-to-all).
+    - ``all_to_all`` (ep > 1): each token dispatched once to every rank holding any of its experts and one
+      partial sum a rank combined back (DeepEP, TensorRT-LLM's MNNVL all-to-all; :func:`ranks_per_token`).
     """
     moe = model.moe
     assert moe is not None
@@ -658,8 +672,10 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
     sent = _b(w) if sc.moe_quantized_exchange and w in ("fp8", "fp4") else _b(act)
     exchange = "all_to_all" if sc.moe_exchange == "all_to_all" and ep > 1 else "gather"
     gathered = exchange == "gather" and sc.attention_dp > 1
+    # a DeepEP-style exchange sends a token once to each rank holding any of its experts, not once per expert
+    copies = ranks_per_token(moe.num_experts, moe.top_k, ep) / moe.top_k if exchange == "all_to_all" else 1.0
     if exchange == "all_to_all":
-        ops.append(O.collective("moe.dispatch", "all_to_all", routed * h * sent, ep, phase=ph))
+        ops.append(O.collective("moe.dispatch", "all_to_all", routed * copies * h * sent, ep, phase=ph))
     elif gathered:
         ops.append(O.collective("moe.gather", "all_gather", group_tokens * h * sent, sc.moe_group, phase=ph))
     experts = moe_expert_ops(group_tokens, h, width, moe.top_k, moe.num_experts, ep, w, act, ph,
@@ -671,7 +687,7 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
                    for op in experts]
     ops += experts
     if exchange == "all_to_all":
-        ops.append(O.collective("moe.combine", "all_to_all", routed * h * _b(act), ep, phase=ph))
+        ops.append(O.collective("moe.combine", "all_to_all", routed * copies * h * _b(act), ep, phase=ph))
         if shard > 1:  # each expert split over shard ranks: their partial outputs meet
             ops.append(O.collective("moe.allgather", "all_gather", tokens * h * _b(act), shard, phase=ph))
     elif gathered:  # every rank's partial outputs summed and each DP rank's own tokens scattered back

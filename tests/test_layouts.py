@@ -1,11 +1,13 @@
 """Inference layouts: attention data parallel with expert-parallel MoE ("DEP"), expert load imbalance."""
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from perfmodel import capacity
 from perfmodel.errors import InputError
-from perfmodel.graph import Step, build_ops
+from perfmodel.graph import Step, build_ops, ranks_per_token
 from perfmodel.models import load_model
 from perfmodel.projection import project
 from perfmodel.scenario import Scenario
@@ -43,7 +45,10 @@ def test_the_moe_exchange_follows_the_engine_or_the_flag():
     vLLM, which does not quantize before the exchange) and combines them back."""
     a2a = _ops(Scenario(tp=1, attention_dp=8, ep=8, dtype="fp8", engine="vllm", moe_exchange="all_to_all"))
     assert a2a["moe.dispatch"].kind == "all_to_all" and a2a["moe.dispatch"].params["group"] == 8
-    assert a2a["moe.dispatch"].bytes == pytest.approx(64 * 8 / 8 * 7168 * 2)
+    # one copy a token per rank holding any of its 8 experts (5.3 of 8 ranks on average), not one per expert
+    copies = ranks_per_token(256, 8, 8)
+    assert copies == pytest.approx(8 * (1 - math.comb(224, 8) / math.comb(256, 8)))
+    assert a2a["moe.dispatch"].bytes == pytest.approx(64 / 8 * copies * 7168 * 2)
     assert "moe.gather" not in a2a
     gather = _ops(Scenario(tp=1, attention_dp=8, ep=8, dtype="fp8", engine="vllm"))
     assert gather["moe.gather"].bytes == pytest.approx(64 * 7168 * 2)  # bf16: vLLM's allgather_reducescatter
