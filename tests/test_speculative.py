@@ -95,11 +95,3 @@ def test_the_cli_takes_one_rate_per_position(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "perfmodel", "project", "--arch", "h200", "--model", "qwen3-32b",
                           "--mtp", "2", "--mtp-accept", "0.9,x"], capture_output=True, text=True)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "--mtp-accept" in bad.stderr
-
-
-def test_a_weight_only_expert_format_states_its_known_bias():
-    """gpt-oss's MXFP4 experts under bf16 products are priced by the bf16 model (the engines' tables of the format
-    are not imported yet, issue 25): the assumptions say so, and a model without narrower experts says nothing."""
-    gpt = project("h200", "gpt-oss-120b")
-    assert any("experts stored in fp4 under bf16" in a and "too fast" in a for a in gpt.assumptions)
-    assert not any("experts stored in" in a for a in project("h200", "mixtral", tp=2).assumptions)
