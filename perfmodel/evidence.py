@@ -145,10 +145,28 @@ def _part_distance(prof: Profile, hw: HardwareSpec) -> int:
     return len(hw.lineage) + 1 if rank is None else rank
 
 
-def _rank(hw: HardwareSpec, engine: str, family: str, prof: Profile, source: HardwareSpec | None):
+def reference_spec(hw: HardwareSpec) -> HardwareSpec:
+    """The part whose figures rank the evidence for ``hw``: the library's file of its key (a sweep's what-if keeps
+    the key and changes figures), else the library part a what-if file extends (its lineage), else ``hw``. A what-if keeps its part's evidence:
+    ranked by its own changed bandwidth, a GH200 with 6% more had swapped its MoE and collective profiles for
+    another part's, and its decode step had slowed by 2.6%."""
+    from .spec import load_spec
+
+    for key in (hw.key, *getattr(hw, "lineage", ())[:1]):  # a library part's own file first, then a file's parent
+        try:
+            return load_spec(key)
+        except Exception:  # a user's file, not in the library
+            continue
+    return hw
+
+
+def _rank(hw: HardwareSpec, engine: str, family: str, prof: Profile, source: HardwareSpec | None,
+          ref: HardwareSpec | None = None):
     """Sort key (module doc): for a serving engine's GEMMs and MoE, its own tables from the target's instruction
     family first; then the same part; then the requested engine (engine families only), generation distance,
-    the part whose bandwidth is closest, and the name (deterministic)."""
+    the part whose bandwidth is closest to the reference part's (:func:`reference_spec`), and the name
+    (deterministic)."""
+    ref = hw if ref is None else ref
     same_part = _same_part(prof, hw)
     distance = _part_distance(prof, hw)
     engine_miss = 0 if family not in ENGINE_FAMILIES else _engine_distance(engine, prof.engine)
@@ -157,8 +175,8 @@ def _rank(hw: HardwareSpec, engine: str, family: str, prof: Profile, source: Har
     if source is None:
         gen, bw = 99.0, 99.0
     else:
-        gen = _generation_distance(source.generation, hw.generation)
-        bw = abs(source.hbm_bandwidth - hw.hbm_bandwidth) / hw.hbm_bandwidth
+        gen = _generation_distance(source.generation, ref.generation)
+        bw = abs(source.hbm_bandwidth - ref.hbm_bandwidth) / ref.hbm_bandwidth
     return (not own_kernels, distance, engine_miss, gen, bw, prof.name)
 
 
@@ -172,9 +190,10 @@ def choose(hw: HardwareSpec, engine: str, candidates: list[tuple[Profile, Hardwa
     """Per family, the (profile, its source spec) that stands for it, or None (defaults). Attention: the profile
     of the backend the engine runs in prefill (``attention``, :func:`choose_attention`, has every backend's)."""
     out = {}
+    ref = reference_spec(hw)
     for family in FAMILY_FIELDS:
         usable = [(p, s) for p, s in candidates if family in measured_families(p) and _usable(hw, p, s)]
-        out[family] = min(usable, key=lambda ps: _rank(hw, engine, family, ps[0], ps[1])) if usable else None
+        out[family] = min(usable, key=lambda ps: _rank(hw, engine, family, ps[0], ps[1], ref)) if usable else None
     attention = attention or choose_attention(hw, engine, candidates)
     out["attention"] = attention["backends"].get(attention["kernels"]["prefill"])
     return out
@@ -189,13 +208,14 @@ def choose_attention(hw: HardwareSpec, engine: str, candidates: list[tuple[Profi
     from .errors import InputError
 
     backends = {}
+    ref = reference_spec(hw)
     for key, kernel in KERNELS.items():
         usable = [(p, s) for p, s in candidates if key in measured_backends(p) and _usable(hw, p, s)
                   and (not kernel.carried or _same_part(p, hw) or _same_mma(s, hw))]
         if usable:
-            backends[key] = min(usable, key=lambda ps: _rank(hw, engine, "attention", ps[0], ps[1]))
+            backends[key] = min(usable, key=lambda ps: _rank(hw, engine, "attention", ps[0], ps[1], ref))
     seen = [(p, s) for p, s in candidates if p.fitted and p.provenance.get("attention_dispatch") and _usable(hw, p, s)]
-    dispatch = min(seen, key=lambda ps: _rank(hw, engine, "attention", ps[0], ps[1])) if seen else None
+    dispatch = min(seen, key=lambda ps: _rank(hw, engine, "attention", ps[0], ps[1], ref)) if seen else None
     default = dispatch[0].attn_default if dispatch else DEFAULTS.attn_default
     try:
         name = engine_for(engine, hw.vendor).attention_for(hw.generation)
