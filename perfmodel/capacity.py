@@ -25,7 +25,7 @@ from .cost.backend import NP
 from .dtypes import bytes_per_element
 from .errors import InputError
 from .graph import INDEXER_FORMAT, attention_layer_kinds, expert_format, heads_per_gpu, linear_layers
-from .models import Model, indexer_params, is_moe_layer
+from .models import Model, indexer_params, is_moe_layer, linear_attention_params
 from .scenario import Scenario
 
 
@@ -101,10 +101,7 @@ def _layer_params(model: Model, layer: int, sc: Scenario) -> tuple[float, float]
     tp = sc.tp
     hq, hkv = heads_per_gpu(model, tp)
     if model.layer_types[layer] == "linear":  # a Gated DeltaNet layer: its heads split over the TP ranks
-        la = model.linear_attention
-        kh, vh = _ceil_div(la.key_heads, tp), _ceil_div(la.value_heads, tp)
-        qk, v = kh * la.key_head_dim, vh * la.value_head_dim
-        attn = h * (2 * qk + 2 * v + 2 * vh) + (2 * qk + v) * la.conv_kernel + 2 * vh + la.value_head_dim + v * h
+        attn = linear_attention_params(model, tp)
     elif model.mla is not None:
         a = model.mla
         qk = a.qk_nope_head_dim + a.qk_rope_head_dim

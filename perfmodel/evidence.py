@@ -49,7 +49,7 @@ from dataclasses import fields
 from . import generations
 from .attention_kernels import KERNELS
 from .profile import DEFAULTS, Profile
-from .spec import HardwareSpec, lineage_rank
+from .spec import HardwareSpec, library_part, lineage_rank
 
 # Profile fields per family. Fields not listed (name, description, validation, ...) come from the GEMM source.
 FAMILY_FIELDS: dict[str, tuple[str, ...]] = {
@@ -145,27 +145,14 @@ def _part_distance(prof: Profile, hw: HardwareSpec) -> int:
     return len(hw.lineage) + 1 if rank is None else rank
 
 
-def reference_spec(hw: HardwareSpec) -> HardwareSpec:
-    """The part whose figures rank the evidence for ``hw``: the library's file of its key (a sweep's what-if keeps
-    the key and changes figures), else the library part a what-if file extends (its lineage), else ``hw``. A what-if keeps its part's evidence:
-    ranked by its own changed bandwidth, a GH200 with 6% more had swapped its MoE and collective profiles for
-    another part's, and its decode step had slowed by 2.6%."""
-    from .spec import load_spec
-
-    for key in (hw.key, *getattr(hw, "lineage", ())[:1]):  # a library part's own file first, then a file's parent
-        try:
-            return load_spec(key)
-        except Exception:  # a user's file, not in the library
-            continue
-    return hw
-
-
 def _rank(hw: HardwareSpec, engine: str, family: str, prof: Profile, source: HardwareSpec | None,
           ref: HardwareSpec | None = None):
     """Sort key (module doc): for a serving engine's GEMMs and MoE, its own tables from the target's instruction
     family first; then the same part; then the requested engine (engine families only), generation distance,
-    the part whose bandwidth is closest to the reference part's (:func:`reference_spec`), and the name
-    (deterministic)."""
+    the part whose bandwidth is closest to that of the part ``hw`` stands for (``ref``,
+    :func:`perfmodel.spec.library_part`: a what-if keeps its part's evidence; ranked by its own changed bandwidth,
+    a GH200 with 6% more had swapped its MoE and collective profiles for another part's and slowed 2.6%), and the
+    name (deterministic)."""
     ref = hw if ref is None else ref
     same_part = _same_part(prof, hw)
     distance = _part_distance(prof, hw)
@@ -190,10 +177,11 @@ def choose(hw: HardwareSpec, engine: str, candidates: list[tuple[Profile, Hardwa
     """Per family, the (profile, its source spec) that stands for it, or None (defaults). Attention: the profile
     of the backend the engine runs in prefill (``attention``, :func:`choose_attention`, has every backend's)."""
     out = {}
-    ref = reference_spec(hw)
+    ref = library_part(hw)
     for family in FAMILY_FIELDS:
         usable = [(p, s) for p, s in candidates if family in measured_families(p) and _usable(hw, p, s)]
-        out[family] = min(usable, key=lambda ps: _rank(hw, engine, family, ps[0], ps[1], ref)) if usable else None
+        rank = lambda ps: _rank(hw, engine, family, ps[0], ps[1], ref)  # noqa: E731
+        out[family] = min(usable, key=rank) if usable else None
     attention = attention or choose_attention(hw, engine, candidates)
     out["attention"] = attention["backends"].get(attention["kernels"]["prefill"])
     return out
@@ -208,7 +196,7 @@ def choose_attention(hw: HardwareSpec, engine: str, candidates: list[tuple[Profi
     from .errors import InputError
 
     backends = {}
-    ref = reference_spec(hw)
+    ref = library_part(hw)
     for key, kernel in KERNELS.items():
         usable = [(p, s) for p, s in candidates if key in measured_backends(p) and _usable(hw, p, s)
                   and (not kernel.carried or _same_part(p, hw) or _same_mma(s, hw))]

@@ -638,6 +638,22 @@ def _grouped(op: O.Op) -> O.Op:
     return O.Op(op.name, op.kind, op.phase, op.flops, op.bytes, {**op.params, "grouped": True}, op.count, op.scope)
 
 
+def moe_exchange(sc: Scenario) -> str:
+    """How an MoE layer meets the tokens of its group's other ranks (:func:`_moe_ffn`): ``all_to_all``,
+    ``gather`` (over attention-DP ranks), ``all_reduce`` (tensor-parallel attention: every rank holds every
+    token) or ``none`` (one GPU)."""
+    if sc.moe_exchange == "all_to_all" and sc.ep > 1:
+        return "all_to_all"
+    if sc.attention_dp > 1:
+        return "gather"
+    return "all_reduce" if sc.moe_group > 1 else "none"
+
+
+def exchange_quantized(sc: Scenario) -> bool:
+    """Whether the exchanged tokens travel in the experts' GEMM format (the engine quantizes before it)."""
+    return bool(sc.moe_quantized_exchange) and sc.dtype in ("fp8", "fp4")
+
+
 def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> list[O.Op]:
     """Routed experts (uniform routing assumed), shared experts, and the collectives EP or TP adds.
 
@@ -669,14 +685,13 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
     group_tokens = tokens * sc.attention_dp
     routed = group_tokens * moe.top_k / ep  # token-expert pairs this rank computes (uniform routing)
     # the tokens travel in the experts' GEMM format where the engine quantizes before the exchange
-    sent = _b(w) if sc.moe_quantized_exchange and w in ("fp8", "fp4") else _b(act)
-    exchange = "all_to_all" if sc.moe_exchange == "all_to_all" and ep > 1 else "gather"
-    gathered = exchange == "gather" and sc.attention_dp > 1
+    sent = _b(w) if exchange_quantized(sc) else _b(act)
+    exchange = moe_exchange(sc)
     # a DeepEP-style exchange sends a token once to each rank holding any of its experts, not once per expert
     copies = ranks_per_token(moe.num_experts, moe.top_k, ep) / moe.top_k if exchange == "all_to_all" else 1.0
     if exchange == "all_to_all":
         ops.append(O.collective("moe.dispatch", "all_to_all", routed * copies * h * sent, ep, phase=ph))
-    elif gathered:
+    elif exchange == "gather":
         ops.append(O.collective("moe.gather", "all_gather", group_tokens * h * sent, sc.moe_group, phase=ph))
     experts = moe_expert_ops(group_tokens, h, width, moe.top_k, moe.num_experts, ep, w, act, ph,
                              gated=model.mlp == "swiglu", fused=sc.kernels == "fused", imbalance=sc.moe_imbalance,
@@ -690,13 +705,13 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
         ops.append(O.collective("moe.combine", "all_to_all", routed * copies * h * _b(act), ep, phase=ph))
         if shard > 1:  # each expert split over shard ranks: their partial outputs meet
             ops.append(O.collective("moe.allgather", "all_gather", tokens * h * _b(act), shard, phase=ph))
-    elif gathered:  # every rank's partial outputs summed and each DP rank's own tokens scattered back
+    elif exchange == "gather":  # every rank's partial outputs summed and each DP rank's own tokens scattered back
         ops.append(O.collective("moe.reduce_scatter", "reduce_scatter", group_tokens * h * _b(act), sc.moe_group,
                                 phase=ph))
     if moe.num_shared_experts:
         ops += _dense_ffn(model, ph, sc, tokens, w, act, prefix="moe.shared",
                           width=moe.num_shared_experts * moe.shared_intermediate, allreduce=False, residual=False)
-    if not gathered and exchange == "gather" and sc.moe_group > 1:
+    if exchange == "all_reduce":
         ops.append(O.collective("moe.allreduce", "all_reduce", tokens * h * _b(act), sc.moe_group, phase=ph))
     if sc.kernels != "fused":
         ops.append(O.residual("moe.residual", tokens, h, act, phase=ph))

@@ -235,18 +235,19 @@ def _param_count(m: Model, *, active: bool) -> int:
     return total
 
 
-def linear_attention_params(m: Model) -> int:
+def linear_attention_params(m: Model, tp: int = 1) -> int:
     """One Gated DeltaNet layer: q, k, v and the output gate z from the hidden state, the per-head decay and
     update gates (a, b), the causal convolution over q, k, v, the decay's A and dt bias per head, the gated
-    RMSNorm of the output, and the output projection (Qwen3NextGatedDeltaNet)."""
+    RMSNorm of the output, and the output projection (Qwen3NextGatedDeltaNet). ``tp``: what one of that many
+    tensor-parallel ranks holds (the heads split over them)."""
     la = m.linear_attention
     if la is None:
         return 0
-    qk = la.key_heads * la.key_head_dim
-    v = la.value_heads * la.value_head_dim
+    kh, vh = -(-la.key_heads // tp), -(-la.value_heads // tp)
+    qk = kh * la.key_head_dim
+    v = vh * la.value_head_dim
     conv = (2 * qk + v) * la.conv_kernel
-    return m.hidden * (2 * qk + 2 * v + 2 * la.value_heads) + conv + 2 * la.value_heads + la.value_head_dim \
-        + v * m.hidden
+    return m.hidden * (2 * qk + 2 * v + 2 * vh) + conv + 2 * vh + la.value_head_dim + v * m.hidden
 
 
 def indexer_params(m: Model) -> int:

@@ -28,15 +28,15 @@ from .cost import OpTime, family, time_ops
 from .cost.backend import NP
 from .cost.overlap import resolve_method
 from .errors import InputError
-from .graph import Step, build_ops, check_layout
+from .graph import Step, build_ops, check_layout, exchange_quantized, moe_exchange
 from .host_costs import host_rules, request_overhead_s
 from .models import Model
 from .ops import COMM_KINDS
 from .profile import Profile
 from .scenario import Scenario
 from .spec import HardwareSpec
-from .speculative import describe as describe_speculation
 from .speculative import check_draft, draft_model, draft_scenario
+from .speculative import describe as describe_speculation
 from .step_accounting import Rules, StepAccount, account, step_time
 from .step_accounting import host_cost  # noqa: F401  (for the callers that import it from here)
 
@@ -411,11 +411,12 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
                    + (f", each expert split {sc.moe_group // sc.ep} ways)" if sc.moe_group // sc.ep > 1 else ")"))
     if sc.mtp:
         out.append(describe_speculation(model, sc))
-    if model.moe is not None and (sc.attention_dp > 1 or sc.moe_exchange == "all_to_all") and sc.moe_group > 1:
-        fmt = "in the experts' format" if sc.moe_quantized_exchange and sc.dtype in ("fp8", "fp4") else "in bf16"
+    exchange = moe_exchange(sc) if model.moe is not None else "none"
+    if exchange in ("all_to_all", "gather"):
+        fmt = "in the experts' format" if exchange_quantized(sc) else "in bf16"
         out.append("MoE exchange: " + (
             f"tokens dispatched to their experts' ranks and combined back by all-to-all (DeepEP-style), {fmt}"
-            if sc.moe_exchange == "all_to_all" and sc.ep > 1 else
+            if exchange == "all_to_all" else
             f"every attention-DP rank's tokens all-gathered before the experts, {fmt}, and the outputs "
             "reduce-scattered after") + " (--moe-exchange; the engine's default in docs/engines.md)")
     if sc.moe_imbalance > 1.0:

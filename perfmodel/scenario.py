@@ -79,9 +79,10 @@ class Scenario:
         a = self.mtp_accept
         if not self.mtp:
             return ()
-        if isinstance(a, (tuple, list)):
+        if isinstance(a, (tuple, list)) and len(a) != 1:
             return tuple(float(x) for x in a)
-        return (float(a or 0.0),) * self.mtp
+        one = a[0] if isinstance(a, (tuple, list)) else a  # one figure for every position
+        return (float(one or 0.0),) * self.mtp
 
     @property
     def accepted_run(self) -> tuple[float, ...]:

@@ -604,6 +604,18 @@ def _derive_visible(figures: dict, merged: dict, chain: list) -> None:
                                        text="(derived)", ref=VISIBLE_RULE, file=nominal.file)
 
 
+def library_part(hw: "HardwareSpec") -> "HardwareSpec":
+    """The library part ``hw`` stands for: the library's file of its key (a sweep's what-if keeps the part's key
+    and changes its figures), else the part a what-if file extends (its lineage), else ``hw`` itself. What is
+    chosen or counted by a part's own figures (its evidence, its kernels' concurrency) is chosen by these."""
+    for key in (hw.key, *getattr(hw, "lineage", ())):
+        try:
+            return load_spec(key)
+        except InputError:  # a user's file, not in the library
+            continue
+    return hw
+
+
 def what_if_of(hw: "HardwareSpec") -> tuple[str, list[str]] | None:
     """(the part ``hw`` is a what-if of, the figures it changes: dotted paths) or None for a part of its own
     (:attr:`HardwareSpec.lineage`)."""

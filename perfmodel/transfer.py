@@ -44,7 +44,7 @@ from __future__ import annotations
 from . import generations
 from .energy.carry import carry_power
 from .profile import DEFAULTS, MAX_ETA, TABLE_FIELDS, Profile
-from .spec import HardwareSpec, lineage_rank
+from .spec import HardwareSpec, library_part, lineage_rank
 
 SAME_VENDOR_SPREAD = 0.10  # estimate, where no backtest summary is committed: a generation change within one vendor
 CROSS_VENDOR_SPREAD = 0.30  # estimate
@@ -141,19 +141,22 @@ def _structure(profile: Profile, source: HardwareSpec, target: HardwareSpec, *, 
       kernels are the part's, so the total they need does not follow the SM count: the per-SM constants are
       restated so their total over the target's SMs is the source's (more SMs alone neither help nor hurt a
       stream). Carried to another part they stay per SM: its kernels keep as many tiles in flight per SM as
-      the source's; carried to a what-if of another part, per SM of that part. Restating the total by the bandwidth ratio instead (Little's law at fixed bytes per
-      tile) was tried and backtested worse (docs/what-if.md).
+      the source's; carried to a what-if of another part, per SM of that part (:func:`perfmodel.spec.
+      library_part`). Restating the total by the bandwidth ratio instead (Little's law at fixed bytes per tile)
+      was tried and backtested worse (docs/what-if.md).
     - Kernel fixed costs are cycles: they scale by source clock / target clock.
     - Softmax cycles follow the SM's exponential throughput."""
     clock = source.boost_clock_hz / target.boost_clock_hz
-    tile_c = profile.gemm_tile_c * tensor_flops_per_sm_clock(target) / tensor_flops_per_sm_clock(source)
+    bf16 = tensor_flops_per_sm_clock(target) / tensor_flops_per_sm_clock(source)
+    tile_c = profile.gemm_tile_c * bf16
     tile_fmt = dict(profile.gemm_tile_c_fmt)
     for fmt in target.tensor_flops:
         if fmt != "bf16" and fmt in source.tensor_flops:
             own = tensor_flops_per_sm_clock(target, fmt) / tensor_flops_per_sm_clock(source, fmt)
-            bf16 = tensor_flops_per_sm_clock(target) / tensor_flops_per_sm_clock(source)
             tile_fmt[fmt] = tile_fmt.get(fmt, 1.0) * own / bf16
-    streams = _part_sms(source if what_if else None, target) / target.sm_count
+    # whose SMs the kernels' concurrency is counted on: the measured part's in a what-if of it, else the library
+    # part the target stands for (a sweep of another part's SM count keeps that part's)
+    streams = (source if what_if else library_part(target)).sm_count / target.sm_count
     sfu = sfu_exp_rate(source.generation) / sfu_exp_rate(target.generation)
     return {
         "gemm_tile_c": tile_c,
@@ -168,22 +171,6 @@ def _structure(profile: Profile, source: HardwareSpec, target: HardwareSpec, *, 
         "attn_overhead_s": {k: v * clock for k, v in profile.attn_overhead_s.items()},
         "mem_alpha_s": {k: v * clock for k, v in profile.mem_alpha_s.items()},
     }
-
-
-def _part_sms(measured: HardwareSpec | None, target: HardwareSpec) -> float:
-    """The SM count whose kernels' concurrency ``target``'s streams keep: the measured part's in a what-if of it,
-    the library part ``target`` is a what-if of (its lineage) when carried to one, else ``target``'s own."""
-    if measured is not None:
-        return measured.sm_count
-    from .spec import load_spec
-
-    # a what-if spec file's lineage, then the key itself (spec_with keeps the part's key: a sweep of its figures)
-    for key in (*getattr(target, "lineage", ()), target.key):
-        try:
-            return load_spec(key).sm_count
-        except Exception:  # a user's file in the chain, not in the library: the next one
-            continue
-    return target.sm_count
 
 
 def tensor_flops_per_sm_clock(spec: HardwareSpec, fmt: str = "bf16") -> float:

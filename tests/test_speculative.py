@@ -30,6 +30,7 @@ def test_one_rate_is_every_positions_rate():
     one = Scenario(mtp=k, mtp_accept=a).validated()
     each = Scenario(mtp=k, mtp_accept=(a,) * k).validated()
     assert one.tokens_per_step == pytest.approx((1 - a ** (k + 1)) / (1 - a)) == each.tokens_per_step
+    assert Scenario(mtp=k, mtp_accept=(a,)).validated().tokens_per_step == pytest.approx(one.tokens_per_step)
     with pytest.raises(InputError, match="one acceptance rate or 3"):
         Scenario(mtp=3, mtp_accept=(0.9, 0.8)).validated()
     with pytest.raises(InputError, match=r"\[0, 1\)"):

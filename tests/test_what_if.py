@@ -104,7 +104,7 @@ SCENARIOS = [("llama8b", {}), ("llama70b", {"tp": 4, "batch": 16, "dtype": "fp8"
 # GEMM model's split-K heuristic splits K until the SMs are full, so more SMs write more fp32 partial sums where
 # the split no longer helps (a library picks the split by its predicted time); +0.32% at worst over every NVIDIA
 # part, three scenarios and 1.25-4x the SMs (docs/tools/what_if_table.py).
-# And one the suite exposed once a what-if kept its part's evidence (perfmodel.evidence.reference_spec): the power-
+# And one the suite exposed once a what-if kept its part's evidence (perfmodel.spec.library_part): the power-
 # limited clock of a step is set by its demand at boost-clock times, so more HBM bandwidth on a part whose power
 # binds (the H20: 400 W for 4 TB/s) raises the demand and slows the compute part of every GEMM by more than the
 # memory part gained; +10.4% TPOT at 3x the H20's bandwidth (docs/what-if.md). The demand is not yet solved
