@@ -9,10 +9,10 @@ from __future__ import annotations
 import sys
 
 from ..errors import InputError
-from . import calibrate, catalog, outputs, project, serve, trace, train, tune, validate
+from . import calibrate, catalog, deploy, outputs, project, serve, trace, train, tune, validate
 from .common import EXIT_INPUT, Parser, check_output_folders, check_outputs_not_inputs
 
-FAMILIES = (project, catalog, validate, calibrate, outputs, train, serve, tune, trace)
+FAMILIES = (project, catalog, validate, calibrate, outputs, train, serve, deploy, tune, trace)
 
 __all__ = ["build_parser", "main"]
 
