@@ -25,7 +25,7 @@ from .cost.backend import NP
 from .dtypes import bytes_per_element
 from .errors import InputError
 from .graph import INDEXER_FORMAT, attention_layer_kinds, expert_format, heads_per_gpu, linear_layers
-from .models import Model, indexer_params, is_moe_layer, linear_attention_params
+from .models import Model, eagle_fusion_params, indexer_params, is_moe_layer, linear_attention_params
 from .scenario import Scenario
 
 
@@ -146,6 +146,7 @@ def weight_bytes(model: Model, sc: Scenario) -> float:
         if s == sc.pp - 1:
             b += head + model.hidden * act
             b += mtp_weight_bytes(model, sc) + draft_weight_bytes(sc)
+            b += eagle_fusion_params(model) / sc.tp * w  # an EAGLE head's own fusion (a draft's weights)
         best = max(best, b)
     return best
 

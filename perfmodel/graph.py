@@ -179,6 +179,8 @@ def build_ops(model: Model, step: Step, sc: Scenario) -> list[O.Op]:
     if counts["moe"]:
         out += [op.with_count(counts["moe"]) for op in _moe_ffn(model, ph, sc, tokens, w, act)]
 
+    if model.draft_fuses:  # an EAGLE head: the target's hidden states fused into its layer's input
+        out += _eagle_fusion(model, sc, tokens, w, ph)
     # Model-level ops. Only the last position of each sequence needs logits.
     out.append(O.elementwise("embed", "embedding", reads=1, writes=1, flops_per_elem=0.0,
                              elems=tokens * model.hidden, dtype=act, phase=ph, scope="model",
@@ -652,6 +654,18 @@ def moe_exchange(sc: Scenario) -> str:
 def exchange_quantized(sc: Scenario) -> bool:
     """Whether the exchanged tokens travel in the experts' GEMM format (the engine quantizes before it)."""
     return bool(sc.moe_quantized_exchange) and sc.dtype in ("fp8", "fp4")
+
+
+def _eagle_fusion(model: Model, sc: Scenario, tokens, w: str, ph: str) -> list[O.Op]:
+    """An EAGLE head's own products (:func:`perfmodel.models.eagle_fusion_params`): the fusion of ``draft_fuses``
+    target hidden states into one, and for EAGLE-3 the q, k and v projections' half that reads the token's
+    embedding; each TP rank computes its share of the outputs."""
+    h = model.hidden
+    ops = [O.gemm("eagle.fuse", tokens, _ceil_div(h, sc.tp), model.draft_fuses * h, w, phase=ph, scope="model")]
+    if model.draft_fuses == 3:
+        qkv = _ceil_div((model.heads + 2 * model.kv_heads) * model.head_dim, sc.tp)
+        ops.append(O.gemm("eagle.qkv_embed", tokens, qkv, h, w, phase=ph, scope="model"))
+    return ops
 
 
 def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> list[O.Op]:

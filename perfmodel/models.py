@@ -167,6 +167,12 @@ class Model:
     # multi-token-prediction layers published with the checkpoint (num_nextn_predict_layers): what --mtp drafts
     # with; not counted in the parameters (the main model is)
     mtp_layers: int = 0
+    # an EAGLE draft head (a config.json of EAGLE's architectures): the target's hidden states it fuses into its
+    # one layer's input (EAGLE-3: three, low, middle and high layers, through a 3h -> h layer; EAGLE: the last one
+    # with the token's embedding, 2h -> h); 0: an ordinary model
+    draft_fuses: int = 0
+    # the target vocabulary an EAGLE-3 head's smaller draft vocabulary maps onto (its d2t table); 0: its own
+    target_vocab: int = 0
 
     def __post_init__(self) -> None:
         # the expanded per-layer tuple, whatever the constructor was given (descriptors are validated before
@@ -232,7 +238,18 @@ def _param_count(m: Model, *, active: bool) -> int:
     if not m.tied_embeddings:
         total += m.vocab * h  # LM head
     total += h * nw  # final norm
+    total += eagle_fusion_params(m)
     return total
+
+
+def eagle_fusion_params(m: Model) -> int:
+    """What an EAGLE head adds to its decoder layer: the fusion of the target's hidden states (``draft_fuses`` of
+    them, each h wide) into an h-wide state, and for EAGLE-3 the layer's q, k and v projections reading the token's
+    embedding beside it (a 2h-wide input); 0 for an ordinary model."""
+    if not m.draft_fuses:
+        return 0
+    fuse = m.draft_fuses * m.hidden * m.hidden
+    return fuse + (m.hidden * (m.heads + 2 * m.kv_heads) * m.head_dim if m.draft_fuses == 3 else 0)
 
 
 def linear_attention_params(m: Model, tp: int = 1) -> int:
@@ -960,13 +977,29 @@ def _hf_name(cfg: dict, path: Path) -> str:
     return path.resolve().parent.name or "hf-model"
 
 
+# EAGLE draft heads (the checkpoints' architectures as vLLM and SGLang register them): one Llama decoder layer over
+# the fused hidden states of the target -> how many it fuses (EAGLE-3: three layers'; EAGLE: the last layer's
+# beside the token's embedding)
+_HF_EAGLE = {"LlamaForCausalLMEagle3": 3, "Eagle3LlamaForCausalLM": 3, "LlamaForCausalLMEagle": 2,
+             "EagleLlamaForCausalLM": 2}
+
+
+def _hf_eagle(cfg: dict) -> int:
+    archs = cfg.get("architectures") or []
+    return next((_HF_EAGLE[a] for a in archs if isinstance(a, str) and a in _HF_EAGLE), 0) \
+        if isinstance(archs, list) else 0
+
+
 def _model_from_hf_dict(cfg, path: Path) -> Model:
     file = str(path)
     if not isinstance(cfg, dict):
         raise InputError("expected a JSON object", file=file)
     mt = _hf_family(cfg, file)
     archs = cfg.get("architectures") or []
+    eagle = _hf_eagle(cfg) if mt == "llama" else 0
     accepted = _HF_WRAPPERS[mt][0] if mt in _HF_WRAPPERS else _HF_FAMILIES[mt][1]
+    if eagle:
+        accepted = tuple(_HF_EAGLE)
     if isinstance(archs, list) and archs and not any(a in accepted for a in archs):
         raise InputError(f"unsupported architecture {_short(archs[0])} for model_type {mt!r} "
                          f"(expected {' or '.join(accepted)})", file=file, field="architectures")
@@ -1000,6 +1033,15 @@ def _model_from_hf_dict(cfg, path: Path) -> Model:
                          field="quantization_config")
     if kw["moe"] is not None:
         kw["expert_dtype"] = _hf_expert_dtype(quant)
+    if eagle:
+        kw["draft_fuses"] = eagle
+        draft_vocab = c.int("draft_vocab_size") if c.has("draft_vocab_size") else 0
+        if draft_vocab:  # EAGLE-3: its LM head scores a smaller vocabulary, mapped onto the target's
+            if draft_vocab > kw["vocab"]:
+                raise c.error("draft_vocab_size", f"expected at most vocab_size ({kw['vocab']}), got {draft_vocab}")
+            kw["vocab"], kw["target_vocab"] = draft_vocab, kw["vocab"]
+        notes.append(f"an EAGLE{'-3' if eagle == 3 else ''} draft head: {kw['layers']} decoder layer(s) over "
+                     f"{eagle} fused hidden states; a draft for --draft, not a model to serve")
     unused = c.unused()
     if mt in _HF_WRAPPERS and isinstance(cfg.get("quantization_config"), dict):
         unused.append("quantization_config")

@@ -7,7 +7,10 @@ ordinary decode step of 1 + K query rows, :mod:`perfmodel.projection`). The K dr
   per draft token; the model's ``mtp_layers``), or
 - a separate draft model (``Scenario.draft``: a smaller model of the family, sharing the target's tokenizer),
   run K decode steps of one token a sequence before each verify step, on the same GPUs and layout, with a KV
-  cache and weights of its own; it prefills every prompt too (vLLM's and SGLang's draft-model speculation).
+  cache and weights of its own; it prefills every prompt too (vLLM's and SGLang's draft-model speculation), or
+- an EAGLE head (``--draft`` an EAGLE or EAGLE-3 config.json): one decoder layer over the target's fused hidden
+  states, drafting the same way (K steps, its own KV cache, the prompt prefilled), its LM head over EAGLE-3's
+  smaller draft vocabulary.
 
 Acceptance is a distribution: position i is accepted with probability a_i given the ones before it were
 (``Scenario.acceptance``), so a verify step emits 1 to K + 1 tokens (``Scenario.accepted_run``); TPOT is the
@@ -50,9 +53,13 @@ def check_draft(model: Model, sc: Scenario) -> None:
     if not sc.mtp or sc.draft is None:  # no speculation, or the model's own MTP layers (graph.check_layout)
         return
     draft = draft_model(sc)
-    if draft.vocab != model.vocab:
-        raise InputError(f"draft model {draft.name} has a vocabulary of {draft.vocab} tokens, {model.name} of "
+    vocab = draft.target_vocab or draft.vocab  # an EAGLE-3 head's draft vocabulary maps onto its target's
+    if vocab != model.vocab:
+        raise InputError(f"draft model {draft.name} has a vocabulary of {vocab} tokens, {model.name} of "
                          f"{model.vocab}: speculation needs one tokenizer", field="--draft")
+    if draft.draft_fuses and draft.hidden != model.hidden:
+        raise InputError(f"EAGLE head {draft.name} fuses hidden states {draft.hidden} wide, {model.name}'s are "
+                         f"{model.hidden}: a head of another model", field="--draft")
     from .graph import check_layout
 
     try:
@@ -65,8 +72,10 @@ def describe(model: Model, sc: Scenario) -> str:
     """The assumption line of a speculative decode."""
     a = sc.acceptance
     rates = f"{a[0]:g}" if len(set(a)) == 1 else ", ".join(f"{x:g}" for x in a)
-    source = (f"the draft model {draft_model(sc).name} (its own decode step of one token per draft, its prefill "
-              "in TTFT, its weights and KV cache in memory)" if sc.draft is not None else
+    drafter = draft_model(sc)
+    kind = "EAGLE head" if drafter is not None and drafter.draft_fuses else "draft model"
+    source = (f"the {kind} {drafter.name} (its own decode step of one token per draft, its prefill "
+              "in TTFT, its weights and KV cache in memory)" if drafter is not None else
               "the model's own multi-token-prediction layer (one decoder layer and the LM head each)")
     run = ", ".join(f"{p:.2f}" for p in sc.accepted_run)
     return (f"speculative decoding: {sc.mtp} draft tokens a step from {source}, accepted with probability {rates} "

@@ -96,3 +96,44 @@ def test_the_cli_takes_one_rate_per_position(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "perfmodel", "project", "--arch", "h200", "--model", "qwen3-32b",
                           "--mtp", "2", "--mtp-accept", "0.9,x"], capture_output=True, text=True)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "--mtp-accept" in bad.stderr
+
+
+def _eagle3(tmp_path, **over):
+    """An EAGLE-3 head's config.json for Llama-3.1-8B, as its checkpoints publish it (LlamaForCausalLMEagle3:
+    one decoder layer, the target's geometry, a 32,000-token draft vocabulary mapped onto the target's)."""
+    import json
+
+    cfg = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 4096,
+           "num_hidden_layers": 1, "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+           "vocab_size": 128256, "draft_vocab_size": 32000, "max_position_embeddings": 2048, "hidden_act": "silu",
+           "tie_word_embeddings": False, **over}
+    d = tmp_path / "eagle3-llama-8b"
+    d.mkdir(exist_ok=True)
+    (d / "config.json").write_text(json.dumps(cfg))
+    return str(d / "config.json")
+
+
+def test_an_eagle3_head_is_one_layer_over_three_fused_states_with_its_own_vocabulary(tmp_path):
+    head = load_model(_eagle3(tmp_path))
+    assert (head.layers, head.draft_fuses, head.vocab, head.target_vocab) == (1, 3, 32000, 128256)
+    target = load_model("llama-3.1-8b")
+    layer = (target.param_count() - 2 * target.vocab * target.hidden - target.hidden) / target.layers
+    fusion = 3 * 4096 * 4096 + 4096 * (32 + 16) * 128
+    assert head.param_count() == pytest.approx(layer + fusion + 2 * 32000 * 4096 + 4096, rel=1e-9)
+
+
+def test_an_eagle_head_drafts_cheaper_than_a_draft_model_at_the_same_acceptance(tmp_path):
+    kw = dict(tp=4, batch=8, mtp=3, mtp_accept=(0.8, 0.6, 0.4))
+    plain = project("h200", "llama-3.1-70b", tp=4, batch=8)
+    eagle = project("h200", "llama-3.1-70b", draft=_eagle3(tmp_path, hidden_size=8192, num_attention_heads=64,
+                                                               intermediate_size=28672), **kw)
+    small = project("h200", "llama-3.1-70b", draft="llama-3.1-8b", **kw)
+    assert eagle.tpot_s < small.tpot_s < plain.tpot_s
+    assert any("EAGLE head" in a for a in eagle.assumptions)
+
+
+def test_an_eagle_head_of_another_model_is_refused_in_one_line(tmp_path):
+    with pytest.raises(InputError, match="fuses hidden states 4096 wide"):
+        project("h200", "llama-3.1-70b", tp=4, draft=_eagle3(tmp_path), mtp=2, mtp_accept=(0.7,))
+    with pytest.raises(InputError, match="draft_vocab_size"):
+        load_model(_eagle3(tmp_path, draft_vocab_size=200000))
