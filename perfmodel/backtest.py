@@ -44,7 +44,7 @@ def case_class(c) -> str:
         return f"attention {phase} kv {kv}{fp8}"
     if c.kind == "moe":
         dist = p.get("distribution", "balanced")
-        return f"moe {gemm_format(p['dtype'], p.get('scaling'))}" + ("" if dist == "balanced" else f" ({dist})")
+        return f"moe {gemm_format(p['dtype'], p.get('scaling'), p.get('weights'))}" + ("" if dist == "balanced" else f" ({dist})")
     return c.kind
 
 

@@ -30,10 +30,14 @@ TENSOR_RATE_KEY: dict[str, str] = {
 
 DTYPES = tuple(BYTES_PER_ELEMENT)
 
+# Formats weights are stored in but no product runs in (weight-only quantization: dequantized in the kernel's
+# mainloop). INT4 with a bf16 scale per 32 values (compressed-tensors' W4A16 groups: Kimi K2's experts).
+WEIGHT_ONLY_BYTES: dict[str, float] = {"int4": 0.5 + 2.0 / 32.0}
+
 
 def bytes_per_element(dtype: str, *, where: str = "dtype") -> float:
     try:
-        return BYTES_PER_ELEMENT[dtype]
+        return BYTES_PER_ELEMENT[dtype] if dtype in BYTES_PER_ELEMENT else WEIGHT_ONLY_BYTES[dtype]
     except KeyError:
         raise InputError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}", field=where) from None
 

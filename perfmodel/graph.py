@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import ops as O
-from .dtypes import DTYPES, bytes_per_element
+from .dtypes import DTYPES, WEIGHT_ONLY_BYTES, bytes_per_element
 from .errors import InputError
 from .models import Model, is_moe_layer
 from .scenario import Scenario
@@ -587,13 +587,16 @@ def moe_expert_ops(tokens, hidden: int, width: int, top_k: int, num_experts: int
     per_expert = routed / active
     ops = [O.elementwise("moe.permute", "moe_permute", reads=1, writes=1, flops_per_elem=0.0, elems=routed * hidden,
                          dtype=act, phase=ph, params={"tokens": routed, "hidden": hidden})]
+    # the group's token-expert pairs, local or not: the first grouped product carries their routing cost
+    # (Profile.moe_pair_s)
+    pairs = tokens * top_k
     if gated:
         ops.append(_grouped(O.gemm("moe.gate_up", per_expert, 2 * width, hidden, w, groups=active,
-                                   weight_dtype=weight_dtype, phase=ph)))
+                                   weight_dtype=weight_dtype, phase=ph), pairs))
         act_op = O.swiglu("moe.swiglu", routed, width, act, phase=ph)
     else:
         ops.append(_grouped(O.gemm("moe.up", per_expert, width, hidden, w, groups=active,
-                                   weight_dtype=weight_dtype, phase=ph)))
+                                   weight_dtype=weight_dtype, phase=ph), pairs))
         act_op = O.gelu("moe.gelu", routed, width, act, phase=ph)
     if fused:
         act_op = O.Op(act_op.name, act_op.kind, act_op.phase, act_op.flops, act_op.bytes,
@@ -612,16 +615,19 @@ def expert_format(model: Model, sc: Scenario) -> str:
     format (weight-only quantization: the engines dequantize in the kernel's mainloop), so the narrower experts
     save memory and bandwidth, not tensor-core time."""
     own = getattr(model, "expert_dtype", "") or ""
-    if own in DTYPES and bytes_per_element(own) < bytes_per_element(sc.dtype):
+    if (own in DTYPES or own in WEIGHT_ONLY_BYTES) and bytes_per_element(own) < bytes_per_element(sc.dtype):
         return own
     return sc.dtype
 
 
-def _gemm_format(w: str, model: Model) -> str:
+def _gemm_format(w: str, model: Model, weights: str | None = None) -> str:
     """The format class of the model's products in ``w`` (:func:`perfmodel.cost.gemm.gemm_format`), with the
-    scaling :func:`_quantized` gives them."""
+    scaling :func:`_quantized` gives them; with weight-only experts (``weights``), the weight-only class (the
+    engines' tables time those with micro-scaled activations, no per-tensor or block scaling of their own)."""
     from .cost.gemm import gemm_format
 
+    if weights and weights != w:
+        return gemm_format(w, None, weights)
     return gemm_format(w, "nvfp4" if w == "fp4" else model.fp8_scaling if w == "fp8" else None)
 
 
@@ -635,9 +641,11 @@ def _in_module(op: O.Op, tokens, hidden: int, width: int, top_k: int, experts: i
                 op.kernels)
 
 
-def _grouped(op: O.Op) -> O.Op:
-    """A grouped (MoE) product: one launch over the experts, timed with the grouped kernels' own efficiency."""
-    return O.Op(op.name, op.kind, op.phase, op.flops, op.bytes, {**op.params, "grouped": True}, op.count, op.scope)
+def _grouped(op: O.Op, pairs=None) -> O.Op:
+    """A grouped (MoE) product: one launch over the experts, timed with the grouped kernels' own efficiency;
+    ``pairs``: the routing's token-expert pairs it carries the cost of (the module's first product)."""
+    extra = {"grouped": True} if pairs is None else {"grouped": True, "pairs": pairs}
+    return O.Op(op.name, op.kind, op.phase, op.flops, op.bytes, {**op.params, **extra}, op.count, op.scope)
 
 
 def moe_exchange(sc: Scenario) -> str:
@@ -707,13 +715,15 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
         ops.append(O.collective("moe.dispatch", "all_to_all", routed * copies * h * sent, ep, phase=ph))
     elif exchange == "gather":
         ops.append(O.collective("moe.gather", "all_gather", group_tokens * h * sent, sc.moe_group, phase=ph))
+    stored = expert_format(model, sc)
     experts = moe_expert_ops(group_tokens, h, width, moe.top_k, moe.num_experts, ep, w, act, ph,
                              gated=model.mlp == "swiglu", fused=sc.kernels == "fused", imbalance=sc.moe_imbalance,
-                             weight_dtype=expert_format(model, sc))
-    if model.mlp == "swiglu" and sc.kernels == "fused" and expert_format(model, sc) == w:
-        # the engine's fused MoE module, the one its measured MoE tables time (perfmodel.cost.tables)
-        experts = [_in_module(op, group_tokens, h, width, moe.top_k, moe.num_experts, ep, _gemm_format(w, model))
-                   for op in experts]
+                             weight_dtype=stored)
+    if model.mlp == "swiglu" and sc.kernels == "fused":
+        # the engine's fused MoE module, the one its measured MoE tables time (perfmodel.cost.tables), weight-only
+        # experts included (their own class)
+        fmt = _gemm_format(w, model, stored)
+        experts = [_in_module(op, group_tokens, h, width, moe.top_k, moe.num_experts, ep, fmt) for op in experts]
     ops += experts
     if exchange == "all_to_all":
         ops.append(O.collective("moe.combine", "all_to_all", routed * copies * h * _b(act), ep, phase=ph))

@@ -42,7 +42,9 @@ def gemm(name: str, m, n, k, dtype: str, *, phase: str = "standalone", groups=1,
          weight_dtype: str | None = None, count: float = 1.0, scope: str = "layer") -> Op:
     """C[m,n] = A[m,k] @ B[k,n], ``groups`` independent products of that shape in one launch.
 
-    ``dtype`` is the operand format the tensor cores run (fp8 products write bf16 by default).
+    ``dtype`` is the operand format the tensor cores run (fp8 products write bf16 by default); ``weight_dtype``
+    a narrower format the weights are stored in (weight-only quantization: read at their size, dequantized in
+    the kernel's mainloop), recorded as the op's ``weights``.
     """
     a_b = bytes_per_element(dtype)
     w_b = bytes_per_element(weight_dtype or dtype)
@@ -50,8 +52,10 @@ def gemm(name: str, m, n, k, dtype: str, *, phase: str = "standalone", groups=1,
     o_b = bytes_per_element(out)
     flops = 2.0 * m * n * k * groups
     nbytes = groups * (m * k * a_b + k * n * w_b + m * n * o_b)
-    return Op(name, "gemm", phase, flops, nbytes,
-              {"m": m, "n": n, "k": k, "dtype": dtype, "groups": groups, "out_dtype": out}, count, scope)
+    params = {"m": m, "n": n, "k": k, "dtype": dtype, "groups": groups, "out_dtype": out}
+    if weight_dtype and weight_dtype != dtype:
+        params["weights"] = weight_dtype
+    return Op(name, "gemm", phase, flops, nbytes, params, count, scope)
 
 
 def causal_pairs(seq_q, seq_kv, causal):

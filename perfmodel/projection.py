@@ -303,6 +303,26 @@ SPEC_ESTIMATE_SPREAD = 0.15
 _BOUND_FIGURE = {"memory": "memory.bandwidth", "network": "interconnect.scale_up.bandwidth"}
 
 
+def _weight_only_text(narrow: str, sc: Scenario, hw: HardwareSpec, prof: Profile) -> str:
+    """What prices experts stored narrower than the products (weight-only: gpt-oss's MXFP4, Kimi K2's INT4), by
+    the best evidence the profile holds: the engine's measured tables of the format, else the format's kernel
+    efficiency fitted on another part's tables, else the dense format's (a known bias, stated)."""
+    from .cost.gemm import gemm_format
+    from .cost.tables import family_table
+
+    fmt = gemm_format(sc.dtype, None, narrow)
+    head = f"experts stored in {narrow} under {sc.dtype} products (weight-only, class {fmt}): "
+    table = family_table(prof, "moe", hw)
+    if table is not None and ("moe", fmt, "balanced") in table.rows:
+        return head + f"priced by {table.engine}'s measured MoE tables of that format on {table.part}"
+    if fmt in prof.gemm_grouped_eta:
+        return head + "priced by that format's grouped-kernel efficiency fitted on measured MoE tables " \
+                      f"({prof.label}), no table of this part's"
+    return head + (f"priced as {sc.dtype} grouped GEMMs reading {narrow} weights: no measured table of the format "
+                   "for this part or engine, and the engines' weight-only kernels run slower than that "
+                   "(docs/tools/moe_format_check.py measures by how much): expect this MoE too fast")
+
+
 def _family_shares(phase: Phase | None, hw: HardwareSpec, prof: Profile) -> dict[str, float]:
     """Share of the step's time per residual family; attention split by the backend that times it when
     the profile has that backend's own residuals (``attention:cudnn``)."""
@@ -430,11 +450,7 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
 
         narrow = expert_format(model, sc)
         if narrow != sc.dtype:
-            # a known bias, stated: the engines' tables of this format exist but are not imported yet (issue 25)
-            out.append(f"experts stored in {narrow} under {sc.dtype} products (weight-only): priced as {sc.dtype} "
-                       f"grouped GEMMs reading {narrow} weights, not by the engines' measured tables of that format "
-                       "(not imported yet), which run slower than this for gpt-oss's shapes "
-                       "(docs/tools/moe_format_check.py measures by how much): expect this MoE too fast")
+            out.append(_weight_only_text(narrow, sc, hw, prof))
     if model.kv_heads < sc.tp and model.mla is None:
         out.append(f"{model.kv_heads} KV heads over TP {sc.tp}: each rank keeps a replica of one KV head")
     if model.mla is not None:

@@ -145,6 +145,8 @@ def _structure(profile: Profile, source: HardwareSpec, target: HardwareSpec, *, 
       library_part`). Restating the total by the bandwidth ratio instead (Little's law at fixed bytes per tile)
       was tried and backtested worse (docs/what-if.md).
     - Kernel fixed costs are cycles: they scale by source clock / target clock.
+    - A MoE module's routing time per token-expert pair (``moe_pair_s``) moves each pair's rows through memory
+      (expanding, sorting, zero-filling): it scales by source bandwidth / target bandwidth.
     - Softmax cycles follow the SM's exponential throughput."""
     clock = source.boost_clock_hz / target.boost_clock_hz
     bf16 = tensor_flops_per_sm_clock(target) / tensor_flops_per_sm_clock(source)
@@ -170,6 +172,7 @@ def _structure(profile: Profile, source: HardwareSpec, target: HardwareSpec, *, 
         "gemm_prologue_s": {k: v * clock for k, v in profile.gemm_prologue_s.items()},
         "attn_overhead_s": {k: v * clock for k, v in profile.attn_overhead_s.items()},
         "mem_alpha_s": {k: v * clock for k, v in profile.mem_alpha_s.items()},
+        "moe_pair_s": {k: v * source.hbm_bandwidth / target.hbm_bandwidth for k, v in profile.moe_pair_s.items()},
     }
 
 

@@ -10,14 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perfmodel.capacity import kv_bytes_per_token, memory, mtp_weight_bytes, weight_bytes
-from perfmodel.models import list_models, load_model
+from perfmodel.models import is_moe_layer, list_models, load_model
 from perfmodel.scenario import Scenario
 from perfmodel.train import memory as train_memory
 from perfmodel.train.scenario import TrainScenario
 
 MODELS = sorted(m if isinstance(m, str) else m.key for m in list_models())
-# checkpoints whose experts are stored narrower than the scenario's format (gpt-oss: MXFP4 experts)
-NARROW_EXPERTS = {"gpt-oss-20b", "gpt-oss-120b"}
+# checkpoints whose experts are stored narrower than the scenario's format (gpt-oss: MXFP4, Kimi K2.5: INT4)
+NARROW_EXPERTS = {name for name in MODELS if load_model(name).expert_dtype}
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -25,9 +25,23 @@ def test_weights_on_one_gpu_are_the_models_parameters(name):
     """bf16 weights on one GPU are two bytes a parameter, the parameter count being the one checked against the
     published counts (tests/test_models.py): within 0.02% (GPT-3-style biases are not in the capacity formula)."""
     if name in NARROW_EXPERTS:
-        pytest.skip("experts stored in MXFP4")
+        pytest.skip("experts stored narrower (test_narrow_experts_are_held_at_their_own_size)")
     m = load_model(name)
     assert weight_bytes(m, Scenario(dtype="bf16")) == pytest.approx(2.0 * m.param_count(), rel=2e-4)
+
+
+@pytest.mark.parametrize("name", sorted(NARROW_EXPERTS))
+def test_narrow_experts_are_held_at_their_own_size(name):
+    """gpt-oss's MXFP4 and Kimi K2.5's INT4 experts: what they save against bf16 is the experts' parameters
+    times (2 - their bytes a parameter), nothing else."""
+    from perfmodel.dtypes import bytes_per_element
+
+    m = load_model(name)
+    full = weight_bytes(m, Scenario(dtype="bf16"))
+    per_expert_layer = 3 * m.hidden * m.moe.expert_intermediate * m.moe.num_experts
+    moe_layers = sum(1 for i in range(m.layers) if is_moe_layer(m, i))
+    saved = per_expert_layer * moe_layers * (2.0 - bytes_per_element(m.expert_dtype))
+    assert 2.0 * m.param_count() - full == pytest.approx(saved, rel=2e-3)
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -48,11 +48,16 @@ def test_dualpipe_hides_the_all_to_all_and_the_flag_turns_it_on_and_off():
     assert hidden.step_time_s < plain.step_time_s
 
 
-def test_a_weight_only_expert_format_states_its_known_bias():
-    """gpt-oss's MXFP4 experts under bf16 products are priced by the bf16 model (the engines' tables of the format
-    are not imported yet, issue 25): the assumptions say so, and a model without narrower experts says nothing."""
+def test_a_weight_only_expert_format_says_what_prices_it():
+    """gpt-oss's MXFP4 experts under bf16 products are a class of their own (bf16_wfp4): on a part and engine
+    whose tables time the format, priced by them; with no calibration, by the bf16 model, a bias stated; a model
+    without narrower experts says nothing."""
     from perfmodel import project
+    from perfmodel.profile import DEFAULTS
 
     gpt = project("h200", "gpt-oss-120b")
-    assert any("experts stored in fp4 under bf16" in a and "too fast" in a for a in gpt.assumptions)
+    assert any("class bf16_wfp4" in a and "measured MoE tables of that format" in a for a in gpt.assumptions)
+    bare = project("h200", "gpt-oss-120b", profile=DEFAULTS)
+    assert any("experts stored in fp4 under bf16" in a and "too fast" in a for a in bare.assumptions)
+    assert bare.tpot_s < gpt.tpot_s  # the engines' weight-only kernels run slower than bf16's streaming model
     assert not any("experts stored in" in a for a in project("h200", "mixtral", tp=2).assumptions)

@@ -138,14 +138,17 @@ def _time_parts(op: Op, hw, prof: Profile, *, mode: str, world: int, xp, sustain
             fmt = gemm_format(p["dtype"], p.get("scaling"))
             stream = mem_scale(prof, fmt)
             if p.get("grouped"):  # an MoE's grouped kernel: its own compute and streaming efficiency
-                eta = eta * grouped_scale(prof.gemm_grouped_eta, fmt)
-                stream = stream * grouped_scale(prof.gemm_grouped_mem, fmt)
+                kernel_fmt = gemm_format(p["dtype"], p.get("scaling"), p.get("weights"))
+                eta = eta * grouped_scale(prof.gemm_grouped_eta, kernel_fmt)
+                stream = stream * grouped_scale(prof.gemm_grouped_mem, kernel_fmt)
             t, t_c, t_m = gemm_time(shape(p["m"]), shape(p["n"]), shape(p["k"]), p["groups"], op.bytes, peak,
                                     hw.sm_count, bw, prof, eta, xp=xp, elem_bytes=bytes_per_element(p["dtype"]),
                                     sustained=sustained, mem_scale=stream, fmt=fmt,
                                     vector_peak=hw.vector_fp32_flops)
             if p.get("grouped"):
                 t = t + prof.gemm_grouped_overhead_s
+                if "pairs" in p:
+                    t = t + p["pairs"] * pair_time(prof, kernel_fmt)
             if p.get("quant_input"):
                 t = t + quant_prologue(shape(p["m"]) * p["groups"], shape(p["k"]), fmt, p["dtype"], bw, prof)
             return t, (ideal_compute(op, hw, prof) if t_c is None else t_c), t_m
@@ -161,6 +164,12 @@ def _time_parts(op: Op, hw, prof: Profile, *, mode: str, world: int, xp, sustain
         return op.bytes / bw, 0.0, op.bytes / bw
     t, t_m = memory_time(mem_kind(op), op.bytes, bw, prof, **_rows(op), sms=hw.sm_count, xp=xp)
     return t, 0.0, t_m
+
+
+def pair_time(prof: Profile, fmt: str) -> float:
+    """Routing time per token-expert pair of a MoE module (``moe_pair_s``): the format's own where its tables
+    measured it, else none (each format's MoE runs a kernel family of its own; no other's floor applies)."""
+    return prof.moe_pair_s.get(fmt, 0.0)
 
 
 def grouped_scale(table: dict, fmt: str) -> float:

@@ -79,10 +79,14 @@ def max_split(prof, fmt: str):
     return prof.gemm_max_split.get(fmt)
 
 
-def gemm_format(dtype: str, scaling: str | None = None) -> str:
+def gemm_format(dtype: str, scaling: str | None = None, weights: str | None = None) -> str:
     """The efficiency class of a matrix product: its dtype, or ``fp8_block`` for fp8 with 1x128 / 128x128 block
-    scales (DeepGEMM-style kernels, not the per-tensor or row-wise scaled ones). NVFP4 is the fp4 format."""
-    return f"{dtype}_block" if scaling == "block" else dtype
+    scales (DeepGEMM-style kernels, not the per-tensor or row-wise scaled ones). NVFP4 is the fp4 format.
+    Weight-only quantized products (``weights`` narrower than ``dtype``: gpt-oss's MXFP4 experts under bf16
+    activations, Kimi K2's INT4 ones) are a class of their own, ``<dtype>_w<weights>`` (``bf16_wfp4``): their
+    kernels dequantize in the mainloop and run at their own efficiency."""
+    base = f"{dtype}_block" if scaling == "block" else dtype
+    return f"{base}_w{weights}" if weights and weights != dtype else base
 
 
 def mem_scale(prof, fmt: str):

@@ -16,7 +16,7 @@ element, never a shape:
 - ``attention``: the kernel backend, phase (decode: one query a sequence; prefill), dtype, KV-cache dtype,
   head dims, and causal (prefill) or packed (decode); shape dims ``batch, seq_q, seq_kv / seq_q, heads_q,
   heads_q / heads_kv`` (prefill) or ``batch, seq_kv, heads_q, heads_q / heads_kv`` (decode);
-- ``moe``: the format, kernel and routing distribution; shape dims ``tokens, hidden, width (inter / tp), local
+- ``moe``: the format (weight-only experts their own: ``bf16_wfp4``), kernel and routing distribution; shape dims ``tokens, hidden, width (inter / tp), local
   experts (experts / ep), top_k, ep``: the configuration is interpolated too (below).
 
 **Interpolation, in log space, detrended by the fit.** Each measured row gives a residual ``r = log(t_measured /
@@ -274,15 +274,16 @@ def _log2(v) -> np.ndarray:
     return np.log2(np.maximum(np.asarray(v, dtype=float), 1e-30))
 
 
-def _fmt(dtype: str, scaling) -> str:
-    return gemm_format(dtype, scaling)
+def _fmt(dtype: str, scaling, weights=None) -> str:
+    return gemm_format(dtype, scaling, weights)
 
 
-def attention_key(backend, dtype, kv_dtype, head_dim, head_dim_v, decode: bool, causal, packed) -> tuple:
-    """The class key of an attention module (module doc)."""
+def attention_key(backend, dtype, kv_dtype, head_dim, head_dim_v, decode: bool, causal, packed, window=0) -> tuple:
+    """The class key of an attention module (module doc); a sliding window of keys is a class of its own."""
     flag = ("packed", bool(packed)) if decode else ("causal", bool(causal))
-    return ("attention", backend, "decode" if decode else "prefill", dtype, kv_dtype or dtype, int(head_dim),
-            int(head_dim_v or head_dim), flag)
+    key = ("attention", backend, "decode" if decode else "prefill", dtype, kv_dtype or dtype, int(head_dim),
+           int(head_dim_v or head_dim), flag)
+    return key + (("window", int(window)),) if window else key
 
 
 def _attention_dims(p: dict, decode: bool) -> list:
@@ -345,7 +346,7 @@ def row_class(r: dict) -> tuple[tuple, str, list] | None:
         if r["kind"] == "moe":
             if p["experts"] % p["ep"] or p["inter"] < p["tp"]:
                 return None
-            key = ("moe", _fmt(p["dtype"], p.get("scaling")), p.get("distribution", "balanced"))
+            key = ("moe", _fmt(p["dtype"], p.get("scaling"), p.get("weights")), p.get("distribution", "balanced"))
             return key, kernel, _moe_dims(p["tokens"], p["hidden"], math.ceil(p["inter"] / p["tp"]), p["top_k"],
                                           p["experts"], p["ep"])
         if r["kind"] != "instream":
@@ -353,13 +354,13 @@ def row_class(r: dict) -> tuple[tuple, str, list] | None:
         op = p.get("op")
         if op == "gemm" and p.get("groups", 1) == 1:
             return ("gemm", _fmt(p["dtype"], p.get("scaling"))), kernel, [p["m"], p["n"], p["k"]]
-        if op == "attention" and not p.get("window"):
+        if op == "attention":
             backend = row_backend(r)
             if backend is None:
                 return None
             decode = p["seq_q"] <= 1
             key = attention_key(backend, p.get("dtype", "bf16"), p.get("kv_dtype"), p["head_dim"],
-                                p.get("head_dim_v"), decode, p.get("causal"), p.get("packed"))
+                                p.get("head_dim_v"), decode, p.get("causal"), p.get("packed"), p.get("window", 0))
             return key, kernel, _attention_dims(p, decode)
     except (KeyError, TypeError, ZeroDivisionError):
         return None
@@ -379,12 +380,10 @@ def op_class(op, backend: str | None = None) -> tuple[str, tuple, list, object] 
             return None
         return "gemm", ("gemm", _fmt(p["dtype"], p.get("scaling"))), [p["m"], p["n"], p["k"]], True
     if op.kind == "attention" and backend is not None:
-        if p.get("window"):
-            return None  # sliding-window attention: no table measures it
         seq_q = np.asarray(p["seq_q"], dtype=float)
         decode = bool(np.all(seq_q <= 1.0)) or op.phase == "decode"
         key = attention_key(backend, p["dtype"], p.get("kv_dtype"), p["head_dim"], p.get("head_dim_v"), decode,
-                            p["causal"], p.get("packed"))
+                            p["causal"], p.get("packed"), p.get("window", 0))
         # a decode op of several new tokens a sequence (speculative decoding's verification) is no table's shape
         return "attention", key, _attention_dims(p, decode), (seq_q <= 1.0) if decode else True
     return None
@@ -393,8 +392,8 @@ def op_class(op, backend: str | None = None) -> tuple[str, tuple, list, object] 
 # --- the fitted model of a module -----------------------------------------------------------------------------
 
 # Params every row of a class shares (its format, flags and what the timed module also did)
-_TEMPLATE = ("dtype", "scaling", "quant_input", "kv_dtype", "causal", "packed", "includes", "head_dim",
-             "head_dim_v")
+_TEMPLATE = ("dtype", "scaling", "weights", "quant_input", "kv_dtype", "causal", "packed", "includes", "head_dim",
+             "head_dim_v", "window")
 
 
 def template_of(row: dict) -> dict:
@@ -422,7 +421,8 @@ def module_ops(key: tuple, template: dict, shape: dict) -> list:
         backend = key[1]
         op = O.attention("attention", shape["batch"], shape["heads_q"], shape["heads_kv"], shape["seq_q"],
                          shape["seq_kv"], template["head_dim"], causal=bool(template.get("causal")), dtype=dtype,
-                         head_dim_v=template["head_dim_v"], kv_dtype=template.get("kv_dtype") or None)
+                         head_dim_v=template["head_dim_v"], kv_dtype=template.get("kv_dtype") or None,
+                         window=template.get("window", 0))
         extra = {k: template[k] for k in ("packed", "includes") if template.get(k)}
         out = [O.Op(op.name, op.kind, op.phase, op.flops, op.bytes, {**op.params, **extra, "kernel": backend})]
         if template.get("includes") == "kv_write":
@@ -434,7 +434,7 @@ def module_ops(key: tuple, template: dict, shape: dict) -> list:
     from ..graph import moe_expert_ops
 
     ops = moe_expert_ops(shape["tokens"], shape["hidden"], shape["width"], shape["top_k"], shape["experts"],
-                         shape["ep"], dtype, "bf16", "standalone")
+                         shape["ep"], dtype, "bf16", "standalone", weight_dtype=template.get("weights"))
     if template.get("scaling"):
         ops = [O.Op(op.name, op.kind, op.phase, op.flops, op.bytes, {**op.params, "scaling": template["scaling"]},
                     op.count, op.scope) if op.kind == "gemm" else op for op in ops]

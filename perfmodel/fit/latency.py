@@ -128,7 +128,7 @@ def _signature(c: Case) -> tuple:
         return ("attention", p.get("dtype", "bf16"), p.get("kv_dtype") or p.get("dtype", "bf16"), bool(p["causal"]),
                 c.backend, bool(p.get("packed")), p.get("includes"), c.standalone)
     if c.kind == "moe":
-        return ("moe", p["dtype"], p.get("scaling"))
+        return ("moe", p["dtype"], p.get("scaling"), p.get("weights"))
     return (c.kind, p.get("dtype"), c.standalone)
 
 
@@ -142,7 +142,7 @@ def _predict_moe(cases: list[Case], hw: HardwareSpec, prof: Profile) -> np.ndarr
     p0 = cases[0].params
     width = np.ceil(col("inter") / col("tp"))
     ops = moe_expert_ops(col("tokens"), col("hidden"), width, col("top_k"), col("experts"), col("ep"), p0["dtype"],
-                         "bf16", "standalone")
+                         "bf16", "standalone", weight_dtype=p0.get("weights"))
     total = np.zeros(len(cases))
     for op in ops:
         if op.kind == "gemm" and p0.get("scaling"):
@@ -322,10 +322,15 @@ def fit_profile(cases: list[Case], hw: HardwareSpec, base: Profile = DEFAULTS) -
     # the grouped kernels' efficiency per format relative to the dense ones, their fixed cost, the permutes
     moe = [c for c in train if c.kind == "moe" and c.params.get("distribution", "balanced") == "balanced"]
     if len(moe) >= MIN_ATTENTION_ROWS:
-        fmts = sorted({gemm_format(c.params["dtype"], c.params.get("scaling")) for c in moe})
+        fmts = sorted({gemm_format(c.params["dtype"], c.params.get("scaling"), c.params.get("weights")) for c in moe})
         params = [_field("gemm_grouped_overhead_s", 1e-8, 1e-3)]
         params += [_dict_entry("gemm_grouped_eta", f, 0.02, 2.0, start=0.7) for f in fmts]
         params += [_dict_entry("gemm_grouped_mem", f, 0.02, 2.0, start=0.7) for f in fmts]
+        # the routing's time per token-expert pair, local or not: where the rows span EP widths (its floor at
+        # wide EP; at EP 1 it is not told apart from the permutes)
+        params += [_dict_entry("moe_pair_s", f, 1e-13, 1e-6, start=1e-10) for f in fmts
+                   if len({c.params["ep"] for c in moe if gemm_format(c.params["dtype"], c.params.get("scaling"),
+                                                                      c.params.get("weights")) == f}) > 1]
         params += [_dict_entry("mem_eta", "moe_permute", 0.02, 1.0), _dict_entry("mem_alpha_s", "moe_permute", 1e-8, 1e-4)]
         prof = prof.with_(gemm_grouped_overhead_s=5e-6)
         prof, _ = _least_squares(params, prof, lambda p, m=moe: _log_residuals(m, hw, p))

@@ -48,7 +48,9 @@ def report_class(key: tuple) -> str:
         return f"gemm {key[1]}"
     if key[0] == "attention":
         _, backend, phase, dtype, kv = key[:5]
-        return f"attention {backend} {phase} {dtype}" + (f" kv {kv}" if kv != dtype else "")
+        window = dict(key[8:]).get("window")  # a sliding window: kernels of their own, reported apart
+        return (f"attention {backend} {phase} {dtype}" + (f" kv {kv}" if kv != dtype else "")
+                + (" (sliding window)" if window else ""))
     fmt, dist = key[1], key[2]
     return f"moe {fmt}" + ("" if dist == "balanced" else f" ({dist} routing)")
 

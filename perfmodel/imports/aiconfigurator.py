@@ -18,12 +18,14 @@ of this project's own CUDA-graph measurement of the same bf16 GEMMs at the media
   engine's attention module for ``batch`` sequences of ``isl`` new tokens (prefill, causal) or one new token
   over ``step + 1`` cached ones (decode), its backend named by the kernel source (TensorRT-LLM's own kernels,
   FlashInfer, FlashAttention). The module also writes the new K and V into the cache (``includes:
-  kv_write``). Sliding-window rows are skipped (not modelled yet).
+  kv_write``). Sliding-window rows (``window``) are classes of their own in the whole tables, kept out of the
+  fitted subsample.
 - ``nccl_perf`` -> ``collective`` rows (NCCL all_reduce, all_gather, reduce_scatter, all_to_all at 2-8+
   GPUs); ``custom_allreduce_perf`` -> ``collective`` rows of the engine's own all-reduce (backend = engine).
   ``message_size`` is in elements of the table's dtype.
 - ``moe_perf`` -> ``moe`` rows (the fused MoE module per format and routing distribution), kept for the fit
-  of the MoE family and as its validation.
+  of the MoE family and as its validation. Weight-only expert formats (``w4a16_mxfp4``, ``w4a8_mxfp4_mxfp8``,
+  ``int4_wo``) keep the activations' format as ``dtype`` and the experts' as ``weights``: a class of their own.
 
 Tables are large (up to 200k rows); a deterministic, stratified subsample keeps every format, shape band
 and routing class (``rows_per_table``) for the fit, and the tables whole, every kernel's rows, go into
@@ -77,7 +79,11 @@ NCCL_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scat
             "alltoall": "all_to_all"}
 COMM_ELEMENT_BYTES = {"half": 2, "bfloat16": 2, "float16": 2, "int8": 1, "fp8": 1, "float": 4, "float32": 4}
 MOE_FORMATS = {"bfloat16": ("bf16", "none"), "fp8": ("fp8", "tensor"), "fp8_block": ("fp8", "block"),
-               "nvfp4": ("fp4", "nvfp4")}
+               "nvfp4": ("fp4", "nvfp4"),
+               # weight-only experts: the activations' format, the weights' in MOE_WEIGHTS (gpt-oss's MXFP4 under
+               # bf16 on Hopper or MXFP8 on Blackwell, Kimi K2's INT4 under bf16)
+               "w4a16_mxfp4": ("bf16", "none"), "w4a8_mxfp4_mxfp8": ("fp8", "none"), "int4_wo": ("bf16", "none")}
+MOE_WEIGHTS = {"w4a16_mxfp4": "fp4", "w4a8_mxfp4_mxfp8": "fp4", "int4_wo": "int4"}
 DEFAULT_ROWS_PER_TABLE = 3000
 # Where a table times one MoE format with two kernel families, the one the engine runs: for NVFP4 on Blackwell
 # TensorRT-LLM's recipes select its TRTLLM-gen MoE backend (the table's "min_latency" kernel source; about 3x
@@ -417,9 +423,6 @@ def convert_attention(cols: dict[str, list], engine: str, phase: str) -> Convert
         if backend is None:
             out.skip(f"kernel source {r.get('kernel_source')} not mapped to an attention kernel")
             continue
-        if int(r.get("window_size") or 0) > 0:
-            out.skip("sliding-window attention (not modelled yet)")
-            continue
         if int(r.get("beam_width") or 1) != 1:
             out.skip("beam search")
             continue
@@ -444,6 +447,9 @@ def convert_attention(cols: dict[str, list], engine: str, phase: str) -> Convert
         params = {"op": "attention", "backend": backend, "batch": b, "heads_q": hq, "heads_kv": hkv,
                   "seq_q": seq_q, "seq_kv": seq_kv, "head_dim": d, "causal": causal, "dtype": dtype,
                   "kv_dtype": kv, "packed": phase == "decode", "includes": "kv_write"}
+        window = int(r.get("window_size") or 0)
+        if window > 0:  # sliding-window attention (gpt-oss, Gemma): a class of its own, in the whole tables only
+            params["window"] = window
         out.rows.append({"id": _row_id("instream", params), "kind": "instream", "params": params, "time_s": t,
                          "kernel": str(r.get("kernel_source", ""))})
     return out
@@ -539,6 +545,9 @@ def convert_moe(cols: dict[str, list]) -> Converted:
                   "distribution": str(r.get("distribution", "balanced")), "kernel": str(r.get("kernel_source", ""))}
         if scaling != "none":
             params["scaling"] = scaling
+        weights = MOE_WEIGHTS.get(str(r.get("moe_dtype")))
+        if weights:
+            params["weights"] = weights
         out.rows.append({"id": _row_id("moe", params), "kind": "moe", "params": params, "time_s": t})
     return out
 
@@ -577,7 +586,7 @@ def _kernel_of(r: dict) -> str:
 def _format_of(r: dict) -> tuple:
     p = r["params"]
     phase = "decode" if p.get("packed") else "prefill" if p.get("op") == "attention" else ""
-    return (r["kind"], p.get("op"), p.get("dtype"), p.get("scaling"), phase)
+    return (r["kind"], p.get("op"), p.get("dtype"), p.get("scaling"), phase) + ((p["weights"],) if p.get("weights") else ())
 
 
 def main_kernels(conv: Converted) -> Converted:
@@ -619,7 +628,8 @@ def _attn_stratum(r):
 
 def _moe_stratum(r):
     p = r["params"]
-    return (p["dtype"], p.get("scaling"), p["kernel"], p["distribution"], _band(p["tokens"]) // 2, p["ep"] > 1)
+    key = (p["dtype"], p.get("scaling"), p["kernel"], p["distribution"], _band(p["tokens"]) // 2, p["ep"] > 1)
+    return key + ((p["weights"],) if p.get("weights") else ())  # the keys of full-weight strata as they were
 
 
 # --- the import ---------------------------------------------------------------------------------------
@@ -702,6 +712,7 @@ def import_system(src: Source, system: str, engine: str, out: Path, *, version: 
     tables: dict[str, dict] = {}
     rows: list[dict] = []
     whole: list[dict] = []  # every converted row of every kernel: the tables as measured (tables.npz)
+    tables_only: list[dict] = []  # the engine's main kernels' rows kept out of the fitted subsample
     for plan in plans(engine):
         if plan.family not in families:
             continue
@@ -718,10 +729,17 @@ def import_system(src: Source, system: str, engine: str, out: Path, *, version: 
             r["source"] = f"{plan.table}@{used}"
         whole += conv.rows
         conv = main_kernels(conv)
-        kept = subsample(conv.rows, plan.stratum, rows_per_table, seed) if plan.stratum else conv.rows
+        # sliding-window rows price projections through the whole tables only: the fitted subsample keeps the
+        # rows it kept before they were imported (the fit's window model is the full one's, clipped)
+        windowed = [r for r in conv.rows if r["params"].get("window")]
+        fit_rows = [r for r in conv.rows if not r["params"].get("window")]
+        tables_only += windowed
+        kept = subsample(fit_rows, plan.stratum, rows_per_table, seed) if plan.stratum else fit_rows
         rows += kept
         tables[plan.table] = {"file": str(path.relative_to(src.systems)), "engine_version": used, "rows_read": conv.read,
                               "rows_converted": len(conv.rows), "rows_kept": len(kept), "skipped": conv.skipped}
+        if windowed:
+            tables[plan.table]["rows_tables_only"] = {"sliding-window attention": len(windowed)}
     rows = _consistent_quantize(rows, tables)
     if "comm" in families:
         hit = _nccl_table(src, system)
@@ -764,7 +782,8 @@ def import_system(src: Source, system: str, engine: str, out: Path, *, version: 
     # compressed (about 10x), with no timestamp in the header: the same import gives the same bytes
     write_bytes_atomic(out / (MEASUREMENTS + ".gz"), gzip.compress(text.encode("utf-8"), mtime=0))
     classes = classes_of(whole)
-    main = {(c.key, c.kernel) for c in classes_of(unique)}  # the kernels the subsample kept (main_kernels)
+    # the kernels the subsample kept (main_kernels), and those of the rows only the whole tables hold
+    main = {(c.key, c.kernel) for c in classes_of(unique + tables_only)}
     for c in classes:
         c.main = (c.key, c.kernel) in main
     if classes:
