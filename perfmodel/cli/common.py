@@ -10,7 +10,7 @@ import json
 import os
 import sys
 
-from ..errors import InputError
+from ..errors import UNPRINTABLE, InputError, one_line
 
 EXIT_INPUT = 2
 
@@ -24,7 +24,7 @@ class Parser(argparse.ArgumentParser):
         return super().add_subparsers(**kwargs)
 
     def error(self, message: str):
-        message = " ".join(str(message).split())
+        message = one_line(" ".join(str(message).split()))  # an echoed value's escape sequences too
         self.exit(EXIT_INPUT, f"perfmodel: error: {message} (see {self.prog} --help)\n")
 
 
@@ -147,18 +147,21 @@ def emit(text: str, out: str | None) -> None:
         sys.stdout.write(text)
 
 
-def json_text(data) -> str:
+def json_text(data, indent: int = 2) -> str:
     """JSON text; nothing non-finite may reach it (strict JSON has no NaN or Infinity)."""
     try:
-        return json.dumps(data, indent=2, allow_nan=False) + "\n"
+        return json.dumps(data, indent=indent, allow_nan=False) + "\n"
     except ValueError:
         raise InputError("a result is not finite: check the spec figures and the calibration profile "
                          "(a value out of any physical range)", field="--format json") from None
 
 
-# flags naming a file a command writes (``--refit`` is left out: refitting a profile in place is its purpose)
+# flags naming a file a command writes
 OUTPUT_FILE_FLAGS = {"out": "--out", "report": "--report", "export": "--export", "plot": "--plot",
-                     "summary": "--summary"}
+                     "summary": "--summary", "refit": "--refit"}
+# the one input an output may replace, by design: trace import --refit folds the traces into the --calibration
+# profile it started from (docs/trace.md); any other input (the trace itself) it may not
+IN_PLACE = {"--refit": "calibration"}
 
 
 def check_outputs_not_inputs(args) -> None:
@@ -191,11 +194,15 @@ def check_outputs_not_inputs(args) -> None:
             elif isinstance(x, str) and x and os.path.isdir(x):
                 # an input folder (a calibration, a measurement): none of the files already in it is an output
                 for flag, path in outs.items():
+                    if IN_PLACE.get(flag) == name:
+                        continue
                     if os.path.dirname(os.path.abspath(path)) == os.path.abspath(x):
                         raise InputError(f"is a file of this command's --{name.replace('_', '-')} input folder; "
                                          "refusing to overwrite it (give another file name)", file=path, field=flag)
     for flag, path in outs.items():
         for name, x in inputs:
+            if IN_PLACE.get(flag) == name:
+                continue
             try:
                 same = os.path.samefile(path, x)
             except OSError:
@@ -221,7 +228,14 @@ def check_output_folders(args) -> None:
         raise InputError(f"the folder {printable(str(folder), 80)} does not exist (create it first)",
                          file=printable(path, 120), field=flag)
 
-    for attr, flag in {**OUTPUT_FILE_FLAGS, "refit": "--refit"}.items():
+    for attr, flag in {**OUTPUT_FILE_FLAGS, **OUTPUT_DIR_FLAGS}.items():
+        path = getattr(args, attr, None)
+        if isinstance(path, str) and (m := UNPRINTABLE.search(path)):
+            # the name would be echoed ("wrote ...") and listed by every shell: a control character in it is a
+            # slip or an attack, never a wish
+            raise InputError(f"control character U+{ord(m.group()):04X} in the file name; give a printable name",
+                             file=printable(path, 120), field=flag)
+    for attr, flag in OUTPUT_FILE_FLAGS.items():
         path = getattr(args, attr, None)
         if not isinstance(path, str) or not path.strip():
             continue

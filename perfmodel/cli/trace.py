@@ -4,12 +4,11 @@ Only argparse at import time.
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from ..errors import InputError
-from .common import emit
+from .common import emit, json_text
 
 
 def register(sub) -> None:
@@ -114,7 +113,7 @@ def cmd_import(args) -> int:
     if args.refit:
         print(f"wrote {args.refit}", file=sys.stderr)
     if args.format == "json":
-        emit(json.dumps(docs[0] if len(docs) == 1 else docs, indent=1) + "\n", None)
+        emit(json_text(docs[0] if len(docs) == 1 else docs, indent=1), None)
     else:
         emit("\n\n".join(texts) + "\n", None)
     return 0

@@ -5,11 +5,10 @@ Only argparse at import time: torch and Triton load inside ``tune measure`` alon
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from ..errors import InputError
-from .common import emit
+from .common import emit, json_text
 
 
 def register(sub) -> None:
@@ -111,7 +110,7 @@ def _show(ranking, args) -> int:
 
     top = _top(args)
     if args.format == "json":
-        emit(json.dumps(ranking_dict(ranking, top), indent=1) + "\n", args.out)
+        emit(json_text(ranking_dict(ranking, top), indent=1), args.out)
     else:
         emit(ranking_table(ranking, top) + "\n", args.out)
     return 0
