@@ -60,6 +60,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import InputError
+from .inputs import text as text_value
 
 # The attention a layer runs: over every earlier token (full), over the last sliding_window tokens
 # (sliding), or over the earlier tokens of its own attention_chunk-token chunk (chunked, Llama 4).
@@ -427,6 +428,9 @@ SIZE_LIMITS = {
     "moe.layer_step": 1024,
     "mla.q_lora_rank": 2**16, "mla.kv_lora_rank": 2**16, "mla.qk_nope_head_dim": 4096, "mla.qk_rope_head_dim": 4096,
     "mla.v_head_dim": 4096, "mtp_layers": 64,
+    # Gated DeltaNet (Qwen3-Next: 16 key heads, 32 value heads of 128 channels, a convolution 4 wide)
+    "linear_attention.key_heads": 4096, "linear_attention.value_heads": 4096, "linear_attention.key_head_dim": 4096,
+    "linear_attention.value_head_dim": 4096, "linear_attention.conv_kernel": 1024,
 }
 _SOFTCAP_LIMIT = 1e6  # a cap is a few tens (Gemma 2: 30 and 50); far above that is a typo
 _HF_SIZE_NAMES = {
@@ -443,13 +447,17 @@ _HF_SIZE_NAMES = {
     "attention_chunk_size": "attention_chunk", "sliding_window_pattern": "layers", "no_rope_layer_interval": "layers",
     "q_lora_rank": "mla.q_lora_rank", "kv_lora_rank": "mla.kv_lora_rank", "qk_nope_head_dim": "mla.qk_nope_head_dim",
     "qk_rope_head_dim": "mla.qk_rope_head_dim", "v_head_dim": "mla.v_head_dim",
+    "linear_num_key_heads": "linear_attention.key_heads", "linear_num_value_heads": "linear_attention.value_heads",
+    "linear_key_head_dim": "linear_attention.key_head_dim", "linear_value_head_dim": "linear_attention.value_head_dim",
+    "linear_conv_kernel_dim": "linear_attention.conv_kernel",
 }
 
 
 def _check_size(v: int, name: str, file: str, field: str) -> None:
     limit = SIZE_LIMITS.get(name)
     if limit is not None and v > limit:
-        raise InputError(f"expected at most {limit:,} (far above any published model), got {v:,}",
+        shown = f"{v:,}" if v < 10**15 else f"{float(v):.3g}"  # 1e308 read as an integer: 309 digits
+        raise InputError(f"expected at most {limit:,} (far above any published model), got {shown}",
                          file=file, field=field)
 
 
@@ -866,6 +874,11 @@ class _Cfg:
     def error(self, k: str, message: str) -> InputError:
         return InputError(message, file=self.file, field=self.prefix + k)
 
+    def text(self, k: str, default: str | None = None) -> str | None:
+        """A text field (a name compared against known ones: a list or a mapping there had raised TypeError)."""
+        v = self.get(k, default)
+        return None if v is None else text_value(v, self.prefix + k, file=self.file)
+
     def int(self, k: str, *, default=None, minimum: int = 1) -> int:
         v = self.get(k)
         if v is None:
@@ -949,6 +962,8 @@ def _hf_family(cfg: dict, file: str) -> str:
     """The config's model_type (a text family or a multimodal wrapper), after the refusals."""
     _hf_refuse(cfg, file)
     mt = cfg.get("model_type")
+    if mt is not None:
+        text_value(mt, "model_type", file=file)
     archs = cfg.get("architectures") or []
     if isinstance(archs, str):
         archs = [archs]
@@ -1010,7 +1025,7 @@ def _model_from_hf_dict(cfg, path: Path) -> Model:
         if not isinstance(text, dict):
             raise InputError(f"expected the text model's config (an object) in a {mt} config, got {_short(text)}",
                              file=file, field="text_config")
-        tmt = text.get("model_type") or _HF_WRAPPERS[mt][1]
+        tmt = text_value(text.get("model_type") or _HF_WRAPPERS[mt][1], "text_config.model_type", file=file)
         if tmt not in _HF_FAMILIES:
             raise InputError(f"unsupported text model_type {_short(tmt)} (supported: {', '.join(sorted(_HF_FAMILIES))})",
                              file=file, field="text_config.model_type")
@@ -1072,7 +1087,7 @@ def _hf_text_model(c: _Cfg, mt: str, notes: list[str]) -> dict:
     max_position = c.int("max_position_embeddings", default=0, minimum=1)  # given, it is a context of tokens
     gemma = family in ("gemma2", "gemma3")
     act_key = "hidden_activation" if gemma and c.has("hidden_activation") else "hidden_act"
-    act = c.get(act_key, "silu")
+    act = c.text(act_key, "silu")
     c.get("hidden_act")
     if act not in HF_ACTIVATIONS:
         raise c.error(act_key, f"expected one of transformers' activations ({', '.join(sorted(HF_ACTIVATIONS))}), "
@@ -1113,7 +1128,7 @@ def _hf_text_model(c: _Cfg, mt: str, notes: list[str]) -> dict:
             kw["qk_norm_type"] = "l2"  # Llama4TextL2Norm: no weight, on the rotary layers only
     elif family == "minimax_m2":
         kw["qk_norm"] = c.bool("use_qk_norm")
-        t = c.get("qk_norm_type", "per_layer")
+        t = c.text("qk_norm_type", "per_layer")
         if t not in ("per_layer", "per_head"):
             raise c.error("qk_norm_type", f"expected per_layer or per_head, got {_short(t)}")
         if kw["qk_norm"]:
@@ -1281,7 +1296,7 @@ def _hf_linear_attention(c: _Cfg) -> LinearAttention:
     kh, vh = c.int("linear_num_key_heads"), c.int("linear_num_value_heads")
     if vh % kh:
         raise c.error("linear_num_value_heads", f"expected a multiple of linear_num_key_heads ({kh}), got {vh}")
-    state = c.get("mamba_ssm_dtype", "bfloat16")
+    state = c.text("mamba_ssm_dtype", "bfloat16")
     if state not in _STATE_DTYPES:
         raise c.error("mamba_ssm_dtype", f"expected one of {', '.join(_STATE_DTYPES)}, got {_short(state)}")
     return LinearAttention(key_heads=kh, value_heads=vh, key_head_dim=c.int("linear_key_head_dim"),

@@ -192,13 +192,13 @@ class Scenario:
                              field="--ep")
         if not isinstance(self.mtp, int) or isinstance(self.mtp, bool) or not 0 <= self.mtp <= 16:
             raise InputError(f"expected 0 to 16 draft tokens a step, got {self.mtp!r}", field="--mtp")
-        if self.mtp:
+        if self.mtp or self.mtp_accept is not None:  # given without --mtp it is unused, but still a probability
             given = self.mtp_accept if isinstance(self.mtp_accept, (tuple, list)) else (self.mtp_accept,)
             if not given or not all(isinstance(a, (int, float)) and not isinstance(a, bool) and 0.0 <= a < 1.0
                                     for a in given):
                 raise InputError("with --mtp give the acceptance rate of a draft token, in [0, 1), or one per "
                                  f"position separated by commas, got {self.mtp_accept!r}", field="--mtp-accept")
-            if len(given) not in (1, self.mtp):
+            if self.mtp and len(given) not in (1, self.mtp):
                 raise InputError(f"--mtp {self.mtp} drafts {self.mtp} tokens: give one acceptance rate or {self.mtp}, "
                                  f"got {len(given)}", field="--mtp-accept")
         if self.draft is not None and not self.mtp:

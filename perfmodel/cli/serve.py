@@ -97,32 +97,16 @@ def _slo_flags(p) -> None:
 # --- checked values ------------------------------------------------------------------------------------
 
 def _int(text, flag: str, minimum: int = 1) -> int:
-    try:
-        v = int(str(text).strip())
-    except ValueError:
-        try:  # 1e6: an integer written as a float
-            f = float(str(text).strip())
-            v = int(f) if math.isfinite(f) and f == int(f) else None
-        except ValueError:
-            v = None
-        if v is None:
-            raise InputError(f"expected an integer >= {minimum}, got {text!r}", field=flag) from None
-    if v < minimum:
-        raise InputError(f"expected an integer >= {minimum}, got {text!r}", field=flag)
-    return v
+    """A whole number >= ``minimum`` (``1e6`` is one; at most perfmodel.inputs.MAX_WHOLE)."""
+    from ..inputs import number
+
+    return number(text, flag, lo=minimum, integer=True)
 
 
 def _float(text, flag: str, *, positive: bool = True) -> float | None:
-    if text is None:
-        return None
-    try:
-        v = float(str(text).strip())
-    except ValueError:
-        v = math.nan
-    if not math.isfinite(v) or v < 0 or (positive and v == 0):
-        raise InputError(f"expected a {'positive' if positive else 'non-negative'} finite number, got {text!r}",
-                         field=flag)
-    return v
+    from ..inputs import number
+
+    return None if text is None else number(text, flag, lo=0.0, lo_open=positive)
 
 
 def _price(text) -> float | None:

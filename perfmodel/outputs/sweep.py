@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InputError
+from ..inputs import number
 from ..spec import SPEC_FIELDS
 
 METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "throughput_tok_s", "throughput_tok_s_per_gpu")
@@ -79,13 +80,10 @@ def _one(name: str, raw: str, text: str):
         if not 0.0 <= v <= 1.0:
             raise _err(f"{name}: expected a fraction in [0, 1], got {raw!r}", text)
         return float(v)
-    if v <= 0:
-        raise _err(f"{name}: expected a positive value, got {raw!r}", text)
-    if _integer(name):
-        if not float(v).is_integer():
-            raise _err(f"{name}: expected a whole number, got {raw!r}", text)
-        return int(v)
-    return float(v)
+    try:  # positive; a count a whole number that fits an integer (batch=1e308 had overflowed numpy)
+        return number(v, name, lo=0.0, lo_open=True, integer=_integer(name))
+    except InputError as e:
+        raise _err(f"{name}: {e.detail.replace(repr(v), repr(raw))}", text) from None
 
 
 def parse_vary(text: str) -> Axis:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -43,15 +42,9 @@ def _pick(row: dict, field: str):
 
 
 def _number(v, *, where: str, field: str, integer: bool, minimum: float):
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        x = math.nan
-    ok = math.isfinite(x) and x >= minimum and (not integer or x == int(x))
-    if not ok or isinstance(v, bool):
-        kind = "an integer" if integer else "a number"
-        raise InputError(f"{where}: expected {kind} >= {minimum:g}, got {v!r}", field=field)
-    return int(x) if integer else x
+    from ..inputs import number
+
+    return number(v, field, at=where, lo=minimum, integer=integer)
 
 
 def _rows(path: Path):

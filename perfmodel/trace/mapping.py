@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError
+from ..inputs import text as text_value
 from .reader import Kernel
 
 ANNOTATION_PREFIX = "perfmodel:"
@@ -86,8 +87,31 @@ def read_sidecar(path) -> Sidecar:
         if not isinstance(v, int) or isinstance(v, bool) or v < (0 if f == "context" else 1):
             raise InputError(f"expected a {'non-negative' if f == 'context' else 'positive'} integer, got {v!r}",
                              file=str(p), field=f)
-    return Sidecar(d["model"], d["phase"], d["batch"], d["seq"], d["context"], str(d.get("dtype", "bf16")),
-                   {k: v for k, v in d.items() if k not in ("model", "phase", "batch", "seq", "context", "dtype")})
+    dtype = text_value(d.get("dtype", "bf16"), "dtype", file=str(p))
+    extra = {k: _description(k, v, str(p)) for k, v in d.items()
+             if k not in ("model", "phase", "batch", "seq", "context", "dtype")}
+    return Sidecar(d["model"], d["phase"], d["batch"], d["seq"], d["context"], dtype, extra)
+
+
+# the descriptive fields perfmodel.trace.capture writes as text
+SIDECAR_TEXT = ("model_name", "device", "note", "torch", "cuda", "transformers", "attention", "command", "error")
+
+
+def _description(key: str, v, file: str):
+    """A descriptive field of a sidecar (model_name, device, torch, trace_bytes, ...), shown in the title and the
+    JSON: printable text, a finite number >= 0, true/false or null (a NaN or a -1 had reached the JSON, an escape
+    sequence the terminal)."""
+    from ..inputs import number
+    from ..safeyaml import key_text
+
+    name = key_text(key)
+    if isinstance(v, str) or key in SIDECAR_TEXT:
+        return text_value(v, name, file=file, empty=True)
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return number(v, name, file=file, lo=0, integer=isinstance(v, int))
+    if v is None or isinstance(v, bool):
+        return v
+    raise InputError(f"expected text or a number, got {type(v).__name__}", file=file, field=name)
 
 
 def model_of(sc: Sidecar):
