@@ -47,9 +47,15 @@ class Engine:
     # the release whose documented defaults the preset follows, and the one NVIDIA's imported kernel tables
     # were measured with (calibration/<part>-<engine>/environment.json)
     version: str = ""
+    # the format the engine's MoE runs weight-only MXFP4 experts' products in, per NVIDIA generation ("*": any
+    # other): bf16 activations (W4A16), or fp8 (MXFP8 activations, W4A8)
+    weight_only_moe: dict[str, str] = field(default_factory=lambda: {"*": "bf16"})
 
     def attention_for(self, generation: str) -> str:
         return self.attention.get(generation, self.attention["*"])
+
+    def weight_only_act_for(self, generation: str) -> str:
+        return self.weight_only_moe.get(generation, self.weight_only_moe["*"])
 
     def fraction_for(self, tp: int) -> float:
         if isinstance(self.mem_fraction, dict):
@@ -67,8 +73,13 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         kernels="fused", rotary="kv_write", launch="auto", fp8_kv=True, fp8_attention=True,
         prefill_chunk=8192, max_batch=2048, mem_policy="free", mem_fraction=0.9, mem_reserve=2 * GiB,
         moe_exchange="gather", moe_quantized_exchange=True,
+        weight_only_moe={"*": "bf16", "blackwell": "fp8", "blackwell-ultra": "fp8"},
         version="TensorRT-LLM 1.0 defaults (PyTorch backend, LLM API); kernel tables measured with 1.3.0rc20",
         sources={
+            "weight_only_moe": "TensorRT-LLM's gpt-oss deployment: on Blackwell its TRTLLM-gen MoE runs the MXFP4 "
+                               "experts with MXFP8 activations (quant algo W4A8_MXFP4_MXFP8), on Hopper the "
+                               "Triton W4A16 MXFP4 kernels; aiconfigurator-core times both formats per part "
+                               "(estimate: which one a given run used is not recorded)",
             "attention": "TensorRT-LLM docs, advanced/gpt-attention.md: context FMHA and XQA generation kernels",
             "moe_exchange": "TensorRT-LLM 1.x PyTorch backend with enable_attention_dp: the fused MoE all-gathers the "
                             "quantized (FP8 / NVFP4) inputs of every DP rank and reduce-scatters its outputs "

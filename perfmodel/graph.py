@@ -716,13 +716,16 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
     elif exchange == "gather":
         ops.append(O.collective("moe.gather", "all_gather", group_tokens * h * sent, sc.moe_group, phase=ph))
     stored = expert_format(model, sc)
-    experts = moe_expert_ops(group_tokens, h, width, moe.top_k, moe.num_experts, ep, w, act, ph,
+    w_experts = w
+    if stored == "fp4" and w in ("bf16", "fp16") and sc.weight_only_moe_act == "fp8":
+        w_experts = "fp8"  # the engine quantizes the activations to MXFP8 for its MXFP4 experts (W4A8)
+    experts = moe_expert_ops(group_tokens, h, width, moe.top_k, moe.num_experts, ep, w_experts, act, ph,
                              gated=model.mlp == "swiglu", fused=sc.kernels == "fused", imbalance=sc.moe_imbalance,
                              weight_dtype=stored)
     if model.mlp == "swiglu" and sc.kernels == "fused":
         # the engine's fused MoE module, the one its measured MoE tables time (perfmodel.cost.tables), weight-only
         # experts included (their own class)
-        fmt = _gemm_format(w, model, stored)
+        fmt = _gemm_format(w_experts, model, stored)
         experts = [_in_module(op, group_tokens, h, width, moe.top_k, moe.num_experts, ep, fmt) for op in experts]
     ops += experts
     if exchange == "all_to_all":

@@ -310,8 +310,10 @@ def _weight_only_text(narrow: str, sc: Scenario, hw: HardwareSpec, prof: Profile
     from .cost.gemm import gemm_format
     from .cost.tables import family_table
 
-    fmt = gemm_format(sc.dtype, None, narrow)
-    head = f"experts stored in {narrow} under {sc.dtype} products (weight-only, class {fmt}): "
+    act = "fp8" if narrow == "fp4" and sc.dtype in ("bf16", "fp16") and sc.weight_only_moe_act == "fp8" else sc.dtype
+    fmt = gemm_format(act, None, narrow)
+    head = (f"experts stored in {narrow} under {sc.dtype} products (weight-only, class {fmt}"
+            + (", the engine's MXFP8 activations on this part" if act != sc.dtype else "") + "): ")
     table = family_table(prof, "moe", hw)
     if table is not None and ("moe", fmt, "balanced") in table.rows:
         return head + f"priced by {table.engine}'s measured MoE tables of that format on {table.part}"

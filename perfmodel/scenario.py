@@ -8,7 +8,7 @@ from .errors import InputError
 
 
 ENGINE_FIELDS = ("kernels", "rotary", "launch", "attention_kernel", "fp8_attention", "prefill_chunk", "max_batch",
-                 "mem_policy", "mem_fraction", "mem_reserve", "kv_cache", "batching")
+                 "mem_policy", "mem_fraction", "mem_reserve", "kv_cache", "batching", "weight_only_moe_act")
 KV_CACHES = ("paged", "dynamic", "static")
 
 
@@ -68,6 +68,9 @@ class Scenario:
     # engine's (perfmodel.engines: moe_exchange, moe_quantized_exchange)
     moe_exchange: str | None = None
     moe_quantized_exchange: bool | None = None
+    # the format a MoE of weight-only experts (gpt-oss's MXFP4) runs its products in: bf16, or fp8 (MXFP8
+    # activations: TensorRT-LLM on Blackwell); None: the engine's for the part (perfmodel.engines)
+    weight_only_moe_act: str | None = None
 
     @property
     def gpus(self) -> int:
@@ -139,6 +142,7 @@ class Scenario:
             "rotary": eng.rotary if kernels == eng.kernels else ("eager" if kernels in ("torch", "hf") else "kv_write"),
             "launch": eng.launch,
             "attention_kernel": eng.attention_for(getattr(hw, "generation", "")),
+            "weight_only_moe_act": eng.weight_only_act_for(getattr(hw, "generation", "")),
             "fp8_attention": eng.fp8_attention,
             "prefill_chunk": eng.prefill_chunk,
             "max_batch": eng.max_batch,

@@ -61,3 +61,18 @@ def test_a_weight_only_expert_format_says_what_prices_it():
     assert any("experts stored in fp4 under bf16" in a and "too fast" in a for a in bare.assumptions)
     assert bare.tpot_s < gpt.tpot_s  # the engines' weight-only kernels run slower than bf16's streaming model
     assert not any("experts stored in" in a for a in project("h200", "mixtral", tp=2).assumptions)
+
+
+def test_training_experts_stay_grouped_kernels_in_their_training_format():
+    """Spreading experts over EP ranks changes their groups, not their kernel (EP 2+ had priced them as plain
+    batched GEMMs); a training step reads gpt-oss's experts in bf16, not the inference checkpoint's MXFP4."""
+    from perfmodel.resolve import resolve_model
+    from perfmodel.train.graph import layer_ops
+    from perfmodel.train.scenario import TrainScenario
+
+    gpt = resolve_model("gpt-oss-120b")
+    for ep in (1, 8):
+        ts = TrainScenario(gpus=8, tp=1, ep=ep, global_batch=64, seq=4096, dtype="bf16")
+        experts = [t.op for t in layer_ops(gpt, ts) if t.op.name in ("moe.gate_up", "moe.down")]
+        assert len(experts) == 2
+        assert all(op.params.get("grouped") and "weights" not in op.params for op in experts)

@@ -167,7 +167,9 @@ def layer_ops(model: Model, ts: TrainScenario) -> list[TrainOp]:
     shrink = 1.0 / ts.tp if sp else 1.0
     fused = ts.kernels == "fused"
     out: list[TrainOp] = []
-    raw = build_ops(model, step, sc)
+    # training updates every weight in its training format: a checkpoint's narrower inference experts (gpt-oss's
+    # MXFP4) are not what a training step reads (its memory, perfmodel.train.memory, counts them so too)
+    raw = build_ops(replace(model, expert_dtype="") if model.expert_dtype else model, step, sc)
     has_rotary = any(op.name.startswith("attn.rotary") for op in raw)
     for op in raw:
         if op.scope != "layer":
@@ -322,7 +324,12 @@ def _moe_expert_parallel(ops: list[TrainOp], model: Model, ts: TrainScenario, to
         if op.name in ("moe.gate_up", "moe.up", "moe.down"):
             p = op.params
             new = O.gemm(op.name, per_expert, p["n"], p["k"], p["dtype"], phase="prefill", groups=local,
-                         out_dtype=p["out_dtype"]).with_count(op.count)
+                         out_dtype=p["out_dtype"], weight_dtype=p.get("weights")).with_count(op.count)
+            # still the grouped kernel of EP 1 (its efficiency, the routing's pairs): spreading the experts over
+            # ranks changes the groups, not the kernel (it had become a plain batched GEMM, faster at EP 2+)
+            kept = {k: p[k] for k in ("grouped", "pairs", "scaling") if k in p}
+            new = O.Op(new.name, new.kind, new.phase, new.flops, new.bytes, {**new.params, **kept}, new.count,
+                       new.scope)
             t = replace(t, op=new, model_flops=float(new.flops))
         # overlapped (ts.a2a_hidden): exposed only where it exceeds its pass's compute, which another
         # micro-batch's chunk runs meanwhile (hide_under "*")
