@@ -103,7 +103,7 @@ def clock_model(prof) -> ClockModel:
 
 def steady_stretch(demand, alpha: float, xp=NP):
     """A kernel's time at the power-limited clock over its boost time, once the clock has settled."""
-    return xp.maximum(demand, 1.0) ** (1.0 / alpha)
+    return xp.power(xp.maximum(demand, 1.0), 1.0 / alpha)
 
 
 def onset(t, model: "ClockModel", xp=NP):

@@ -29,8 +29,10 @@ numbers, numpy arrays or Excel formula text.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..dtypes import bytes_per_element
-from .backend import NP
+from .backend import NP, STACKED
 
 # Output tile shapes (rows x cols of C) the kernel library chooses among; the short ones serve
 # skinny products (operands swapped, so the narrow side is the MMA's N).
@@ -116,7 +118,52 @@ def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof, eta, xp=NP, elem_byt
     ``mem_scale``: the format's streaming efficiency relative to ``gemm_mem_eta`` (:func:`mem_scale`);
     ``fmt``: the format class (:func:`gemm_format`), for its own split-K limit and power demand;
     ``sustained``: the step's power demand (None: timed alone); ``vector_peak``: the part's plain fp32 rate,
-    for the CUDA-core variant of skinny products (None: tensor-core tiles only)."""
+    for the CUDA-core variant of skinny products (None: tensor-core tiles only).
+
+    Numbers and arrays price every tile at once (one array axis over :data:`TILES`, :func:`_candidates`) and take
+    the fastest; formulas, one flat MIN over the tiles' formulas."""
+    gemv = vector_peak is not None and (fmt or "bf16") in GEMV_FORMATS
+    args = (m, n, k, groups, nbytes, peak, sms, bw, prof, eta, elem_bytes, sustained, mem_scale, fmt, vector_peak)
+    if not xp.numeric:  # a formula: one flat MIN over the tiles (a running IF chain nests exponentially)
+        formulas = []
+        for tm, tn in TILES:
+            t, _, _, t_v, _ = _candidates(tm, tn, *args, xp=xp, gemv=gemv and min(tm, tn) == NARROW)
+            formulas += [t] if t_v is None else [t, t_v]
+        return xp.min_of(formulas) + prof.gemm_overhead_s, None, None
+    dims = np.broadcast_shapes(*(np.shape(x) for x in args if not isinstance(x, (str, type(None))) and x is not prof),
+                               *(np.shape(getattr(prof, f)) for f in _PROFILE_SCALARS))
+    # numbers: the tiles side by side, each priced exactly as alone (STACKED); arrays: numpy throughout
+    back = STACKED if dims == () else xp
+    axis = (-1,) + (1,) * len(dims)
+    t, t_c, t_m, t_v, t_cv = _candidates(_TM.reshape(axis), _TN.reshape(axis), *args, xp=back, gemv=gemv)
+    full = (len(TILES),) + dims
+    t, t_c, t_m = (np.broadcast_to(x, full) for x in (t, t_c, t_m))
+    if gemv:  # the CUDA-core variants join right after their narrow tiles, in the order the tiles are tried
+        t_v = np.broadcast_to(t_v, full)[_NARROW_TILES]
+        t_m_v = t_m[_NARROW_TILES]
+        t_cv = np.broadcast_to(t_cv, t_v.shape)
+        t, t_c, t_m = (np.concatenate([a, b])[_GEMV_ORDER] for a, b in ((t, t_v), (t_c, t_cv), (t_m, t_m_v)))
+    best, scan_nan = _first_fastest(t)
+    pick = (lambda a: np.take_along_axis(a, best[None], axis=0)[0])
+    time = pick(t) if scan_nan is None else np.where(scan_nan, np.nan, pick(t))
+    return time + prof.gemm_overhead_s, pick(t_c), pick(t_m)
+
+
+def _first_fastest(t: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """Per element, the index along the first axis of the candidate a scan in order keeps (the first of the least
+    times), and where any time is NaN (None: nowhere). A scan stops improving at a NaN and its time is NaN from there:
+    the index is then the best before the first NaN."""
+    nan = np.isnan(t)
+    if not nan.any():
+        return np.argmin(t, axis=0), None
+    after = np.logical_or.accumulate(nan, axis=0)
+    return np.argmin(np.where(after, np.inf, t), axis=0), after[-1]
+
+
+def _candidates(tm, tn, m, n, k, groups, nbytes, peak, sms, bw, prof, eta, elem_bytes, sustained, mem_scale, fmt,
+                vector_peak, *, xp, gemv: bool):
+    """(time, compute part, memory part) of the tile(s) ``tm`` x ``tn`` (numbers, or arrays along the tiles), and
+    with ``gemv`` its CUDA-core variant's (time, compute part); (None, None) without."""
     cap = max_split(prof, fmt) if fmt else None
     per_sm = peak / sms
     p = prof.gemm_softness
@@ -124,46 +171,40 @@ def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof, eta, xp=NP, elem_byt
     slow = xp.where(misaligned, prof.gemm_misaligned_eta, 1.0)
     q = prof.gemm_wave_q
     tile_c = prof.gemm_tile_c * prof.gemm_tile_c_fmt.get((fmt or "bf16").split("_")[0], 1.0)
-    best = best_c = best_m = None
-    formulas = []
-    for tm, tn in TILES:
-        tiles = xp.ceil(m / tm) * xp.ceil(n / tn) * groups
-        most = xp.maximum(1.0, xp.floor(k / prof.gemm_splitk_min_k))
-        if cap is not None:
-            most = xp.minimum(most, xp.maximum(1.0, xp.floor(cap)))
-        split = xp.clip(xp.floor(sms / tiles), 1.0, most)
-        units = tiles * split
-        waves = (1.0 - q) * (units / sms) + q * xp.ceil(units / sms)
-        t_tile = 2.0 * tm * tn * (k / split + prof.gemm_k0) / (per_sm * eta * tile_efficiency(tm, tn, tile_c))
-        t_c0 = waves * t_tile / slow
-        partials = (split - 1.0) * m * n * groups * 8.0  # fp32 partial sums written and read back
-        # Distinct operand tiles in flight: CTAs of one tile column share their B tiles through L2 (and of
-        # one row, their A tiles), so HBM concurrency is the row and column tile counts, weighted by each
-        # operand's share of the bytes, times the K splits (a skinny product's padded row tiles add none)
-        share_a = m / (m + n)
-        distinct = (xp.ceil(m / tm) * share_a + xp.ceil(n / tn) * (1.0 - share_a)) * groups * split
-        streams = xp.minimum(1.0, distinct / (sms * prof.gemm_mem_ctas))
-        t_m = (nbytes + partials) / (bw * prof.gemm_mem_eta * mem_scale * streams * slow)
-        t_c = power_clocked(t_c0, 2.0 * m * n * k * groups, nbytes, t_m, fmt or "bf16", peak, bw, prof, sustained, xp)
-        t = (t_c**p + t_m**p) ** (1.0 / p)
-        candidates = [(t, t_c, t_m)]
-        if vector_peak is not None and min(tm, tn) == NARROW and (fmt or "bf16") in GEMV_FORMATS:
-            # the CUDA-core variant of the narrowest tile (GEMV-style): the few real rows on the vector units,
-            # no padding to the MMA's 8, the same operand streaming
-            t_cv = 2.0 * m * n * k * groups / (vector_peak * prof.gemm_eta.get("fp32", 0.85))
-            t_v = xp.where(xp.minimum(m, n) <= GEMV_MAX_ROWS, (t_cv**p + t_m**p) ** (1.0 / p), _NEVER)
-            candidates.append((t_v, t_cv, t_m))
-        for t, t_c, t_m in candidates:
-            if not xp.numeric:  # a formula: one flat MIN over the tiles (a running IF chain nests exponentially)
-                formulas.append(t)
-                continue
-            if best is None:
-                best, best_c, best_m = t, t_c, t_m
-            else:
-                better = t < best
-                best_c = xp.where(better, t_c, best_c)
-                best_m = xp.where(better, t_m, best_m)
-                best = xp.minimum(t, best)
-    if not xp.numeric:
-        return xp.min_of(formulas) + prof.gemm_overhead_s, None, None
-    return best + prof.gemm_overhead_s, best_c, best_m
+    tiles = xp.ceil(m / tm) * xp.ceil(n / tn) * groups
+    most = xp.maximum(1.0, xp.floor(k / prof.gemm_splitk_min_k))
+    if cap is not None:
+        most = xp.minimum(most, xp.maximum(1.0, xp.floor(cap)))
+    split = xp.clip(xp.floor(sms / tiles), 1.0, most)
+    units = tiles * split
+    waves = (1.0 - q) * (units / sms) + q * xp.ceil(units / sms)
+    t_tile = 2.0 * tm * tn * (k / split + prof.gemm_k0) / (per_sm * eta * tile_efficiency(tm, tn, tile_c))
+    t_c0 = waves * t_tile / slow
+    partials = (split - 1.0) * m * n * groups * 8.0  # fp32 partial sums written and read back
+    # Distinct operand tiles in flight: CTAs of one tile column share their B tiles through L2 (and of
+    # one row, their A tiles), so HBM concurrency is the row and column tile counts, weighted by each
+    # operand's share of the bytes, times the K splits (a skinny product's padded row tiles add none)
+    share_a = m / (m + n)
+    distinct = (xp.ceil(m / tm) * share_a + xp.ceil(n / tn) * (1.0 - share_a)) * groups * split
+    streams = xp.minimum(1.0, distinct / (sms * prof.gemm_mem_ctas))
+    t_m = (nbytes + partials) / (bw * prof.gemm_mem_eta * mem_scale * streams * slow)
+    t_c = power_clocked(t_c0, 2.0 * m * n * k * groups, nbytes, t_m, fmt or "bf16", peak, bw, prof, sustained, xp)
+    t = xp.power(xp.power(t_c, p) + xp.power(t_m, p), 1.0 / p)
+    if not gemv:
+        return t, t_c, t_m, None, None
+    # the CUDA-core variant of the narrowest tile (GEMV-style): the few real rows on the vector units, no padding
+    # to the MMA's 8, the same operand streaming
+    t_cv = 2.0 * m * n * k * groups / (vector_peak * prof.gemm_eta.get("fp32", 0.85))
+    t_v = xp.where(xp.minimum(m, n) <= GEMV_MAX_ROWS, xp.power(xp.power(t_cv, p) + xp.power(t_m, p), 1.0 / p), _NEVER)
+    return t, t_c, t_m, t_v, t_cv
+
+
+# the profile's GEMM parameters the candidates read as numbers (an array among them prices with numpy throughout)
+_PROFILE_SCALARS = ("gemm_softness", "gemm_wave_q", "gemm_tile_c", "gemm_k0", "gemm_splitk_min_k", "gemm_mem_ctas",
+                    "gemm_mem_eta", "gemm_misaligned_eta")
+_TM = np.array([float(a) for a, _ in TILES])
+_TN = np.array([float(b) for _, b in TILES])
+# the tiles whose CUDA-core variant may run, and where each variant sits among the candidates in scan order (right
+# after its tile): candidates are the tiles, then the variants, reordered by this
+_NARROW_TILES = np.array([i for i, (a, b) in enumerate(TILES) if min(a, b) == NARROW])
+_GEMV_ORDER = np.argsort(np.concatenate([np.arange(len(TILES)) * 2.0, _NARROW_TILES * 2.0 + 1.0]), kind="stable")
