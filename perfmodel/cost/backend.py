@@ -44,12 +44,15 @@ class _Stacked(_Numpy):
 
     @staticmethod
     def power(a, b):
-        if np.ndim(a) == 0 and np.ndim(b) == 0:
-            return a ** b
         if np.ndim(b) != 0:
             raise TypeError("STACKED.power takes a scalar exponent")
+        if np.ndim(a) == 0:
+            return a ** b
         a = np.asarray(a, dtype=float)
-        return np.array([x ** b for x in a.flat], dtype=float).reshape(a.shape)
+        try:  # Python floats: the C library's pow, as numpy's scalar power
+            return np.array([x ** b for x in a.ravel().tolist()], dtype=float).reshape(a.shape)
+        except (OverflowError, ValueError, TypeError):  # where Python refuses, numpy's scalar gives inf or NaN
+            return np.array([x ** b for x in a.flat], dtype=float).reshape(a.shape)
 
 
 STACKED = _Stacked()

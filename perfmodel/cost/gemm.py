@@ -130,23 +130,34 @@ def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof, eta, xp=NP, elem_byt
             t, _, _, t_v, _ = _candidates(tm, tn, *args, xp=xp, gemv=gemv and min(tm, tn) == NARROW)
             formulas += [t] if t_v is None else [t, t_v]
         return xp.min_of(formulas) + prof.gemm_overhead_s, None, None
-    dims = np.broadcast_shapes(*(np.shape(x) for x in args if not isinstance(x, (str, type(None))) and x is not prof),
-                               *(np.shape(getattr(prof, f)) for f in _PROFILE_SCALARS))
-    # numbers: the tiles side by side, each priced exactly as alone (STACKED); arrays: numpy throughout
-    back = STACKED if dims == () else xp
+    dims = _shape((m, n, k, groups, nbytes, peak, sms, bw, eta, elem_bytes, sustained, mem_scale, vector_peak)
+                  + tuple(getattr(prof, f) for f in _PROFILE_SCALARS))
+    # numbers (or scalar evaluations stacked by the caller): the tiles side by side, each priced exactly as alone
+    # (STACKED); arrays: numpy throughout
+    back = STACKED if dims == () or xp is STACKED else xp
     axis = (-1,) + (1,) * len(dims)
     t, t_c, t_m, t_v, t_cv = _candidates(_TM.reshape(axis), _TN.reshape(axis), *args, xp=back, gemv=gemv)
     full = (len(TILES),) + dims
-    t, t_c, t_m = (np.broadcast_to(x, full) for x in (t, t_c, t_m))
+    t, t_c, t_m = (x if np.shape(x) == full else np.broadcast_to(x, full) for x in (t, t_c, t_m))
     if gemv:  # the CUDA-core variants join right after their narrow tiles, in the order the tiles are tried
         t_v = np.broadcast_to(t_v, full)[_NARROW_TILES]
         t_m_v = t_m[_NARROW_TILES]
         t_cv = np.broadcast_to(t_cv, t_v.shape)
         t, t_c, t_m = (np.concatenate([a, b])[_GEMV_ORDER] for a, b in ((t, t_v), (t_c, t_cv), (t_m, t_m_v)))
     best, scan_nan = _first_fastest(t)
+    if dims == ():
+        i = int(best)
+        time = t[i] if scan_nan is None else np.nan
+        return time + prof.gemm_overhead_s, t_c[i], t_m[i]
     pick = (lambda a: np.take_along_axis(a, best[None], axis=0)[0])
     time = pick(t) if scan_nan is None else np.where(scan_nan, np.nan, pick(t))
     return time + prof.gemm_overhead_s, pick(t_c), pick(t_m)
+
+
+def _shape(values) -> tuple:
+    """The broadcast shape of the numbers and arrays among ``values`` (() for numbers alone)."""
+    shapes = [s for s in (np.shape(x) for x in values if not isinstance(x, (int, float, str, type(None)))) if s]
+    return np.broadcast_shapes(*shapes) if shapes else ()
 
 
 def _first_fastest(t: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
