@@ -127,37 +127,89 @@ def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof, eta, xp=NP, elem_byt
     if not xp.numeric:  # a formula: one flat MIN over the tiles (a running IF chain nests exponentially)
         formulas = []
         for tm, tn in TILES:
-            t, _, _, t_v, _ = _candidates(tm, tn, *args, xp=xp, gemv=gemv and min(tm, tn) == NARROW)
-            formulas += [t] if t_v is None else [t, t_v]
+            t, _, t_m = _candidates(tm, tn, *args, xp=xp)
+            formulas += [t, _gemv(m, n, k, groups, vector_peak, prof, t_m, xp)[0]] if gemv and min(tm, tn) == NARROW \
+                else [t]
         return xp.min_of(formulas) + prof.gemm_overhead_s, None, None
     dims = _shape((m, n, k, groups, nbytes, peak, sms, bw, eta, elem_bytes, sustained, mem_scale, vector_peak)
                   + tuple(getattr(prof, f) for f in _PROFILE_SCALARS))
-    # numbers (or scalar evaluations stacked by the caller): the tiles side by side, each priced exactly as alone
-    # (STACKED); arrays: numpy throughout
-    back = STACKED if dims == () or xp is STACKED else xp
-    axis = (-1,) + (1,) * len(dims)
-    t, t_c, t_m, t_v, t_cv = _candidates(_TM.reshape(axis), _TN.reshape(axis), *args, xp=back, gemv=gemv)
-    full = (len(TILES),) + dims
-    t, t_c, t_m = (x if np.shape(x) == full else np.broadcast_to(x, full) for x in (t, t_c, t_m))
-    if gemv:  # the CUDA-core variants join right after their narrow tiles, in the order the tiles are tried
-        t_v = np.broadcast_to(t_v, full)[_NARROW_TILES]
-        t_m_v = t_m[_NARROW_TILES]
-        t_cv = np.broadcast_to(t_cv, t_v.shape)
-        t, t_c, t_m = (np.concatenate([a, b])[_GEMV_ORDER] for a, b in ((t, t_v), (t_c, t_cv), (t_m, t_m_v)))
-    best, scan_nan = _first_fastest(t)
-    if dims == ():
-        i = int(best)
-        time = t[i] if scan_nan is None else np.nan
-        return time + prof.gemm_overhead_s, t_c[i], t_m[i]
-    pick = (lambda a: np.take_along_axis(a, best[None], axis=0)[0])
-    time = pick(t) if scan_nan is None else np.where(scan_nan, np.nan, pick(t))
-    return time + prof.gemm_overhead_s, pick(t_c), pick(t_m)
+    if dims == () or xp is STACKED:
+        # numbers (or scalar evaluations stacked by the caller): every tile side by side, each priced exactly as alone
+        scan = _Scan()
+        scan.batch(*_all_tiles(dims, args, gemv))
+        return scan.result(prof.gemm_overhead_s, dims)
+    # arrays: a tile at a time (a sweep's grid times every tile outgrows the cache: 2x slower at 10,000 points)
+    scan = _Scan()
+    for i, (tm, tn) in enumerate(TILES):
+        t, t_c, t_m = _candidates(tm, tn, *args, xp=xp)
+        scan.add(t, t_c, t_m)
+        if gemv and i in _NARROW_SET:
+            scan.add(*_gemv(m, n, k, groups, vector_peak, prof, t_m, xp), t_m)
+    return scan.result(prof.gemm_overhead_s, dims)
 
 
 def _shape(values) -> tuple:
     """The broadcast shape of the numbers and arrays among ``values`` (() for numbers alone)."""
     shapes = [s for s in (np.shape(x) for x in values if not isinstance(x, (int, float, str, type(None)))) if s]
     return np.broadcast_shapes(*shapes) if shapes else ()
+
+
+def _all_tiles(dims: tuple, args: tuple, gemv: bool) -> tuple:
+    """(time, compute part, memory part) of every tile's candidates (STACKED), along a first axis in scan order: each
+    tile, then its CUDA-core variant where it has one."""
+    axis = (-1,) + (1,) * len(dims)
+    t, t_c, t_m = _candidates(_TM.reshape(axis), _TN.reshape(axis), *args, xp=STACKED)
+    full = (len(TILES),) + dims
+    t, t_c, t_m = (x if np.shape(x) == full else np.broadcast_to(x, full) for x in (t, t_c, t_m))
+    if gemv:  # the CUDA-core variants join right after their narrow tiles
+        m, n, k, groups = args[:4]
+        t_m_v = t_m[_NARROW]
+        t_v, t_cv = (np.broadcast_to(x, t_m_v.shape) for x in _gemv(m, n, k, groups, args[-1], args[8], t_m_v, STACKED))
+        t, t_c, t_m = (np.concatenate([a, b])[_GEMV_ORDER] for a, b in ((t, t_v), (t_c, t_cv), (t_m, t_m_v)))
+    return t, t_c, t_m
+
+
+class _Scan:
+    """The candidate a scan in order keeps: the first of the least times; a NaN time stops it, and its time is NaN
+    from there on. Candidates come one at a time (:meth:`add`) or as a batch along a first axis (:meth:`batch`)."""
+
+    def __init__(self):
+        self.t = self.t_c = self.t_m = None
+        self.nan = None  # where a NaN stopped the scan (None: nowhere)
+
+    def add(self, t, t_c, t_m, nan=None) -> None:
+        """One candidate (``nan``: where the scan stops after it; default where its time is NaN)."""
+        if nan is None:
+            isnan = np.isnan(t)
+            nan = isnan if np.any(isnan) else None
+        if self.t is None:
+            self.t, self.t_c, self.t_m = t, t_c, t_m
+        else:
+            better = t < self.t  # NaN: never
+            if self.nan is not None:
+                better = better & ~self.nan
+            self.t_c, self.t_m = np.where(better, t_c, self.t_c), np.where(better, t_m, self.t_m)
+            self.t = np.where(better, t, self.t)
+        if nan is not None:
+            self.nan = nan if self.nan is None else self.nan | nan
+
+    def batch(self, t, t_c, t_m) -> None:
+        best, nan = _first_fastest(t)
+        self.add(*(_pick(a, best) for a in (t, t_c, t_m)), nan=nan)
+
+    def result(self, overhead, dims: tuple) -> tuple:
+        time = self.t if self.nan is None else np.where(self.nan, np.nan, self.t)
+        if dims == ():  # numbers: numpy scalars, as a scan over numbers gives
+            time, t_c, t_m = (np.float64(x) for x in (time, self.t_c, self.t_m))
+            return time + overhead, t_c, t_m
+        return time + overhead, self.t_c, self.t_m
+
+
+def _pick(a: np.ndarray, idx: np.ndarray):
+    """``a``'s element at ``idx`` along the first axis, per element."""
+    if np.ndim(idx) == 0:
+        return a[int(idx)]
+    return np.take_along_axis(a, idx[None], axis=0)[0]
 
 
 def _first_fastest(t: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
@@ -172,9 +224,8 @@ def _first_fastest(t: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
 
 
 def _candidates(tm, tn, m, n, k, groups, nbytes, peak, sms, bw, prof, eta, elem_bytes, sustained, mem_scale, fmt,
-                vector_peak, *, xp, gemv: bool):
-    """(time, compute part, memory part) of the tile(s) ``tm`` x ``tn`` (numbers, or arrays along the tiles), and
-    with ``gemv`` its CUDA-core variant's (time, compute part); (None, None) without."""
+                vector_peak, *, xp):
+    """(time, compute part, memory part) of the tile(s) ``tm`` x ``tn`` (numbers, or arrays along the tiles)."""
     cap = max_split(prof, fmt) if fmt else None
     per_sm = peak / sms
     p = prof.gemm_softness
@@ -201,13 +252,16 @@ def _candidates(tm, tn, m, n, k, groups, nbytes, peak, sms, bw, prof, eta, elem_
     t_m = (nbytes + partials) / (bw * prof.gemm_mem_eta * mem_scale * streams * slow)
     t_c = power_clocked(t_c0, 2.0 * m * n * k * groups, nbytes, t_m, fmt or "bf16", peak, bw, prof, sustained, xp)
     t = xp.power(xp.power(t_c, p) + xp.power(t_m, p), 1.0 / p)
-    if not gemv:
-        return t, t_c, t_m, None, None
-    # the CUDA-core variant of the narrowest tile (GEMV-style): the few real rows on the vector units, no padding
-    # to the MMA's 8, the same operand streaming
+    return t, t_c, t_m
+
+
+def _gemv(m, n, k, groups, vector_peak, prof, t_m, xp):
+    """(time, compute part) of the CUDA-core variant of the narrowest tile (GEMV-style), whose streaming time is
+    ``t_m``: the few real rows on the vector units, no padding to the MMA's 8, the same operand streaming."""
+    p = prof.gemm_softness
     t_cv = 2.0 * m * n * k * groups / (vector_peak * prof.gemm_eta.get("fp32", 0.85))
     t_v = xp.where(xp.minimum(m, n) <= GEMV_MAX_ROWS, xp.power(xp.power(t_cv, p) + xp.power(t_m, p), 1.0 / p), _NEVER)
-    return t, t_c, t_m, t_v, t_cv
+    return t_v, t_cv
 
 
 # the profile's GEMM parameters the candidates read as numbers (an array among them prices with numpy throughout)
@@ -215,7 +269,7 @@ _PROFILE_SCALARS = ("gemm_softness", "gemm_wave_q", "gemm_tile_c", "gemm_k0", "g
                     "gemm_mem_eta", "gemm_misaligned_eta")
 _TM = np.array([float(a) for a, _ in TILES])
 _TN = np.array([float(b) for _, b in TILES])
-# the tiles whose CUDA-core variant may run, and where each variant sits among the candidates in scan order (right
-# after its tile): candidates are the tiles, then the variants, reordered by this
-_NARROW_TILES = np.array([i for i, (a, b) in enumerate(TILES) if min(a, b) == NARROW])
-_GEMV_ORDER = np.argsort(np.concatenate([np.arange(len(TILES)) * 2.0, _NARROW_TILES * 2.0 + 1.0]), kind="stable")
+# the tiles whose CUDA-core variant may run (right after its tile in scan order)
+_NARROW = np.array([i for i, (a, b) in enumerate(TILES) if min(a, b) == NARROW])
+_NARROW_SET = frozenset(_NARROW.tolist())
+_GEMV_ORDER = np.argsort(np.concatenate([np.arange(len(TILES)) * 2.0, _NARROW * 2.0 + 1.0]), kind="stable")
