@@ -219,8 +219,9 @@ def _rows(fields: dict, shape: tuple) -> list:
     return [list(zip(*(c[i] for c in cols))) for i in range(shape[0])]
 
 
-# 1-D tables by everything they are computed from (:func:`_table_key`); a table of 8,192 tokens is ~0.4 MB of lists
-_TABLES = Bounded(48)
+# tables by everything they are computed from (:func:`_table_key`): a 1-D table of 8,192 tokens is ~0.4 MB of lists, a
+# grid of 50 x 60 points ~0.2 MB
+_TABLES = Bounded(96)
 
 
 def _table_key(sm: "StepModel", phase: str, n: int, wanted, launch: str):
@@ -286,6 +287,19 @@ class StepModel:
         cols = [np.concatenate([[0.0], np.broadcast_to(fields[f], idx.shape)]).tolist() for f in FIELDS]
         return {"counts": np.concatenate([[0.0], idx]).tolist(), "rows": list(zip(*cols))}
 
+    def _grid(self, step: Step, wanted, launch: str, axes: tuple) -> list:
+        """One op class over a 2-D grid of ``axes`` (the step's shapes), as :func:`_rows`; remembered as the 1-D tables
+        are (:data:`_TABLES`)."""
+        key = _table_key(self, step.phase, 0, wanted, launch)
+        key = None if key is None else (*key, tuple(tuple(a.tolist()) for a in axes))
+        hit = None if key is None else _TABLES.get(key)
+        if hit is None:
+            fields = _time_class(self.model, self.hw, self.sc, self.prof, step, wanted, launch, self.power)
+            hit = _rows(fields, tuple(len(a) for a in axes))
+            if key is not None:
+                _TABLES.put(key, hit)
+        return hit
+
     def _build(self, piece_hint) -> None:
         c, sc = self.classes, self.sc
         modes = {self.mixed_launch, self.decode_launch}
@@ -299,18 +313,14 @@ class StepModel:
         n_grid = _geom_grid(1, self.max_seqs, 40, exact_below=16)
         c_grid = _geom_grid(1, self.max_context, 40, exact_below=4)
         self.dec_n, self.dec_c = n_grid.tolist(), c_grid.tolist()
-        self.dec = {}
-        for launch in modes:
-            fields = _time_class(self.model, self.hw, sc, self.prof, Step("decode", n_grid[:, None], 1, c_grid[None, :]),
-                                 c.decode_attn, launch, self.power)
-            self.dec[launch] = _rows(fields, (len(n_grid), len(c_grid)))
+        self.dec = {launch: self._grid(Step("decode", n_grid[:, None], 1, c_grid[None, :]), c.decode_attn, launch,
+                                       (n_grid, c_grid)) for launch in modes}
         # prefill attention of one piece: p new tokens over x cached ones
         p_grid = _geom_grid(1, self.max_tokens, 48, exact_below=16, extra=piece_hint)
         x_grid = np.concatenate([[0.0], _geom_grid(1, self.max_context, 32, exact_below=2)])
         self.pre_p, self.pre_x = p_grid.tolist(), x_grid.tolist()
-        fields = _time_class(self.model, self.hw, sc, self.prof, Step("prefill", 1, p_grid[:, None], x_grid[None, :]),
-                             c.prefill_attn, self.mixed_launch, self.power)
-        self.pre = _rows(fields, (len(p_grid), len(x_grid)))
+        self.pre = self._grid(Step("prefill", 1, p_grid[:, None], x_grid[None, :]), c.prefill_attn, self.mixed_launch,
+                              (p_grid, x_grid))
         model = clock_model(self.prof)
         self.alpha = model.alpha
         self.ref_extra = float(steady_stretch(REF_DEMAND, model.alpha)) - 1.0
@@ -345,6 +355,10 @@ class StepModel:
                 top = max(got, key=lambda g: g[0])
                 total = tuple(max(a / pp, b) for a, b in zip(total, top))
             parts.append(total)
+        return self._total(parts, launch)
+
+    def _total(self, parts: list, launch: str) -> tuple[float, float]:
+        """(seconds, joules) of a step from its parts' :data:`FIELDS`."""
         t0 = dt = e = num = den = 0  # FIELDS, each summed over the parts in order (as sum())
         for part in parts:
             t0 += part[0]
@@ -361,11 +375,16 @@ class StepModel:
     def decode_span(self, n: int, ctx0: float, k: int) -> tuple[float, float, float, float]:
         """k pure-decode steps of n sequences whose mean context starts at ``ctx0`` and grows by one a step:
         (first step's seconds, last step's seconds, first step's joules, last step's joules). Over the run
-        both are taken linear in the step index (attention reads the KV cache, linear in its length)."""
-        t0, e0 = self.step(n, ctx0, ())
+        both are taken linear in the step index (attention reads the KV cache, linear in its length).
+        Each is :meth:`step` of no pieces; the two share their token and sequence lookups."""
+        launch = self.decode_launch
+        m = -(-n // self.pp) if self.pp > 1 else n  # a micro-batch's tokens, rows and sequences
+        fixed = [_lookup(self.token[launch], m), _lookup(self.seq[launch], m)]
+        grid = self.dec[launch]
+        t0, e0 = self._total(fixed + [_interp2(self.dec_n, self.dec_c, grid, m, ctx0)] if m else fixed, launch)
         if k <= 1:
             return t0, t0, e0, e0
-        t1, e1 = self.step(n, ctx0 + k - 1, ())
+        t1, e1 = self._total(fixed + [_interp2(self.dec_n, self.dec_c, grid, m, ctx0 + k - 1)] if m else fixed, launch)
         return t0, t1, e0, e1
 
 
