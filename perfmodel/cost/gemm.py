@@ -29,6 +29,8 @@ numbers, numpy arrays or Excel formula text.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..dtypes import bytes_per_element
@@ -133,13 +135,13 @@ def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof, eta, xp=NP, elem_byt
         return xp.min_of(formulas) + prof.gemm_overhead_s, None, None
     dims = _shape((m, n, k, groups, nbytes, peak, sms, bw, eta, elem_bytes, sustained, mem_scale, vector_peak)
                   + tuple(getattr(prof, f) for f in _PROFILE_SCALARS))
-    if dims == () or xp is STACKED:
-        # numbers (or scalar evaluations stacked by the caller): every tile side by side, each priced exactly as alone
-        scan = _Scan()
-        scan.batch(*_all_tiles(dims, args, gemv))
-        return scan.result(prof.gemm_overhead_s, dims)
-    # arrays: a tile at a time (a sweep's grid times every tile outgrows the cache: 2x slower at 10,000 points)
     scan = _Scan()
+    if dims == () or xp is STACKED or len(TILES) * math.prod(dims) <= BATCH_ELEMENTS:
+        # every tile side by side: numbers (or scalar evaluations stacked by the caller) each priced exactly as alone
+        # (STACKED), small arrays through numpy
+        scan.batch(*_all_tiles(dims, args, gemv, STACKED if dims == () or xp is STACKED else xp))
+        return scan.result(prof.gemm_overhead_s, dims)
+    # large arrays: a tile at a time (a sweep's 10,000 points times every tile outgrows the cache: 2x slower)
     for i, (tm, tn) in enumerate(TILES):
         t, t_c, t_m = _candidates(tm, tn, *args, xp=xp)
         scan.add(t, t_c, t_m)
@@ -154,17 +156,17 @@ def _shape(values) -> tuple:
     return np.broadcast_shapes(*shapes) if shapes else ()
 
 
-def _all_tiles(dims: tuple, args: tuple, gemv: bool) -> tuple:
-    """(time, compute part, memory part) of every tile's candidates (STACKED), along a first axis in scan order: each
-    tile, then its CUDA-core variant where it has one."""
+def _all_tiles(dims: tuple, args: tuple, gemv: bool, xp) -> tuple:
+    """(time, compute part, memory part) of every tile's candidates, along a first axis in scan order: each tile, then
+    its CUDA-core variant where it has one."""
     axis = (-1,) + (1,) * len(dims)
-    t, t_c, t_m = _candidates(_TM.reshape(axis), _TN.reshape(axis), *args, xp=STACKED)
+    t, t_c, t_m = _candidates(_TM.reshape(axis), _TN.reshape(axis), *args, xp=xp)
     full = (len(TILES),) + dims
     t, t_c, t_m = (x if np.shape(x) == full else np.broadcast_to(x, full) for x in (t, t_c, t_m))
     if gemv:  # the CUDA-core variants join right after their narrow tiles
         m, n, k, groups = args[:4]
         t_m_v = t_m[_NARROW]
-        t_v, t_cv = (np.broadcast_to(x, t_m_v.shape) for x in _gemv(m, n, k, groups, args[-1], args[8], t_m_v, STACKED))
+        t_v, t_cv = (np.broadcast_to(x, t_m_v.shape) for x in _gemv(m, n, k, groups, args[-1], args[8], t_m_v, xp))
         t, t_c, t_m = (np.concatenate([a, b])[_GEMV_ORDER] for a, b in ((t, t_v), (t_c, t_cv), (t_m, t_m_v)))
     return t, t_c, t_m
 
@@ -272,4 +274,6 @@ _TN = np.array([float(b) for _, b in TILES])
 # the tiles whose CUDA-core variant may run (right after its tile in scan order)
 _NARROW = np.array([i for i, (a, b) in enumerate(TILES) if min(a, b) == NARROW])
 _NARROW_SET = frozenset(_NARROW.tolist())
+# candidates priced side by side at most (tiles x points): beyond, a tile at a time
+BATCH_ELEMENTS = 32768
 _GEMV_ORDER = np.argsort(np.concatenate([np.arange(len(TILES)) * 2.0, _NARROW * 2.0 + 1.0]), kind="stable")
