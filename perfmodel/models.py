@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -1454,13 +1455,31 @@ def _loose(name: str) -> str:
     return re.sub(r"[-_.\s]+", "", name.lower())
 
 
+def _listing(d: Path) -> tuple:
+    """The descriptors in ``d`` as (name, file identity, modification time, size), from one directory listing: what
+    the registry is cached by (every model lookup asks)."""
+    out = []
+    try:
+        entries = list(os.scandir(d))
+    except OSError:
+        return ()
+    for e in entries:
+        if e.name.endswith((".yaml", ".yml")):
+            try:
+                st = e.stat()  # of the file a link points to
+            except OSError:
+                continue
+            out.append((e.name, st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size))
+    return tuple(sorted(out))
+
+
 def _registry() -> tuple[list[Model], dict[str, Model], dict[str, Model]]:
     d = _models_dir()
-    files = sorted(d.glob("*.yaml")) + sorted(d.glob("*.yml")) if d.is_dir() else []
-    stamp = (str(d),) + tuple(_stamp(f) for f in files)
+    stamp = (str(d), _listing(d))
     hit = _REGISTRY_CACHE.get(stamp)
     if hit is not None:
         return hit
+    files = sorted(d.glob("*.yaml")) + sorted(d.glob("*.yml")) if d.is_dir() else []
     models: list[Model] = []
     exact: dict[str, Model] = {}
     loose: dict[str, Model] = {}

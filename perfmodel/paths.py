@@ -10,14 +10,24 @@ import os
 from pathlib import Path
 
 
+_RESOLVED: dict[str, Path] = {}  # this module's file -> its resolved folder (resolving it stats every component)
+
+
+def _package_dir() -> Path:
+    hit = _RESOLVED.get(__file__)
+    if hit is None:
+        hit = _RESOLVED[__file__] = Path(__file__).resolve().parent
+    return hit
+
+
 def repo_root() -> Path:
     env = os.environ.get("PERFMODEL_ROOT")
     if env:
         return Path(env)
-    here = Path(__file__).resolve().parent.parent
+    here = _package_dir().parent
     if (here / "hardware").is_dir():
         return here
-    installed = Path(__file__).resolve().parent / "_data"  # pip install . (not -e): the package data
+    installed = _package_dir() / "_data"  # pip install . (not -e): the package data
     if (installed / "hardware").is_dir():
         return installed
     return Path.cwd()

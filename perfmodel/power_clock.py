@@ -103,7 +103,9 @@ def clock_model(prof) -> ClockModel:
 
 def steady_stretch(demand, alpha: float, xp=NP):
     """A kernel's time at the power-limited clock over its boost time, once the clock has settled."""
-    return xp.maximum(demand, 1.0) ** (1.0 / alpha)
+    if type(demand) is float and xp is NP:  # one Python number (a serving simulation's step): no numpy call
+        return (demand if demand > 1.0 or demand != demand else 1.0) ** (1.0 / alpha)  # max, NaN kept, as numpy's
+    return xp.power(xp.maximum(demand, 1.0), 1.0 / alpha)
 
 
 def onset(t, model: "ClockModel", xp=NP):

@@ -24,13 +24,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import capacity
-from .cost import OpTime, family, time_ops
+from .cost import OpTime, family, time_ops, time_steps
 from .cost.backend import NP
 from .cost.overlap import resolve_method
 from .errors import InputError
-from .graph import Step, build_ops, check_layout, exchange_quantized, moe_exchange
+from .graph import Step, check_layout, exchange_quantized, moe_exchange
 from .host_costs import host_rules, request_overhead_s
 from .models import Model
+from .op_graphs import ops_for
 from .ops import COMM_KINDS
 from .profile import Profile
 from .scenario import Scenario
@@ -109,8 +110,19 @@ class Projection:
 
 def evaluate_step(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, step: Step) -> Phase:
     sc = sc.for_hardware(hw)
-    ops = build_ops(model, step, sc)
-    times = time_ops(ops, hw, prof, mode=sc.mode, world=sc.gpus)
+    ops = ops_for(model, step, sc)
+    return _phase(model, hw, sc, prof, step, time_ops(ops, hw, prof, mode=sc.mode, world=sc.gpus))
+
+
+def evaluate_steps(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, steps) -> list[Phase]:
+    """:func:`evaluate_step` of each of several steps of one layout (the decode steps at a generation's contexts),
+    the ops they have alike priced once (:func:`perfmodel.cost.time_steps`)."""
+    sc = sc.for_hardware(hw)
+    timed = time_steps([ops_for(model, s, sc) for s in steps], hw, prof, mode=sc.mode, world=sc.gpus)
+    return [_phase(model, hw, sc, prof, s, times) for s, times in zip(steps, timed)]
+
+
+def _phase(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, step: Step, times: list[OpTime]) -> Phase:
     acc = account(times, Rules.of(sc, step.phase, **host_rules(sc, hw)), prof, hw=hw, world=sc.gpus)
     sums = acc.sums()
     return Phase(step.phase, step.batch, step.seq, step.context, times, step_time(sums, acc.serial_s), sums["gaps"],
@@ -184,7 +196,7 @@ def serving_times(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, b
     sc = sc.for_hardware(hw)
     plan = serving_steps(sc, batch)
     prefill = evaluate_step(model, hw, sc, prof, plan.prefill)
-    decode = [evaluate_step(model, hw, sc, prof, s) for s in plan.decode]
+    decode = evaluate_steps(model, hw, sc, prof, plan.decode)
     ttft = prefill.time_s + request_overhead_s(sc, hw, model, prof)  # the request's own setup and token return
     drafter = draft_model(sc)
     draft_s = None

@@ -1,8 +1,10 @@
 """Names and paths -> loaded objects: hardware specs, models, calibration profiles."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from .memo import Bounded, value_key
 from .models import Model
 from .profile import DEFAULTS, Profile, load_profile
 from .spec import HardwareSpec
@@ -43,11 +45,45 @@ def available_profiles() -> list[tuple[Path, Profile]]:
     from .paths import calibration_dir
 
     root = calibration_dir()
-    files = sorted(root.glob("*/profile.json")) if root.is_dir() else []
-    stamp = (str(root), tuple((str(p), p.stat().st_mtime_ns) for p in files))
+    stamp = _profiles_stamp(root)
     if _PROFILES.get("stamp") != stamp:
         _PROFILES["stamp"], _PROFILES["list"] = stamp, _load_profiles(root)
     return list(_PROFILES["list"])
+
+
+def _profiles_stamp(root: Path) -> tuple:
+    """The folder and each ``*/profile.json`` under it with its modification time (one directory listing and a
+    stat a profile: a projection asks several times)."""
+    found = []
+    try:
+        entries = sorted(e.name for e in os.scandir(root) if e.is_dir())
+    except OSError:
+        entries = []
+    for name in entries:
+        p = os.path.join(root, name, "profile.json")
+        try:
+            found.append((p, os.stat(p).st_mtime_ns))
+        except OSError:
+            continue
+    return (str(root), tuple(found))
+
+
+def _library_stamp() -> tuple:
+    """What a composed profile depends on besides the spec and the engine: the profiles under calibration/, the
+    library's spec files (the profiles' own parts, a what-if's parent) and the folder names are resolved from."""
+    from .paths import calibration_dir, hardware_dir
+
+    hdir = hardware_dir()
+    try:
+        specs = tuple(sorted((e.name, st.st_mtime_ns, st.st_size) for e in os.scandir(hdir) for st in (e.stat(),)))
+    except OSError:
+        specs = ()
+    return _profiles_stamp(calibration_dir()), str(hdir), specs, os.getcwd()
+
+
+# composed profiles by (library stamp, the spec's whole value, engine): composing takes milliseconds and a command
+# asks for the same few again and again (a plan's layouts, a report's parts)
+_COMPOSED = Bounded(64)
 
 
 def _load_profiles(root: Path) -> list[tuple[Path, Profile]]:
@@ -84,7 +120,14 @@ def resolve_profile(arg, hw: HardwareSpec, engine: str | None = None) -> Profile
         from .evidence import compose
 
         key = engine_for(engine or "auto", hw.vendor).key
-        return compose(hw, key, [(p, source_spec(p)) for _, p in available_profiles()])
+        spec = value_key(hw)
+        cache_key = None if spec is None else (_library_stamp(), spec, key)
+        hit = None if cache_key is None else _COMPOSED.get(cache_key)
+        if hit is None:
+            hit = compose(hw, key, [(p, source_spec(p)) for _, p in available_profiles()])
+            if cache_key is not None:
+                _COMPOSED.put(cache_key, hit)
+        return hit
     elif str(arg).lower() == "none":
         return DEFAULTS
     else:

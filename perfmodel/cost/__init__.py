@@ -19,7 +19,7 @@ from ..spec import HardwareSpec
 from .attention import attention_time
 from .comm import collective_time
 from .gemm import gemm_format, gemm_time, mem_scale, quant_prologue
-from .backend import NP
+from .backend import NP, STACKED
 from .memory import memory_time
 from .memory import standalone as standalone_time
 from . import tables
@@ -214,6 +214,47 @@ def time_ops(ops: list[Op], hw: HardwareSpec, prof: Profile, *, mode: str = "lat
     sustained = None if mode == "sol" else step_demand(ops, hw, prof)
     return [time_op(op, hw, prof, mode=mode, world=world, sustained=sustained if op.kind in COMPUTE_KINDS else None)
             for op in ops]
+
+
+def time_steps(steps: list[list[Op]], hw: HardwareSpec, prof: Profile, *, mode: str = "latency",
+               world: int = 1) -> list[list[OpTime]]:
+    """:func:`time_ops` of several steps of one layout (a generation's decode steps at its first, middle and last
+    context), each element exactly what :func:`time_ops` gives that step. An op the steps have alike (a GEMM's shape
+    does not change with the context) is priced once: stacked over the steps' power-limited clocks (the
+    :data:`.backend.STACKED` backend prices each element as alone), or once outright where no clock applies to it.
+    Ops that differ, and steps with array shapes or figures (a sweep), are priced step by step."""
+    stackable = len(steps) > 1 and len({len(ops) for ops in steps}) == 1 and _numbers(hw)
+    demands = [None if mode == "sol" else step_demand(ops, hw, prof) for ops in steps]
+    if not stackable or any(np.ndim(d) for d in demands):
+        return [[time_op(op, hw, prof, mode=mode, world=world, sustained=d if op.kind in COMPUTE_KINDS else None)
+                 for op in ops] for ops, d in zip(steps, demands)]
+    out: list[list[OpTime]] = [[] for _ in steps]
+    for alike in zip(*steps):
+        first = alike[0]
+        clocked = first.kind in COMPUTE_KINDS and mode != "sol"
+        if not (all(_numeric_op(op) for op in alike) and all(op == first for op in alike[1:])):
+            for j, op in enumerate(alike):
+                out[j].append(time_op(op, hw, prof, mode=mode, world=world, sustained=demands[j] if clocked else None))
+        elif not clocked:  # the same op, no clock to it: the same time in every step
+            t = time_op(first, hw, prof, mode=mode, world=world)
+            for j, op in enumerate(alike):
+                out[j].append(OpTime(op, t.time, t.compute, t.memory, t.bound))
+        else:
+            t = time_op(first, hw, prof, mode=mode, world=world, xp=STACKED, sustained=np.array(demands))
+            parts = [np.broadcast_to(np.asarray(x), (len(alike),)) for x in (t.time, t.compute, t.memory, t.bound)]
+            for j, op in enumerate(alike):
+                out[j].append(OpTime(op, *(x[j].item() for x in parts)))
+    return out
+
+
+def _numeric_op(op: Op) -> bool:
+    """Whether an op's shape is numbers (no array of a sweep's)."""
+    return not any(isinstance(v, np.ndarray) for v in (op.flops, op.bytes, op.count, op.kernels, *op.params.values()))
+
+
+def _numbers(hw: HardwareSpec) -> bool:
+    """Whether a spec's figures are numbers (no array of a sweep's)."""
+    return not any(isinstance(v, np.ndarray) for v in (*vars(hw).values(), *hw.tensor_flops.values()))
 
 
 def ideal_compute(op: Op, hw: HardwareSpec, prof: Profile):

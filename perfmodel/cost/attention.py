@@ -77,7 +77,7 @@ def attention_time(batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, head_dim_v
     if sfu is not None and clock is not None:
         t_sfu = bq * bk * sfu / clock
         q = prof.attn_sfu_p.get(backend, 1.0)
-        t_block = (t_block**q + t_sfu**q) ** (1.0 / q)
+        t_block = xp.power(xp.power(t_block, q) + xp.power(t_sfu, q), 1.0 / q)
     t_c0 = blocks * t_block
     units = ctas * split
     # streaming the KV cache at full bandwidth needs ``attn_mem_ctas`` CTAs in flight per SM (Little's law: one
@@ -87,7 +87,7 @@ def attention_time(batch, heads_q, heads_kv, seq_q, seq_kv, head_dim, head_dim_v
     t_c = power_clocked(t_c0, blocks * sms * 2.0 * bq * bk * (head_dim + head_dim_v), nbytes, t_m, fmt, peak, bw,
                         prof, sustained, xp, timing=prof.attn_timing)
     p = prof.attn_softness[backend]  # how far block compute and KV streaming overlap (large: fully)
-    t = (t_c**p + t_m**p) ** (1.0 / p)
+    t = xp.power(xp.power(t_c, p) + xp.power(t_m, p), 1.0 / p)
     # each CTA's own latency (launch, loading Q, the split-KV reduction, writing O): ``attn_cta_cycles`` at the
     # SM clock, once per wave of CTAs over the SMs: what a decode of many short sequences is bound by
     cta = prof.attn_cta_cycles.get(backend)

@@ -1,11 +1,15 @@
 """Math backends for the cost formulas: numpy (numbers and arrays) or Excel (formula text).
 
 Every cost formula is written once against a small namespace (``ceil``, ``floor``, ``maximum``,
-``minimum``, ``where``, ``clip``, ``logical_and``, ``logical_or``, ``mod``, ``exp``) and ordinary arithmetic. With :data:`NP` it computes; with
-:data:`XL` and :class:`Expr` arguments (cell references) it returns the same formula as Excel text,
-which is how the what-if workbook stays identical to the Python model.
+``minimum``, ``where``, ``clip``, ``logical_and``, ``logical_or``, ``mod``, ``exp``, ``power``) and ordinary
+arithmetic. With :data:`NP` it computes; with :data:`XL` and :class:`Expr` arguments (cell references) it returns
+the same formula as Excel text, which is how the what-if workbook stays identical to the Python model.
+:data:`STACKED` computes several scalar evaluations laid side by side in one array (the GEMM's candidate tiles),
+each element exactly as :data:`NP` computes it on numbers.
 """
 from __future__ import annotations
+
+import operator
 
 import numpy as np
 
@@ -22,12 +26,36 @@ class _Numpy:
     mod = staticmethod(np.mod)
     exp = staticmethod(np.exp)
 
+    power = staticmethod(operator.pow)  # ``a ** b``: numbers through the C library, arrays through numpy's loops
+
     @staticmethod
     def clip(x, lo, hi):
         return np.minimum(np.maximum(x, lo), hi)
 
 
 NP = _Numpy()
+
+
+class _Stacked(_Numpy):
+    """Scalar evaluations stacked along an array: elementwise arithmetic, min/max, floor/ceil and numpy's ``exp``
+    give each element what the scalar evaluation gives; numpy's vectorised ``power`` does not (its SIMD loop differs
+    from the C library's ``pow`` in the last bit for about one value in twenty), so ``power`` goes element by
+    element, on numpy scalars as the scalar evaluation does."""
+
+    @staticmethod
+    def power(a, b):
+        if np.ndim(b) != 0:
+            raise TypeError("STACKED.power takes a scalar exponent")
+        if np.ndim(a) == 0:
+            return a ** b
+        a = np.asarray(a, dtype=float)
+        try:  # Python floats: the C library's pow, as numpy's scalar power
+            return np.array([x ** b for x in a.ravel().tolist()], dtype=float).reshape(a.shape)
+        except (OverflowError, ValueError, TypeError):  # where Python refuses, numpy's scalar gives inf or NaN
+            return np.array([x ** b for x in a.flat], dtype=float).reshape(a.shape)
+
+
+STACKED = _Stacked()
 
 
 def _t(x) -> str:
@@ -103,6 +131,7 @@ class _Excel:
     def mod(a, b): return Expr(f"MOD({_t(a)},{_t(b)})")
     @staticmethod
     def exp(x): return Expr(f"EXP({_t(x)})")
+    power = staticmethod(operator.pow)  # Expr's ``^``
 
     @staticmethod
     def clip(x, lo, hi): return Expr(f"MIN(MAX({_t(x)},{_t(lo)}),{_t(hi)})")

@@ -29,8 +29,12 @@ numbers, numpy arrays or Excel formula text.
 """
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from ..dtypes import bytes_per_element
-from .backend import NP
+from .backend import NP, STACKED
 
 # Output tile shapes (rows x cols of C) the kernel library chooses among; the short ones serve
 # skinny products (operands swapped, so the narrow side is the MMA's N).
@@ -116,7 +120,114 @@ def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof, eta, xp=NP, elem_byt
     ``mem_scale``: the format's streaming efficiency relative to ``gemm_mem_eta`` (:func:`mem_scale`);
     ``fmt``: the format class (:func:`gemm_format`), for its own split-K limit and power demand;
     ``sustained``: the step's power demand (None: timed alone); ``vector_peak``: the part's plain fp32 rate,
-    for the CUDA-core variant of skinny products (None: tensor-core tiles only)."""
+    for the CUDA-core variant of skinny products (None: tensor-core tiles only).
+
+    Numbers and arrays price every tile at once (one array axis over :data:`TILES`, :func:`_candidates`) and take
+    the fastest; formulas, one flat MIN over the tiles' formulas."""
+    gemv = vector_peak is not None and (fmt or "bf16") in GEMV_FORMATS
+    args = (m, n, k, groups, nbytes, peak, sms, bw, prof, eta, elem_bytes, sustained, mem_scale, fmt, vector_peak)
+    if not xp.numeric:  # a formula: one flat MIN over the tiles (a running IF chain nests exponentially)
+        formulas = []
+        for tm, tn in TILES:
+            t, _, t_m = _candidates(tm, tn, *args, xp=xp)
+            formulas += [t, _gemv(m, n, k, groups, vector_peak, prof, t_m, xp)[0]] if gemv and min(tm, tn) == NARROW \
+                else [t]
+        return xp.min_of(formulas) + prof.gemm_overhead_s, None, None
+    dims = _shape((m, n, k, groups, nbytes, peak, sms, bw, eta, elem_bytes, sustained, mem_scale, vector_peak)
+                  + tuple(getattr(prof, f) for f in _PROFILE_SCALARS))
+    scan = _Scan()
+    if dims == () or xp is STACKED or len(TILES) * math.prod(dims) <= BATCH_ELEMENTS:
+        # every tile side by side: numbers (or scalar evaluations stacked by the caller) each priced exactly as alone
+        # (STACKED), small arrays through numpy
+        scan.batch(*_all_tiles(dims, args, gemv, STACKED if dims == () or xp is STACKED else xp))
+        return scan.result(prof.gemm_overhead_s, dims)
+    # large arrays: a tile at a time (a sweep's 10,000 points times every tile outgrows the cache: 2x slower)
+    for i, (tm, tn) in enumerate(TILES):
+        t, t_c, t_m = _candidates(tm, tn, *args, xp=xp)
+        scan.add(t, t_c, t_m)
+        if gemv and i in _NARROW_SET:
+            scan.add(*_gemv(m, n, k, groups, vector_peak, prof, t_m, xp), t_m)
+    return scan.result(prof.gemm_overhead_s, dims)
+
+
+def _shape(values) -> tuple:
+    """The broadcast shape of the numbers and arrays among ``values`` (() for numbers alone)."""
+    shapes = [s for s in (np.shape(x) for x in values if not isinstance(x, (int, float, str, type(None)))) if s]
+    return np.broadcast_shapes(*shapes) if shapes else ()
+
+
+def _all_tiles(dims: tuple, args: tuple, gemv: bool, xp) -> tuple:
+    """(time, compute part, memory part) of every tile's candidates, along a first axis in scan order: each tile, then
+    its CUDA-core variant where it has one."""
+    axis = (-1,) + (1,) * len(dims)
+    t, t_c, t_m = _candidates(_TM.reshape(axis), _TN.reshape(axis), *args, xp=xp)
+    full = (len(TILES),) + dims
+    t, t_c, t_m = (x if np.shape(x) == full else np.broadcast_to(x, full) for x in (t, t_c, t_m))
+    if gemv:  # the CUDA-core variants join right after their narrow tiles
+        m, n, k, groups = args[:4]
+        t_m_v = t_m[_NARROW]
+        t_v, t_cv = (np.broadcast_to(x, t_m_v.shape) for x in _gemv(m, n, k, groups, args[-1], args[8], t_m_v, xp))
+        t, t_c, t_m = (np.concatenate([a, b])[_GEMV_ORDER] for a, b in ((t, t_v), (t_c, t_cv), (t_m, t_m_v)))
+    return t, t_c, t_m
+
+
+class _Scan:
+    """The candidate a scan in order keeps: the first of the least times; a NaN time stops it, and its time is NaN
+    from there on. Candidates come one at a time (:meth:`add`) or as a batch along a first axis (:meth:`batch`)."""
+
+    def __init__(self):
+        self.t = self.t_c = self.t_m = None
+        self.nan = None  # where a NaN stopped the scan (None: nowhere)
+
+    def add(self, t, t_c, t_m, nan=None) -> None:
+        """One candidate (``nan``: where the scan stops after it; default where its time is NaN)."""
+        if nan is None:
+            isnan = np.isnan(t)
+            nan = isnan if np.any(isnan) else None
+        if self.t is None:
+            self.t, self.t_c, self.t_m = t, t_c, t_m
+        else:
+            better = t < self.t  # NaN: never
+            if self.nan is not None:
+                better = better & ~self.nan
+            self.t_c, self.t_m = np.where(better, t_c, self.t_c), np.where(better, t_m, self.t_m)
+            self.t = np.where(better, t, self.t)
+        if nan is not None:
+            self.nan = nan if self.nan is None else self.nan | nan
+
+    def batch(self, t, t_c, t_m) -> None:
+        best, nan = _first_fastest(t)
+        self.add(*(_pick(a, best) for a in (t, t_c, t_m)), nan=nan)
+
+    def result(self, overhead, dims: tuple) -> tuple:
+        time = self.t if self.nan is None else np.where(self.nan, np.nan, self.t)
+        if dims == ():  # numbers: numpy scalars, as a scan over numbers gives
+            time, t_c, t_m = (np.float64(x) for x in (time, self.t_c, self.t_m))
+            return time + overhead, t_c, t_m
+        return time + overhead, self.t_c, self.t_m
+
+
+def _pick(a: np.ndarray, idx: np.ndarray):
+    """``a``'s element at ``idx`` along the first axis, per element."""
+    if np.ndim(idx) == 0:
+        return a[int(idx)]
+    return np.take_along_axis(a, idx[None], axis=0)[0]
+
+
+def _first_fastest(t: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """Per element, the index along the first axis of the candidate a scan in order keeps (the first of the least
+    times), and where any time is NaN (None: nowhere). A scan stops improving at a NaN and its time is NaN from there:
+    the index is then the best before the first NaN."""
+    nan = np.isnan(t)
+    if not nan.any():
+        return np.argmin(t, axis=0), None
+    after = np.logical_or.accumulate(nan, axis=0)
+    return np.argmin(np.where(after, np.inf, t), axis=0), after[-1]
+
+
+def _candidates(tm, tn, m, n, k, groups, nbytes, peak, sms, bw, prof, eta, elem_bytes, sustained, mem_scale, fmt,
+                vector_peak, *, xp):
+    """(time, compute part, memory part) of the tile(s) ``tm`` x ``tn`` (numbers, or arrays along the tiles)."""
     cap = max_split(prof, fmt) if fmt else None
     per_sm = peak / sms
     p = prof.gemm_softness
@@ -124,46 +235,45 @@ def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof, eta, xp=NP, elem_byt
     slow = xp.where(misaligned, prof.gemm_misaligned_eta, 1.0)
     q = prof.gemm_wave_q
     tile_c = prof.gemm_tile_c * prof.gemm_tile_c_fmt.get((fmt or "bf16").split("_")[0], 1.0)
-    best = best_c = best_m = None
-    formulas = []
-    for tm, tn in TILES:
-        tiles = xp.ceil(m / tm) * xp.ceil(n / tn) * groups
-        most = xp.maximum(1.0, xp.floor(k / prof.gemm_splitk_min_k))
-        if cap is not None:
-            most = xp.minimum(most, xp.maximum(1.0, xp.floor(cap)))
-        split = xp.clip(xp.floor(sms / tiles), 1.0, most)
-        units = tiles * split
-        waves = (1.0 - q) * (units / sms) + q * xp.ceil(units / sms)
-        t_tile = 2.0 * tm * tn * (k / split + prof.gemm_k0) / (per_sm * eta * tile_efficiency(tm, tn, tile_c))
-        t_c0 = waves * t_tile / slow
-        partials = (split - 1.0) * m * n * groups * 8.0  # fp32 partial sums written and read back
-        # Distinct operand tiles in flight: CTAs of one tile column share their B tiles through L2 (and of
-        # one row, their A tiles), so HBM concurrency is the row and column tile counts, weighted by each
-        # operand's share of the bytes, times the K splits (a skinny product's padded row tiles add none)
-        share_a = m / (m + n)
-        distinct = (xp.ceil(m / tm) * share_a + xp.ceil(n / tn) * (1.0 - share_a)) * groups * split
-        streams = xp.minimum(1.0, distinct / (sms * prof.gemm_mem_ctas))
-        t_m = (nbytes + partials) / (bw * prof.gemm_mem_eta * mem_scale * streams * slow)
-        t_c = power_clocked(t_c0, 2.0 * m * n * k * groups, nbytes, t_m, fmt or "bf16", peak, bw, prof, sustained, xp)
-        t = (t_c**p + t_m**p) ** (1.0 / p)
-        candidates = [(t, t_c, t_m)]
-        if vector_peak is not None and min(tm, tn) == NARROW and (fmt or "bf16") in GEMV_FORMATS:
-            # the CUDA-core variant of the narrowest tile (GEMV-style): the few real rows on the vector units,
-            # no padding to the MMA's 8, the same operand streaming
-            t_cv = 2.0 * m * n * k * groups / (vector_peak * prof.gemm_eta.get("fp32", 0.85))
-            t_v = xp.where(xp.minimum(m, n) <= GEMV_MAX_ROWS, (t_cv**p + t_m**p) ** (1.0 / p), _NEVER)
-            candidates.append((t_v, t_cv, t_m))
-        for t, t_c, t_m in candidates:
-            if not xp.numeric:  # a formula: one flat MIN over the tiles (a running IF chain nests exponentially)
-                formulas.append(t)
-                continue
-            if best is None:
-                best, best_c, best_m = t, t_c, t_m
-            else:
-                better = t < best
-                best_c = xp.where(better, t_c, best_c)
-                best_m = xp.where(better, t_m, best_m)
-                best = xp.minimum(t, best)
-    if not xp.numeric:
-        return xp.min_of(formulas) + prof.gemm_overhead_s, None, None
-    return best + prof.gemm_overhead_s, best_c, best_m
+    tiles = xp.ceil(m / tm) * xp.ceil(n / tn) * groups
+    most = xp.maximum(1.0, xp.floor(k / prof.gemm_splitk_min_k))
+    if cap is not None:
+        most = xp.minimum(most, xp.maximum(1.0, xp.floor(cap)))
+    split = xp.clip(xp.floor(sms / tiles), 1.0, most)
+    units = tiles * split
+    waves = (1.0 - q) * (units / sms) + q * xp.ceil(units / sms)
+    t_tile = 2.0 * tm * tn * (k / split + prof.gemm_k0) / (per_sm * eta * tile_efficiency(tm, tn, tile_c))
+    t_c0 = waves * t_tile / slow
+    partials = (split - 1.0) * m * n * groups * 8.0  # fp32 partial sums written and read back
+    # Distinct operand tiles in flight: CTAs of one tile column share their B tiles through L2 (and of
+    # one row, their A tiles), so HBM concurrency is the row and column tile counts, weighted by each
+    # operand's share of the bytes, times the K splits (a skinny product's padded row tiles add none)
+    share_a = m / (m + n)
+    distinct = (xp.ceil(m / tm) * share_a + xp.ceil(n / tn) * (1.0 - share_a)) * groups * split
+    streams = xp.minimum(1.0, distinct / (sms * prof.gemm_mem_ctas))
+    t_m = (nbytes + partials) / (bw * prof.gemm_mem_eta * mem_scale * streams * slow)
+    t_c = power_clocked(t_c0, 2.0 * m * n * k * groups, nbytes, t_m, fmt or "bf16", peak, bw, prof, sustained, xp)
+    t = xp.power(xp.power(t_c, p) + xp.power(t_m, p), 1.0 / p)
+    return t, t_c, t_m
+
+
+def _gemv(m, n, k, groups, vector_peak, prof, t_m, xp):
+    """(time, compute part) of the CUDA-core variant of the narrowest tile (GEMV-style), whose streaming time is
+    ``t_m``: the few real rows on the vector units, no padding to the MMA's 8, the same operand streaming."""
+    p = prof.gemm_softness
+    t_cv = 2.0 * m * n * k * groups / (vector_peak * prof.gemm_eta.get("fp32", 0.85))
+    t_v = xp.where(xp.minimum(m, n) <= GEMV_MAX_ROWS, xp.power(xp.power(t_cv, p) + xp.power(t_m, p), 1.0 / p), _NEVER)
+    return t_v, t_cv
+
+
+# the profile's GEMM parameters the candidates read as numbers (an array among them prices with numpy throughout)
+_PROFILE_SCALARS = ("gemm_softness", "gemm_wave_q", "gemm_tile_c", "gemm_k0", "gemm_splitk_min_k", "gemm_mem_ctas",
+                    "gemm_mem_eta", "gemm_misaligned_eta")
+_TM = np.array([float(a) for a, _ in TILES])
+_TN = np.array([float(b) for _, b in TILES])
+# the tiles whose CUDA-core variant may run (right after its tile in scan order)
+_NARROW = np.array([i for i, (a, b) in enumerate(TILES) if min(a, b) == NARROW])
+_NARROW_SET = frozenset(_NARROW.tolist())
+# candidates priced side by side at most (tiles x points): beyond, a tile at a time
+BATCH_ELEMENTS = 32768
+_GEMV_ORDER = np.argsort(np.concatenate([np.arange(len(TILES)) * 2.0, _NARROW * 2.0 + 1.0]), kind="stable")

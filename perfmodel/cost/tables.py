@@ -814,18 +814,19 @@ def measurement_file(path: Path) -> Path | None:
 def load_folder(path) -> FolderTables | None:
     """The folder's tables (cached per folder and file state, the files looked at again after
     :data:`RECHECK_S`), or None where it holds no imported rows."""
-    path = Path(path)
-    hit = _FOLDERS.get(path)
+    key = str(path)  # by its text: a projection asks dozens of times, and making a Path each time costs more
+    hit = _FOLDERS.get(key)
     now = time.monotonic()
     if hit is not None and now - hit[2] < RECHECK_S:
         return hit[1]
+    path = Path(path)
     stamp = _stamp(path)
     if hit is not None and hit[0] == stamp:
-        _FOLDERS[path] = (stamp, hit[1], now)
+        _FOLDERS[key] = (stamp, hit[1], now)
         return hit[1]
     _FITS.pop(path, None)
     folder = _read_folder(path)
-    _FOLDERS[path] = (stamp, folder, now)
+    _FOLDERS[key] = (stamp, folder, now)
     return folder
 
 

@@ -122,11 +122,11 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
     last_tok = [0.0] * n_req
     npre = [0] * n_req
     epoch = [0] * n_req
-    # slots: numpy for what runs of decode steps need vectorised, lists for the rest
-    kv0 = np.zeros(m, dtype=np.int64)
-    base = np.zeros(m, dtype=np.int64)
-    shared_v = np.zeros(m, dtype=np.int64)
-    is_dec = np.zeros(m, dtype=np.int64)
+    # slots
+    kv0 = [0] * m
+    base = [0] * m
+    is_dec = [0] * m
+    s_off = [0] * m  # a decoding slot's kv0 - base + block_size - 1 (dec_blocks)
     order_v = np.full(m, -1, dtype=np.int64)
     s_req = [-1] * m
     s_gen0 = [0] * m
@@ -150,8 +150,22 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
     steps_run = 0
     guard = 200 * n_req + 100000
 
+    # The KV blocks the decoding sequences hold at decode counter ``at``: over them, ceil((kv0 + at - base) / bs)
+    # less the shared prefix blocks. With o = kv0 - base + bs - 1 = q bs + r (0 <= r < bs) and at = A bs + a, a
+    # sequence holds q + A + [r >= bs - a] - shared: kept as the sum of q, the sum of shared and a count per r,
+    # updated as sequences start and stop decoding (asked several times a step; exact integers)
+    dec_sum = {"q": 0, "shared": 0}
+    dec_rem = [0] * bs
+
     def dec_blocks(at: int) -> int:
-        return int(np.dot((kv0 + (at - base) + (bs - 1)) // bs - shared_v, is_dec))
+        big, a = divmod(at, bs)
+        return dec_sum["q"] + st["n_dec"] * big + (sum(dec_rem[bs - a:]) if a else 0) - dec_sum["shared"]
+
+    def track(slot: int, sign: int) -> None:
+        q, r = divmod(s_off[slot], bs)
+        dec_sum["q"] += sign * q
+        dec_sum["shared"] += sign * s_shared[slot]
+        dec_rem[r] += sign
 
     def evictable() -> int:
         return sum(g[0] for g in groups.values() if g[1] == 0)
@@ -168,10 +182,11 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
     def release(slot: int) -> None:
         r = s_req[slot]
         if is_dec[slot]:
-            held = -(-(int(kv0[slot]) + st["d"] - int(base[slot])) // bs) - int(shared_v[slot])
+            held = -(-(kv0[slot] + st["d"] - base[slot]) // bs) - s_shared[slot]
             st["a_dec"] -= held
             st["n_dec"] -= 1
-            st["ctx"] -= int(kv0[slot]) - int(base[slot])
+            st["ctx"] -= kv0[slot] - base[slot]
+            track(slot, -1)
             is_dec[slot] = 0
         else:
             st["p_alloc"] -= s_palloc[slot]
@@ -183,7 +198,6 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
         s_req[slot] = -1
         s_palloc[slot] = 0
         s_shared[slot] = 0
-        shared_v[slot] = 0
         order_v[slot] = -1
         free_slots.append(slot)
 
@@ -191,7 +205,7 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
         slot = int(np.argmax(order_v))
         r = s_req[slot]
         if is_dec[slot]:
-            gen[r] = s_gen0[slot] + st["d"] - int(base[slot])
+            gen[r] = s_gen0[slot] + st["d"] - base[slot]
             epoch[r] += 1
             last_tok[r] = now
         npre[r] += 1
@@ -203,6 +217,8 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
         is_dec[slot] = 1
         kv0[slot] = kv
         base[slot] = d
+        s_off[slot] = kv - d + bs - 1
+        track(slot, 1)
         s_gen0[slot] = g
         st["n_dec"] += 1
         st["ctx"] += kv - d
@@ -251,7 +267,6 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
         s_done[slot] = cached
         s_palloc[slot] = need
         s_shared[slot] = cb
-        shared_v[slot] = cb
         st["p_alloc"] += need
         if cb:
             g[2] = now
@@ -270,7 +285,6 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
         s_palloc[slot] -= gb
         st["p_alloc"] -= gb
         s_shared[slot] = gb
-        shared_v[slot] = gb
 
     while done_count < n_req:
         guard -= 1

@@ -31,16 +31,19 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..cost import demand_parts, time_op, time_ops
+from ..cost.backend import NP, STACKED
+from ..cost.overlap import resolve_method
 from ..power_clock import clock_model, steady_stretch
 from ..energy.model import limit_w, op_energy
 from ..graph import Step, build_ops
 from ..ops import COMPUTE_KINDS
 from ..host_costs import host_rules
+from ..memo import Bounded, typed_key, value_key
 from ..step_accounting import Rules, account
 
 
@@ -103,16 +106,23 @@ def _class_fields(ops, keys, wanted, launch: str, sc, prof, hw, power) -> dict:
     ``launch`` (perfmodel.step_accounting) at the boost clock and at REF_DEMAND, their dynamic joules before the
     power limit, and their part of the step's power demand."""
     sel = [(op, k) for op, k in zip(ops, keys) if k in wanted]
-    mask = [k in wanted for k in keys]
+    # a collective's share depends on the ops it overlaps: every op of the step is timed, the class's summed; with
+    # no overlap (or a fixed share hidden) each op's share is its own, and the class's ops alone are timed
+    alone = resolve_method(sc.overlap)[0] in ("none", "fixed")
+    timed = [op for op, _ in sel] if alone else ops
+    mask = None if alone else [k in wanted for k in keys]
+    rules = Rules.of(sc, launch=launch, **host_rules(sc, hw))
     out = {}
-    for name, demand in (("t", 0.0), ("ref", REF_DEMAND)):
-        sus = None if sc.mode == "sol" else demand
-        # every op of the step is timed (a collective's share depends on the ops it overlaps), the class's summed
-        times = [time_op(op, hw, prof, mode=sc.mode, world=sc.gpus, sustained=sus if op.kind in COMPUTE_KINDS
-                         else None) for op in ops]
-        acc = account(times, Rules.of(sc, launch=launch, **host_rules(sc, hw)), prof, hw=hw, world=sc.gpus)
-        out[name] = acc.total(mask)
-    out["dt"] = out.pop("ref") - out["t"]
+    if alone and sc.mode != "sol":
+        out["t"], ref = _two_clocks(timed, rules, sc, prof, hw)
+    else:
+        for name, demand in (("t", 0.0), ("ref", REF_DEMAND)):
+            sus = None if sc.mode == "sol" else demand
+            times = [time_op(op, hw, prof, mode=sc.mode, world=sc.gpus, sustained=sus if op.kind in COMPUTE_KINDS
+                             else None) for op in timed]
+            out[name] = account(times, rules, prof, hw=hw, world=sc.gpus).total(mask)
+        ref = out.pop("ref")
+    out["dt"] = ref - out["t"]
     e = 0.0
     if power is not None:
         for op, _ in sel:
@@ -120,6 +130,30 @@ def _class_fields(ops, keys, wanted, launch: str, sc, prof, hw, power) -> dict:
     out["e"] = e
     out["num"], out["den"] = demand_parts([op for op, _ in sel], hw, prof)
     return out
+
+
+def _two_clocks(ops, rules, sc, prof, hw) -> tuple:
+    """The summed shares of ops each alone in the step (no overlap to share) at the boost clock and at REF_DEMAND's,
+    in one pass: the compute ops priced once over a leading axis of the two demands (what the demand does not change,
+    tiles and streaming, priced once), each element as its own pass prices it (numbers through the STACKED backend,
+    arrays through numpy, as :func:`perfmodel.cost.time_op` prices them)."""
+    dims = max((_op_ndim(op) for op in ops), default=0)
+    demands = np.array([0.0, REF_DEMAND]).reshape((2,) + (1,) * dims)
+    times, stacked = [], False
+    for op in ops:
+        if op.kind in COMPUTE_KINDS:
+            xp = STACKED if _op_ndim(op) == 0 else NP
+            times.append(time_op(op, hw, prof, mode=sc.mode, world=sc.gpus, sustained=demands, xp=xp))
+            stacked = True
+        else:
+            times.append(time_op(op, hw, prof, mode=sc.mode, world=sc.gpus))
+    total = account(times, rules, prof, hw=hw, world=sc.gpus).total()
+    return (total[0], total[1]) if stacked else (total, total)
+
+
+def _op_ndim(op) -> int:
+    """The dimensions of an op's shape (0: numbers)."""
+    return max((np.ndim(v) for v in (op.flops, op.bytes, *op.params.values()) if isinstance(v, np.ndarray)), default=0)
 
 
 def _time_class(model, hw, sc, prof, step: Step, wanted, launch: str, power) -> dict:
@@ -137,9 +171,9 @@ def _geom_grid(lo: int, hi: int, n: int, exact_below: int = 0, extra=()) -> np.n
     return np.array(sorted(p for p in pts if p >= lo), dtype=float)
 
 
-def _interp2(xs: list, ys: list, tables: dict, x: float, y: float) -> dict:
-    """Bilinear interpolation of tables on one rectilinear grid (clamped at the edges); each axis has at least
-    two points."""
+def _interp2(xs: list, ys: list, grid: list, x: float, y: float) -> tuple:
+    """Bilinear interpolation on one rectilinear grid (clamped at the edges) of ``grid[i][j]``, a tuple of the
+    :data:`FIELDS` at ``(xs[i], ys[j])``; each axis has at least two points."""
     nx, ny = len(xs) - 2, len(ys) - 2
     i = bisect.bisect_right(xs, x) - 1
     i = 0 if i < 0 else (nx if i > nx else i)
@@ -151,30 +185,55 @@ def _interp2(xs: list, ys: list, tables: dict, x: float, y: float) -> dict:
     y0 = ys[j]
     fy = (y - y0) / (ys[j + 1] - y0)
     fy = 0.0 if fy < 0.0 else (1.0 if fy > 1.0 else fy)
-    out = {}
-    for name, table in tables.items():
-        r0, r1 = table[i], table[i + 1]
-        a = r0[j] + (r0[j + 1] - r0[j]) * fy
-        b = r1[j] + (r1[j + 1] - r1[j]) * fy
-        out[name] = a + (b - a) * fx
-    return out
+    r0, r1 = grid[i], grid[i + 1]
+    out = []
+    for p, q, r, u in zip(r0[j], r0[j + 1], r1[j], r1[j + 1]):
+        a = p + (q - p) * fy
+        b = r + (u - r) * fy
+        out.append(a + (b - a) * fx)
+    return tuple(out)
 
 
 EXACT_MAX = 32768  # token and sequence counts tabulated one by one; a geometric grid above
 
 
-def _lookup(table: dict, n: int) -> dict:
-    """The fields at count n from a table (``counts`` and one list per field): exact below EXACT_MAX, linear
-    between grid points above, clamped at the last point."""
-    counts = table["counts"]
+def _lookup(table: dict, n: int) -> tuple:
+    """The fields at count n from a table (``counts``, and ``rows``: a tuple of the :data:`FIELDS` a count): exact
+    below EXACT_MAX, linear between grid points above, clamped at the last point."""
+    counts, rows = table["counts"], table["rows"]
     if n <= EXACT_MAX and n < len(counts):
-        return {f: table[f][n] for f in FIELDS}
+        return rows[n]
     last = len(counts) - 1
     if n >= counts[last]:
-        return {f: table[f][last] for f in FIELDS}
+        return rows[last]
     i = bisect.bisect_right(counts, n) - 1
     w = (n - counts[i]) / (counts[i + 1] - counts[i])
-    return {f: table[f][i] + (table[f][i + 1] - table[f][i]) * w for f in FIELDS}
+    return tuple(a + (b - a) * w for a, b in zip(rows[i], rows[i + 1]))
+
+
+def _rows(fields: dict, shape: tuple) -> list:
+    """The :data:`FIELDS` of a table evaluated over a grid of ``shape``, as nested lists of tuples (one a point)."""
+    cols = [np.broadcast_to(fields[f], shape).tolist() for f in FIELDS]
+    if len(shape) == 1:
+        return list(zip(*cols))
+    return [list(zip(*(c[i] for c in cols))) for i in range(shape[0])]
+
+
+# tables by everything they are computed from (:func:`_table_key`): a 1-D table of 8,192 tokens is ~0.4 MB of lists, a
+# grid of 50 x 60 points ~0.2 MB
+_TABLES = Bounded(96)
+
+
+def _table_key(sm: "StepModel", phase: str, n: int, wanted, launch: str):
+    """The key of one 1-D table: the model (frozen: equal models are equal values), the spec, scenario, profile and
+    power parameters by their whole value with types (:mod:`perfmodel.memo`; the scenario but its ``batch``), the
+    class, phase, launch and length. None where any of them holds an array."""
+    if "inputs" not in sm.__dict__:
+        # the scenario's batch does not enter a table (its steps carry their own shapes): the instances of one layout
+        # at several sequence caps (``batch``) share their tables
+        parts = (typed_key(replace(sm.sc, batch=None)), value_key(sm.hw), value_key(sm.prof), typed_key(sm.power))
+        sm.inputs = None if any(p is None for p in parts) else (sm.model, *parts)
+    return None if sm.inputs is None else (*sm.inputs, phase, int(n), wanted, launch)
 
 
 class StepModel:
@@ -205,7 +264,17 @@ class StepModel:
     # -- tables ------------------------------------------------------------------------------------
     def _tables_1d(self, phase: str, n: int, wanted, launch: str) -> dict:
         """One op class over 1..n tokens (or sequences), every field: every count up to EXACT_MAX, a geometric
-        grid above (interpolated linearly: these ops are smooth there)."""
+        grid above (interpolated linearly: these ops are smooth there). Remembered (:data:`_TABLES`): the instances
+        a plan builds for one layout at several sequence caps share the token table of their prefill chunk."""
+        key = _table_key(self, phase, n, wanted, launch)
+        hit = None if key is None else _TABLES.get(key)
+        if hit is None:
+            hit = self._build_1d(phase, n, wanted, launch)
+            if key is not None:
+                _TABLES.put(key, hit)
+        return hit
+
+    def _build_1d(self, phase: str, n: int, wanted, launch: str) -> dict:
         idx = np.arange(1, min(n, EXACT_MAX) + 1, dtype=float)
         if n > EXACT_MAX:
             idx = np.concatenate([idx, np.unique(np.round(np.geomspace(EXACT_MAX, n, 64)[1:]))])
@@ -215,10 +284,21 @@ class StepModel:
             step = Step("decode", idx, 1, 1)
         ops = build_ops(self.model, step, self.sc)
         fields = _class_fields(ops, _key_list(ops), wanted, launch, self.sc, self.prof, self.hw, self.power)
-        out = {"counts": np.concatenate([[0.0], idx]).tolist()}
-        for f in FIELDS:
-            out[f] = np.concatenate([[0.0], np.broadcast_to(fields[f], idx.shape)]).tolist()
-        return out
+        cols = [np.concatenate([[0.0], np.broadcast_to(fields[f], idx.shape)]).tolist() for f in FIELDS]
+        return {"counts": np.concatenate([[0.0], idx]).tolist(), "rows": list(zip(*cols))}
+
+    def _grid(self, step: Step, wanted, launch: str, axes: tuple) -> list:
+        """One op class over a 2-D grid of ``axes`` (the step's shapes), as :func:`_rows`; remembered as the 1-D tables
+        are (:data:`_TABLES`)."""
+        key = _table_key(self, step.phase, 0, wanted, launch)
+        key = None if key is None else (*key, tuple(tuple(a.tolist()) for a in axes))
+        hit = None if key is None else _TABLES.get(key)
+        if hit is None:
+            fields = _time_class(self.model, self.hw, self.sc, self.prof, step, wanted, launch, self.power)
+            hit = _rows(fields, tuple(len(a) for a in axes))
+            if key is not None:
+                _TABLES.put(key, hit)
+        return hit
 
     def _build(self, piece_hint) -> None:
         c, sc = self.classes, self.sc
@@ -233,30 +313,24 @@ class StepModel:
         n_grid = _geom_grid(1, self.max_seqs, 40, exact_below=16)
         c_grid = _geom_grid(1, self.max_context, 40, exact_below=4)
         self.dec_n, self.dec_c = n_grid.tolist(), c_grid.tolist()
-        self.dec = {}
-        for launch in modes:
-            fields = _time_class(self.model, self.hw, sc, self.prof, Step("decode", n_grid[:, None], 1, c_grid[None, :]),
-                                 c.decode_attn, launch, self.power)
-            shape = (len(n_grid), len(c_grid))
-            self.dec[launch] = {f: np.broadcast_to(fields[f], shape).tolist() for f in FIELDS}
+        self.dec = {launch: self._grid(Step("decode", n_grid[:, None], 1, c_grid[None, :]), c.decode_attn, launch,
+                                       (n_grid, c_grid)) for launch in modes}
         # prefill attention of one piece: p new tokens over x cached ones
         p_grid = _geom_grid(1, self.max_tokens, 48, exact_below=16, extra=piece_hint)
         x_grid = np.concatenate([[0.0], _geom_grid(1, self.max_context, 32, exact_below=2)])
         self.pre_p, self.pre_x = p_grid.tolist(), x_grid.tolist()
-        fields = _time_class(self.model, self.hw, sc, self.prof, Step("prefill", 1, p_grid[:, None], x_grid[None, :]),
-                             c.prefill_attn, self.mixed_launch, self.power)
-        shape = (len(p_grid), len(x_grid))
-        self.pre = {f: np.broadcast_to(fields[f], shape).tolist() for f in FIELDS}
+        self.pre = self._grid(Step("prefill", 1, p_grid[:, None], x_grid[None, :]), c.prefill_attn, self.mixed_launch,
+                              (p_grid, x_grid))
         model = clock_model(self.prof)
         self.alpha = model.alpha
         self.ref_extra = float(steady_stretch(REF_DEMAND, model.alpha)) - 1.0
 
     # -- queries -----------------------------------------------------------------------------------
-    def piece(self, p: int, x: int) -> dict:
-        """The fields of one prefill piece's attention-like ops."""
+    def piece(self, p: int, x: int) -> tuple:
+        """The :data:`FIELDS` of one prefill piece's attention-like ops."""
         return _interp2(self.pre_p, self.pre_x, self.pre, p, x)
 
-    def decode_attn(self, launch: str, n: int, ctx: float) -> dict:
+    def decode_attn(self, launch: str, n: int, ctx: float) -> tuple:
         return _interp2(self.dec_n, self.dec_c, self.dec[launch], n, ctx)
 
     def step(self, n_dec: int, ctx_mean: float, pieces: list[tuple[int, int]]) -> tuple[float, float]:
@@ -276,26 +350,41 @@ class StepModel:
             parts.append(self.decode_attn(launch, n_dec, ctx_mean))
         if pieces:
             got = [self.piece(p, x) for p, x in pieces]
-            total = {f: sum(g[f] for g in got) for f in FIELDS}
+            total = tuple(sum(col) for col in zip(*got))
             if pp > 1:  # the pieces spread over the stages, the largest one whole
-                top = max(got, key=lambda g: g["t"])
-                total = {f: max(total[f] / pp, top[f]) for f in FIELDS}
+                top = max(got, key=lambda g: g[0])
+                total = tuple(max(a / pp, b) for a, b in zip(total, top))
             parts.append(total)
-        s = {f: sum(part[f] for part in parts) for f in FIELDS}
+        return self._total(parts, launch)
+
+    def _total(self, parts: list, launch: str) -> tuple[float, float]:
+        """(seconds, joules) of a step from its parts' :data:`FIELDS`."""
+        t0 = dt = e = num = den = 0  # FIELDS, each summed over the parts in order (as sum())
+        for part in parts:
+            t0 += part[0]
+            dt += part[1]
+            e += part[2]
+            num += part[3]
+            den += part[4]
         # the step's power-limited clock, from its summed demand (REF_DEMAND's comment)
-        demand = s["num"] / max(s["den"], 1e-12)
+        demand = num / max(den, 1e-12)
         share = (float(steady_stretch(demand, self.alpha)) - 1.0) / self.ref_extra
-        t = s["t"] + s["dt"] * share + self.serial[launch]
-        return t, min(s["e"], self.headroom * t)  # the power limit holds over the step
+        t = t0 + dt * share + self.serial[launch]
+        return t, min(e, self.headroom * t)  # the power limit holds over the step
 
     def decode_span(self, n: int, ctx0: float, k: int) -> tuple[float, float, float, float]:
         """k pure-decode steps of n sequences whose mean context starts at ``ctx0`` and grows by one a step:
         (first step's seconds, last step's seconds, first step's joules, last step's joules). Over the run
-        both are taken linear in the step index (attention reads the KV cache, linear in its length)."""
-        t0, e0 = self.step(n, ctx0, ())
+        both are taken linear in the step index (attention reads the KV cache, linear in its length).
+        Each is :meth:`step` of no pieces; the two share their token and sequence lookups."""
+        launch = self.decode_launch
+        m = -(-n // self.pp) if self.pp > 1 else n  # a micro-batch's tokens, rows and sequences
+        fixed = [_lookup(self.token[launch], m), _lookup(self.seq[launch], m)]
+        grid = self.dec[launch]
+        t0, e0 = self._total(fixed + [_interp2(self.dec_n, self.dec_c, grid, m, ctx0)] if m else fixed, launch)
         if k <= 1:
             return t0, t0, e0, e0
-        t1, e1 = self.step(n, ctx0 + k - 1, ())
+        t1, e1 = self._total(fixed + [_interp2(self.dec_n, self.dec_c, grid, m, ctx0 + k - 1)] if m else fixed, launch)
         return t0, t1, e0, e1
 
 
