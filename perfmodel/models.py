@@ -665,6 +665,7 @@ def _model_from_dict(d, file: str) -> Model:
 
 # a descriptor's vision: mapping, field by field (perfmodel.vision_config.VisionEncoder); the choices of its words
 _VISION_WORDS = {"kind": VISION_FAMILIES, "mlp": ("swiglu", "gelu"), "norm": ("rmsnorm", "layernorm"),
+                 "post_norm_kind": ("", "rmsnorm", "layernorm"),
                  "merge_kind": ("concat", "pool"), "merge_norm": ("", "rmsnorm", "layernorm"),
                  "merge_norm_at": ("patch", "token")}
 _VISION_REQUIRED = ("kind", "layers", "hidden", "heads", "head_dim", "intermediate", "mlp", "norm", "patch")
@@ -703,6 +704,7 @@ def _vision_from_dict(d, file: str) -> VisionEncoder:
             kw[name] = tuple(Linear(*x) for x in value)
         else:
             kw[name] = _int(d, name, file, p, minimum=0 if default == 0 else 1)
+    kw.setdefault("config_type", "")
     v = VisionEncoder(**kw)
     if v.heads * v.head_dim != v.hidden:
         raise InputError(f"heads x head_dim ({v.heads} x {v.head_dim}) is not hidden ({v.hidden})", file=file,

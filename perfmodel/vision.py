@@ -312,7 +312,7 @@ def encoder_ops(model, sc: Scenario, requests, ph: str = "prefill") -> list[O.Op
                                 scope="model"))
     ops.append(O.residual("vision.ffn.residual", t, h, act, phase=ph, count=layers, scope="model"))
     if v.post_norm:
-        ops.append(_norm(v.norm, "vision.post_norm", t, h, act, ph, sc))
+        ops.append(_norm(v.post_norm_kind or v.norm, "vision.post_norm", t, h, act, ph, sc))
     # patches to LLM tokens: the merger's norm, the merge (a pool, or a pixel shuffle's permute), the products
     if v.merge_norm and v.merge_norm_at == "patch":
         ops.append(_norm(v.merge_norm, "vision.merger.norm", p, h, act, ph, sc))

@@ -70,6 +70,7 @@ class VisionEncoder:
     pos_embed: bool = False  # a learned position embedding added to the patches
     pre_norm: bool = False  # a norm before the first layer (Llama 4's layernorm_pre)
     post_norm: bool = False  # a norm after the last layer (SigLIP's post_layernorm, Llama 4's layernorm_post)
+    post_norm_kind: str = ""  # its kind where it differs from the layers' (InternViT: LayerNorm under rms_norm)
     # native-resolution encoders (Qwen) take any size rounded to a multiple of patch x merge; fixed-resolution
     # ones (SigLIP, Llama 4, InternViT) take tiles of image_size x image_size pixels
     image_size: int = 0
@@ -136,9 +137,9 @@ class VisionEncoder:
     def stem_params(self) -> int:
         """The patch embedding, the encoder's own norms and the held embeddings (not multiplied per token)."""
         k = self.channels * self.temporal_patch * self.patch * self.patch
-        norm = 2 * self.hidden if self.norm == "layernorm" else self.hidden
+        width = {"layernorm": 2 * self.hidden, "rmsnorm": self.hidden}
         return (k * self.hidden + (self.hidden if self.patch_bias else 0) + self.extra_params
-                + norm * (int(self.pre_norm) + int(self.post_norm)))
+                + width[self.norm] * int(self.pre_norm) + width[self.post_norm_kind or self.norm] * int(self.post_norm))
 
     def param_count(self) -> int:
         """Every parameter of the tower, merger and projector (transformers' module tree, counted)."""
@@ -350,7 +351,8 @@ def _internvl(cfg: dict, v: dict, text_hidden: int) -> VisionEncoder:
                          channels=_pos_int(v, "num_channels", 3), patch_bias=True,
                          qkv_bias=bool(v.get("attention_bias", False)), qk_norm=bool(v.get("use_qk_norm", False)),
                          layer_scale=True, class_token=True, pos_embed=True,
-                         post_norm=not _get(v, "use_mean_pooling", True), image_size=image, merge=merge,
+                         post_norm=not _get(v, "use_mean_pooling", True), post_norm_kind="layernorm",
+                         image_size=image, merge=merge,
                          merge_norm="layernorm", merge_norm_at="token",
                          merger=(Linear(h4, text_hidden, True), Linear(text_hidden, text_hidden, True)),
                          extra_params=extra, min_tiles=INTERNVL_MIN_TILES, max_tiles=INTERNVL_MAX_TILES,
