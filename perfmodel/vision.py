@@ -116,7 +116,8 @@ def qwen_windows(v: VisionEncoder, grid_h: int, grid_w: int) -> list[tuple[int, 
 
 
 def supported_tiles(max_tiles: int) -> list[tuple[int, int]]:
-    """Llama 4's canvases in tiles (rows, columns): every factor pair of 1 .. max_tiles (``find_supported_resolutions``)."""
+    """Llama 4's canvases in tiles (rows, columns): every factor pair of 1 .. max_tiles
+    (``find_supported_resolutions``)."""
     out = []
     for n in range(max_tiles, 0, -1):
         for r in sorted(d for d in range(1, n + 1) if n % d == 0):

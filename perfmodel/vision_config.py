@@ -295,12 +295,13 @@ def _llama4(v: dict, text_hidden: int) -> VisionEncoder:
     merger = (Linear(inter, _pos_int(v, "projector_input_dim")),
               Linear(_pos_int(v, "projector_output_dim"), _pos_int(v, "projector_output_dim")),
               Linear(_pos_int(v, "vision_output_dim"), text_hidden))
-    return VisionEncoder(kind="llama4", config_type=str(v.get("model_type") or ""), layers=_pos_int(v, "num_hidden_layers"),
+    return VisionEncoder(kind="llama4", config_type=str(v.get("model_type") or ""),
+                         layers=_pos_int(v, "num_hidden_layers"),
                          hidden=hidden, heads=heads, head_dim=head_dim, intermediate=inter, mlp="gelu",
                          norm="layernorm", patch=patch, channels=_pos_int(v, "num_channels", 3), class_token=True,
                          rotary=True, pos_embed=True, pre_norm=True, post_norm=True, image_size=image, merge=merge,
                          merger=merger, extra_params=hidden + (side * side + 1) * hidden,
-                         max_tiles=LLAMA4_MAX_TILES, processor="the processor class's defaults (transformers 5.25)")
+                         max_tiles=LLAMA4_MAX_TILES)
 
 
 def _gemma3(cfg: dict, v: dict, text_hidden: int) -> VisionEncoder:
@@ -355,5 +356,4 @@ def _internvl(cfg: dict, v: dict, text_hidden: int) -> VisionEncoder:
                          image_size=image, merge=merge,
                          merge_norm="layernorm", merge_norm_at="token",
                          merger=(Linear(h4, text_hidden, True), Linear(text_hidden, text_hidden, True)),
-                         extra_params=extra, min_tiles=INTERNVL_MIN_TILES, max_tiles=INTERNVL_MAX_TILES,
-                         processor="the processor class's defaults (transformers 5.25)")
+                         extra_params=extra, min_tiles=INTERNVL_MIN_TILES, max_tiles=INTERNVL_MAX_TILES)
