@@ -3,7 +3,9 @@
 Weights follow the parallel layout: TP splits every linear layer (KV projections are replicated when
 there are fewer KV heads than TP ranks), EP splits the routed experts, PP splits the layers (the stage
 holding the embedding or the LM head is the fullest, and sizes the GPU). The KV cache holds
-isl + osl tokens per sequence. Activations are one prefill chunk's working set plus the decode logits.
+isl + osl tokens per sequence (and a request's image tokens: ``Scenario.prompt``). Activations are one prefill
+chunk's working set plus the decode logits; with images, the vision encoder's weights (first stage) and its
+working set too (perfmodel.vision).
 
 What the engine may use is set by its memory policy (perfmodel.engines) over the device-visible memory
 (nvidia-smi memory.total, ``HardwareSpec.hbm_visible_bytes``), with ``Scenario.mem_reserve`` kept for the
@@ -21,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from . import vision
 from .cost.backend import NP
 from .dtypes import bytes_per_element
 from .errors import InputError
@@ -143,6 +146,8 @@ def weight_bytes(model: Model, sc: Scenario) -> float:
         b = sum(d * w + e * w_e for d, e in (_layer_params(model, i, sc) for i in layers))
         if s == 0:
             b += embed
+            if sc.image_tokens and model.vision is not None:  # the vision encoder, on the first stage, with images
+                b += vision.weight_bytes(model.vision, sc)
         if s == sc.pp - 1:
             b += head + model.hidden * act
             b += mtp_weight_bytes(model, sc) + draft_weight_bytes(sc)
@@ -247,8 +252,26 @@ def _array(x, xp):
 def activation_bytes(model: Model, sc: Scenario, batch, *, xp=NP, fp: Footprint | None = None):
     """Peak activations: one prefill chunk's widest intermediate plus decode logits for the batch."""
     fp = footprint(model, sc) if fp is None else fp
-    tokens = xp.minimum(_array(batch, xp) * sc.isl, sc.prefill_chunk)
-    return tokens * fp.act_per_token + _array(batch, xp) * fp.logits_per_sequence
+    tokens = xp.minimum(_array(batch, xp) * sc.prompt, sc.prefill_chunk)
+    out = tokens * fp.act_per_token + _array(batch, xp) * fp.logits_per_sequence
+    if sc.image_tokens and model.vision is not None:  # the encoder's working set for the prefilling requests
+        out = out + vision_activation_bytes(model, sc, batch, xp=xp)
+    return out
+
+
+def encoder_requests(sc: Scenario, batch, xp=NP):
+    """Requests whose images one prefill step encodes: the whole batch under static batching, else the prefill
+    group (perfmodel.projection.prefill_requests), at most the chunk's worth of prompts."""
+    if sc.batching == "static":
+        return batch
+    return xp.maximum(1, xp.minimum(batch, xp.floor(sc.prefill_chunk / sc.prompt)))
+
+
+def vision_activation_bytes(model: Model, sc: Scenario, batch, *, xp=NP):
+    """The vision encoder's activations at ``batch`` sequences (0 without images)."""
+    if not sc.image_tokens or model.vision is None:
+        return 0.0
+    return vision.activation_bytes(model.vision, sc, encoder_requests(sc, _array(batch, xp), xp))
 
 
 def _pool(sc: Scenario, visible, fixed, xp):
@@ -271,7 +294,7 @@ def memory(model: Model, sc: Scenario, batch, device, *, xp=NP, fp: Footprint | 
     sc = sc.for_hardware(device if hasattr(device, "vendor") else None)
     fp = footprint(model, sc) if fp is None else fp
     visible, nominal = device_bytes(device)
-    kv_seq = kv_bytes_per_sequence(model, sc, sc.isl + sc.osl, xp=xp, per_token=fp.kv_per_token)
+    kv_seq = kv_bytes_per_sequence(model, sc, sc.prompt + sc.osl, xp=xp, per_token=fp.kv_per_token)
     weights = fp.weights
     local = _array(batch, xp)
     if sc.attention_dp > 1:
@@ -296,8 +319,16 @@ def max_batch(model: Model, sc: Scenario, device, *, xp=NP, fp: Footprint | None
     if xp.numeric:
         visible = np.asarray(visible, dtype=float)
     base = fp.weights + sc.mem_reserve
-    kv_seq = kv_bytes_per_sequence(model, sc, sc.isl + sc.osl, xp=xp, per_token=fp.kv_per_token)
+    kv_seq = kv_bytes_per_sequence(model, sc, sc.prompt + sc.osl, xp=xp, per_token=fp.kv_per_token)
     logits, widest = fp.logits_per_sequence, fp.act_per_token
+    if sc.image_tokens and model.vision is not None:
+        # the encoder's working set: a request's share under static batching (the whole batch prefills), else
+        # the largest prefill group's, held whatever the batch (an upper bound where the batch is smaller)
+        per_request = vision.activation_bytes(model.vision, sc, 1)
+        if sc.batching == "static":
+            logits = logits + per_request
+        else:
+            base = base + per_request * max(1, sc.prefill_chunk // sc.prompt)
     chunk_full = sc.prefill_chunk * widest
 
     def solve(fixed, per_seq_act):
@@ -306,10 +337,10 @@ def max_batch(model: Model, sc: Scenario, device, *, xp=NP, fp: Footprint | None
             return xp.floor(xp.maximum(f * (visible - fixed), 0.0) / (kv_seq + f * per_seq_act))
         return xp.floor(xp.maximum(visible * sc.mem_fraction - fixed, 0.0) / (kv_seq + per_seq_act))
 
-    filling = solve(base, logits + sc.isl * widest)  # batch x isl below the chunk
-    filling = xp.where(filling * sc.isl <= sc.prefill_chunk, filling, 0.0)
+    filling = solve(base, logits + sc.prompt * widest)  # batch x prompt below the chunk
+    filling = xp.where(filling * sc.prompt <= sc.prefill_chunk, filling, 0.0)
     full = solve(base + chunk_full, logits)
-    full = xp.where(full * sc.isl >= sc.prefill_chunk, full, 0.0)
+    full = xp.where(full * sc.prompt >= sc.prefill_chunk, full, 0.0)
     best = xp.maximum(filling, full)
     if sc.attention_dp > 1:
         best = best * sc.attention_dp  # every attention group holds as many sequences

@@ -23,6 +23,7 @@ from .dtypes import DTYPES, WEIGHT_ONLY_BYTES, bytes_per_element
 from .errors import InputError
 from .models import Model, is_moe_layer
 from .scenario import Scenario
+from .vision import encoder_ops
 
 
 @dataclass(frozen=True)
@@ -67,9 +68,10 @@ def check_layout(model: Model, sc: Scenario) -> list[str]:
         raise InputError(f"{name} publishes no multi-token-prediction layer to draft {sc.mtp} tokens with (its "
                          "config's num_nextn_predict_layers or the like is 0): name a draft model with --draft",
                          field="--mtp")
-    if model.max_position and sc.isl + sc.osl > model.max_position:
-        raise InputError(f"--isl {sc.isl} + --osl {sc.osl} exceeds the {model.max_position}-token context of {name}",
-                         field="--isl")
+    if model.max_position and sc.prompt + sc.osl > model.max_position:
+        images = f" + {sc.image_tokens} image tokens" if sc.image_tokens else ""
+        raise InputError(f"--isl {sc.isl}{images} + --osl {sc.osl} exceeds the {model.max_position}-token context of "
+                         f"{name}", field="--isl")
     if model.moe is None:
         if sc.ep > 1:
             raise InputError(f"--ep {sc.ep} on {name}, which has no experts", field="--ep")
@@ -195,6 +197,9 @@ def build_ops(model: Model, step: Step, sc: Scenario) -> list[O.Op]:
     if sc.pp > 1:
         out.append(O.collective("pp.send", "p2p", tokens * model.hidden * _b(act), 2, phase=ph, scope="model",
                                 count=sc.pp - 1, span="auto"))
+    if ph == "prefill" and sc.image_tokens and getattr(model, "vision", None) is not None:
+        # the vision encoder over the prefilling requests' images, before the LLM reads their tokens
+        out = encoder_ops(model, sc, step.batch, ph) + out
     if sc.kernels == "hf":
         out = hf_eager(out, model, step, sc)
     return [q for op in out for q in _quantized(op, model, sc)]
@@ -251,7 +256,7 @@ def hf_eager(ops: list[O.Op], model: Model, step: Step, sc: Scenario) -> list[O.
             out += _hf_cache(op, model, step, sc, hq, hkv, d)
         elif op.name.startswith("attn.core") and sc.kv_cache == "static":
             p = op.params
-            keys = sc.isl + sc.osl  # max_cache_len: every position, masked
+            keys = sc.prompt + sc.osl  # max_cache_len: every position, masked
             out.append(O.Op(op.name, op.kind, op.phase, 2.0 * p["batch"] * hq * p["seq_q"] * keys * (d + p["head_dim_v"]),
                             p["batch"] * keys * hq * (d + p["head_dim_v"]) * _b(p["kv_dtype"]),
                             {**p, "heads_kv": hq, "seq_kv": keys, "causal": False}, op.count, op.scope, op.kernels))
@@ -288,7 +293,7 @@ def _hf_cache(op: O.Op, model: Model, step: Step, sc: Scenario, hq: int, hkv: in
     if sc.kv_cache == "dynamic":
         held = step.batch * (step.context + step.seq) * 2 * hkv * d * kv_b
         return [O.copy("attn.cache_cat", held, phase=op.phase, count=op.count, kernels=2.0)]
-    keys = sc.isl + sc.osl
+    keys = sc.prompt + sc.osl
     ops = [dataclasses.replace(op, kernels=4.0)]  # arange, add_, two index_copy_
     if hq > hkv:
         moved = step.batch * keys * 2 * d * (hkv + hq) * kv_b

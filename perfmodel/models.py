@@ -53,6 +53,7 @@ spaces, then with a Hugging Face org prefix (``meta-llama/``) dropped.
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 import os
@@ -62,6 +63,7 @@ from pathlib import Path
 
 from .errors import InputError
 from .inputs import text as text_value
+from .vision_config import VISION_FAMILIES, Linear, VisionConfigError, VisionEncoder, vision_from_hf
 
 # The attention a layer runs: over every earlier token (full), over the last sliding_window tokens
 # (sliding), or over the earlier tokens of its own attention_chunk-token chunk (chunked, Llama 4).
@@ -175,6 +177,9 @@ class Model:
     draft_fuses: int = 0
     # the target vocabulary an EAGLE-3 head's smaller draft vocabulary maps onto (its d2t table); 0: its own
     target_vocab: int = 0
+    # a multimodal checkpoint's vision encoder and projector (perfmodel.vision_config); None: a text model. Not in
+    # param_count(), which stays the text model's; it runs, and its weights count, only with images
+    vision: VisionEncoder | None = None
 
     def __post_init__(self) -> None:
         # the expanded per-layer tuple, whatever the constructor was given (descriptors are validated before
@@ -370,7 +375,7 @@ _FIELDS = (
     "qkv_bias", "moe", "mla", "fp8_scaling",
     "qk_norm", "qk_norm_type", "attention_bias", "sliding_window", "layer_types", "layer_pattern", "attention_chunk",
     "attention_sinks", "logit_softcap", "attn_softcap", "sandwich_norm", "expert_dtype",
-    "linear_attention", "attn_output_gate", "mtp_layers",
+    "linear_attention", "attn_output_gate", "mtp_layers", "vision",
 )
 _MOE_REQUIRED = ("num_experts", "top_k", "expert_intermediate")
 _MOE_FIELDS = _MOE_REQUIRED + ("num_shared_experts", "shared_intermediate", "first_dense_layers", "layer_step",
@@ -663,7 +668,57 @@ def _model_from_dict(d, file: str) -> Model:
         expert_dtype=expert_dtype,
         linear_attention=linear,
         attn_output_gate=_bool(d, "attn_output_gate", file),
+        vision=_vision_from_dict(d.get("vision"), file) if d.get("vision") is not None else None,
     )
+
+
+# a descriptor's vision: mapping, field by field (perfmodel.vision_config.VisionEncoder); the choices of its words
+_VISION_WORDS = {"kind": VISION_FAMILIES, "mlp": ("swiglu", "gelu"), "norm": ("rmsnorm", "layernorm"),
+                 "post_norm_kind": ("", "rmsnorm", "layernorm"),
+                 "merge_kind": ("concat", "pool"), "merge_norm": ("", "rmsnorm", "layernorm"),
+                 "merge_norm_at": ("patch", "token")}
+_VISION_REQUIRED = ("kind", "layers", "hidden", "heads", "head_dim", "intermediate", "mlp", "norm", "patch")
+
+
+def _vision_from_dict(d, file: str) -> VisionEncoder:
+    """A descriptor's vision encoder (the same fields an imported config.json gives, docs/vision.md)."""
+    if not isinstance(d, dict):
+        raise InputError("expected a mapping", file=file, field="vision")
+    p = "vision."
+    fields = {f.name: f for f in dataclasses.fields(VisionEncoder)}
+    _check_keys(d, tuple(fields), _VISION_REQUIRED, file, p)
+    kw: dict = {}
+    for name, value in d.items():
+        default = fields[name].default
+        if name in _VISION_WORDS:
+            kw[name] = _enum(d, name, _VISION_WORDS[name], file, default=str(default), prefix=p)
+        elif name in ("config_type", "processor"):
+            if not isinstance(value, str):
+                raise InputError(f"expected a string, got {_short(value)}", file=file, field=p + name)
+            kw[name] = value
+        elif isinstance(default, bool):
+            kw[name] = _bool(d, name, file, p)
+        elif name in ("deepstack", "full_layers"):
+            if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                                                      for i in value):
+                raise InputError(f"expected a list of layer indices, got {_short(value)}", file=file, field=p + name)
+            kw[name] = tuple(value)
+        elif name == "merger":
+            ok = isinstance(value, list) and all(
+                isinstance(x, list) and len(x) == 3 and all(isinstance(n, int) and not isinstance(n, bool) and n > 0
+                                                            for n in x[:2]) and isinstance(x[2], bool) for x in value)
+            if not ok:
+                raise InputError(f"expected a list of [inputs, outputs, bias] products, got {_short(value)}",
+                                 file=file, field=p + name)
+            kw[name] = tuple(Linear(*x) for x in value)
+        else:
+            kw[name] = _int(d, name, file, p, minimum=0 if default == 0 else 1)
+    kw.setdefault("config_type", "")
+    v = VisionEncoder(**kw)
+    if v.heads * v.head_dim != v.hidden:
+        raise InputError(f"heads x head_dim ({v.heads} x {v.head_dim}) is not hidden ({v.hidden})", file=file,
+                         field=p + "head_dim")
+    return v
 
 
 def _moe_from_dict(d, file: str, layers: int) -> MoE:
@@ -772,7 +827,8 @@ _HF_FAMILIES = {
     "minimax_m2": ("minimax_m2", ("MiniMaxM2ForCausalLM",)),
 }
 # Multimodal checkpoints: model_type -> (architectures, the text model's model_type where text_config omits
-# it). Their text_config is imported; the vision tower and projector are not modelled (said in notes).
+# it). Their text_config is imported; the vision tower and projector where perfmodel.vision_config reads the
+# family's (_HF_VISION), else not modelled (said in notes).
 _HF_WRAPPERS = {
     "llama4": (("Llama4ForConditionalGeneration",), "llama4_text"),
     "gemma3": (("Gemma3ForConditionalGeneration",), "gemma3_text"),
@@ -780,7 +836,20 @@ _HF_WRAPPERS = {
     "kimi_k25": (("KimiK25ForConditionalGeneration",), "kimi_k2"),
     "qwen3_5": (("Qwen3_5ForConditionalGeneration",), "qwen3_5_text"),
     "qwen3_5_moe": (("Qwen3_5MoeForConditionalGeneration",), "qwen3_5_moe_text"),
+    "qwen2_5_vl": (("Qwen2_5_VLForConditionalGeneration",), "qwen2_5_vl_text"),
+    "qwen3_vl": (("Qwen3VLForConditionalGeneration",), "qwen3_vl_text"),
+    "qwen3_vl_moe": (("Qwen3VLMoeForConditionalGeneration",), "qwen3_vl_moe_text"),
+    "internvl": (("InternVLForConditionalGeneration",), "qwen2"),
 }
+# The text models of multimodal wrappers that exist only inside one (no checkpoint of their own): the text family
+# whose code they run (Qwen2.5-VL's text model is Qwen2's decoder with multimodal rotary positions; Qwen3-VL's
+# Qwen3's and Qwen3-MoE's)
+_HF_TEXT_ONLY = {"qwen2_5_vl_text": "qwen2", "qwen3_vl_text": "qwen3", "qwen3_vl_moe_text": "qwen3_moe"}
+# Wrappers whose vision tower is modelled (perfmodel.vision_config.vision_from_hf)
+_HF_VISION = ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "llama4", "gemma3", "internvl")
+# Wrappers published flat: the text model's fields at the top level beside vision_config (Qwen2.5-VL's config.json
+# as transformers 4.x wrote it)
+_HF_FLAT = ("qwen2_5_vl",)
 _HF_ARCHS: dict[str, str] = {}
 for _mt, (_, _archs) in _HF_FAMILIES.items():
     for _a in _archs:
@@ -845,6 +914,9 @@ _HF_HARMLESS = frozenset({
     "output_scores", "prefix", "problem_type", "pruned_heads", "remove_invalid_values", "repetition_penalty",
     "return_dict_in_generate", "sep_token_id", "suppress_tokens", "task_specific_params", "temperature",
     "tf_legacy_loss", "tie_encoder_decoder", "top_k", "top_p", "torchscript", "typical_p", "use_bfloat16",
+    # a multimodal config's token ids and its vision_config (read by perfmodel.vision_config)
+    "vision_config", "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id",
+    "vision_token_id",
 })
 # Harmless when null/false/absent; otherwise they change the compute and, unless modelled, are reported.
 _HF_HARMLESS_IF_OFF = frozenset({"rope_scaling", "sliding_window", "quantization_config", "use_sliding_window"})
@@ -1023,21 +1095,26 @@ def _model_from_hf_dict(cfg, path: Path) -> Model:
     outer = _Cfg(cfg, file)
     if mt in _HF_WRAPPERS:
         text = cfg.get("text_config")
+        if text is None and mt in _HF_FLAT:
+            text = {k: v for k, v in cfg.items() if k not in ("architectures", "model_type", "vision_config")}
+            flat = True
+        else:
+            flat = False
         if not isinstance(text, dict):
             raise InputError(f"expected the text model's config (an object) in a {mt} config, got {_short(text)}",
                              file=file, field="text_config")
-        tmt = text_value(text.get("model_type") or _HF_WRAPPERS[mt][1], "text_config.model_type", file=file)
+        tmt = text.get("model_type") if not flat else None
+        tmt = text_value(tmt or _HF_WRAPPERS[mt][1], "text_config.model_type", file=file)
+        tmt = _HF_TEXT_ONLY.get(tmt, tmt)
         if tmt not in _HF_FAMILIES:
             raise InputError(f"unsupported text model_type {_short(tmt)} (supported: {', '.join(sorted(_HF_FAMILIES))})",
                              file=file, field="text_config.model_type")
-        c = _Cfg(text, file, "text_config.", _HF_DEFAULTS.get(tmt))
-        vision = cfg.get("vision_config")
-        what = f"vision_config {vision.get('model_type')}" if isinstance(vision, dict) and vision.get("model_type") \
-            else "vision_config"
-        notes.append(f"{mt}: the text model only; the vision tower and projector ({what}) are not modelled")
+        c = _Cfg(text, file, "" if flat else "text_config.", _HF_DEFAULTS.get(tmt))
     else:
         tmt, c = mt, _Cfg(cfg, file, "", _HF_DEFAULTS.get(mt))
     kw = _hf_text_model(c, tmt, notes)
+    if mt in _HF_WRAPPERS:
+        kw["vision"] = _hf_vision(cfg, mt, kw["hidden"], path, notes)
     # tying and quantization are the checkpoint's: a wrapper's own fields win over its text_config's
     tie = outer.get("tie_word_embeddings") if mt in _HF_WRAPPERS and outer.has("tie_word_embeddings") else \
         c.get("tie_word_embeddings", False)
@@ -1067,6 +1144,33 @@ def _model_from_hf_dict(cfg, path: Path) -> Model:
     key = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-") or "hf-model"
     return Model(key=key, name=name, tied_embeddings=tie, aliases=(), source=f"{path} (Hugging Face config)",
                  notes=tuple(notes), fp8_scaling=_hf_fp8_scaling(quant), **kw)
+
+
+def _hf_vision(cfg: dict, mt: str, text_hidden: int, path: Path, notes: list[str]) -> VisionEncoder | None:
+    """A wrapper's vision encoder where its family's is modelled, with a note saying what it is; else None and a
+    note saying why (the text model imports either way)."""
+    vision = cfg.get("vision_config")
+    what = f"vision_config {vision.get('model_type')}" if isinstance(vision, dict) and vision.get("model_type") \
+        else "vision_config"
+    if mt not in _HF_VISION:
+        notes.append(f"{mt}: the text model only; the vision tower and projector ({what}) are not modelled")
+        return None
+    pre = None
+    beside = path.parent / "preprocessor_config.json"
+    if path.name == "config.json" and beside.is_file():  # a snapshot folder: the processor's own limits
+        pre = _read_json(beside)
+    try:
+        enc = vision_from_hf(cfg, mt, text_hidden, pre)
+    except VisionConfigError as e:
+        notes.append(f"{mt}: the text model only; the vision tower and projector ({what}) are not modelled: {e}")
+        return None
+    notes.append(f"{mt}: vision tower {enc.config_type or enc.kind} ({enc.layers} layers, hidden {enc.hidden}, "
+                 f"{enc.param_count() / 1e6:,.0f}M parameters with its projector) modelled with --images "
+                 "(perfmodel.vision, docs/vision.md); without images the text model alone is projected")
+    if enc.kind == "gemma3":
+        notes.append(f"gemma3: pan-and-scan crops (Gemma3ImageProcessor do_pan_and_scan, off by default) are not "
+                     f"modelled: every image is one {enc.image_size}-pixel tile of mm_tokens_per_image tokens")
+    return enc
 
 
 # transformers' ACT2FN names a gated MLP may use (activations.py); anything else is not an activation

@@ -40,6 +40,8 @@ from .speculative import check_draft, draft_model, draft_scenario
 from .speculative import describe as describe_speculation
 from .step_accounting import Rules, StepAccount, account, step_time
 from .step_accounting import host_cost  # noqa: F401  (for the callers that import it from here)
+from .vision import describe as describe_images
+from .vision import with_images
 
 Z90 = 1.2815515655446004  # standard normal quantile of 0.9
 
@@ -143,7 +145,7 @@ def project(hardware, model, scenario: Scenario | None = None, *, profile: Profi
 
 
 def project_resolved(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> Projection:
-    sc = sc.for_hardware(hw)
+    sc = with_images(model, sc.for_hardware(hw))  # images become prompt tokens (unchanged without images)
     layout_notes = check_layout(model, sc)
     check_draft(model, sc)
     if sc.batch == "max":
@@ -223,7 +225,7 @@ def prefill_requests(sc: Scenario, batch, xp=NP):
     ``max(1, min(batch, prefill_chunk // isl))``, in every attention group on its own sequences."""
     if sc.batching == "static":
         return batch
-    per_chunk = xp.floor(sc.prefill_chunk / sc.isl)
+    per_chunk = xp.floor(sc.prefill_chunk / sc.prompt)
     dp = sc.attention_dp
     if dp == 1:
         return xp.maximum(1, xp.minimum(batch, per_chunk))
@@ -249,10 +251,10 @@ def serving_steps(sc: Scenario, batch, xp=NP, *, decode: bool | None = None) -> 
     whether there are decode steps (default: more than one output token; given where ``osl`` is a formula)."""
     n_pre = prefill_requests(sc, batch, xp)
     micro = batch / sc.pp if sc.pp > 1 else batch
-    prefill = Step("prefill", n_pre, sc.isl, 0)
+    prefill = Step("prefill", n_pre, sc.prompt, 0)
     if not (sc.osl > 1 if decode is None else decode):
         return ServingSteps(n_pre, micro, prefill)
-    lo, hi = sc.isl, sc.isl + xp.maximum(sc.osl - 2, 0)
+    lo, hi = sc.prompt, sc.prompt + xp.maximum(sc.osl - 2, 0)
     mid = (lo + hi) / 2.0
     decode = tuple(Step("decode", micro, 1 + sc.mtp, c) for c in (lo, mid, hi))
     return ServingSteps(n_pre, micro, prefill, decode, Step("decode", micro, 1, mid) if sc.mtp else None)
@@ -445,6 +447,8 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
                    + (f", each expert split {sc.moe_group // sc.ep} ways)" if sc.moe_group // sc.ep > 1 else ")"))
     if sc.mtp:
         out.append(describe_speculation(model, sc))
+    if sc.image_tokens:
+        out.append(describe_images(model, sc))
     exchange = moe_exchange(sc) if model.moe is not None else "none"
     if exchange in ("all_to_all", "gather"):
         fmt = "in the experts' format" if exchange_quantized(sc) else "in bf16"

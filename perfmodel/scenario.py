@@ -71,6 +71,23 @@ class Scenario:
     # the format a MoE of weight-only experts (gpt-oss's MXFP4) runs its products in: bf16, or fp8 (MXFP8
     # activations: TensorRT-LLM on Blackwell); None: the engine's for the part (perfmodel.engines)
     weight_only_moe_act: str | None = None
+    # images and video per request (a multimodal model's vision encoder, perfmodel.vision): ``images`` pictures and
+    # one video of ``video_frames`` frames, each ``image_size`` (width, height) pixels. ``image_tokens``: the LLM
+    # tokens they become per request, set by perfmodel.vision.with_images for the model (0: text only); the
+    # prompt the LLM prefills and caches is isl + image_tokens
+    images: int = 0
+    image_size: tuple[int, int] | None = None
+    video_frames: int = 0
+    image_tokens: int = 0
+
+    @property
+    def prompt(self):
+        """Tokens of one request's prompt: its text (isl) and its images' tokens."""
+        return self.isl + self.image_tokens if self.image_tokens else self.isl
+
+    @property
+    def has_images(self) -> bool:
+        return bool(self.images or self.video_frames)
 
     @property
     def gpus(self) -> int:
@@ -234,7 +251,44 @@ class Scenario:
         if self.mem_reserve is not None and not (isinstance(self.mem_reserve, (int, float))
                                                  and 0.0 <= self.mem_reserve < 2**50):
             raise InputError(f"expected bytes >= 0, got {self.mem_reserve!r}", field="--mem-reserve")
+        self._check_images()
         return self
+
+    def _check_images(self) -> None:
+        for name, cap in (("images", MAX_IMAGES), ("video_frames", MAX_VIDEO_FRAMES)):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= cap:
+                raise InputError(f"expected 0 to {cap}, got {v!r}", field=f"--{name.replace('_', '-')}")
+        size = self.image_size
+        if size is not None:
+            if (not isinstance(size, (tuple, list)) or len(size) != 2
+                    or not all(isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= MAX_IMAGE_SIDE
+                               for x in size)):
+                raise InputError(f"expected WIDTHxHEIGHT, each 1 to {MAX_IMAGE_SIDE} pixels, got {size!r}",
+                                 field="--image-size")
+        if self.has_images and size is None:
+            raise InputError("images need their size: add --image-size WIDTHxHEIGHT (pixels)", field="--image-size")
+        if not isinstance(self.image_tokens, int) or isinstance(self.image_tokens, bool) or self.image_tokens < 0:
+            raise InputError(f"expected a count >= 0, got {self.image_tokens!r}", field="image_tokens")
+
+
+# Bounds on a request's images (sanity bounds, not any engine's limit): a side above 16384 pixels is beyond any
+# camera or processor in use; video frames at most Qwen2VLVideoProcessor's max_frames (768, transformers 5.25)
+MAX_IMAGES = 256
+MAX_VIDEO_FRAMES = 768
+MAX_IMAGE_SIDE = 16384
+
+
+def parse_image_size(text: str) -> tuple[int, int]:
+    """``WIDTHxHEIGHT`` in pixels (``1092x1092``)."""
+    parts = str(text).lower().replace("*", "x").split("x")
+    try:
+        w, h = (int(p) for p in parts)
+    except ValueError:
+        raise InputError(f"expected WIDTHxHEIGHT in pixels (1092x1092), got {text!r}", field="--image-size") from None
+    if not (1 <= w <= MAX_IMAGE_SIDE and 1 <= h <= MAX_IMAGE_SIDE):
+        raise InputError(f"expected each side 1 to {MAX_IMAGE_SIDE} pixels, got {text!r}", field="--image-size")
+    return w, h
 
 
 def _choice(value, choices, flag: str) -> None:

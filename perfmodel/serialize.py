@@ -55,6 +55,11 @@ def projection_dict(p, gpu_hour_usd: float | None = None) -> dict:
     sc = asdict(p.scenario)
     sc["kv_dtype"] = p.scenario.kv
     sc["gpus"] = p.scenario.gpus
+    if p.scenario.image_tokens:
+        sc["prompt"] = p.scenario.prompt
+    else:  # a text-only projection's JSON as it was before images existed
+        for k in ("images", "image_size", "video_frames", "image_tokens"):
+            sc.pop(k)
     ops = [op_row(t) for t in p.prefill.times]
     if p.decode is not None:
         ops += [op_row(t) for t in p.decode.times]

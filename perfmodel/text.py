@@ -47,6 +47,17 @@ def _engine_name(sc) -> str:
     return eng.name if eng else sc.engine
 
 
+def _images_text(sc) -> str:
+    """A request's images on the scenario line (nothing without images)."""
+    if not sc.image_tokens:
+        return ""
+    w, h = sc.image_size
+    what = [f"{sc.images} image{'s' if sc.images != 1 else ''}"] if sc.images else []
+    if sc.video_frames:
+        what.append(f"a {sc.video_frames}-frame video")
+    return f" + {' and '.join(what)} of {w}x{h} ({sc.image_tokens:,} tokens)"
+
+
 def projection_table(p, *, verbose: bool = False, gpu_hour_usd: float | None = None) -> str:
     from .energy import projection_energy
     from .serialize import phase_bound
@@ -57,8 +68,8 @@ def projection_table(p, *, verbose: bool = False, gpu_hour_usd: float | None = N
         f"{p.model.name} on {p.hardware.name}  ({sc.gpus} GPU{'s' if sc.gpus > 1 else ''}: TP {sc.tp}, PP {sc.pp}"
         f"{f', attention DP {sc.attention_dp}' if sc.attention_dp > 1 else ''}"
         f"{f', EP {sc.ep}' if sc.ep > 1 else ''}; {sc.dtype} weights, {sc.kv} KV cache)",
-        f"scenario: isl {sc.isl}, osl {sc.osl}, batch {p.batch}, {sc.batching} batching, engine {_engine_name(sc)}, "
-        f"mode {sc.mode}",
+        f"scenario: isl {sc.isl}{_images_text(sc)}, osl {sc.osl}, batch {p.batch}, {sc.batching} batching, "
+        f"engine {_engine_name(sc)}, mode {sc.mode}",
         f"calibration: {p.profile.label}",
         "",
     ]

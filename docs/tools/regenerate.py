@@ -42,6 +42,8 @@ BLOCKS = (
     Block("models.md", "models-projections", "models_table.py", "projections"),
     Block("engines.md", "engine-presets", "engines_table.py", "table"),
     Block("training.md", "moe-layouts", "moe_layout_table.py", "table"),
+    Block("vision.md", "vision-encoders", "vision_table.py", "encoders"),
+    Block("vision.md", "vision-projections", "vision_table.py", "projections"),
     Block("backtest.md", "family-table", "backtest_family_table.py", "table", slow=True),
 )
 

@@ -39,8 +39,9 @@ class CommandParser(Parser):
         return namespace, extras
 
 
-def scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True) -> None:
-    """The serving scenario's flags (``serving=False``: the layout and kernel flags only, for one step)."""
+def scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True, images: bool = False) -> None:
+    """The serving scenario's flags (``serving=False``: the layout and kernel flags only, for one step; ``images``:
+    a request's images, for the commands that model a vision encoder)."""
     from ..attention_kernels import CHOICES as ATTENTION
     from ..engines import CHOICES as ENGINES
 
@@ -54,6 +55,15 @@ def scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True) -> None:
                             "continuous for serving engines, static for --engine hf)")
         g.add_argument("--prefill-chunk", type=int, default=None,
                        help="prefill tokens per step (continuous; default: the engine's)")
+    if images:
+        g.add_argument("--images", type=int, default=0,
+                       help="images per request (a multimodal config.json: Qwen2.5-VL, Qwen3-VL, Qwen3.5, Llama 4, "
+                            "Gemma 3, InternVL); their tokens join the prompt and the vision encoder runs in the "
+                            "prefill (docs/vision.md)")
+        g.add_argument("--image-size", type=image_size_arg, default=None, metavar="WxH",
+                       help="pixels of each image (and video frame), width x height: 1092x1092")
+        g.add_argument("--video-frames", type=int, default=0,
+                       help="frames of one video per request (Qwen-VL families), at --image-size")
     g.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
     g.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree")
     g.add_argument("--ep", type=int, default=1, help="expert-parallel degree (divides --tp x --attention-dp)")
@@ -113,6 +123,16 @@ def acceptance_arg(text: str) -> float | tuple[float, ...]:
     return values[0] if len(values) == 1 else values
 
 
+def image_size_arg(text: str) -> tuple[int, int]:
+    """--image-size: WIDTHxHEIGHT in pixels."""
+    from ..scenario import parse_image_size
+
+    try:
+        return parse_image_size(text)
+    except InputError as e:
+        raise argparse.ArgumentTypeError(e.detail) from None
+
+
 def overlap_arg(text: str) -> float | str:
     """--overlap: a number keeps its old meaning (a fixed fraction), anything else is a method name."""
     try:
@@ -133,6 +153,8 @@ def scenario_from_args(args, batch=None):
     if hasattr(args, "isl"):
         kw.update(isl=args.isl, osl=args.osl, batch=parse_batch(str(args.batch)) if batch is None else batch,
                   batching=args.batching, prefill_chunk=args.prefill_chunk)
+    if hasattr(args, "images"):
+        kw.update(images=args.images, image_size=args.image_size, video_frames=args.video_frames)
     return Scenario(**kw).validated()
 
 

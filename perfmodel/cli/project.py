@@ -17,7 +17,7 @@ def register(sub) -> None:
     p = sub.add_parser("project", help="project a serving scenario: TTFT, TPOT, throughput, memory")
     p.add_argument("--arch", action="append", required=True, help="hardware spec name or path (repeatable)")
     p.add_argument("--model", required=True, help=MODEL_HELP)
-    scenario_flags(p)
+    scenario_flags(p, images=True)
     p.add_argument("--format", choices=("table", "json", "csv"), default="table",
                    help="table (default), json (one object; a list of them with several --arch) or csv (a row "
                         "per --arch)")

@@ -45,7 +45,7 @@ def projection_energy(projection, gpu_hour_usd: float | None = None) -> dict:
     params = power_params(prof, hw)
     n_pre = max(int(p.prefill_requests), 1)
     e_pre = replica_energy(p.prefill, sc, hw, prof, params, time_s=p.ttft_s)
-    j_prefill = e_pre / (n_pre * sc.isl)
+    j_prefill = e_pre / (n_pre * sc.prompt)  # per prompt token: text and image tokens
     batch = p.batch
     if p.decode is not None:
         e_dec = replica_energy(p.decode, sc, hw, prof, params, time_s=p.tpot_s, pipelined=True)
