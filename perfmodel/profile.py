@@ -339,6 +339,31 @@ def _check_training(value: dict, file: str) -> None:
                                  field=where)
 
 
+# The power section's figures (perfmodel.power_clock.ClockModel, perfmodel.energy): every one a finite number >= 0
+# (text is the fit's "source"), the ones divided by positive, the shares at most 1; a zero alpha or tau had divided
+# by zero and a negative energy per FLOP had given negative joules with exit 0 (the hostile corpus, issue 27)
+_POWER_POSITIVE = ("alpha", "tau_s", "slow_tau_s", "tdp_w")
+_POWER_SHARES = ("alone_share", "fast_share")
+
+
+def _check_power(value: dict, file: str, where: str = "power") -> None:
+    for k, v in value.items():
+        field = f"{where}.{k}"
+        if isinstance(v, dict):
+            _check_power(v, file, field)
+            continue
+        if k == "source" and isinstance(v, str):
+            continue
+        if k == "fitted" and isinstance(v, bool):
+            continue
+        number = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        low_ok = number and (v > 0 if k in _POWER_POSITIVE else v >= 0)
+        top = 1.0 if k in _POWER_SHARES else MAX_OTHER
+        if not (low_ok and v <= top):
+            what = "a positive number" if k in _POWER_POSITIVE else "a number >= 0"
+            raise InputError(f"expected {what} up to {top:g}, got {json.dumps(v)[:40]}", file=file, field=field)
+
+
 def load_profile(path: str | Path) -> Profile:
     """Read ``profile.json`` (or a calibration folder holding one), checking every field."""
     from .io import check_input_path, loads_json, read_input_bytes
@@ -415,6 +440,8 @@ def _check_field(key: str, value, default, file: str) -> None:
             raise bad("an object")
         if key == "training":
             _check_training(value, file)
+        elif key == "power":
+            _check_power(value, file)
     elif key in _COMM_DICTS:
         if not isinstance(value, dict) or not all(isinstance(k, str) and _COMM_KEY.match(k) and int(k.split(":")[1]) >= 2
                                                   for k in value):
