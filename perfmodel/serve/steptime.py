@@ -37,6 +37,7 @@ import numpy as np
 
 from ..cost import demand_parts, time_op, time_ops
 from ..cost.backend import NP, STACKED
+from ..cost.tables import folders_state
 from ..cost.overlap import resolve_method
 from ..power_clock import clock_model, steady_stretch
 from ..energy.model import limit_w, op_energy
@@ -226,12 +227,14 @@ _TABLES = Bounded(96)
 
 def _table_key(sm: "StepModel", phase: str, n: int, wanted, launch: str):
     """The key of one 1-D table: the model (frozen: equal models are equal values), the spec, scenario, profile and
-    power parameters by their whole value with types (:mod:`perfmodel.memo`; the scenario but its ``batch``), the
-    class, phase, launch and length. None where any of them holds an array."""
+    power parameters by their whole value with types (:mod:`perfmodel.memo`; the scenario but its ``batch``), the host
+    costs of an eager framework (read from a measurement folder), the state of the profile's table folders, the class,
+    phase, launch and length. None where any of them holds an array."""
     if "inputs" not in sm.__dict__:
         # the scenario's batch does not enter a table (its steps carry their own shapes): the instances of one layout
         # at several sequence caps (``batch``) share their tables
-        parts = (typed_key(replace(sm.sc, batch=None)), value_key(sm.hw), value_key(sm.prof), typed_key(sm.power))
+        parts = (typed_key(replace(sm.sc, batch=None)), value_key(sm.hw), value_key(sm.prof), typed_key(sm.power),
+                 typed_key(host_rules(sm.sc, sm.hw)), folders_state(sm.prof))
         sm.inputs = None if any(p is None for p in parts) else (sm.model, *parts)
     return None if sm.inputs is None else (*sm.inputs, phase, int(n), wanted, launch)
 
