@@ -36,7 +36,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..cost import demand_parts, time_op, time_ops
-from ..cost.backend import NP, STACKED
 from ..cost.tables import folders_state
 from ..cost.overlap import resolve_method
 from ..power_clock import clock_model, steady_stretch
@@ -114,16 +113,14 @@ def _class_fields(ops, keys, wanted, launch: str, sc, prof, hw, power) -> dict:
     mask = None if alone else [k in wanted for k in keys]
     rules = Rules.of(sc, launch=launch, **host_rules(sc, hw))
     out = {}
-    if alone and sc.mode != "sol":
-        out["t"], ref = _two_clocks(timed, rules, sc, prof, hw)
-    else:
-        for name, demand in (("t", 0.0), ("ref", REF_DEMAND)):
-            sus = None if sc.mode == "sol" else demand
-            times = [time_op(op, hw, prof, mode=sc.mode, world=sc.gpus, sustained=sus if op.kind in COMPUTE_KINDS
-                             else None) for op in timed]
-            out[name] = account(times, rules, prof, hw=hw, world=sc.gpus).total(mask)
-        ref = out.pop("ref")
-    out["dt"] = ref - out["t"]
+    # the two clocks in two passes: stacked on one axis, the stretch of the array ops' clock would go through numpy's
+    # vectorised pow, which differs from the C library's (one pass per clock prices it on a number) in the last bit
+    for name, demand in (("t", 0.0), ("ref", REF_DEMAND)):
+        sus = None if sc.mode == "sol" else demand
+        times = [time_op(op, hw, prof, mode=sc.mode, world=sc.gpus, sustained=sus if op.kind in COMPUTE_KINDS
+                         else None) for op in timed]
+        out[name] = account(times, rules, prof, hw=hw, world=sc.gpus).total(mask)
+    out["dt"] = out.pop("ref") - out["t"]
     e = 0.0
     if power is not None:
         for op, _ in sel:
@@ -131,30 +128,6 @@ def _class_fields(ops, keys, wanted, launch: str, sc, prof, hw, power) -> dict:
     out["e"] = e
     out["num"], out["den"] = demand_parts([op for op, _ in sel], hw, prof)
     return out
-
-
-def _two_clocks(ops, rules, sc, prof, hw) -> tuple:
-    """The summed shares of ops each alone in the step (no overlap to share) at the boost clock and at REF_DEMAND's,
-    in one pass: the compute ops priced once over a leading axis of the two demands (what the demand does not change,
-    tiles and streaming, priced once), each element as its own pass prices it (numbers through the STACKED backend,
-    arrays through numpy, as :func:`perfmodel.cost.time_op` prices them)."""
-    dims = max((_op_ndim(op) for op in ops), default=0)
-    demands = np.array([0.0, REF_DEMAND]).reshape((2,) + (1,) * dims)
-    times, stacked = [], False
-    for op in ops:
-        if op.kind in COMPUTE_KINDS:
-            xp = STACKED if _op_ndim(op) == 0 else NP
-            times.append(time_op(op, hw, prof, mode=sc.mode, world=sc.gpus, sustained=demands, xp=xp))
-            stacked = True
-        else:
-            times.append(time_op(op, hw, prof, mode=sc.mode, world=sc.gpus))
-    total = account(times, rules, prof, hw=hw, world=sc.gpus).total()
-    return (total[0], total[1]) if stacked else (total, total)
-
-
-def _op_ndim(op) -> int:
-    """The dimensions of an op's shape (0: numbers)."""
-    return max((np.ndim(v) for v in (op.flops, op.bytes, *op.params.values()) if isinstance(v, np.ndarray)), default=0)
 
 
 def _time_class(model, hw, sc, prof, step: Step, wanted, launch: str, power) -> dict:
