@@ -148,17 +148,23 @@ def _geom_grid(lo: int, hi: int, n: int, exact_below: int = 0, extra=()) -> np.n
 def _interp2(xs: list, ys: list, grid: list, x: float, y: float) -> tuple:
     """Bilinear interpolation on one rectilinear grid (clamped at the edges) of ``grid[i][j]``, a tuple of the
     :data:`FIELDS` at ``(xs[i], ys[j])``; each axis has at least two points."""
-    nx, ny = len(xs) - 2, len(ys) - 2
+    i, fx = _axis(xs, x)
+    return _blend(grid, i, fx, ys, y)
+
+
+def _axis(xs: list, x: float) -> tuple[int, float]:
+    """The cell of ``x`` on a grid axis and its position in it (0..1, clamped)."""
+    n = len(xs) - 2
     i = bisect.bisect_right(xs, x) - 1
-    i = 0 if i < 0 else (nx if i > nx else i)
-    j = bisect.bisect_right(ys, y) - 1
-    j = 0 if j < 0 else (ny if j > ny else j)
+    i = 0 if i < 0 else (n if i > n else i)
     x0 = xs[i]
-    fx = (x - x0) / (xs[i + 1] - x0)
-    fx = 0.0 if fx < 0.0 else (1.0 if fx > 1.0 else fx)
-    y0 = ys[j]
-    fy = (y - y0) / (ys[j + 1] - y0)
-    fy = 0.0 if fy < 0.0 else (1.0 if fy > 1.0 else fy)
+    f = (x - x0) / (xs[i + 1] - x0)
+    return i, (0.0 if f < 0.0 else (1.0 if f > 1.0 else f))
+
+
+def _blend(grid: list, i: int, fx: float, ys: list, y: float) -> tuple:
+    """:func:`_interp2` at row cell ``i``, position ``fx`` (:func:`_axis`)."""
+    j, fy = _axis(ys, y)
     r0, r1 = grid[i], grid[i + 1]
     out = []
     for p, q, r, u in zip(r0[j], r0[j + 1], r1[j], r1[j + 1]):
@@ -356,11 +362,14 @@ class StepModel:
         launch = self.decode_launch
         m = -(-n // self.pp) if self.pp > 1 else n  # a micro-batch's tokens, rows and sequences
         fixed = [_lookup(self.token[launch], m), _lookup(self.seq[launch], m)]
-        grid = self.dec[launch]
-        t0, e0 = self._total(fixed + [_interp2(self.dec_n, self.dec_c, grid, m, ctx0)] if m else fixed, launch)
+        if not m:
+            t0, e0 = self._total(fixed, launch)
+            return t0, t0, e0, e0
+        grid, (i, fx) = self.dec[launch], _axis(self.dec_n, m)
+        t0, e0 = self._total(fixed + [_blend(grid, i, fx, self.dec_c, ctx0)], launch)
         if k <= 1:
             return t0, t0, e0, e0
-        t1, e1 = self._total(fixed + [_interp2(self.dec_n, self.dec_c, grid, m, ctx0 + k - 1)] if m else fixed, launch)
+        t1, e1 = self._total(fixed + [_blend(grid, i, fx, self.dec_c, ctx0 + k - 1)], launch)
         return t0, t1, e0, e1
 
 
