@@ -122,8 +122,9 @@ def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof, eta, xp=NP, elem_byt
     ``sustained``: the step's power demand (None: timed alone); ``vector_peak``: the part's plain fp32 rate,
     for the CUDA-core variant of skinny products (None: tensor-core tiles only).
 
-    Numbers and arrays price every tile at once (one array axis over :data:`TILES`, :func:`_candidates`) and take
-    the fastest; formulas, one flat MIN over the tiles' formulas."""
+    Numbers and small arrays price every tile at once (one array axis over :data:`TILES`, :func:`_candidates`), large
+    arrays a tile at a time, and take the fastest as a scan over the tiles in order would (:class:`_Scan`); formulas,
+    one flat MIN over the tiles' formulas."""
     gemv = vector_peak is not None and (fmt or "bf16") in GEMV_FORMATS
     args = (m, n, k, groups, nbytes, peak, sms, bw, prof, eta, elem_bytes, sustained, mem_scale, fmt, vector_peak)
     if not xp.numeric:  # a formula: one flat MIN over the tiles (a running IF chain nests exponentially)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -163,9 +164,29 @@ def decode(data: bytes | Path) -> tuple[list[ClassRows], dict]:
     return out, header.get("provenance", {})
 
 
+_HEADERS: dict = {}  # (path, modification time, size) -> header: a projection's assumptions look at every sibling
+
+
 def read_header(path: Path) -> dict:
     """The header of a ``tables.npz`` alone (its classes' keys, kernels and sizes, the provenance), without the
-    arrays: a look at what a folder holds. ValueError where the file is not such a table."""
+    arrays: a look at what a folder holds. ValueError where the file is not such a table. Remembered per file state;
+    the dict returned is shared: read it, do not change it."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        st = None
+    stamp = None if st is None else (str(path), st.st_mtime_ns, st.st_size)
+    hit = _HEADERS.get(stamp) if stamp else None
+    if hit is None:
+        hit = _read_header(path)
+        if stamp:
+            if len(_HEADERS) > 256:
+                _HEADERS.clear()
+            _HEADERS[stamp] = hit
+    return hit
+
+
+def _read_header(path: Path) -> dict:
     try:
         with np.load(path, allow_pickle=False) as z:
             header = json.loads(bytes(z["header"]).decode("utf-8"))

@@ -830,6 +830,12 @@ def load_folder(path) -> FolderTables | None:
     return folder
 
 
+def folders_state(prof) -> tuple:
+    """The table folders ``prof`` names, each with its files' modification times: what a result computed through
+    them was computed from (a cache of such results keys it)."""
+    return tuple((f, path, _stamp(Path(path))) for f in TABLE_FIELD.values() if (path := getattr(prof, f, "")))
+
+
 def clear_cache() -> None:
     """Forget every folder read (a test that rewrites a folder within :data:`RECHECK_S`)."""
     _FOLDERS.clear()

@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..cost import demand_parts, time_op, time_ops
-from ..cost.backend import NP, STACKED
+from ..cost.tables import folders_state
 from ..cost.overlap import resolve_method
 from ..power_clock import clock_model, steady_stretch
 from ..energy.model import limit_w, op_energy
@@ -113,16 +113,14 @@ def _class_fields(ops, keys, wanted, launch: str, sc, prof, hw, power) -> dict:
     mask = None if alone else [k in wanted for k in keys]
     rules = Rules.of(sc, launch=launch, **host_rules(sc, hw))
     out = {}
-    if alone and sc.mode != "sol":
-        out["t"], ref = _two_clocks(timed, rules, sc, prof, hw)
-    else:
-        for name, demand in (("t", 0.0), ("ref", REF_DEMAND)):
-            sus = None if sc.mode == "sol" else demand
-            times = [time_op(op, hw, prof, mode=sc.mode, world=sc.gpus, sustained=sus if op.kind in COMPUTE_KINDS
-                             else None) for op in timed]
-            out[name] = account(times, rules, prof, hw=hw, world=sc.gpus).total(mask)
-        ref = out.pop("ref")
-    out["dt"] = ref - out["t"]
+    # the two clocks in two passes: stacked on one axis, the stretch of the array ops' clock would go through numpy's
+    # vectorised pow, which differs from the C library's (one pass per clock prices it on a number) in the last bit
+    for name, demand in (("t", 0.0), ("ref", REF_DEMAND)):
+        sus = None if sc.mode == "sol" else demand
+        times = [time_op(op, hw, prof, mode=sc.mode, world=sc.gpus, sustained=sus if op.kind in COMPUTE_KINDS
+                         else None) for op in timed]
+        out[name] = account(times, rules, prof, hw=hw, world=sc.gpus).total(mask)
+    out["dt"] = out.pop("ref") - out["t"]
     e = 0.0
     if power is not None:
         for op, _ in sel:
@@ -130,30 +128,6 @@ def _class_fields(ops, keys, wanted, launch: str, sc, prof, hw, power) -> dict:
     out["e"] = e
     out["num"], out["den"] = demand_parts([op for op, _ in sel], hw, prof)
     return out
-
-
-def _two_clocks(ops, rules, sc, prof, hw) -> tuple:
-    """The summed shares of ops each alone in the step (no overlap to share) at the boost clock and at REF_DEMAND's,
-    in one pass: the compute ops priced once over a leading axis of the two demands (what the demand does not change,
-    tiles and streaming, priced once), each element as its own pass prices it (numbers through the STACKED backend,
-    arrays through numpy, as :func:`perfmodel.cost.time_op` prices them)."""
-    dims = max((_op_ndim(op) for op in ops), default=0)
-    demands = np.array([0.0, REF_DEMAND]).reshape((2,) + (1,) * dims)
-    times, stacked = [], False
-    for op in ops:
-        if op.kind in COMPUTE_KINDS:
-            xp = STACKED if _op_ndim(op) == 0 else NP
-            times.append(time_op(op, hw, prof, mode=sc.mode, world=sc.gpus, sustained=demands, xp=xp))
-            stacked = True
-        else:
-            times.append(time_op(op, hw, prof, mode=sc.mode, world=sc.gpus))
-    total = account(times, rules, prof, hw=hw, world=sc.gpus).total()
-    return (total[0], total[1]) if stacked else (total, total)
-
-
-def _op_ndim(op) -> int:
-    """The dimensions of an op's shape (0: numbers)."""
-    return max((np.ndim(v) for v in (op.flops, op.bytes, *op.params.values()) if isinstance(v, np.ndarray)), default=0)
 
 
 def _time_class(model, hw, sc, prof, step: Step, wanted, launch: str, power) -> dict:
@@ -174,17 +148,23 @@ def _geom_grid(lo: int, hi: int, n: int, exact_below: int = 0, extra=()) -> np.n
 def _interp2(xs: list, ys: list, grid: list, x: float, y: float) -> tuple:
     """Bilinear interpolation on one rectilinear grid (clamped at the edges) of ``grid[i][j]``, a tuple of the
     :data:`FIELDS` at ``(xs[i], ys[j])``; each axis has at least two points."""
-    nx, ny = len(xs) - 2, len(ys) - 2
+    i, fx = _axis(xs, x)
+    return _blend(grid, i, fx, ys, y)
+
+
+def _axis(xs: list, x: float) -> tuple[int, float]:
+    """The cell of ``x`` on a grid axis and its position in it (0..1, clamped)."""
+    n = len(xs) - 2
     i = bisect.bisect_right(xs, x) - 1
-    i = 0 if i < 0 else (nx if i > nx else i)
-    j = bisect.bisect_right(ys, y) - 1
-    j = 0 if j < 0 else (ny if j > ny else j)
+    i = 0 if i < 0 else (n if i > n else i)
     x0 = xs[i]
-    fx = (x - x0) / (xs[i + 1] - x0)
-    fx = 0.0 if fx < 0.0 else (1.0 if fx > 1.0 else fx)
-    y0 = ys[j]
-    fy = (y - y0) / (ys[j + 1] - y0)
-    fy = 0.0 if fy < 0.0 else (1.0 if fy > 1.0 else fy)
+    f = (x - x0) / (xs[i + 1] - x0)
+    return i, (0.0 if f < 0.0 else (1.0 if f > 1.0 else f))
+
+
+def _blend(grid: list, i: int, fx: float, ys: list, y: float) -> tuple:
+    """:func:`_interp2` at row cell ``i``, position ``fx`` (:func:`_axis`)."""
+    j, fy = _axis(ys, y)
     r0, r1 = grid[i], grid[i + 1]
     out = []
     for p, q, r, u in zip(r0[j], r0[j + 1], r1[j], r1[j + 1]):
@@ -226,12 +206,14 @@ _TABLES = Bounded(96)
 
 def _table_key(sm: "StepModel", phase: str, n: int, wanted, launch: str):
     """The key of one 1-D table: the model (frozen: equal models are equal values), the spec, scenario, profile and
-    power parameters by their whole value with types (:mod:`perfmodel.memo`; the scenario but its ``batch``), the
-    class, phase, launch and length. None where any of them holds an array."""
+    power parameters by their whole value with types (:mod:`perfmodel.memo`; the scenario but its ``batch``), the host
+    costs of an eager framework (read from a measurement folder), the state of the profile's table folders, the class,
+    phase, launch and length. None where any of them holds an array."""
     if "inputs" not in sm.__dict__:
         # the scenario's batch does not enter a table (its steps carry their own shapes): the instances of one layout
         # at several sequence caps (``batch``) share their tables
-        parts = (typed_key(replace(sm.sc, batch=None)), value_key(sm.hw), value_key(sm.prof), typed_key(sm.power))
+        parts = (typed_key(replace(sm.sc, batch=None)), value_key(sm.hw), value_key(sm.prof), typed_key(sm.power),
+                 typed_key(host_rules(sm.sc, sm.hw)), folders_state(sm.prof))
         sm.inputs = None if any(p is None for p in parts) else (sm.model, *parts)
     return None if sm.inputs is None else (*sm.inputs, phase, int(n), wanted, launch)
 
@@ -380,11 +362,14 @@ class StepModel:
         launch = self.decode_launch
         m = -(-n // self.pp) if self.pp > 1 else n  # a micro-batch's tokens, rows and sequences
         fixed = [_lookup(self.token[launch], m), _lookup(self.seq[launch], m)]
-        grid = self.dec[launch]
-        t0, e0 = self._total(fixed + [_interp2(self.dec_n, self.dec_c, grid, m, ctx0)] if m else fixed, launch)
+        if not m:
+            t0, e0 = self._total(fixed, launch)
+            return t0, t0, e0, e0
+        grid, (i, fx) = self.dec[launch], _axis(self.dec_n, m)
+        t0, e0 = self._total(fixed + [_blend(grid, i, fx, self.dec_c, ctx0)], launch)
         if k <= 1:
             return t0, t0, e0, e0
-        t1, e1 = self._total(fixed + [_interp2(self.dec_n, self.dec_c, grid, m, ctx0 + k - 1)] if m else fixed, launch)
+        t1, e1 = self._total(fixed + [_blend(grid, i, fx, self.dec_c, ctx0 + k - 1)], launch)
         return t0, t1, e0, e1
 
 
