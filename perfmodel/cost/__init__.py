@@ -82,11 +82,15 @@ def _scalar(x):
     return a.item() if a.ndim == 0 else a
 
 
+_UNSET = object()
+
+
 def time_op(op: Op, hw: HardwareSpec, prof: Profile, *, mode: str = "latency", world: int = 1, xp=NP,
-            standalone: bool = False, sustained=None) -> OpTime:
+            standalone: bool = False, sustained=None, ratio=_UNSET) -> OpTime:
     """Time one op as it runs inside a step (a stream of kernels), or ``standalone``: timed on its own,
     as a microbenchmark times it (:func:`.memory.standalone`). ``sustained``: the power demand of the step it
-    runs in (:func:`step_demand`), which sets the power-limited clock; None: timed alone.
+    runs in (:func:`step_demand`), which sets the power-limited clock; None: timed alone. ``ratio``: the op's
+    :func:`table_ratio` where the caller has it already (the same op timed at two clocks).
 
     With ``xp=XL`` (:mod:`.backend`) and Expr-valued shapes, spec figures and profile parameters, the
     result's ``time`` is the Excel formula of the same model (``bound`` is then None). Where the part's own
@@ -95,7 +99,8 @@ def time_op(op: Op, hw: HardwareSpec, prof: Profile, *, mode: str = "latency", w
     if mode != "sol" and xp.numeric and op.kind in tables.TABLE_KINDS:
         # where the part's own measured table covers the shape, it replaces the fitted alone time (:mod:`.tables`;
         # the workbook multiplies its formulas by the same ratio itself)
-        ratio = table_ratio(op, hw, prof)
+        if ratio is _UNSET:
+            ratio = table_ratio(op, hw, prof)
         if ratio is not None:
             t, t_c, t_m = t * ratio, t_c * ratio, t_m * ratio
     if standalone and mode != "sol" and op.kind not in COMM_KINDS:

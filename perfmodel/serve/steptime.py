@@ -35,8 +35,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..cost import demand_parts, time_op, time_ops
-from ..cost.tables import folders_state
+from ..cost import demand_parts, table_ratio, time_op, time_ops
+from ..cost.tables import TABLE_KINDS, folders_state
 from ..cost.overlap import resolve_method
 from ..power_clock import clock_model, steady_stretch
 from ..energy.model import limit_w, op_energy
@@ -113,13 +113,22 @@ def _class_fields(ops, keys, wanted, launch: str, sc, prof, hw, power) -> dict:
     mask = None if alone else [k in wanted for k in keys]
     rules = Rules.of(sc, launch=launch, **host_rules(sc, hw))
     out = {}
-    # the two clocks in two passes: stacked on one axis, the stretch of the array ops' clock would go through numpy's
-    # vectorised pow, which differs from the C library's (one pass per clock prices it on a number) in the last bit
-    for name, demand in (("t", 0.0), ("ref", REF_DEMAND)):
-        sus = None if sc.mode == "sol" else demand
-        times = [time_op(op, hw, prof, mode=sc.mode, world=sc.gpus, sustained=sus if op.kind in COMPUTE_KINDS
-                         else None) for op in timed]
-        out[name] = account(times, rules, prof, hw=hw, world=sc.gpus).total(mask)
+    # the two clocks in two passes (stacked on one axis, the stretch of the array ops' clock would go through numpy's
+    # vectorised pow, which differs from the C library's in the last bit); what the clock does not change, the ops
+    # without one and the measured tables' anchors, priced once
+    if sc.mode == "sol":
+        out["t"] = out["ref"] = account([time_op(op, hw, prof, mode="sol", world=sc.gpus) for op in timed], rules,
+                                        prof, hw=hw, world=sc.gpus).total(mask)
+    else:
+        ratios = [table_ratio(op, hw, prof) if op.kind in TABLE_KINDS else None for op in timed]
+        first = None
+        for name, demand in (("t", 0.0), ("ref", REF_DEMAND)):
+            times = [time_op(op, hw, prof, mode=sc.mode, world=sc.gpus, sustained=demand, ratio=r)
+                     if op.kind in COMPUTE_KINDS else first[i] if first is not None
+                     else time_op(op, hw, prof, mode=sc.mode, world=sc.gpus, ratio=r)
+                     for i, (op, r) in enumerate(zip(timed, ratios))]
+            first = first or times
+            out[name] = account(times, rules, prof, hw=hw, world=sc.gpus).total(mask)
     out["dt"] = out.pop("ref") - out["t"]
     e = 0.0
     if power is not None:
