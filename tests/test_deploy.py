@@ -540,3 +540,17 @@ def test_the_command_line_starts_without_the_deploy_modules():
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_plan_records_its_scenario_and_deploy_reads_it(tmp_path):
+    """`plan --format json` writes what its layouts ran under beyond each row (weights' format, EP, attention DP,
+    MTP), and deploy takes the weights' format from it rather than the engine's default."""
+    plan_json = tmp_path / "plan.json"
+    assert main(["plan", "--arch", "h200-sxm", "--model", "llama-3.1-8b", "--gpus", "2", "--dtype", "fp8",
+                 "--slo-ttft-ms", "2000", "--slo-tpot-ms", "50", "--requests", "40", "--engines", "vllm",
+                 "--format", "json", "--out", str(plan_json)]) == 0
+    doc = json.loads(plan_json.read_text())
+    assert doc["scenario"]["dtype"] == "fp8" and doc["scenario"]["ep"] == 1 and doc["scenario"]["mtp"] == 0
+    out = tmp_path / "launch"
+    assert main(["deploy", str(plan_json), "--engine", "vllm", "--out", str(out)]) == 0
+    assert "weights: fp8 (the plan)" in (out / "README.txt").read_text()

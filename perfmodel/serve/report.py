@@ -136,10 +136,26 @@ def plan_document(hw, model, sc, prof, base, space, opts, rows: list[dict], work
     doc["attainment"] = space.attainment
     doc["workload"] = {**workload, "requests_per_trial": len(base), "mean_isl": float(base.isl.mean()),
                        "mean_osl": float(base.osl.mean())}
+    doc["scenario"] = plan_scenario(sc)
     doc["candidates"] = rows
     doc["definition"] = ("goodput: the highest request rate at which at least the attainment share of requests "
                          "meet every SLO, times that share; ranked by output tokens/s of goodput per GPU used")
     return _finite(doc)
+
+
+def plan_scenario(sc) -> dict:
+    """What the plan's layouts ran under beyond each row's own fields, for the next step to read (``perfmodel
+    deploy``: weights' format, expert and attention data parallelism, speculation): every engine's alike; the
+    KV-cache format, token budget and memory share only where given (else each engine's own default)."""
+    out = {"dtype": sc.dtype, "ep": sc.ep, "attention_dp": sc.attention_dp, "mtp": sc.mtp}
+    if sc.draft:
+        out["draft"] = sc.draft
+    for key in ("kv_dtype", "prefill_chunk", "mem_fraction"):
+        if getattr(sc, key, None):
+            out[key] = getattr(sc, key)
+    if sc.engine != "auto":
+        out["engine"] = sc.engine
+    return out
 
 
 def plan_table(doc: dict, top: int = 15) -> str:
