@@ -625,6 +625,15 @@ def expert_format(model: Model, sc: Scenario) -> str:
     return sc.dtype
 
 
+def expert_product_format(model: Model, sc: Scenario) -> str:
+    """The format the routed experts' products run in: the scenario's, or fp8 where the engine quantizes the
+    activations to MXFP8 for MXFP4 experts on this part (W4A8: TensorRT-LLM on Blackwell,
+    ``Scenario.weight_only_moe_act``)."""
+    if expert_format(model, sc) == "fp4" and sc.dtype in ("bf16", "fp16") and sc.weight_only_moe_act == "fp8":
+        return "fp8"
+    return sc.dtype
+
+
 def _gemm_format(w: str, model: Model, weights: str | None = None) -> str:
     """The format class of the model's products in ``w`` (:func:`perfmodel.cost.gemm.gemm_format`), with the
     scaling :func:`_quantized` gives them; with weight-only experts (``weights``), the weight-only class (the
@@ -721,9 +730,7 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
     elif exchange == "gather":
         ops.append(O.collective("moe.gather", "all_gather", group_tokens * h * sent, sc.moe_group, phase=ph))
     stored = expert_format(model, sc)
-    w_experts = w
-    if stored == "fp4" and w in ("bf16", "fp16") and sc.weight_only_moe_act == "fp8":
-        w_experts = "fp8"  # the engine quantizes the activations to MXFP8 for its MXFP4 experts (W4A8)
+    w_experts = expert_product_format(model, sc)
     experts = moe_expert_ops(group_tokens, h, width, moe.top_k, moe.num_experts, ep, w_experts, act, ph,
                              gated=model.mlp == "swiglu", fused=sc.kernels == "fused", imbalance=sc.moe_imbalance,
                              weight_dtype=stored)

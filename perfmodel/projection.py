@@ -317,14 +317,15 @@ SPEC_ESTIMATE_SPREAD = 0.15
 _BOUND_FIGURE = {"memory": "memory.bandwidth", "network": "interconnect.scale_up.bandwidth"}
 
 
-def _weight_only_text(narrow: str, sc: Scenario, hw: HardwareSpec, prof: Profile) -> str:
+def _weight_only_text(model: Model, narrow: str, sc: Scenario, hw: HardwareSpec, prof: Profile) -> str:
     """What prices experts stored narrower than the products (weight-only: gpt-oss's MXFP4, Kimi K2's INT4), by
     the best evidence the profile holds: the engine's measured tables of the format, else the format's kernel
     efficiency fitted on another part's tables, else the dense format's (a known bias, stated)."""
     from .cost.gemm import gemm_format
     from .cost.tables import family_table
+    from .graph import expert_product_format
 
-    act = "fp8" if narrow == "fp4" and sc.dtype in ("bf16", "fp16") and sc.weight_only_moe_act == "fp8" else sc.dtype
+    act = expert_product_format(model, sc)
     fmt = gemm_format(act, None, narrow)
     head = (f"experts stored in {narrow} under {sc.dtype} products (weight-only, class {fmt}"
             + (", the engine's MXFP8 activations on this part" if act != sc.dtype else "") + "): ")
@@ -468,7 +469,7 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
 
         narrow = expert_format(model, sc)
         if narrow != sc.dtype:
-            out.append(_weight_only_text(narrow, sc, hw, prof))
+            out.append(_weight_only_text(model, narrow, sc, hw, prof))
     if model.kv_heads < sc.tp and model.mla is None:
         out.append(f"{model.kv_heads} KV heads over TP {sc.tp}: each rank keeps a replica of one KV head")
     if model.mla is not None:

@@ -322,15 +322,17 @@ def fit_profile(cases: list[Case], hw: HardwareSpec, base: Profile = DEFAULTS) -
     # the grouped kernels' efficiency per format relative to the dense ones, their fixed cost, the permutes
     moe = [c for c in train if c.kind == "moe" and c.params.get("distribution", "balanced") == "balanced"]
     if len(moe) >= MIN_ATTENTION_ROWS:
-        fmts = sorted({gemm_format(c.params["dtype"], c.params.get("scaling"), c.params.get("weights")) for c in moe})
+        eps: dict[str, set] = {}  # format -> the EP widths its rows span
+        for c in moe:
+            eps.setdefault(gemm_format(c.params["dtype"], c.params.get("scaling"), c.params.get("weights")),
+                           set()).add(c.params["ep"])
+        fmts = sorted(eps)
         params = [_field("gemm_grouped_overhead_s", 1e-8, 1e-3)]
         params += [_dict_entry("gemm_grouped_eta", f, 0.02, 2.0, start=0.7) for f in fmts]
         params += [_dict_entry("gemm_grouped_mem", f, 0.02, 2.0, start=0.7) for f in fmts]
         # the routing's time per token-expert pair, local or not: where the rows span EP widths (its floor at
         # wide EP; at EP 1 it is not told apart from the permutes)
-        params += [_dict_entry("moe_pair_s", f, 1e-13, 1e-6, start=1e-10) for f in fmts
-                   if len({c.params["ep"] for c in moe if gemm_format(c.params["dtype"], c.params.get("scaling"),
-                                                                      c.params.get("weights")) == f}) > 1]
+        params += [_dict_entry("moe_pair_s", f, 1e-13, 1e-6, start=1e-10) for f in fmts if len(eps[f]) > 1]
         params += [_dict_entry("mem_eta", "moe_permute", 0.02, 1.0), _dict_entry("mem_alpha_s", "moe_permute", 1e-8, 1e-4)]
         prof = prof.with_(gemm_grouped_overhead_s=5e-6)
         prof, _ = _least_squares(params, prof, lambda p, m=moe: _log_residuals(m, hw, p))
