@@ -228,9 +228,12 @@ class _Serving:
         if isinstance(model, InputError):
             rec["reason"], rec["status"] = "no model descriptor", f"no model descriptor for {row['model'].strip()}"
             return rec
+        if row_format(row, model) == "int4":  # int4 as the checkpoint's own expert format is priced (row_format)
+            rec["reason"], rec["status"] = "int4", "int4 for every weight: not a format of the cost model"
+            return rec
         sides = rec.pop("disagg", None)
-        layout = (_moe_layout_refusal(row, where, model) if sides is None else
-                  next((r for r in (_side_moe_refusal(side, model) for side in sides.values()) if r), None))
+        layout = (_moe_layout_refusal(row, where, model) or _squared_layout_refusal(row, where, hw) if sides is None
+                  else next((r for r in (_side_moe_refusal(side, model) for side in sides.values()) if r), None))
         if layout is not None:
             rec["reason"], rec["status"] = layout
             return rec
@@ -284,8 +287,6 @@ class _Serving:
                                                             "count, TP or PP the row does not record")
             rec["disagg"] = sides
         adp = _optional_int(row, "attention_dp", where) or 1
-        if row["precision"].strip().lower() == "int4":
-            return "int4", "int4 weights: not a format of the cost model"
         conc = _optional_int(row, "concurrency", where)
         if not conc:
             return "concurrency not recorded", "the client's concurrency is not recorded"
@@ -370,6 +371,38 @@ def _moe_layout_refusal(row: dict, where: str, model) -> tuple[str, str] | None:
         return "MoE layout not expressible", (f"{LAYOUT_ISSUE} (moe_tp {moe_tp} x moe_ep {ep} is not the "
                                               f"{tp * adp} GPUs of tp {tp} x attention_dp {adp})")
     return None
+
+
+_RUN_NAME = re.compile(r"run name: tp (\d+) ep (\d+|none)")
+
+
+def _squared_layout_refusal(row: dict, where: str, hw) -> tuple[str, str] | None:
+    """A run of N GPUs recorded as N x N. In aiconfigurator-core 0.12.0's silicon sample, 234 aggregated rows whose
+    ``id`` names their layout (``..._tp8_0_ep8_0_973``, the importer's ``run name`` note) record tp x attention_dp
+    = N x N for a run the name gives as tp N, ep N (SGLang and TensorRT-LLM: moe_tp = moe_ep = N; vLLM: moe_ep = N x N);
+    every other named row records the GPUs its name states. The measurements agree with the name (B200 SGLang
+    DeepSeek-V3 fp4, 1024/1024 at concurrency 4: TPOT 8.05 ms recorded at "tp 64" against 8.31 ms at tp 8; a
+    64-GPU attention group would all-reduce across eight boxes twice a layer). Rows of the same configurations
+    without a name are known by the same sizes on more GPUs than the part's box holds. Which N-GPU layout ran
+    (TP N or attention DP N beside EP N) the row does not say: refused, not guessed."""
+    adp = _optional_int(row, "attention_dp", where) or 1
+    ep = _optional_int(row, "moe_ep", where) or 1
+    moe_tp = _optional_int(row, "moe_tp", where) or 1
+    gpus = _int(row, "tp", where) * adp
+    named = _RUN_NAME.search(row.get("notes") or "")
+    if named:
+        n = int(named.group(1))
+        squared = gpus != n and gpus == n * n
+    else:
+        n = int(round(gpus ** 0.5))
+        squared = (gpus > hw.scaleup_domain and n * n == gpus
+                   and ((moe_tp == ep == n) or (moe_tp == 1 and ep == gpus and adp == n)))
+    if not squared:
+        return None
+    return "layout recorded squared", (f"tp {gpus // adp} x attention_dp {adp} (moe_tp {moe_tp} x moe_ep {ep}) records "
+                                       f"{n} x {n} GPUs for a run of {n} "
+                                       f"({'its name: ' + named.group(0)[10:] if named else 'no name; the sizes of the named such rows'}); "
+                                       "which layout of them ran is not recorded")
 
 
 def admission_cap(sc, hw) -> int | str:

@@ -1,5 +1,5 @@
 """Serving benchmarks from aiconfigurator-core's silicon_sample.csv: the converter, closed-loop concurrency in
-the serving simulator, and ``perfmodel validate`` on them (tests/data/aic_silicon_sample.csv: 22 rows cut from
+the serving simulator, and ``perfmodel validate`` on them (tests/data/aic_silicon_sample.csv: 23 rows cut from
 the real file, aggregated and disaggregated, models with and without a descriptor, overloaded rows)."""
 from __future__ import annotations
 
@@ -215,13 +215,13 @@ EXPECTED = {  # fixture line -> reason
     "2": "projected", "3": "projected", "4": "batch differs from concurrency",
     "5": "concurrency not recorded", "6": "batch differs from concurrency", "7": "projected",
     "8": "projected", "9": "projected", "10": "projected", "11": "projected", "12": "projection refused",
-    "13": "int4", "14": "disaggregated layout not recorded", "15": "projected", "16": "projected",
+    "13": "projected", "14": "disaggregated layout not recorded", "15": "projected", "16": "projected",
     "17": "projected", "18": "projection refused", "19": "projected", "20": "projected", "21": "projected",
-    "22": "projected", "23": "projected"}
+    "22": "projected", "23": "projected", "24": "layout recorded squared"}
 
 
 def test_validate_projects_supported_rows_and_states_why_not_for_the_rest(validated):
-    assert len(validated) == 44
+    assert len(validated) == 46
     for line, reason in EXPECTED.items():
         for metric in ("ttft", "tpot"):
             r = validated[f"aic-{line}-{metric}"]
@@ -250,7 +250,7 @@ def test_summary_and_outputs(validated, converted, capsys):
 
     rows = list(validated.values())
     s = summary(rows)["serving"]
-    assert s["coverage"]["projected"] == 30 and sum(s["coverage"].values()) == 44
+    assert s["coverage"]["projected"] == 32 and sum(s["coverage"].values()) == 46
     assert "h200-sxm vllm ttft" in s["by_part_engine"] and "deepseek-ai/DeepSeek-R1 tpot" in s["by_model"]
     text = validation_table(rows, summary_only=True)
     assert "by part, engine and metric" in text and "aic-8-ttft" not in text

@@ -24,6 +24,9 @@ What each output column is:
   checkpoints of Llama-3.1-8B-Instruct and Qwen3-32B) is taken as bf16, said in ``notes``.
 - ``attention_dp``, ``moe_tp``, ``moe_ep``, ``mode`` (agg | disagg), ``engine``, ``engine_version``,
   ``hf_model``: as the file has them (``hf_model`` only where ``model`` is a descriptor).
+- ``notes``: what the conversion assumed or read besides the columns, among them ``run name: tp N ep M`` where the
+  row's ``id`` states the layout it ran (``..._c32_tp8_0_ep8_0_973``): 234 rows record N x N GPUs for such a run
+  of N (:func:`perfmodel.validate`'s squared-layout check reads the two against each other).
 - ``value``: the measured mean, to 6 significant digits.
 - ``source``: package, version, file and line (the same line for a measurement's two rows), then, on the
   ``ttft`` row, the line's ``silicon_data_source`` with local paths cut to their file name (no ``/Users/...``);
@@ -74,6 +77,9 @@ COLUMNS = ("id", "kind", "model", "hardware", "gpus", "tp", "pp", "precision", "
            "value", "unit", "source", "notes", "engine", "engine_version", "concurrency", "attention_dp", "moe_tp",
            "moe_ep", "mode", "hf_model")
 
+# the layout a run's own name states (``..._agg_1024x1024_c32_tp8_0_ep8_0_973``): the GPUs it ran on and their
+# expert-parallel width; kept as a note, the evidence :func:`perfmodel.validate` reads a recorded layout against
+_RUN_LAYOUT = re.compile(r"_tp(\d+)(?:_\d+)?_ep(\d+|none)(?:_\d+)?_\d+$")
 _CONCURRENCY = re.compile(r"(?:^|;)\s*silicon_concurrency=(\d+)\s*(?:;|$)")
 _LOCAL_PATH = re.compile(r"(?<![\w.:-])(?:~|[A-Za-z]:)?[/\\](?:[^;\s/\\]+[/\\])+([^;\s/\\]+)")
 
@@ -176,6 +182,9 @@ def convert_rows(rows: Iterable[dict], *, src_name: str = FILE, where: str = FIL
             adp = mtp = mep = None
         if concurrency is None:
             notes.append("concurrency not recorded")
+        named = _RUN_LAYOUT.search((row.get("id") or "").strip())
+        if named:
+            notes.append(f"run name: tp {named.group(1)} ep {named.group(2)}")
         origin = f"{PACKAGE} {VERSION} {src_name}:{line}"
         for metric, value in (("ttft", ttft), ("tpot", tpot)):
             # the data source once per measurement (on its ttft row), to keep the table small
