@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import ops as O
-from .dtypes import bytes_per_element
 from .errors import InputError
 from .geometry import (INDEXER_FORMAT, attention_layer_kinds, expert_format, expert_product_format, heads_per_gpu,
                        linear_layers)
