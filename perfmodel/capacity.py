@@ -27,7 +27,7 @@ from . import vision
 from .cost.backend import NP
 from .dtypes import bytes_per_element
 from .errors import InputError
-from .graph import INDEXER_FORMAT, attention_layer_kinds, expert_format, heads_per_gpu, linear_layers
+from .geometry import INDEXER_FORMAT, attention_layer_kinds, expert_format, heads_per_gpu, linear_layers
 from .models import Model, eagle_fusion_params, indexer_params, is_moe_layer, linear_attention_params
 from .scenario import Scenario
 

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import ops as O
-from .dtypes import DTYPES, WEIGHT_ONLY_BYTES, bytes_per_element
 from .errors import InputError
+from .geometry import (INDEXER_FORMAT, attention_layer_kinds, expert_format, expert_product_format, heads_per_gpu,
+                       linear_layers)
 from .models import Model, is_moe_layer
 from .scenario import Scenario
 from .vision import encoder_ops
@@ -36,13 +37,6 @@ class Step:
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def heads_per_gpu(model: Model, tp: int) -> tuple[int, int]:
-    """(query heads, KV heads) one TP rank holds; KV heads are replicated when kv_heads < tp."""
-    hq = _ceil_div(model.heads, tp)
-    hkv = max(1, _ceil_div(model.kv_heads, tp))
-    return hq, hkv
 
 
 def check_layout(model: Model, sc: Scenario) -> list[str]:
@@ -86,29 +80,6 @@ def check_layout(model: Model, sc: Scenario) -> list[str]:
         notes.append(f"FFN width {model.intermediate} is not a multiple of TP {tp}: shards padded to "
                      f"{_ceil_div(model.intermediate, tp)}")
     return notes
-
-
-def attention_layer_kinds(model: Model) -> dict[str, tuple[int, int]]:
-    """{attention type: (layers, window in keys)}: full attention (no window), sliding-window layers (the model's
-    window), chunked layers (Llama 4: a query sees its chunk's earlier keys, on average half a chunk; taken as a
-    window of half the chunk). Models without per-layer types: every layer full, or every layer sliding when the
-    model gives a window and no pattern."""
-    types = tuple(getattr(model, "layer_types", ()) or ())
-    window = int(getattr(model, "sliding_window", 0) or 0)
-    if not types:
-        types = ("sliding" if window else "full",) * model.layers
-    out: dict[str, tuple[int, int]] = {}
-    for kind in ("full", "sliding", "chunked"):
-        n = sum(1 for t in types if t == kind)
-        if n:
-            w = {"full": 0, "sliding": window, "chunked": int(getattr(model, "attention_chunk", 0) or 0) // 2}[kind]
-            out[kind] = (n, w)
-    return out
-
-
-def linear_layers(model: Model) -> int:
-    """Layers whose token mixer is Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5): no KV cache."""
-    return sum(1 for t in (getattr(model, "layer_types", ()) or ()) if t == "linear")
 
 
 def _windowed(core: O.Op, window: int) -> O.Op:
@@ -489,10 +460,6 @@ def _mla_attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]
     return ops
 
 
-INDEXER_FORMAT = "fp8"  # DeepSeek-V3.2's indexer keys and logits kernels run in fp8 (its inference code, FP8 MQA
-# logits); GLM-5 publishes the same indexer
-
-
 def _indexer_ops(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]:
     """The lightning indexer of DeepSeek Sparse Attention: its query heads (from the query latent), one key and
     per-head weights (from the hidden state), the key into its fp8 cache, the logits of every query against
@@ -612,26 +579,6 @@ def moe_expert_ops(tokens, hidden: int, width: int, top_k: int, num_experts: int
     ops.append(O.elementwise("moe.unpermute", "moe_permute", reads=1, writes=1, flops_per_elem=1.0 * top_k,
                              elems=routed * hidden, dtype=act, phase=ph, params={"tokens": routed, "hidden": hidden}))
     return ops
-
-
-def expert_format(model: Model, sc: Scenario) -> str:
-    """The routed experts' storage format: the checkpoint's own where it publishes experts narrower than the
-    scenario's format (gpt-oss: MXFP4 experts), else the scenario's. The products still run in the scenario's
-    format (weight-only quantization: the engines dequantize in the kernel's mainloop), so the narrower experts
-    save memory and bandwidth, not tensor-core time."""
-    own = getattr(model, "expert_dtype", "") or ""
-    if (own in DTYPES or own in WEIGHT_ONLY_BYTES) and bytes_per_element(own) < bytes_per_element(sc.dtype):
-        return own
-    return sc.dtype
-
-
-def expert_product_format(model: Model, sc: Scenario) -> str:
-    """The format the routed experts' products run in: the scenario's, or fp8 where the engine quantizes the
-    activations to MXFP8 for MXFP4 experts on this part (W4A8: TensorRT-LLM on Blackwell,
-    ``Scenario.weight_only_moe_act``)."""
-    if expert_format(model, sc) == "fp4" and sc.dtype in ("bf16", "fp16") and sc.weight_only_moe_act == "fp8":
-        return "fp8"
-    return sc.dtype
 
 
 def _gemm_format(w: str, model: Model, weights: str | None = None) -> str:

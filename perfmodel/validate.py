@@ -82,7 +82,7 @@ def _int(row, col, where):
 def row_format(row: dict, model) -> str:
     """The scenario's format for a row's ``precision``. A precision that names the checkpoint's own expert format
     (gpt-oss published as "fp4": MXFP4 experts, bf16 everywhere else) describes that checkpoint as published: the
-    rest of the model runs in bf16 and the experts keep their format (:func:`perfmodel.graph.expert_format`)."""
+    rest of the model runs in bf16 and the experts keep their format (:func:`perfmodel.geometry.expert_format`)."""
     precision = row["precision"].strip().lower()
     own = getattr(model, "expert_dtype", "") or ""
     return "bf16" if own and precision == own else precision

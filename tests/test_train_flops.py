@@ -75,7 +75,7 @@ def _defaults():
 def test_sliding_window_layers_train_their_own_attention_core_once_per_layer():
     # Gemma-3-27B: 10 full-attention layers and 52 with a 1024-token window; each type's core runs once per
     # layer of that type, forward and backward, and a window bounds its FLOPs
-    from perfmodel.graph import attention_layer_kinds
+    from perfmodel.geometry import attention_layer_kinds
     from perfmodel.train.graph import backward, layer_forward
 
     model = resolve_model("gemma-3-27b")

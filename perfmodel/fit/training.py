@@ -18,6 +18,8 @@ only say how training kernels differ (:mod:`perfmodel.train.cost` has what each 
 Ratios are medians of log ratios (robust to one bad row). ``train_step`` rows are never fitted: each is
 predicted by :func:`perfmodel.train.project.microbatch_time` with the fitted profile and compared.
 With no training rows, :data:`perfmodel.train.cost.TRAIN_DEFAULTS` apply (each an estimate with its reason).
+The fit reads training's step accounting (``train.scenario``, ``graph``, ``cost``, ``project``: layers 2 to 5 of
+docs/developing.md), never its workflows (``search``, ``validate``, ...): tests/test_architecture.py holds it so.
 """
 from __future__ import annotations
 

@@ -51,6 +51,50 @@ def cpu_cores() -> int | None:
         return os.cpu_count()
 
 
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def cpu_info() -> dict[str, Any]:
+    """The host CPU as a host-side cost sees it: model, cores visible, the clock /proc and cpufreq report, the
+    governor and the load (what moves eager frameworks' per-kernel launch cost from one machine to the next)."""
+    out: dict[str, Any] = {"machine": platform.machine(), "model": cpu_model(), "cores_visible": cpu_cores(),
+                           "cpu_count": os.cpu_count()}
+    mhz = []
+    for line in (_read("/proc/cpuinfo") or "").splitlines():
+        if line.lower().startswith("cpu mhz"):
+            try:
+                mhz.append(float(line.split(":", 1)[1]))
+            except ValueError:
+                pass
+    if mhz:
+        out["cpu_mhz_proc_median"] = sorted(mhz)[len(mhz) // 2]
+    for key, path in (("scaling_cur_khz", "/sys/devices/system/cpu/cpu0/cpufreq/scaling_cur_freq"),
+                      ("scaling_max_khz", "/sys/devices/system/cpu/cpu0/cpufreq/scaling_max_freq"),
+                      ("governor", "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
+                      ("loadavg", "/proc/loadavg")):
+        v = _read(path)
+        if v is not None:
+            out[key] = v
+    return out
+
+
+def cpu_steal_ms() -> float | None:
+    """Time the hypervisor ran something else on this VM's CPUs (all of them, ms; /proc/stat), or None."""
+    text = _read("/proc/stat")
+    if not text or not text.startswith("cpu "):
+        return None
+    f = text.split("\n", 1)[0].split()
+    try:
+        return int(f[8]) * 1000.0 / os.sysconf("SC_CLK_TCK")
+    except (IndexError, ValueError, OSError):
+        return None
+
+
 def _to_num(text: str) -> float | int | None:
     text = text.strip()
     try:

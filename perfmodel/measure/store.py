@@ -183,8 +183,30 @@ class Store:
         self.written += 1
 
     def extend(self, rows: Iterable[dict[str, Any]]) -> None:
-        for row in rows:
-            self.append(row)
+        """Append several rows in one write and one fsync (a profile's kernels): durable together."""
+        rows = list(rows)
+        if not rows:
+            return
+        text = "".join(json.dumps(clean_json(row), sort_keys=False, default=str) + "\n" for row in rows)
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        self.done.update(str(row.get("id")) for row in rows)
+        self.written += len(rows)
+
+
+def set_aside(out_dir: Path) -> str | None:
+    """A fresh run (no resume) into a folder that has rows: move them to ``measurements.jsonl.<time>.bak`` rather
+    than append to or overwrite them; returns a note saying so, or None."""
+    import time
+
+    path = Path(out_dir) / MEASUREMENTS
+    if not path.exists() or path.stat().st_size == 0:
+        return None
+    backup = path.with_name(f"{MEASUREMENTS}.{time.strftime('%Y%m%d-%H%M%S')}.bak")
+    os.replace(path, backup)
+    return f"existing {MEASUREMENTS} moved to {backup.name} (run without --resume)"
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:

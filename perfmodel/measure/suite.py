@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import gc
 import math
-import os
 import statistics
 import sys
 import time
@@ -22,7 +21,7 @@ from typing import Any
 
 from .environment import Environment, now_iso
 from .shapes import BUDGET_WEIGHTS, FAMILIES, Case, plan
-from .store import ENVIRONMENT, MEASUREMENTS, Store, write_json_atomic
+from .store import ENVIRONMENT, MEASUREMENTS, Store, set_aside, write_json_atomic
 
 DEFAULT_BUDGET_S = {"quick": 300.0, "full": 510.0}
 
@@ -177,10 +176,8 @@ def run_suite(
 
     path = out_dir / MEASUREMENTS
     notes: list[str] = []
-    if not resume and path.exists() and path.stat().st_size > 0:
-        backup = path.with_name(f"{MEASUREMENTS}.{time.strftime('%Y%m%d-%H%M%S')}.bak")
-        os.replace(path, backup)
-        notes.append(f"existing {MEASUREMENTS} moved to {backup.name} (run without --resume)")
+    if not resume and (note := set_aside(out_dir)):
+        notes.append(note)
     store = Store(out_dir, resume=resume)
     if store.torn_bytes:
         notes.append(f"resume: cut a torn last line of {store.torn_bytes} bytes")

@@ -9,6 +9,7 @@ CPU: time.perf_counter around each call, rotating among the input copies given, 
 """
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -74,6 +75,58 @@ def set_tf32(enabled: bool) -> None:
 def cuda_sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
+
+
+class quiet_gc:
+    """No garbage collection inside a timed region (a gen-2 pass over a model's objects takes 100s of ms);
+    the garbage is collected after it, outside the timing."""
+
+    def __enter__(self):
+        self.was = gc.isenabled()
+        gc.disable()
+        return self
+
+    def __exit__(self, *exc):
+        if self.was:
+            gc.enable()
+        return False
+
+
+def settle_gc() -> None:
+    """Collect, then freeze what survives (a model, torch, transformers) out of later collections."""
+    gc.collect()
+    if hasattr(gc, "freeze"):
+        gc.freeze()
+
+
+def host_loop(device: str, fn: Callable[[], object], n: int, *, reps: int = 5, warmup: int = 2) -> dict:
+    """Per call of ``n`` calls of ``fn`` back to back, µs: wall (after a sync), issue (before it: the host's own
+    time where the host is the bottleneck) and device-elapsed (CUDA events; None on CPU); medians over ``reps``
+    after ``warmup`` calls, GC off inside, and the fastest wall. No L2 flush: this is launch and host cost."""
+    cuda = device.startswith("cuda")
+    walls, issues, devs = [], [], []
+    for _ in range(warmup):
+        fn()
+    for _ in range(reps):
+        cuda_sync(device)
+        with quiet_gc():
+            if cuda:
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            t_issue = time.perf_counter() - t0
+            if cuda:
+                e1.record()
+            cuda_sync(device)
+            t_wall = time.perf_counter() - t0
+        walls.append(t_wall / n * 1e6)
+        issues.append(t_issue / n * 1e6)
+        if cuda:
+            devs.append(e0.elapsed_time(e1) * 1e3 / n)
+    return {"wall_us": statistics.median(walls), "issue_us": statistics.median(issues),
+            "device_us": statistics.median(devs) if devs else None, "wall_min_us": min(walls)}
 
 
 class Timer:

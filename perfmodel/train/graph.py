@@ -36,7 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from .. import ops as O
-from ..graph import Step, build_ops, heads_per_gpu
+from ..geometry import heads_per_gpu
+from ..graph import Step, build_ops
 from ..models import Model
 from ..scenario import Scenario
 from .scenario import TrainScenario

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..dtypes import bytes_per_element
-from ..graph import heads_per_gpu
+from ..geometry import heads_per_gpu
 from ..models import Model, is_moe_layer
 from .graph import vocab_shard
 from .scenario import TrainScenario
