@@ -19,8 +19,10 @@ its prompts per second at a full token budget (and no more than its link sends c
 b / (osl * T(b)) with T(b) plus the KV transfer's share of the output within the TPOT objective. The estimate
 puts every candidate's GPUs and $/h in order. Candidates are then taken best estimate first and priced by
 the request-level simulator (:func:`perfmodel.serve.plan.max_rate`, bisection on the rate with the same
-requests; a rate counts when the attainment target is met over all requests and over the last quarter of
-them, so that a queue growing without end fails); a group (one part or pair of parts, one engine, aggregated
+requests, repeated until the run lasts ``WINDOW`` times the latency budget, TTFT plus the output at the TPOT
+objective, or the E2E objective: a short burst meets any objective that is longer than the burst; a rate counts
+when the attainment target is met over all requests and over the last quarter of them, so that a queue
+growing without end fails); a group (one part or pair of parts, one engine, aggregated
 or disaggregated) stops when the next estimate is worse than the best simulated plan by more than
 ``SLACK`` or after ``finalists`` simulated candidates. Each group's best plan is then simulated end to end
 at the target rate (the whole fleet: every instance, the KV transfers) and, when it misses the attainment
@@ -47,7 +49,9 @@ from .plan import batch_caps, layout_fits, layout_runs, max_rate
 from .simulate import MAX_INSTANCES, ServeOptions, build_instance, for_hardware, kv_transfer_s, max_seqs_for, simulate
 
 SLACK = 0.25  # an estimate this much worse than the best simulated plan of its group is not simulated
-MAX_GROW = 3  # end-to-end simulations that may each add one instance to a plan that missed its target
+MAX_GROW = 3
+WINDOW = 4.0  # an instance rate search runs at least this many latency budgets long (module doc)
+MAX_TRIAL_REQUESTS = 20_000  # end-to-end simulations that may each add one instance to a plan that missed its target
 E2E_REQUESTS_PER_INSTANCE = 100  # requests the end-to-end check gives each instance (at least --requests)
 MAX_E2E_REQUESTS = 20_000
 
@@ -332,6 +336,27 @@ class Planner:
 
     # --- instance rates by simulation ----------------------------------------------------------------
 
+    def _budget_s(self) -> float:
+        """The latency one request may take under the objectives (TTFT plus the output at the TPOT objective,
+        or the E2E objective), the unit of a trial's length."""
+        o = self.opts
+        parts = [(o.slo_ttft_s or 0.0) + (max(self.osl - 1, 0) * o.slo_tpot_s if o.slo_tpot_s else 0.0)]
+        if o.slo_e2e_s is not None:
+            parts.append(o.slo_e2e_s)
+        return max(max(parts), 1e-3)
+
+    def at_rate(self, base, rate: float):
+        """``base`` (1 request/s) at ``rate``, repeated until the run lasts WINDOW latency budgets."""
+        n = len(base)
+        want = min(max(n, math.ceil(rate * WINDOW * self._budget_s())), MAX_TRIAL_REQUESTS)
+        if want > n:
+            k = math.ceil(want / n)
+            period = float(base.arrival[-1] - base.arrival[0]) + 1.0  # mean gap at 1 request/s
+            idx = np.tile(np.arange(n), k)[:want]
+            arr = (base.arrival[idx] + np.repeat(np.arange(k), n)[:want] * period)
+            base = base.subset(idx).with_arrival(arr)
+        return base.with_arrival(base.arrival / rate)
+
     def _search(self, attain, estimate: float) -> tuple[float, float]:
         self.stats["simulated"] += 1
         return max_rate(attain, max(1.3 * estimate, 1e-6), self.space.attainment)
@@ -347,7 +372,7 @@ class Planner:
         base = self.base
 
         def run(rate):
-            reqs = base.with_arrival(base.arrival / rate)
+            reqs = self.at_rate(base, rate)
             r = simulate_instance(inst.steps, inst.cfg, reqs)
             return slo_met(r.first_token, r.finish, reqs.arrival, reqs.osl, self.opts)
 
@@ -368,7 +393,7 @@ class Planner:
         ttft_only = ServeOptions(slo_ttft_s=self.opts.slo_ttft_s)
 
         def attain(rate):
-            reqs = base.with_arrival(base.arrival / rate)
+            reqs = self.at_rate(base, rate)
             r = simulate_instance(inst.steps, inst.cfg, reqs)
             # the instance's link sends caches one after another: past its capacity the queue grows without end
             link_busy = rate * float(xfer.mean())
@@ -392,10 +417,9 @@ class Planner:
         tpot_only = ServeOptions(slo_tpot_s=self.opts.slo_tpot_s)
 
         def attain(rate):
-            ready = sub.arrival / rate
-            reqs = sub.with_arrival(ready)
+            reqs = self.at_rate(sub, rate)
             r = simulate_instance(inst.steps, inst.cfg, reqs)
-            begin = ready - xfer[multi]  # the first token came out before the cache moved
+            begin = reqs.arrival - self._xfer(lp, ld, reqs.isl)  # the first token came out before the cache moved
             return _share(slo_met(r.first_token, r.finish, reqs.arrival, reqs.osl, tpot_only, begin=begin))
 
         rate, _ = self._search(attain, self._decode_estimate(lp, ld, cap)) if sub.arrival.size else (0.0, 0.0)
@@ -494,7 +518,8 @@ class Planner:
             total = p["n"] if p["kind"] == "aggregated" else p["x"] + p["y"]
             if total > MAX_INSTANCES or sum(p["gpus"].values()) > self.space.max_gpus:
                 return None
-            n_req = min(max(len(self.base), E2E_REQUESTS_PER_INSTANCE * total), MAX_E2E_REQUESTS)
+            n_req = min(max(len(self.base), E2E_REQUESTS_PER_INSTANCE * total,
+                            math.ceil(self.space.rate * WINDOW * self._budget_s())), MAX_E2E_REQUESTS)
             reqs = self.workload(n_req, self.space.rate)
             out = self._simulate(p, reqs)
             att = out["slo_attainment"]
