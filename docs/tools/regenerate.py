@@ -44,6 +44,7 @@ BLOCKS = (
     Block("training.md", "moe-layouts", "moe_layout_table.py", "table"),
     Block("vision.md", "vision-encoders", "vision_table.py", "encoders"),
     Block("vision.md", "vision-projections", "vision_table.py", "projections"),
+    Block("capacity.md", "capacity-example", "capacity_example.py", "example"),
     Block("backtest.md", "family-table", "backtest_family_table.py", "table", slow=True),
 )
 

@@ -38,13 +38,27 @@ def register(sub) -> None:
     p.add_argument("--out", help="write to this file (atomically) instead of stdout")
     p.set_defaults(func=cmd_serve)
 
-    p = sub.add_parser("plan", help="rank TP/PP/batch/engine and aggregated vs disaggregated layouts by goodput per GPU")
-    p.add_argument("--arch", required=True, help="hardware spec name or path")
+    p = sub.add_parser("plan", help="rank layouts of --gpus GPUs by goodput per GPU; without --gpus, the fewest GPUs "
+                                     "and lowest $/h that serve --rate within the SLOs, across parts (docs/capacity.md)")
+    p.add_argument("--arch", required=True, action="append",
+                   help="hardware spec name or path; without --gpus several parts: --arch h200-sxm,b200 or repeated")
     p.add_argument("--model", required=True, help="model name, descriptor YAML or config.json")
-    p.add_argument("--gpus", required=True, help="GPUs available")
+    p.add_argument("--gpus", default=None, help="GPUs available (rank layouts of them); leave out to plan capacity")
     scenario_flags(p)
     p.set_defaults(batch="max")
     _workload_flags(p, plan=True)
+    g = p.add_argument_group("capacity planning (without --gpus)")
+    g.add_argument("--rate", default=None, help="requests per second to serve (with a trace: its own rate by default)")
+    g.add_argument("--arrival", nargs="+", default=None, metavar="KIND",
+                   help="poisson (default) | trace FILE (CSV or JSONL: arrival_s, isl, osl): the workload to plan for")
+    g.add_argument("--gpu-hour-usd", action="append", default=None, metavar="[PART=]USD",
+                   help="price of one GPU-hour of a part (user input: perfmodel ships no prices); repeat or "
+                        "comma-separate, e.g. h200-sxm=3.5,b200=5.0; ranks by $/h when every part has one")
+    g.add_argument("--max-gpus", default="4096", help="largest plan considered (default 4096)")
+    g.add_argument("--no-mixed", action="store_true",
+                   help="no mixed-part disaggregation (prefill on one part, decode on another)")
+    g.add_argument("--finalists", default="3",
+                   help="candidates simulated per part, engine and layout kind, best estimate first (default 3)")
     g = p.add_argument_group("search space")
     g.add_argument("--tp-options", default="1,2,4,8", help="TP degrees to try (default 1,2,4,8)")
     g.add_argument("--pp-options", default="1", help="PP degrees to try (default 1)")
@@ -55,7 +69,7 @@ def register(sub) -> None:
     g.add_argument("--attainment", default="0.9", help="share of requests that must meet the SLOs (default 0.9)")
     g.add_argument("--kv-link", choices=("auto", "scaleup", "scaleout"), default="auto",
                    help="link the KV cache moves over in disaggregated layouts (auto: scale-up when every instance "
-                        "fits one domain)")
+                        "fits one domain; between two parts always the scale-out network)")
     g.add_argument("--top", default="15", help="rows to show (default 15)")
     _slo_flags(p)
     p.add_argument("--format", choices=("table", "json"), default="table",
@@ -135,6 +149,19 @@ def _int_list(text: str, flag: str, allow_max: bool = False) -> tuple:
     if not out:
         raise InputError("expected a comma-separated list", field=flag)
     return tuple(out)
+
+
+def arch_list(values) -> list[str]:
+    """--arch given once, repeated or comma-separated: the names in order, each once."""
+    out: list[str] = []
+    for v in values if isinstance(values, list) else [values]:
+        for name in str(v).split(","):
+            name = name.strip()
+            if not name:
+                raise InputError(f"expected a hardware spec name, got {str(v)[:60]!r}", field="--arch")
+            if name not in out:
+                out.append(name)
+    return out
 
 
 def _resolve(args):
@@ -290,6 +317,20 @@ def cmd_serve(args) -> int:
 
 
 def cmd_plan(args) -> int:
+    if args.gpus is None:
+        return cmd_capacity(args)
+    for flag, value in (("--rate", args.rate), ("--arrival", args.arrival), ("--max-gpus", None if args.max_gpus == "4096"
+                        else args.max_gpus)):
+        if value is not None:
+            raise InputError(f"{flag} plans capacity: leave out --gpus", field=flag)
+    if len(arch_list(args.arch)) != 1:
+        raise InputError("--gpus ranks the layouts of one part: give one --arch, or leave out --gpus to plan "
+                         "capacity across parts", field="--arch")
+    args.arch = arch_list(args.arch)[0]
+    prices = args.gpu_hour_usd or []
+    if len(prices) > 1 or any("=" in x for x in prices):
+        raise InputError("expected one price per GPU-hour with --gpus", field="--gpu-hour-usd")
+    args.gpu_hour_usd = prices[0] if prices else None
     from ..serve.plan import PlanSpace, plan
     from ..serve.report import plan_document, plan_table
     from ..serve.workload import MAX_PLAN_REQUESTS, check_request_count, synthetic_requests
@@ -324,4 +365,133 @@ def cmd_plan(args) -> int:
         emit(json.dumps(doc, indent=2, allow_nan=False) + "\n", args.out)
     else:
         emit(plan_table(doc, top=_int(args.top, "--top")) + "\n", args.out)
+    return 0
+
+
+def _prices(values, keys: list[str]) -> dict[str, float]:
+    """--gpu-hour-usd PART=USD (repeated or comma-separated; a bare USD when one part is planned): {part: USD}."""
+    out: dict[str, float] = {}
+    for v in values or []:
+        for item in str(v).split(","):
+            item = item.strip()
+            if "=" in item:
+                name, _, price = item.partition("=")
+                name = name.strip()
+            elif len(keys) == 1:
+                name, price = keys[0], item
+            else:
+                raise InputError(f"expected PART=USD for each of {', '.join(keys)}, got {item[:40]!r}",
+                                 field="--gpu-hour-usd")
+            if name not in keys:
+                raise InputError(f"{name[:40]!r} is not one of the parts planned ({', '.join(keys)})",
+                                 field="--gpu-hour-usd")
+            out[name] = _price(price)
+    return out
+
+
+def _capacity_workload(args, sc, n: int):
+    """(requests at 1 request/s for the instance searches, a maker of n requests at a rate for the end-to-end
+    check, the rate to plan for, what the document says of the workload)."""
+    from ..serve.workload import synthetic_requests
+
+    arrival = args.arrival or ["poisson"]
+    kind = arrival[0].lower()
+    if kind == "trace":
+        if len(arrival) != 2:
+            raise InputError("expected 'trace FILE'", field="--arrival")
+        import numpy as np
+
+        from ..serve.trace import read_trace
+
+        trace = read_trace(arrival[1])
+        span = float(trace.arrival[-1] - trace.arrival[0])
+        if len(trace) < 2 or span <= 0:
+            raise InputError("a trace to plan for needs at least two requests at different times", file=arrival[1],
+                             field="arrival_s")
+        own = (len(trace) - 1) / span
+        rate = _float(args.rate, "--rate") if args.rate is not None else own
+        unit = trace.with_arrival((trace.arrival - trace.arrival[0]) * own)  # its own shape at 1 request/s
+
+        def workload(k, r):
+            return unit.subset(np.arange(min(k, len(unit)))).with_arrival(unit.arrival[:min(k, len(unit))] / r)
+
+        base = unit.subset(np.arange(min(n, len(unit))))
+        return base, workload, rate, {"arrival": "trace", "trace": arrival[1], "trace_rate_req_s": own,
+                                      "isl_dist": f"trace (mean {float(trace.isl.mean()):.0f})",
+                                      "osl_dist": f"trace (mean {float(trace.osl.mean()):.0f})"}
+    if len(arrival) != 1 or kind != "poisson":
+        raise InputError(f"expected poisson or trace FILE, got {' '.join(arrival)[:60]!r}", field="--arrival")
+    if args.rate is None:
+        raise InputError("capacity planning needs the request rate to serve (--rate R) or a trace "
+                         "(--arrival trace FILE); --gpus N ranks the layouts of N GPUs instead", field="--rate")
+    rate = _float(args.rate, "--rate")
+    isl, osl = _lengths(args, sc)
+    seed = _int(args.seed, "--seed", 0)
+    kw = dict(prefix_len=_int(args.prefix_len, "--prefix-len", 0),
+              prefix_groups=_int(args.prefix_groups, "--prefix-groups", 0))
+    base = synthetic_requests(n, 1.0, isl, osl, seed=seed, **kw)
+
+    def workload(k, r):
+        return synthetic_requests(k, r, isl, osl, seed=seed + 1, **kw)  # other requests than the searches'
+
+    return base, workload, rate, {"arrival": "poisson", "isl_dist": isl.text, "osl_dist": osl.text}
+
+
+def cmd_capacity(args) -> int:
+    """``perfmodel plan`` without ``--gpus``: capacity across parts and engines (docs/capacity.md)."""
+    from ..resolve import resolve_hardware, resolve_model, resolve_profile
+    from ..serve.capacity_plan import CapacitySpace, Part, capacity_plan
+    from ..serve.capacity_report import capacity_document, capacity_table
+    from ..serve.simulate import ServeOptions
+    from ..serve.workload import MAX_PLAN_REQUESTS, check_request_count
+
+    n = _int(args.requests, "--requests") if args.requests is not None else 400
+    check_request_count(n, cap=MAX_PLAN_REQUESTS, what=f"{n:,} requests a layout (plan simulates every layout "
+                        "it tries on them)")
+    names = arch_list(args.arch)
+    hws = [resolve_hardware(a) for a in names]
+    keys = [getattr(h, "key", None) or a for h, a in zip(hws, names)]
+    if len(set(keys)) != len(keys):
+        raise InputError(f"a part is named twice ({', '.join(names)})", field="--arch")
+    prices = _prices(args.gpu_hour_usd, keys)
+    parts = [Part(k, h, prices.get(k)) for k, h in zip(keys, hws)]
+    model = resolve_model(args.model)
+    sc = scenario_from_args(args)
+    base, workload, rate, wdoc = _capacity_workload(args, sc, n)
+    _check_context(model, base)
+    attainment = _float(args.attainment, "--attainment")
+    if attainment > 1:
+        raise InputError(f"expected a share in (0, 1], got {args.attainment!r}", field="--attainment")
+    engines = None
+    if args.engines:
+        engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
+    space = CapacitySpace(rate=rate, attainment=attainment, tps=_int_list(args.tp_options, "--tp-options"),
+                          pps=_int_list(args.pp_options, "--pp-options"),
+                          batches=_int_list(args.batch_options, "--batch-options", allow_max=True),
+                          engines=engines, disagg=not args.no_disagg, mixed=not args.no_mixed,
+                          max_gpus=_int(args.max_gpus, "--max-gpus"), finalists=_int(args.finalists, "--finalists"))
+    opts = ServeOptions(slo_ttft_s=_ms(args.slo_ttft_ms, "--slo-ttft-ms"),
+                        slo_tpot_s=_ms(args.slo_tpot_ms, "--slo-tpot-ms"),
+                        slo_e2e_s=_ms(args.slo_e2e_ms, "--slo-e2e-ms"), kv_link=args.kv_link)
+    if opts.slo_ttft_s is None and opts.slo_tpot_s is None and opts.slo_e2e_s is None:
+        raise InputError("capacity planning needs --slo-ttft-ms, --slo-tpot-ms and/or --slo-e2e-ms",
+                         field="--slo-ttft-ms")
+    profiles: dict = {}
+    by_hw = {id(h): k for h, k in zip(hws, keys)}
+
+    def profile_for(hw, engine):
+        key = (by_hw[id(hw)], engine)
+        if key not in profiles:
+            profiles[key] = resolve_profile(args.calibration, hw, engine)
+        return profiles[key]
+
+    from .common import progress
+
+    with progress(None, "plan: sizing the fleets"):
+        result = capacity_plan(parts, model, sc, profile_for, base, space, opts, workload)
+    doc = capacity_document(parts, model, sc, profiles, base, space, opts, result, wdoc)
+    if args.format == "json":
+        emit(json.dumps(doc, indent=2, allow_nan=False) + "\n", args.out)
+    else:
+        emit(capacity_table(doc, top=_int(args.top, "--top")) + "\n", args.out)
     return 0

@@ -4,7 +4,9 @@ Every problem with the file is one :class:`~perfmodel.errors.InputError` naming 
 at the command line). What a candidate row holds (``perfmodel/serve/plan.py``): ``layout`` (aggregated or
 disaggregated), ``tp``, ``pp``, ``batch`` (the running-sequence cap; the decode side's when disaggregated),
 ``instances`` or ``prefill_instances`` / ``decode_instances`` and ``decode_tp``, ``gpus``, ``engine``, ``rank``
-and the predicted figures. The scenario the plan ran under (weights and KV-cache format, expert and attention
+and the predicted figures; a capacity plan's row (``perfmodel/serve/capacity_plan.py``) also names the part of
+each role (``arch``, or ``prefill_arch`` and ``decode_arch``: two parts when prefill and decode run on different
+ones). The scenario the plan ran under (weights and KV-cache format, expert and attention
 data parallelism, MTP, the engine's token budget and memory share) is read from a ``scenario`` mapping at the
 top of the document or in the row when the plan carries one (the keys ``perfmodel project --format json``
 writes under ``scenario``); what neither holds is left to the engine's defaults and said so in README.txt.
@@ -45,6 +47,14 @@ class Layout:
     decode_tp: int = 0
     scenario: dict = field(default_factory=dict)  # the SCENARIO_KEYS the plan recorded
     metrics: dict = field(default_factory=dict)  # METRICS the row holds (None where it has none)
+    # capacity plans: the part each role runs on, {role: (key, name, vendor)} (serve | prefill | decode); empty:
+    # the document's arch
+    parts: dict = field(default_factory=dict)
+
+    @property
+    def mixed(self) -> bool:
+        """Prefill on one part, decode on another (two kinds of host)."""
+        return len({v[0] for v in self.parts.values()}) > 1
 
     @property
     def attention_dp(self) -> int:
@@ -158,6 +168,7 @@ def _layout(plan: Plan, row: dict, i: int, rank: int) -> Layout:
                   decode_tp=_int(row, "decode_tp", path, where))
         if kw["pp"] != 1:
             raise InputError(f"a disaggregated layout runs pp 1, got {kw['pp']}", file=path, field=f"{where}.pp")
+    kw["parts"] = _parts(row, mode, path, where)
     lay = Layout(**kw)
     if mode == "aggregated":
         used = lay.instances * lay.instance_gpus(lay.tp)
@@ -170,6 +181,26 @@ def _layout(plan: Plan, row: dict, i: int, rank: int) -> Layout:
         raise InputError(f"{lay.gpus} GPUs do not add up to the layout's {shape} = {used}: the plan leaves out "
                          "a parallel degree deploy cannot guess", file=path, field=f"{where}.gpus")
     return lay
+
+
+def _parts(row: dict, mode: str, path, where: str) -> dict:
+    """The part of each role a capacity plan's row names (``arch``; ``prefill_arch`` and ``decode_arch`` when
+    disaggregated); {} when the row names none (a plan of one part: the document's ``arch``)."""
+    keys = ("arch",) if mode == "aggregated" else ("prefill_arch", "decode_arch")
+    roles = ("serve",) if mode == "aggregated" else ("prefill", "decode")
+    out = {}
+    for key, role in zip(keys, roles):
+        v = row.get(key)
+        if v is None:
+            continue
+        if not isinstance(v, dict):
+            raise InputError("expected a mapping (key, name, vendor of a part)", file=str(path), field=f"{where}.{key}")
+        out[role] = (_text(v, "key", path, f"{where}.{key}.key"),
+                     _plain(v.get("name")) or _plain(v.get("key")), _plain(v.get("vendor")) or "nvidia")
+    if out and len(out) != len(roles):
+        raise InputError(f"names the part of one role only; expected {' and '.join(keys)}", file=str(path),
+                         field=f"{where}.{keys[-1]}")
+    return out
 
 
 def _scenario(d, path, where) -> dict:

@@ -46,9 +46,10 @@ def build(plan_path: str, engine: str, *, rank: int | None = None, model_path: s
     plan = read_plan(plan_path)
     layout, mismatch = choose(plan, rank, engine)
     preset = ENGINES[engine]
-    if plan.vendor not in preset.vendors:
-        raise InputError(f"{preset.name} runs on {', '.join(preset.vendors)} parts; the plan is for "
-                         f"{one_line(plan.arch_name or plan.vendor, 60)}", file=plan.path, field="arch.vendor")
+    for _key, name, vendor in layout.parts.values() or [(plan.arch_key, plan.arch_name, plan.vendor)]:
+        if vendor not in preset.vendors:
+            raise InputError(f"{preset.name} runs on {', '.join(preset.vendors)} parts; the plan is for "
+                             f"{one_line(name or vendor, 60)}", file=plan.path, field="arch.vendor")
     path, origin, model = resolve_model(plan, model_path)
     t = Target(plan=plan, layout=layout, engine=engine, preset=preset, model_path=path, model_origin=origin,
                model=model)
@@ -151,6 +152,8 @@ def _assign_gpus(t: Target, cmds: dict) -> None:
     var = GPU_ENV.get(t.vendor, "CUDA_VISIBLE_DEVICES")
     first = 0
     for role in t.roles():
+        if t.layout.mixed:  # each role on hosts of its own part: its GPUs count from 0 there
+            first = 0
         for a in cmds[role.name]:
             ids = ",".join(str(g) for g in range(first, first + role.gpus))
             first += role.gpus
@@ -178,8 +181,10 @@ def _scripts(t: Target, cmds: dict) -> dict[str, str]:
         name = f"{role}.sh"
         r = roles.get(role)
         if r is not None:
+            part = t.layout.parts.get(role)
+            where = f"on a host of {one_line(part[1], 60)}" if part and t.layout.mixed else "on this host"
             what = (f"{r.count} {role} instance{'s' if r.count > 1 else ''} of {r.gpus} GPU{'s' if r.gpus > 1 else ''}"
-                    " on this host")
+                    f" {where}")
         else:
             what = "the router in front of the prefill and decode instances"
         text = "#!/usr/bin/env bash\n" + _header(t, "#", what) + "set -euo pipefail\ncd \"$(dirname \"$0\")\"\n"
@@ -251,8 +256,17 @@ def _readme(t: Target, files: dict, local: Site, k8s: Site, image: str) -> str:
     out = [f"perfmodel deploy: {t.preset.name} launch files", ""]
     out.append(f"Plan: {one_line(plan.path, 300)}, rank {lay.rank} of {len(plan.candidates)}: {lay.mode}, "
                f"{one_line(lay.describe, 120)} ({lay.gpus} GPUs)")
+    on = " and ".join(dict.fromkeys(p[1] for p in lay.parts.values())) or plan.arch_name or plan.arch_key or "?"
     out.append(f"Model: {one_line(plan.model_name or plan.model_key, 80)} ({one_line(plan.model_key, 80)}) on "
-               f"{one_line(plan.arch_name or plan.arch_key or '?', 80)}")
+               f"{one_line(on, 120)}")
+    if lay.mixed:
+        out.append("Mixed parts: " + "; ".join(f"{role} on {one_line(p[1], 60)} ({one_line(p[0], 40)})"
+                                               for role, p in lay.parts.items())
+                   + ". Run prefill.sh on a host of the prefill part and decode.sh on a host of the decode part "
+                     "(each numbers its GPUs from 0); the router's addresses of the other host's instances say "
+                     "localhost: put that host's address there. In k8s.yaml, schedule each role's pods on its "
+                     "part's nodes (a nodeSelector for your cluster's node labels). The KV cache moves over the "
+                     "network between them (the plan priced it).")
     slo = ", ".join(f"{k.split('_')[0].upper()} <= {_num(v)} ms" for k, v in plan.slo.items())
     att = f" for {100 * plan.attainment:.0f}% of requests" if plan.attainment else ""
     out.append(f"Predicted by perfmodel plan for engine {one_line(lay.plan_engine or '?', 20)}: TTFT p90 "
@@ -285,6 +299,9 @@ def _readme(t: Target, files: dict, local: Site, k8s: Site, image: str) -> str:
                      f"(object names {k8s.name}-*; kubectl apply -f k8s.yaml)"),
         "README.txt": "this file",
     }
+    if lay.mixed:
+        for role, script in (("prefill", "prefill.sh"), ("decode", "decode.sh")):
+            desc[script] = f"starts the {role} instances on a host of {one_line(lay.parts[role][1], 60)}"
     for name in (*files, "README.txt"):
         out.append(f"  {name}: {desc.get(name, '')}")
     for role in t.roles():

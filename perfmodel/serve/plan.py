@@ -43,7 +43,7 @@ class PlanSpace:
     engines: tuple[str, ...] | None = None  # None: the scenario's
 
 
-def _attained(first, finish, arrival, osl, slo_ttft, slo_tpot, start_offset=None) -> float:
+def attained(first, finish, arrival, osl, slo_ttft, slo_tpot, start_offset=None) -> float:
     ok = np.ones(arrival.size, dtype=bool)
     ttft = first - arrival
     if slo_ttft is not None:
@@ -90,7 +90,7 @@ def _saturation_rate(hw, model, sc, prof, reqs) -> float:
     return max(p.throughput_tok_s / mean.osl, 1e-6)
 
 
-def _runs(model, sc, reqs) -> bool:
+def layout_runs(model, sc, reqs) -> bool:
     """Whether an engine runs the layout at all (TP dividing the heads, PP within the layers...)."""
     from ..graph import check_layout
 
@@ -101,7 +101,7 @@ def _runs(model, sc, reqs) -> bool:
     return True
 
 
-def _fits(model, sc, hw, reqs) -> bool:
+def layout_fits(model, sc, hw, reqs) -> bool:
     from .. import capacity
 
     mean = sc.with_(isl=max(int(round(float(reqs.isl.mean()))), 1), osl=max(int(round(float(reqs.osl.mean()))), 1))
@@ -128,7 +128,7 @@ def plan(hw, model, sc, prof, base, space: PlanSpace, opts: ServeOptions) -> lis
                     continue
                 ep = sc.ep if tp % sc.ep == 0 else 1
                 trial = for_hardware(sc.with_(tp=tp, pp=pp, ep=ep, engine=engine), hw).validated()
-                if _runs(model, trial, base) and _fits(model, trial, hw, base):
+                if layout_runs(model, trial, base) and layout_fits(model, trial, hw, base):
                     layouts.append(trial)
         found = []
         for lay in layouts:
@@ -163,7 +163,7 @@ def _collapse(rows: list[dict]) -> list[dict]:
     return [r for kept in groups.values() for r in kept]
 
 
-def _batches(model, sc, hw, base, space: PlanSpace) -> list[int]:
+def batch_caps(model, sc, hw, base, space: PlanSpace) -> list[int]:
     cap = max_seqs_for(model, sc.with_(batch="max"), hw, base)
     out = sorted({min(cap, b) if b != "max" else cap for b in space.batches})
     return [b for b in out if b >= 1]
@@ -174,7 +174,7 @@ def _aggregated(hw, model, lay, prof, base, space, opts, power) -> list[dict]:
     sat = _saturation_rate(hw, model, lay, prof, base)
     steps = None
     rows = []
-    for b in reversed(_batches(model, lay, hw, base, space)):
+    for b in reversed(batch_caps(model, lay, hw, base, space)):
         inst = build_instance(hw, model, lay.with_(batch=b), prof, base, "mixed", opts, power, max_seqs=b,
                               steps=steps)
         steps = inst.steps
@@ -182,7 +182,7 @@ def _aggregated(hw, model, lay, prof, base, space, opts, power) -> list[dict]:
         def attain(rate, inst=inst):
             reqs = base.with_arrival(base.arrival / rate)
             r = simulate_instance(inst.steps, inst.cfg, reqs)
-            return _attained(r.first_token, r.finish, reqs.arrival, reqs.osl, opts.slo_ttft_s, opts.slo_tpot_s)
+            return attained(r.first_token, r.finish, reqs.arrival, reqs.osl, opts.slo_ttft_s, opts.slo_tpot_s)
 
         rate, att = max_rate(attain, 1.3 * sat, space.attainment)
         total = rate * instances
@@ -211,7 +211,7 @@ def _disaggregated(hw, model, sc, layouts, prof, base, space, opts, power) -> li
         def attain(rate, inst=inst):
             reqs = base.with_arrival(base.arrival / rate)
             r = simulate_instance(inst.steps, inst.cfg, reqs)
-            return _attained(r.first_token, r.first_token, reqs.arrival, reqs.osl, opts.slo_ttft_s, None)
+            return attained(r.first_token, r.first_token, reqs.arrival, reqs.osl, opts.slo_ttft_s, None)
 
         isl = max(int(round(float(base.isl.mean()))), 1)
         budget = inst.cfg.token_budget
@@ -228,7 +228,7 @@ def _disaggregated(hw, model, sc, layouts, prof, base, space, opts, power) -> li
         xfer = kv_transfer_s(model, hw, prof, lay, lay, base.isl, opts.kv_link if opts.kv_link != "auto"
                               else "scaleup", 1)
         found = []
-        for b in reversed(_batches(model, lay, hw, base, space)):
+        for b in reversed(batch_caps(model, lay, hw, base, space)):
             inst = build_instance(hw, model, lay.with_(batch=b), prof, base, "decode", opts, power, max_seqs=b,
                                   steps=steps)
             steps = inst.steps
@@ -239,7 +239,7 @@ def _disaggregated(hw, model, sc, layouts, prof, base, space, opts, power) -> li
                 reqs = base.subset(np.nonzero(multi)[0]).with_arrival(ready[multi])
                 r = simulate_instance(inst.steps, inst.cfg, reqs)
                 begin = reqs.arrival - xfer[multi]  # the first token came out before the cache moved
-                return _attained(r.first_token, r.finish, reqs.arrival, reqs.osl, None, opts.slo_tpot_s,
+                return attained(r.first_token, r.finish, reqs.arrival, reqs.osl, None, opts.slo_tpot_s,
                                  start_offset=begin)
 
             t, _ = inst.steps.step(b, float(base.isl.mean() + base.osl.mean() / 2), ())
