@@ -22,7 +22,7 @@ from . import ops as O
 from .dtypes import DTYPES, WEIGHT_ONLY_BYTES, bytes_per_element
 from .errors import InputError
 from .models import Model, is_moe_layer
-from .scenario import Scenario
+from .scenario import Scenario, require_resolved
 from .vision import encoder_ops
 
 
@@ -131,9 +131,8 @@ def layer_counts(model: Model) -> dict[str, int]:
 def build_ops(model: Model, step: Step, sc: Scenario) -> list[O.Op]:
     """Every operator of one forward step on one GPU (all pipeline stages counted; see module doc).
 
-    ``sc`` should be resolved for the part (:meth:`Scenario.for_hardware`); an unresolved one takes its
-    engine's preset for no particular part."""
-    sc = sc.for_hardware(None)
+    ``sc`` is resolved for the part (:func:`perfmodel.resolve.resolve_scenario`)."""
+    require_resolved(sc, "graph.build_ops")
     ph = step.phase
     if sc.attention_dp > 1:  # each attention group runs its own share of the sequences
         step = Step(step.phase, step.batch / sc.attention_dp, step.seq, step.context)

@@ -279,6 +279,20 @@ MAX_VIDEO_FRAMES = 768
 MAX_IMAGE_SIDE = 16384
 
 
+class UnresolvedScenario(TypeError):
+    """A layer below the commands was handed a scenario not resolved for a part: a programming error (every
+    command resolves its scenario once, in :mod:`perfmodel.resolve`), not bad input."""
+
+
+def require_resolved(sc: Scenario, where: str) -> Scenario:
+    """``sc``, checked to be resolved for a part (:func:`perfmodel.resolve.resolve_scenario`): the model layer
+    takes the engine's fields as given and never fills them itself."""
+    if not sc.resolved_for_engine:
+        raise UnresolvedScenario(f"{where} needs a scenario resolved for a part (perfmodel.resolve.resolve_scenario "
+                                 f"or setup); got engine {sc.engine!r} with engine fields unset")
+    return sc
+
+
 def parse_image_size(text: str) -> tuple[int, int]:
     """``WIDTHxHEIGHT`` in pixels (``1092x1092``)."""
     parts = str(text).lower().replace("*", "x").split("x")

@@ -38,6 +38,7 @@ from dataclasses import dataclass, fields, replace
 from .. import ops as O
 from ..graph import Step, build_ops, heads_per_gpu
 from ..models import Model
+from ..resolve import resolve_scenario
 from ..scenario import Scenario
 from .scenario import TrainScenario
 
@@ -93,7 +94,8 @@ def inference_scenario(ts: TrainScenario) -> Scenario:
         kw["rotary"] = "kernel" if ts.kernels == "fused" else "eager"
     if "attention_kernel" in have:
         kw["attention_kernel"] = ts.attention_kernel
-    return Scenario(**kw).validated()
+    # resolved for no particular part, as before the part is known (the kernels and launch are set above)
+    return resolve_scenario(Scenario(**kw).validated(), None)
 
 
 def _b(dtype: str) -> float:
