@@ -52,12 +52,14 @@ class Engine:
     weight_only_moe: dict[str, str] = field(default_factory=lambda: {"*": "bf16"})
     # which other engines' measured kernels stand closest to this one's where its own were not measured, nearest
     # first (perfmodel.evidence ranks the GEMM, MoE, attention and collective evidence by it; the reason is in
-    # ``sources["near"]``). An engine absent from the list ranks after every listed one.
+    # ``near_source``). An engine absent from the list ranks after every listed one.
     near: tuple[str, ...] = ()
     # how the scheduler admits a request: "no_evict" (only when the KV cache can hold it to its last token:
     # ``--batch max`` caps the running sequences) | "preempt" (while free blocks hold the prompt, preempting or
     # retracting when decode runs out: the preset's sequence limit caps them, blocks decide the rest)
     admission: str = "preempt"
+    near_source: str = ""  # why ``near`` is in that order
+    admission_source: str = ""  # the engine's documentation or source for ``admission``
     # the words a benchmark row's source or notes name the engine by (perfmodel.validate.engine_of), lower case
     words: tuple[str, ...] = ()
 
@@ -86,12 +88,12 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         weight_only_moe={"*": "bf16", "blackwell": "fp8", "blackwell-ultra": "fp8"},
         version="TensorRT-LLM 1.0 defaults (PyTorch backend, LLM API); kernel tables measured with 1.3.0rc20",
         near=("trtllm", "vllm", "sglang", "torch", "hf"), admission="no_evict",
+        near_source="its kernels are its own (TRTLLM-gen, CUTLASS builds of its own); the other serving engines' "
+                    "tables are the nearest measurement of a serving engine's modules, plain PyTorch's last",
+        admission_source="TensorRT-LLM's default capacity scheduler policy GUARANTEED_NO_EVICT (SchedulerConfig): a "
+                         "request starts only when the KV cache can hold it to its last token",
         words=("tensorrt-llm", "trt-llm", "trtllm"),
         sources={
-            "near": "its kernels are its own (TRTLLM-gen, CUTLASS builds of its own); the other serving engines' "
-                    "tables are the nearest measurement of a serving engine's modules, plain PyTorch's last",
-            "admission": "TensorRT-LLM's default capacity scheduler policy GUARANTEED_NO_EVICT (SchedulerConfig): a "
-                         "request starts only when the KV cache can hold it to its last token",
             "weight_only_moe": "TensorRT-LLM's gpt-oss deployment: on Blackwell its TRTLLM-gen MoE runs the MXFP4 "
                                "experts with MXFP8 activations (quant algo W4A8_MXFP4_MXFP8), on Hopper the "
                                "Triton W4A16 MXFP4 kernels; aiconfigurator-core times both formats per part "
@@ -121,11 +123,11 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         moe_exchange="gather", moe_quantized_exchange=False,
         version="vLLM 0.11 defaults (V1 engine); kernel tables measured with 0.24.0",
         near=("vllm", "sglang", "trtllm", "torch", "hf"), admission="preempt", words=("vllm",),
-        sources={
-            "near": "vLLM and SGLang share FlashInfer and CUTLASS kernels; TensorRT-LLM's next; plain PyTorch's "
+        near_source="vLLM and SGLang share FlashInfer and CUTLASS kernels; TensorRT-LLM's next; plain PyTorch's "
                     "bf16 linear is the very call vLLM times for bf16",
-            "admission": "vLLM V1 scheduler: admits while free KV blocks hold the prompt (max_num_seqs caps the "
+        admission_source="vLLM V1 scheduler: admits while free KV blocks hold the prompt (max_num_seqs caps the "
                          "running sequences) and preempts by recomputation when decode runs out of blocks",
+        sources={
             "moe_exchange": "vLLM VLLM_ALL2ALL_BACKEND default allgather_reducescatter with data-parallel attention "
                             "and expert parallelism (vllm/envs.py, v0.11); DeepEP's kernels when asked "
                             "(--moe-exchange all_to_all); bf16 tokens (estimate for other versions)",
@@ -149,10 +151,10 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         mem_reserve=2 * GiB, moe_exchange="gather", moe_quantized_exchange=False,
         version="SGLang 0.4-0.5 defaults (server_args.py); kernel tables measured with 0.5.14",
         near=("sglang", "vllm", "trtllm", "torch", "hf"), admission="preempt", words=("sglang",),
-        sources={
-            "near": "SGLang and vLLM share FlashInfer and CUTLASS kernels (sgl-kernel); TensorRT-LLM's next",
-            "admission": "SGLang's scheduler admits while the KV pool holds the prompt (max_running_requests caps "
+        near_source="SGLang and vLLM share FlashInfer and CUTLASS kernels (sgl-kernel); TensorRT-LLM's next",
+        admission_source="SGLang's scheduler admits while the KV pool holds the prompt (max_running_requests caps "
                          "the running sequences) and retracts requests when decode runs out (scheduler.py)",
+        sources={
             "moe_exchange": "SGLang --moe-a2a-backend default none: with --enable-dp-attention every DP rank's tokens "
                             "are gathered before the MoE and its output scattered back (layers/dp_attention.py); "
                             "DeepEP (--moe-a2a-backend deepep) when asked (--moe-exchange all_to_all); estimate for "
@@ -176,10 +178,10 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         prefill_chunk=1 << 30, max_batch=1 << 30, mem_policy="total", mem_fraction=1.0, mem_reserve=2 * GiB,
         version="PyTorch as this project's calibration suite ran it (calibration/h200/environment.json)",
         near=("torch", "hf", "vllm", "sglang", "trtllm"), admission="preempt",
-        sources={
-            "near": "transformers' eager layer calls the same F.linear and SDPA; vLLM times plain PyTorch's linear "
+        near_source="transformers' eager layer calls the same F.linear and SDPA; vLLM times plain PyTorch's linear "
                     "for bf16, so its tables come next",
-            "admission": "no scheduler: the preset's sequence limit (none) and memory decide the batch",
+        admission_source="no scheduler: the preset's sequence limit (none) and memory decide the batch",
+        sources={
             "attention": "F.scaled_dot_product_attention with no backend forced: what the calibration profile "
                          "saw PyTorch dispatch to on the part",
             "kernels": "the decoder layer as the calibration suite writes it: eager rotary, silu(g) * u, SDPA",
@@ -196,11 +198,11 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         kv_cache="dynamic", batching="static",
         version="transformers 5.17 generate() (measured: calibration/h200/hf)",
         near=("hf", "torch", "vllm", "sglang", "trtllm"), admission="preempt",
-        sources={
-            "near": "transformers' eager layer runs plain PyTorch's kernels (F.linear, SDPA): this project's PyTorch "
+        near_source="transformers' eager layer runs plain PyTorch's kernels (F.linear, SDPA): this project's PyTorch "
                     "suite is its nearest evidence, before any serving engine's tables (vLLM's first: it times the "
                     "same F.linear for bf16)",
-            "admission": "no scheduler: generate() runs the batch it is called with",
+        admission_source="no scheduler: generate() runs the batch it is called with",
+        sources={
             "attention": "attn_implementation='sdpa': F.scaled_dot_product_attention, PyTorch's dispatch (cuDNN on "
                          "the H200: calibration/h200/hf/kernels.csv)",
             "kernels": "transformers 5.17 LlamaDecoderLayer run eager: q, k, v, o, gate, up, down as seven products, "
