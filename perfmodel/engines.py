@@ -58,6 +58,9 @@ class Engine:
     # ``--batch max`` caps the running sequences) | "preempt" (while free blocks hold the prompt, preempting or
     # retracting when decode runs out: the preset's sequence limit caps them, blocks decide the rest)
     admission: str = "preempt"
+    # the launch mode with a static KV cache where it differs from ``launch`` (transformers' generate() compiles the
+    # decode step of a compileable cache: ``sources["launch"]``); None: ``launch``
+    static_cache_launch: str | None = None
     near_source: str = ""  # why ``near`` is in that order
     admission_source: str = ""  # the engine's documentation or source for ``admission``
     # the words a benchmark row's source or notes name the engine by (perfmodel.validate.engine_of), lower case
@@ -195,7 +198,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         attention={"*": "auto"},
         kernels="hf", rotary="eager", launch="eager", fp8_kv=False, fp8_attention=False,
         prefill_chunk=1 << 30, max_batch=1 << 30, mem_policy="total", mem_fraction=1.0, mem_reserve=2 * GiB,
-        kv_cache="dynamic", batching="static",
+        kv_cache="dynamic", batching="static", static_cache_launch="auto",
         version="transformers 5.17 generate() (measured: calibration/h200/hf)",
         near=("hf", "torch", "vllm", "sglang", "trtllm"), admission="preempt",
         near_source="transformers' eager layer runs plain PyTorch's kernels (F.linear, SDPA): this project's PyTorch "

@@ -214,14 +214,38 @@ def _entry(prof: Profile, hw: HardwareSpec) -> dict:
             "source": _where(prof, hw)}
 
 
+def choose_host(hw: HardwareSpec, engine: str, candidates: list[tuple[Profile, HardwareSpec | None]]):
+    """The (profile, its source spec) whose host costs stand for a projection on ``hw`` (``Profile.host``), or
+    None: the same part's first, then the nearest part as for any other family. Any vendor's: the host costs
+    describe the machine that drove the GPU, not the GPU."""
+    usable = [(p, s) for p, s in candidates if p.fitted and p.host]
+    if not usable:
+        return None
+    ref = library_part(hw)
+    return min(usable, key=lambda ps: _rank(hw, engine, "host", ps[0], ps[1], ref))
+
+
+def host_provenance(prof: Profile | None, hw: HardwareSpec) -> dict:
+    """Where a composed profile's host costs came from (``provenance["host"]``), in words."""
+    if prof is None:
+        return {"source": "documented defaults (estimate: perfmodel.host_costs)"}
+    where = f"the host of {prof.device or prof.spec_key}'s calibration ({prof.name})"
+    carried = "" if _same_part(prof, hw) else ", carried unchanged (the host is not the GPU)"
+    return {"profile": prof.name, "part": prof.spec_key, "source": f"measured on {where}{carried}"}
+
+
 def compose(hw: HardwareSpec, engine: str, candidates: list[tuple[Profile, HardwareSpec | None]]) -> Profile:
-    """One profile for ``engine`` on ``hw``, each family from its best evidence (module doc)."""
+    """One profile for ``engine`` on ``hw``, each family from its best evidence (module doc); the host costs
+    (``Profile.host``) from :func:`choose_host`, unchanged."""
     from .transfer import carry
 
     attention = choose_attention(hw, engine, candidates)
     chosen = choose(hw, engine, candidates, attention)
+    host = choose_host(hw, engine, candidates)
     if not any(chosen.values()) and not attention["backends"]:
-        return DEFAULTS
+        if host is None:
+            return DEFAULTS
+        return DEFAULTS.with_(host=dict(host[0].host), provenance={"host": host_provenance(host[0], hw)})
     carried: dict[str, Profile] = {}
 
     def on_target(prof: Profile, source) -> Profile:
@@ -305,7 +329,9 @@ def compose(hw: HardwareSpec, engine: str, candidates: list[tuple[Profile, Hardw
     sources = sorted({p.name for p, _ in (c for c in chosen.values() if c)})
     others = [s for s in sources if s != lead_name]
     description = lead.description + (f"; other families from {', '.join(others)}" if others else "")
+    values["host"] = dict(host[0].host) if host is not None else {}
     provenance = {**lead.provenance, "families": provenance_families, "engine_requested": engine,
+                  "host": host_provenance(host[0] if host is not None else None, hw),
                   "attention_backends": sorted(backends_info),
                   "attention_dispatch": (attention["dispatch"][0].provenance.get("attention_dispatch", {})
                                          if attention["dispatch"] else {})}

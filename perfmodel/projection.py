@@ -29,7 +29,7 @@ from .cost.backend import NP
 from .cost.overlap import resolve_method
 from .errors import InputError
 from .graph import Step, check_layout, exchange_quantized, moe_exchange
-from .host_costs import host_rules, request_overhead_s
+from .host_costs import host_rules, request_overhead_s, scenario_host_costs
 from .models import Model
 from .op_graphs import ops_for
 from .ops import COMM_KINDS
@@ -125,7 +125,7 @@ def evaluate_steps(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, 
 
 
 def _phase(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, step: Step, times: list[OpTime]) -> Phase:
-    acc = account(times, Rules.of(sc, step.phase, **host_rules(sc, hw)), prof, hw=hw, world=sc.gpus)
+    acc = account(times, Rules.of(sc, step.phase, **host_rules(sc, prof)), prof, hw=hw, world=sc.gpus)
     sums = acc.sums()
     return Phase(step.phase, step.batch, step.seq, step.context, times, step_time(sums, acc.serial_s), sums["gaps"],
                  model.layers, acc)
@@ -439,6 +439,9 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
         from .kernel_choices import assumption_lines, choices
 
         out += assumption_lines(choices(hw, sc, prof))
+        host = _host_text(sc, prof)
+        if host:
+            out.append(host)
     if sc.attention_dp > 1:
         out.append(f"attention data parallel: {sc.attention_dp} groups of TP {sc.tp} run attention and dense layers "
                    f"on their own sequences; the MoE layers spread over all {sc.moe_group} GPUs (EP {sc.ep}"
@@ -476,6 +479,19 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
         out.append("pipeline stages balanced; decode batch split into pp micro-batches")
     out.append("LM head evaluated for the last position of each sequence only; sampling not modelled")
     return out
+
+
+def _host_text(sc: Scenario, prof: Profile) -> str:
+    """The host costs an eager framework's steps pay, and where they came from (the profile's ``host`` family,
+    :func:`perfmodel.evidence.compose`; empty for the serving engines)."""
+    h = scenario_host_costs(sc, prof)
+    if h is None:
+        return ""
+    where = (prof.provenance.get("host") or {}).get("source") if prof.host else None
+    where = where or (h.source if prof.host else f"documented defaults ({h.source})")
+    return (f"host costs of transformers' generate(): {h.kernel_s * 1e6:.1f} us a kernel, {h.step_s * 1e6:.0f} us a "
+            f"decode step ({h.graph_step_s * 1e6:.0f} us around a graph replay), {h.request_s * 1e3:.2f} ms a "
+            f"request; {where}")
 
 
 def _overlap_text(sc: Scenario, prof: Profile) -> str:

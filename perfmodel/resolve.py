@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .engines import Engine, engine_for
+from .host_costs import HOST_COSTS_ENV
 from .memo import Bounded, value_key
 from .models import Model
 from .profile import DEFAULTS, Profile, load_profile
@@ -159,6 +160,21 @@ def _load_profiles(root: Path) -> list[tuple[Path, Profile]]:
 
 
 def resolve_profile(arg, hw: HardwareSpec, engine: str | None = None) -> Profile:
+    """:func:`compose_profile`, with the host costs of the measurement folder ``$PERFMODEL_HOST_COSTS`` names
+    where it is set (your own host, measured by ``perfmodel calibrate --only hf``; any calibration, ``none``
+    included: the host is not the GPU, and the variable asks for it by name)."""
+    prof = compose_profile(arg, hw, engine)
+    folder = os.environ.get(HOST_COSTS_ENV, "").strip()
+    if not folder:
+        return prof
+    from .host_costs import as_fields, folder_host_costs
+
+    host = folder_host_costs(folder)
+    return prof.with_(host=as_fields(host), provenance={**prof.provenance, "host": {
+        "source": f"${HOST_COSTS_ENV}: {host.source}"}})
+
+
+def compose_profile(arg, hw: HardwareSpec, engine: str | None = None) -> Profile:
     """The profile a projection on ``hw`` with ``engine`` (a preset key; None or ``auto``: the part's default
     serving engine; a standalone price passes :data:`STANDALONE_ENGINE`) uses.
 

@@ -172,8 +172,8 @@ class Scenario:
             "moe_quantized_exchange": eng.moe_quantized_exchange,
         }
         filled = {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in preset.items()}
-        if eng.key == "hf" and self.launch is None and filled["kv_cache"] == "static":
-            filled["launch"] = "auto"  # generate() compiles the decode step of a compileable (static) cache
+        if eng.static_cache_launch and self.launch is None and filled["kv_cache"] == "static":
+            filled["launch"] = eng.static_cache_launch  # the preset's launch with a static cache
         out = replace(self, engine=eng.key, **filled)
         if out.kernels == "hf" and out.kv_cache == "dynamic" and out.launch_for("decode") == "graph":
             from .errors import InputError

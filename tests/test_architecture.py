@@ -266,3 +266,83 @@ def test_the_scan_sees_what_it_checks():
     assert "perfmodel.fit.latency" in g["perfmodel.fit.directory"]
     assert any(t == "torch" for t, _, _ in SCANS["perfmodel.measure.timing"][0])
     assert _circles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+
+
+# --- issue 28: one resolution point, host costs as calibration, engine facts in the presets -------------------
+
+# the modules that may resolve a scenario for a part: the definition, and the one place inputs are resolved
+RESOLVES = ("perfmodel.scenario", "perfmodel.resolve")
+# the engine keys a preset fact would be written against
+ENGINE_KEYS = ("trtllm", "vllm", "sglang", "torch", "hf")
+# modules that may compare an engine with a key, each with why it is not an engine preset's fact
+ENGINE_COMPARE_ALLOWED = {
+    # "torch" there names the stack a profile's rows were measured with (this project's suite), not the preset:
+    # an imported engine's profile names its tables' folder
+    "perfmodel.profile": "a profile's measuring stack, not a preset",
+}
+
+
+def _tree(module: str) -> ast.AST:
+    path, _ = MODULES[module]
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def test_a_scenario_is_resolved_for_a_part_in_one_place():
+    calls = [f"{m}:{n.lineno}" for m in sorted(MODULES) if m not in RESOLVES for n in ast.walk(_tree(m))
+             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "for_hardware"]
+    assert not calls, ("Scenario.for_hardware called outside perfmodel.resolve (use resolve.setup or "
+                       "resolve.resolve_scenario):\n  " + "\n  ".join(calls))
+    in_resolve = [n for n in ast.walk(_tree("perfmodel.resolve")) if isinstance(n, ast.Call)
+                  and isinstance(n.func, ast.Attribute) and n.func.attr == "for_hardware"]
+    assert len(in_resolve) == 1  # the scan sees the one call
+
+
+def test_host_costs_read_no_calibration_folder_of_their_own():
+    """The host costs reach the model as a profile family (perfmodel.fit.host, evidence.compose): host_costs.py
+    neither finds calibration folders (perfmodel.paths) nor reads the environment."""
+    imports = {t for t, _, _ in SCANS["perfmodel.host_costs"][0]}
+    assert "perfmodel.paths" not in imports and "perfmodel.resolve" not in imports
+    tree = _tree("perfmodel.host_costs")
+    env = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr in ("environ", "getenv")]
+    names = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == "calibration_dir"]
+    assert not env and not names, f"perfmodel/host_costs.py reads the environment or calibration/ (lines {env + names})"
+
+
+def _is_engine(x: ast.AST) -> bool:
+    return ((isinstance(x, ast.Attribute) and x.attr == "engine") or (isinstance(x, ast.Name) and x.id == "engine")
+            or (isinstance(x, ast.Attribute) and x.attr == "key" and isinstance(x.value, ast.Name)
+                and x.value.id in ("eng", "engine")))
+
+
+def _is_engine_key(x: ast.AST) -> bool:
+    elts = x.elts if isinstance(x, (ast.Tuple, ast.Set, ast.List)) else [x]
+    return any(isinstance(e, ast.Constant) and e.value in ENGINE_KEYS for e in elts)
+
+
+def test_engine_facts_live_in_the_presets():
+    """No module but perfmodel.engines decides by an engine's key (``sc.engine == "trtllm"``) or keeps a table of
+    engines (nearness, serving engines): such a fact is a field of the preset. Launch-file writers (deploy/),
+    the torch-side suite (measure/) and the importers of an engine's own tables (imports/) are about one engine
+    each."""
+    skip = ("perfmodel.engines", "perfmodel.deploy", "perfmodel.measure", "perfmodel.imports")
+    bad = []
+    for m in sorted(MODULES):
+        if any(m == s or m.startswith(s + ".") for s in skip) or m in ENGINE_COMPARE_ALLOWED:
+            continue
+        for n in ast.walk(_tree(m)):
+            if isinstance(n, ast.Compare):
+                sides = [n.left, *n.comparators]
+                if any(_is_engine(s) for s in sides) and any(_is_engine_key(s) for s in sides):
+                    bad.append(f"{m}:{n.lineno} {ast.unparse(n)[:60]}")
+            if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id in ("ENGINE_NEAR", "SERVING_ENGINES")
+                                                 for t in n.targets):
+                bad.append(f"{m}:{n.lineno} defines an engine table")
+    assert not bad, "engine facts outside perfmodel/engines.py (make them preset fields):\n  " + "\n  ".join(bad)
+
+
+def test_the_engine_scan_sees_what_it_checks():
+    tree = ast.parse('if sc.engine == "trtllm": pass\nx = eng.key in ("hf", "torch")')
+    found = [n for n in ast.walk(tree) if isinstance(n, ast.Compare)
+             and any(_is_engine(s) for s in [n.left, *n.comparators])
+             and any(_is_engine_key(s) for s in [n.left, *n.comparators])]
+    assert len(found) == 2

@@ -569,7 +569,7 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
     overlap_method, _ = resolve_method(sc_r.overlap)
     timed_by_key = {}
     for st in steps:
-        rules = Rules.of(sc_r, st.phase, **host_rules(sc_r, hw))
+        rules = Rules.of(sc_r, st.phase, **host_rules(sc_r, prof))
         if overlap_method in ("none", "fixed"):  # the hidden fraction is a live input
             rules = dataclasses.replace(rules, overlap="fixed", fraction=I("overlap"))
         timed_by_key[st.key] = _step_sheet(wb, st, model, hw, sc_r, hw_view, prof_view, rules, power, I,
