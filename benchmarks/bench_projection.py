@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from perfmodel import project  # noqa: E402
 from perfmodel.projection import project_resolved, serving_times  # noqa: E402
-from perfmodel.resolve import resolve_hardware, resolve_model, resolve_profile  # noqa: E402
+from perfmodel.resolve import resolve_hardware, resolve_model, resolve_profile, resolve_scenario  # noqa: E402
 from perfmodel.scenario import Scenario  # noqa: E402
 from perfmodel.spec import spec_with  # noqa: E402
 
@@ -59,7 +59,7 @@ def _timed(fn, reps: int) -> tuple[float, float]:
 def warm_projection(reps: int) -> dict:
     by_name = _timed(lambda: project("h200-sxm", "llama-3.1-70b", tp=8), reps)
     hw, model = resolve_hardware("h200-sxm"), resolve_model("llama-3.1-70b")
-    sc = Scenario(tp=8).validated()
+    sc = resolve_scenario(Scenario(tp=8).validated(), hw)  # as perfmodel.resolve.setup hands it over
     prof = resolve_profile(None, hw, sc.engine)
     resolved = _timed(lambda: project_resolved(hw, model, sc, prof), reps)
     return {"project_ms": by_name[0] * 1e3, "project_cpu_ms": by_name[1] * 1e3,
@@ -74,7 +74,7 @@ def sweeps(reps: int) -> dict:
     axes = [parse_vary("hbm_bandwidth=2TB/s:16TB/s:100"), Axis("batch", list(range(1, 101)))]
     sc = Scenario().validated()
     run = _timed(lambda: run_sweep(hw, model, sc, prof, axes), reps)
-    sc8 = Scenario(isl=1024, osl=128, dtype="fp8").validated()
+    sc8 = resolve_scenario(Scenario(isl=1024, osl=128, dtype="fp8").validated(), hw)
     bws, batch = np.linspace(4e12, 12e12, 100)[:, None], np.arange(1, 101)[None, :]
     vec = _timed(lambda: serving_times(model, spec_with(hw, hbm_bandwidth=bws), sc8, prof, batch), reps)
     return {"run_sweep_10k_s": run[0], "run_sweep_10k_cpu_s": run[1], "serving_times_10k_s": vec[0],

@@ -29,7 +29,7 @@ from .dtypes import bytes_per_element
 from .errors import InputError
 from .geometry import INDEXER_FORMAT, attention_layer_kinds, expert_format, heads_per_gpu, linear_layers
 from .models import Model, eagle_fusion_params, indexer_params, is_moe_layer, linear_attention_params
-from .scenario import Scenario
+from .scenario import Scenario, require_resolved
 
 
 @dataclass(frozen=True)
@@ -291,7 +291,7 @@ def _pool(sc: Scenario, visible, fixed, xp):
 def memory(model: Model, sc: Scenario, batch, device, *, xp=NP, fp: Footprint | None = None) -> Memory:
     """Memory per GPU at ``batch`` on ``device`` (a spec, or device-visible bytes). ``fp``: the model's
     :func:`footprint` (default), or cells holding it."""
-    sc = sc.for_hardware(device if hasattr(device, "vendor") else None)
+    require_resolved(sc, "capacity.memory")
     fp = footprint(model, sc) if fp is None else fp
     visible, nominal = device_bytes(device)
     kv_seq = kv_bytes_per_sequence(model, sc, sc.prompt + sc.osl, xp=xp, per_token=fp.kv_per_token)
@@ -313,7 +313,7 @@ def max_batch(model: Model, sc: Scenario, device, *, xp=NP, fp: Footprint | None
     logit row per sequence: the batch is solved for both regimes (chunk not yet full, chunk full) and the
     larger consistent answer kept.
     """
-    sc = sc.for_hardware(device if hasattr(device, "vendor") else None)
+    require_resolved(sc, "capacity.max_batch")
     fp = footprint(model, sc) if fp is None else fp
     visible, _ = device_bytes(device)
     if xp.numeric:
@@ -355,7 +355,6 @@ def check_fits(model: Model, sc: Scenario, hw, best: int, batch: int | None = No
     want = 1 if batch is None else batch
     if best >= want:
         return
-    sc = sc.for_hardware(hw)
     need = memory(model, sc, want, hw)
     hint = suggest_fit(model, sc, hw, want)
     policy = (f"{sc.engine} gives the KV cache {sc.mem_fraction:.0%} of what is free after the rest"

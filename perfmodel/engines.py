@@ -50,6 +50,21 @@ class Engine:
     # the format the engine's MoE runs weight-only MXFP4 experts' products in, per NVIDIA generation ("*": any
     # other): bf16 activations (W4A16), or fp8 (MXFP8 activations, W4A8)
     weight_only_moe: dict[str, str] = field(default_factory=lambda: {"*": "bf16"})
+    # which other engines' measured kernels stand closest to this one's where its own were not measured, nearest
+    # first (perfmodel.evidence ranks the GEMM, MoE, attention and collective evidence by it; the reason is in
+    # ``near_source``). An engine absent from the list ranks after every listed one.
+    near: tuple[str, ...] = ()
+    # how the scheduler admits a request: "no_evict" (only when the KV cache can hold it to its last token:
+    # ``--batch max`` caps the running sequences) | "preempt" (while free blocks hold the prompt, preempting or
+    # retracting when decode runs out: the preset's sequence limit caps them, blocks decide the rest)
+    admission: str = "preempt"
+    # the launch mode with a static KV cache where it differs from ``launch`` (transformers' generate() compiles the
+    # decode step of a compileable cache: ``sources["launch"]``); None: ``launch``
+    static_cache_launch: str | None = None
+    near_source: str = ""  # why ``near`` is in that order
+    admission_source: str = ""  # the engine's documentation or source for ``admission``
+    # the words a benchmark row's source or notes name the engine by (perfmodel.validate.engine_of), lower case
+    words: tuple[str, ...] = ()
 
     def attention_for(self, generation: str) -> str:
         return self.attention.get(generation, self.attention["*"])
@@ -75,6 +90,12 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         moe_exchange="gather", moe_quantized_exchange=True,
         weight_only_moe={"*": "bf16", "blackwell": "fp8", "blackwell-ultra": "fp8"},
         version="TensorRT-LLM 1.0 defaults (PyTorch backend, LLM API); kernel tables measured with 1.3.0rc20",
+        near=("trtllm", "vllm", "sglang", "torch", "hf"), admission="no_evict",
+        near_source="its kernels are its own (TRTLLM-gen, CUTLASS builds of its own); the other serving engines' "
+                    "tables are the nearest measurement of a serving engine's modules, plain PyTorch's last",
+        admission_source="TensorRT-LLM's default capacity scheduler policy GUARANTEED_NO_EVICT (SchedulerConfig): a "
+                         "request starts only when the KV cache can hold it to its last token",
+        words=("tensorrt-llm", "trt-llm", "trtllm"),
         sources={
             "weight_only_moe": "TensorRT-LLM's gpt-oss deployment: on Blackwell its TRTLLM-gen MoE runs the MXFP4 "
                                "experts with MXFP8 activations (quant algo W4A8_MXFP4_MXFP8), on Hopper the "
@@ -104,6 +125,11 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         prefill_chunk=8192, max_batch=1024, mem_policy="total", mem_fraction=0.9, mem_reserve=2 * GiB,
         moe_exchange="gather", moe_quantized_exchange=False,
         version="vLLM 0.11 defaults (V1 engine); kernel tables measured with 0.24.0",
+        near=("vllm", "sglang", "trtllm", "torch", "hf"), admission="preempt", words=("vllm",),
+        near_source="vLLM and SGLang share FlashInfer and CUTLASS kernels; TensorRT-LLM's next; plain PyTorch's "
+                    "bf16 linear is the very call vLLM times for bf16",
+        admission_source="vLLM V1 scheduler: admits while free KV blocks hold the prompt (max_num_seqs caps the "
+                         "running sequences) and preempts by recomputation when decode runs out of blocks",
         sources={
             "moe_exchange": "vLLM VLLM_ALL2ALL_BACKEND default allgather_reducescatter with data-parallel attention "
                             "and expert parallelism (vllm/envs.py, v0.11); DeepEP's kernels when asked "
@@ -127,6 +153,10 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         prefill_chunk=8192, max_batch=4096, mem_policy="total", mem_fraction={1: 0.88, 2: 0.87, 4: 0.85, 8: 0.81},
         mem_reserve=2 * GiB, moe_exchange="gather", moe_quantized_exchange=False,
         version="SGLang 0.4-0.5 defaults (server_args.py); kernel tables measured with 0.5.14",
+        near=("sglang", "vllm", "trtllm", "torch", "hf"), admission="preempt", words=("sglang",),
+        near_source="SGLang and vLLM share FlashInfer and CUTLASS kernels (sgl-kernel); TensorRT-LLM's next",
+        admission_source="SGLang's scheduler admits while the KV pool holds the prompt (max_running_requests caps "
+                         "the running sequences) and retracts requests when decode runs out (scheduler.py)",
         sources={
             "moe_exchange": "SGLang --moe-a2a-backend default none: with --enable-dp-attention every DP rank's tokens "
                             "are gathered before the MoE and its output scattered back (layers/dp_attention.py); "
@@ -150,6 +180,10 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         kernels="torch", rotary="eager", launch="eager", fp8_kv=False, fp8_attention=False,
         prefill_chunk=1 << 30, max_batch=1 << 30, mem_policy="total", mem_fraction=1.0, mem_reserve=2 * GiB,
         version="PyTorch as this project's calibration suite ran it (calibration/h200/environment.json)",
+        near=("torch", "hf", "vllm", "sglang", "trtllm"), admission="preempt",
+        near_source="transformers' eager layer calls the same F.linear and SDPA; vLLM times plain PyTorch's linear "
+                    "for bf16, so its tables come next",
+        admission_source="no scheduler: the preset's sequence limit (none) and memory decide the batch",
         sources={
             "attention": "F.scaled_dot_product_attention with no backend forced: what the calibration profile "
                          "saw PyTorch dispatch to on the part",
@@ -164,8 +198,13 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         attention={"*": "auto"},
         kernels="hf", rotary="eager", launch="eager", fp8_kv=False, fp8_attention=False,
         prefill_chunk=1 << 30, max_batch=1 << 30, mem_policy="total", mem_fraction=1.0, mem_reserve=2 * GiB,
-        kv_cache="dynamic", batching="static",
+        kv_cache="dynamic", batching="static", static_cache_launch="auto",
         version="transformers 5.17 generate() (measured: calibration/h200/hf)",
+        near=("hf", "torch", "vllm", "sglang", "trtllm"), admission="preempt",
+        near_source="transformers' eager layer runs plain PyTorch's kernels (F.linear, SDPA): this project's PyTorch "
+                    "suite is its nearest evidence, before any serving engine's tables (vLLM's first: it times the "
+                    "same F.linear for bf16)",
+        admission_source="no scheduler: generate() runs the batch it is called with",
         sources={
             "attention": "attn_implementation='sdpa': F.scaled_dot_product_attention, PyTorch's dispatch (cuDNN on "
                          "the H200: calibration/h200/hf/kernels.csv)",
@@ -189,6 +228,25 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         }),
 )}
 CHOICES = (AUTO, *ENGINES)
+# the engines that serve requests with a scheduler and ship their own measured GEMM and MoE modules
+# (perfmodel.evidence: their own tables rank first for those families)
+SERVING_ENGINES = ("trtllm", "vllm", "sglang")
+
+
+def engine_distance(wanted: str, have: str) -> int:
+    """How far engine ``have``'s measured kernels stand from engine ``wanted``'s: its place in ``wanted``'s
+    :attr:`Engine.near` (0: the engine itself), past every listed one when absent or unknown."""
+    order = ENGINES[wanted].near if wanted in ENGINES else (wanted,)
+    return order.index(have) if have in order else len(order)
+
+
+def engine_named_in(text: str) -> str | None:
+    """The serving engine a benchmark row's source or notes name (:attr:`Engine.words`), or None."""
+    text = text.lower()
+    for key in SERVING_ENGINES:
+        if any(w in text for w in ENGINES[key].words):
+            return key
+    return None
 
 
 def engine_for(key: str, vendor: str = "nvidia") -> Engine:

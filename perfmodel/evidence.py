@@ -19,7 +19,7 @@ best profile that measured it, by these rules:
   another instruction family it won 8 of 12 GEMM and only 2 of 12 MoE comparisons (h200-sxm-vllm's MoE rows:
   b200-vllm carried 52.5%), so across instruction families the part comes first.
 - **GEMMs of plain PyTorch (torch) and transformers (hf): the part first**, then the engine's nearness
-  (``ENGINE_NEAR``). Their unquantized products are the very call every engine table times for bf16
+  (each preset's ``near``, :mod:`perfmodel.engines`). Their unquantized products are the very call every engine table times for bf16
   (``torch.nn.functional.linear``, named in the imported rows), and the part's clocks and power limit set its
   rate: the kernels do not differ, the part does.
 - **Attention: the kernel first, then the part, then the engine.** Each attention backend (an SDPA backend,
@@ -48,6 +48,7 @@ from dataclasses import fields
 
 from . import generations
 from .attention_kernels import KERNELS
+from .engines import SERVING_ENGINES, engine_distance
 from .profile import DEFAULTS, Profile
 from .spec import HardwareSpec, library_part, lineage_rank
 
@@ -67,7 +68,6 @@ ENGINE_FAMILIES = ("gemm", "attention", "comm", "moe")
 # Families whose modules differ from one serving engine to another: the engine's own tables from a part of the
 # target's instruction family rank before another engine's tables on the part (module doc).
 ENGINE_FIRST_FAMILIES = ("gemm", "moe")
-SERVING_ENGINES = ("trtllm", "vllm", "sglang")
 # An engine's attention module includes writing the new K and V into the cache: that kernel's parameters travel
 # with the attention family when the attention source fitted them.
 ATTENTION_MEMORY_KINDS = ("kv_write",)
@@ -102,20 +102,6 @@ def measured_backends(prof: Profile) -> tuple[str, ...]:
     if isinstance(recorded, list):
         return tuple(b for b in recorded if b in KERNELS)
     return SDPA_BACKENDS
-
-
-# Which other engine's kernels stand closest to an engine's, where its own were not measured: plain PyTorch's
-# bf16 linear is what vLLM times for bf16 (torch.nn.functional.linear); transformers runs plain PyTorch's
-# kernels (its eager layer calls the same linear and SDPA); vLLM and SGLang share FlashInfer and CUTLASS
-# kernels; TensorRT-LLM's are its own.
-ENGINE_NEAR = {"torch": ("torch", "hf", "vllm", "sglang", "trtllm"), "hf": ("hf", "torch", "vllm", "sglang", "trtllm"),
-               "vllm": ("vllm", "sglang", "trtllm", "torch", "hf"), "sglang": ("sglang", "vllm", "trtllm", "torch", "hf"),
-               "trtllm": ("trtllm", "vllm", "sglang", "torch", "hf")}
-
-
-def _engine_distance(wanted: str, have: str) -> int:
-    order = ENGINE_NEAR.get(wanted, (wanted,))
-    return order.index(have) if have in order else len(order)
 
 
 def _generation_distance(a: str, b: str) -> float:
@@ -156,7 +142,7 @@ def _rank(hw: HardwareSpec, engine: str, family: str, prof: Profile, source: Har
     ref = hw if ref is None else ref
     same_part = _same_part(prof, hw)
     distance = _part_distance(prof, hw)
-    engine_miss = 0 if family not in ENGINE_FAMILIES else _engine_distance(engine, prof.engine)
+    engine_miss = 0 if family not in ENGINE_FAMILIES else engine_distance(engine, prof.engine)
     own_kernels = not (family in ENGINE_FIRST_FAMILIES and engine in SERVING_ENGINES) or (
         engine_miss == 0 and (same_part or _same_mma(source, hw)))
     if source is None:
@@ -228,14 +214,38 @@ def _entry(prof: Profile, hw: HardwareSpec) -> dict:
             "source": _where(prof, hw)}
 
 
+def choose_host(hw: HardwareSpec, engine: str, candidates: list[tuple[Profile, HardwareSpec | None]]):
+    """The (profile, its source spec) whose host costs stand for a projection on ``hw`` (``Profile.host``), or
+    None: the same part's first, then the nearest part as for any other family. Any vendor's: the host costs
+    describe the machine that drove the GPU, not the GPU."""
+    usable = [(p, s) for p, s in candidates if p.fitted and p.host]
+    if not usable:
+        return None
+    ref = library_part(hw)
+    return min(usable, key=lambda ps: _rank(hw, engine, "host", ps[0], ps[1], ref))
+
+
+def host_provenance(prof: Profile | None, hw: HardwareSpec) -> dict:
+    """Where a composed profile's host costs came from (``provenance["host"]``), in words."""
+    if prof is None:
+        return {"source": "documented defaults (estimate: perfmodel.host_costs)"}
+    where = f"the host of {prof.device or prof.spec_key}'s calibration ({prof.name})"
+    carried = "" if _same_part(prof, hw) else ", carried unchanged (the host is not the GPU)"
+    return {"profile": prof.name, "part": prof.spec_key, "source": f"measured on {where}{carried}"}
+
+
 def compose(hw: HardwareSpec, engine: str, candidates: list[tuple[Profile, HardwareSpec | None]]) -> Profile:
-    """One profile for ``engine`` on ``hw``, each family from its best evidence (module doc)."""
+    """One profile for ``engine`` on ``hw``, each family from its best evidence (module doc); the host costs
+    (``Profile.host``) from :func:`choose_host`, unchanged."""
     from .transfer import carry
 
     attention = choose_attention(hw, engine, candidates)
     chosen = choose(hw, engine, candidates, attention)
+    host = choose_host(hw, engine, candidates)
     if not any(chosen.values()) and not attention["backends"]:
-        return DEFAULTS
+        if host is None:
+            return DEFAULTS
+        return DEFAULTS.with_(host=dict(host[0].host), provenance={"host": host_provenance(host[0], hw)})
     carried: dict[str, Profile] = {}
 
     def on_target(prof: Profile, source) -> Profile:
@@ -319,7 +329,9 @@ def compose(hw: HardwareSpec, engine: str, candidates: list[tuple[Profile, Hardw
     sources = sorted({p.name for p, _ in (c for c in chosen.values() if c)})
     others = [s for s in sources if s != lead_name]
     description = lead.description + (f"; other families from {', '.join(others)}" if others else "")
+    values["host"] = dict(host[0].host) if host is not None else {}
     provenance = {**lead.provenance, "families": provenance_families, "engine_requested": engine,
+                  "host": host_provenance(host[0] if host is not None else None, hw),
                   "attention_backends": sorted(backends_info),
                   "attention_dispatch": (attention["dispatch"][0].provenance.get("attention_dispatch", {})
                                          if attention["dispatch"] else {})}

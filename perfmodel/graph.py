@@ -23,7 +23,7 @@ from .errors import InputError
 from .geometry import (INDEXER_FORMAT, attention_layer_kinds, expert_format, expert_product_format, heads_per_gpu,
                        linear_layers)
 from .models import Model, is_moe_layer
-from .scenario import Scenario
+from .scenario import Scenario, require_resolved
 from .vision import encoder_ops
 
 
@@ -102,9 +102,8 @@ def layer_counts(model: Model) -> dict[str, int]:
 def build_ops(model: Model, step: Step, sc: Scenario) -> list[O.Op]:
     """Every operator of one forward step on one GPU (all pipeline stages counted; see module doc).
 
-    ``sc`` should be resolved for the part (:meth:`Scenario.for_hardware`); an unresolved one takes its
-    engine's preset for no particular part."""
-    sc = sc.for_hardware(None)
+    ``sc`` is resolved for the part (:func:`perfmodel.resolve.resolve_scenario`)."""
+    require_resolved(sc, "graph.build_ops")
     ph = step.phase
     if sc.attention_dp > 1:  # each attention group runs its own share of the sequences
         step = Step(step.phase, step.batch / sc.attention_dp, step.seq, step.context)

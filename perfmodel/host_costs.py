@@ -4,8 +4,12 @@ An eager PyTorch program (Hugging Face ``generate()``) issues every kernel from 
 operator's dispatcher and the launch. At decode's small batches the GPU finishes each kernel before the host has
 issued the next, so a step takes as long as the host needs, not the device. These figures differ per host
 (CPU model, clocks, Python): they are measured on the machine the calibration ran on and kept beside its other
-measurements (``calibration/<part>/hf/``, written by :mod:`perfmodel.measure.hf_generate`), and carried to
-other parts unchanged (the host is not the GPU).
+measurements (``calibration/<part>/hf/``, written by :mod:`perfmodel.measure.hf_generate`), fitted into that
+folder's profile by ``perfmodel fit`` (``Profile.host``, :mod:`perfmodel.fit.host`), chosen like every other
+family of a projection's profile (:func:`perfmodel.evidence.compose`) and carried to other parts unchanged (the
+host is not the GPU). This module reads no calibration folder of its own accord: the model takes the host costs
+its profile holds (``--calibration none``: :data:`DEFAULT`); :func:`measured_host_costs` parses a folder it is
+given (by the fit, or by :mod:`perfmodel.resolve` for ``$PERFMODEL_HOST_COSTS``).
 
 - ``kernel_s``: host time per kernel inside a model's forward, from the measured host-bound decode forward
   (batch 1, no sync: wall time = host time) over the kernels the profiler counted in that step; the median over
@@ -21,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +33,7 @@ import numpy as np
 
 from .errors import InputError
 from .io import csv_dict_rows, read_input_text
-from .paths import calibration_dir
+from .profile import HOST_FIELDS
 
 GENERATE_STEP_KERNELS = 14  # kernels generate() launches a decode step outside the forward (kernels.csv, H200)
 SYNCS_PER_STEP = 2  # generate()'s stopping check and the next step's input copy wait for the device
@@ -142,43 +145,37 @@ def measured_host_costs(folder: str | Path) -> HostCosts:
                      graph_step_s=_graph_step_s(kernel_s, sync_s))
 
 
-def host_costs_for(calibration_root: Path, part: str) -> HostCosts:
-    """The part's own measured host costs where its calibration holds them, else the reference machine's (the
-    lent H200's host), else :data:`DEFAULT`."""
-    for name in (part, "h200"):
-        folder = calibration_root / name / "hf"
-        if (folder / "host.csv").is_file():
-            return measured_host_costs(folder)
-    return DEFAULT
+def as_fields(h: HostCosts) -> dict:
+    """``h`` as the profile's ``host`` field (:attr:`perfmodel.profile.Profile.host`)."""
+    return {**{k: float(getattr(h, k)) for k in HOST_FIELDS}, "source": h.source}
 
 
 HOST_COSTS_ENV = "PERFMODEL_HOST_COSTS"  # a measurement folder (host.csv, kernels.csv) to use on every part
 
 
 @functools.lru_cache(maxsize=16)
-def _measured(folder: str) -> HostCosts:
+def folder_host_costs(folder: str) -> HostCosts:
+    """:func:`measured_host_costs` of ``folder``, read once per process (``$PERFMODEL_HOST_COSTS``)."""
     return measured_host_costs(folder)
 
 
-@functools.lru_cache(maxsize=16)
-def _for_part(part: str) -> HostCosts:
-    return host_costs_for(calibration_dir(), part)
+def profile_host_costs(prof) -> HostCosts:
+    """The host costs a profile holds (``Profile.host``: fitted from a measurement folder, chosen and carried by
+    :func:`perfmodel.evidence.compose`), else the documented defaults (:data:`DEFAULT`)."""
+    h = getattr(prof, "host", None)
+    if not h:
+        return DEFAULT
+    return HostCosts(kernel_s=h["kernel_s"], step_s=h["step_s"], request_s=h["request_s"],
+                     source=h.get("source", ""), graph_step_s=h["graph_step_s"])
 
 
-def host_costs_of(part: str) -> HostCosts:
-    """The host costs projections on ``part`` use: those of the folder ``$PERFMODEL_HOST_COSTS`` names (your own
-    host, measured by ``perfmodel calibrate --only hf``: the host is not the GPU), else :func:`host_costs_for`."""
-    folder = os.environ.get(HOST_COSTS_ENV, "").strip()
-    return _measured(folder) if folder else _for_part(part)
-
-
-def scenario_host_costs(sc, hw) -> HostCosts | None:
+def scenario_host_costs(sc, prof) -> HostCosts | None:
     """The host costs a scenario's steps pay per kernel, per step and per request: those of an eager framework
-    whose host was measured per kernel (``kernels`` "hf": transformers' generate()); None for the others, whose
-    eager floor is :func:`perfmodel.step_accounting.host_cost`'s."""
+    whose host was measured per kernel (``kernels`` "hf": transformers' generate()), from the profile; None for
+    the others, whose eager floor is :func:`perfmodel.step_accounting.host_cost`'s."""
     if getattr(sc, "kernels", None) != "hf":
         return None
-    return host_costs_of(getattr(hw, "key", "") or "")
+    return profile_host_costs(prof)
 
 
 TOKEN_RETURN_S = 30e-6  # estimate where the profile has none: the lent H200's greedy round trip is 25-43 us
@@ -199,7 +196,7 @@ def request_overhead_s(sc, hw, model, prof) -> float:
     call (transformers' generate(): :attr:`HostCosts.request_s`), or for the serving engines the first token's
     return from the device (:func:`token_return_s`; their other per-request work, tokenisation and scheduling,
     runs beside the batch and is not modelled)."""
-    h = scenario_host_costs(sc, hw)
+    h = scenario_host_costs(sc, prof)
     if h is not None:
         return h.request_s
     if sc.mode == "sol":
@@ -207,9 +204,9 @@ def request_overhead_s(sc, hw, model, prof) -> float:
     return token_return_s(model.vocab, prof)
 
 
-def host_rules(sc, hw) -> dict:
-    """Keyword overrides of :class:`perfmodel.step_accounting.Rules` for ``sc`` on ``hw`` (empty unless
+def host_rules(sc, prof) -> dict:
+    """Keyword overrides of :class:`perfmodel.step_accounting.Rules` for ``sc`` priced with ``prof`` (empty unless
     :func:`scenario_host_costs` has figures)."""
-    h = scenario_host_costs(sc, hw)
+    h = scenario_host_costs(sc, prof)
     return {} if h is None else {"host_kernel_s": h.kernel_s, "host_step_s": h.step_s,
                                  "host_graph_step_s": h.graph_step_s}

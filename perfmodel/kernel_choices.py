@@ -11,7 +11,7 @@ from .cost import own_attention_backends
 from .dtypes import TENSOR_RATE_KEY
 from .engines import engine_for
 from .profile import Profile
-from .scenario import Scenario
+from .scenario import Scenario, require_resolved
 from .spec import HardwareSpec
 
 _ROTARY = {"kv_write": "folded into the KV-cache write", "kernel": "one kernel on queries and keys",
@@ -20,7 +20,7 @@ _ROTARY = {"kv_write": "folded into the KV-cache write", "kernel": "one kernel o
 
 def choices(hw: HardwareSpec, sc: Scenario, prof: Profile) -> dict:
     """Per family: the kernel, and whether its efficiency was measured on ``prof``'s part or carried."""
-    sc = sc.for_hardware(hw)
+    require_resolved(sc, "kernel_choices.choices")
     eng = engine_for(sc.engine, hw.vendor)
     out: dict = {"engine": {"key": eng.key, "name": eng.name, "version": eng.version, "sources": dict(eng.sources)}}
     out["gemm"] = _gemm(sc, prof)

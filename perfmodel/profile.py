@@ -239,6 +239,12 @@ class Profile:
     # Power model (static power, energy per FLOP by format and per HBM byte), fitted by perfmodel.energy
     # from the suite's power rows; empty: perfmodel.energy's documented defaults
     power: dict = field(default_factory=dict)
+    # Host costs of an eager framework (transformers' generate(), perfmodel.host_costs): seconds the host spends
+    # per kernel, per eager decode step and around a graph replay, per request (HOST_FIELDS), and ``source``,
+    # where they were measured; fitted by perfmodel.fit.host from a measurement folder's hf/ (host.csv,
+    # kernels.csv). They describe the machine the calibration ran on, not its GPU: carried to every part
+    # unchanged. Empty: perfmodel.host_costs's documented defaults
+    host: dict = field(default_factory=dict)
 
     # Uncertainty: quantiles of log(measured / predicted) per op family, from held-out residuals
     residual_quantiles: dict[str, list[float]] = field(default_factory=lambda: {
@@ -273,7 +279,7 @@ _NUMBER_DICTS = ("gemm_eta", "gemm_tile_c_fmt", "gemm_mem_eta_scale", "gemm_prol
                  "attn_overhead_s", "attn_cta_blocks", "attn_tail", "attn_softness", "attn_block_q", "attn_block_k",
                  "token_return_s")
 _MAY_BE_ZERO = ("gemm_grouped_overhead_s",)  # a cost that may be absent
-_FREE_DICTS = ("validation", "provenance", "training", "power")  # checked by their own users
+_FREE_DICTS = ("validation", "provenance", "training", "power", "host")  # checked by their own users
 # Per-collective fitted parameters, keyed "<collective>:<world size>" (perfmodel.cost.comm)
 _COMM_DICTS = ("comm_alpha_s", "comm_eta")
 _COMM_KEY = re.compile(r"^(all_reduce|engine_all_reduce|all_gather|reduce_scatter|all_to_all|p2p):([1-9][0-9]*)$")
@@ -364,6 +370,24 @@ def _check_power(value: dict, file: str, where: str = "power") -> None:
             raise InputError(f"expected {what} up to {top:g}, got {json.dumps(v)[:40]}", file=file, field=field)
 
 
+HOST_FIELDS = ("kernel_s", "step_s", "graph_step_s", "request_s")  # Profile.host's times
+
+
+def _check_host(value: dict, file: str) -> None:
+    for k, v in value.items():
+        if k == "source" and isinstance(v, str):
+            continue
+        if k not in HOST_FIELDS:
+            raise InputError(f"expected host costs among {', '.join(HOST_FIELDS)} and source, got {k!r}"[:120],
+                             file=file, field="host")
+        if not (_positive(v) and v <= MAX_TIME_S):
+            raise InputError(f"expected a time in (0, {MAX_TIME_S:g}] s, got {json.dumps(v)[:40]}", file=file,
+                             field=f"host.{k}")
+    missing = [k for k in HOST_FIELDS if k not in value]
+    if value and missing:
+        raise InputError(f"host costs lack {', '.join(missing)}", file=file, field="host")
+
+
 def load_profile(path: str | Path) -> Profile:
     """Read ``profile.json`` (or a calibration folder holding one), checking every field."""
     from .io import check_input_path, loads_json, read_input_bytes
@@ -442,6 +466,8 @@ def _check_field(key: str, value, default, file: str) -> None:
             _check_training(value, file)
         elif key == "power":
             _check_power(value, file)
+        elif key == "host":
+            _check_host(value, file)
     elif key in _COMM_DICTS:
         if not isinstance(value, dict) or not all(isinstance(k, str) and _COMM_KEY.match(k) and int(k.split(":")[1]) >= 2
                                                   for k in value):

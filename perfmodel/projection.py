@@ -29,12 +29,12 @@ from .cost.backend import NP
 from .cost.overlap import resolve_method
 from .errors import InputError
 from .graph import Step, check_layout, exchange_quantized, moe_exchange
-from .host_costs import host_rules, request_overhead_s
+from .host_costs import host_rules, request_overhead_s, scenario_host_costs
 from .models import Model
 from .op_graphs import ops_for
 from .ops import COMM_KINDS
 from .profile import Profile
-from .scenario import Scenario
+from .scenario import Scenario, require_resolved
 from .spec import HardwareSpec
 from .speculative import check_draft, draft_model, draft_scenario
 from .speculative import describe as describe_speculation
@@ -111,7 +111,7 @@ class Projection:
 
 
 def evaluate_step(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, step: Step) -> Phase:
-    sc = sc.for_hardware(hw)
+    require_resolved(sc, "projection.evaluate_step")
     ops = ops_for(model, step, sc)
     return _phase(model, hw, sc, prof, step, time_ops(ops, hw, prof, mode=sc.mode, world=sc.gpus))
 
@@ -119,13 +119,13 @@ def evaluate_step(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, s
 def evaluate_steps(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, steps) -> list[Phase]:
     """:func:`evaluate_step` of each of several steps of one layout (the decode steps at a generation's contexts),
     the ops they have alike priced once (:func:`perfmodel.cost.time_steps`)."""
-    sc = sc.for_hardware(hw)
+    require_resolved(sc, "projection.evaluate_steps")
     timed = time_steps([ops_for(model, s, sc) for s in steps], hw, prof, mode=sc.mode, world=sc.gpus)
     return [_phase(model, hw, sc, prof, s, times) for s, times in zip(steps, timed)]
 
 
 def _phase(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, step: Step, times: list[OpTime]) -> Phase:
-    acc = account(times, Rules.of(sc, step.phase, **host_rules(sc, hw)), prof, hw=hw, world=sc.gpus)
+    acc = account(times, Rules.of(sc, step.phase, **host_rules(sc, prof)), prof, hw=hw, world=sc.gpus)
     sums = acc.sums()
     return Phase(step.phase, step.batch, step.seq, step.context, times, step_time(sums, acc.serial_s), sums["gaps"],
                  model.layers, acc)
@@ -135,17 +135,14 @@ def project(hardware, model, scenario: Scenario | None = None, *, profile: Profi
             **overrides) -> Projection:
     """Project one scenario. ``hardware`` and ``model`` may be names, paths or loaded objects; keyword
     arguments override scenario fields (``project("b200", "llama70b", tp=2, dtype="fp8")``)."""
-    from .resolve import resolve_hardware, resolve_model, resolve_profile
+    from .resolve import setup
 
-    hw = resolve_hardware(hardware)
-    mdl = resolve_model(model)
-    sc = (scenario or Scenario()).with_(**overrides).validated()
-    prof = profile if profile is not None else resolve_profile(None, hw, sc.engine)
-    return project_resolved(hw, mdl, sc, prof)
+    s = setup(hardware, model, (scenario or Scenario()).with_(**overrides), profile)
+    return project_resolved(s.hardware, s.model, s.scenario, s.profile)
 
 
 def project_resolved(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> Projection:
-    sc = with_images(model, sc.for_hardware(hw))  # images become prompt tokens (unchanged without images)
+    sc = with_images(model, require_resolved(sc, "projection.project_resolved"))  # images become prompt tokens (unchanged without images)
     layout_notes = check_layout(model, sc)
     check_draft(model, sc)
     if sc.batch == "max":
@@ -195,7 +192,7 @@ def serving_times(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, b
 
     ``batch`` and the spec's figures may be numpy arrays (sweeps); everything broadcasts.
     """
-    sc = sc.for_hardware(hw)
+    require_resolved(sc, "projection.serving_times")
     plan = serving_steps(sc, batch)
     prefill = evaluate_step(model, hw, sc, prof, plan.prefill)
     decode = evaluate_steps(model, hw, sc, prof, plan.decode)
@@ -442,6 +439,9 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
         from .kernel_choices import assumption_lines, choices
 
         out += assumption_lines(choices(hw, sc, prof))
+        host = _host_text(sc, prof)
+        if host:
+            out.append(host)
     if sc.attention_dp > 1:
         out.append(f"attention data parallel: {sc.attention_dp} groups of TP {sc.tp} run attention and dense layers "
                    f"on their own sequences; the MoE layers spread over all {sc.moe_group} GPUs (EP {sc.ep}"
@@ -481,6 +481,19 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
     return out
 
 
+def _host_text(sc: Scenario, prof: Profile) -> str:
+    """The host costs an eager framework's steps pay, and where they came from (the profile's ``host`` family,
+    :func:`perfmodel.evidence.compose`; empty for the serving engines)."""
+    h = scenario_host_costs(sc, prof)
+    if h is None:
+        return ""
+    where = (prof.provenance.get("host") or {}).get("source") if prof.host else None
+    where = where or (h.source if prof.host else f"documented defaults ({h.source})")
+    return (f"host costs of transformers' generate(): {h.kernel_s * 1e6:.1f} us a kernel, {h.step_s * 1e6:.0f} us a "
+            f"decode step ({h.graph_step_s * 1e6:.0f} us around a graph replay), {h.request_s * 1e3:.2f} ms a "
+            f"request; {where}")
+
+
 def _overlap_text(sc: Scenario, prof: Profile) -> str:
     from .cost.overlap import overlap_params
 
@@ -499,11 +512,8 @@ def step(hardware, model, phase: str, batch: int, *, seq: int | None = None, con
          scenario: Scenario | None = None, profile: Profile | None = None, **overrides) -> Phase:
     """One forward step: ``phase="prefill"`` with ``seq`` new tokens per sequence, or ``"decode"`` (one new
     token per sequence) against ``context`` cached tokens."""
-    from .resolve import resolve_hardware, resolve_model, resolve_profile
+    from .resolve import setup
 
-    hw = resolve_hardware(hardware)
-    mdl = resolve_model(model)
-    sc = (scenario or Scenario()).with_(**overrides).validated()
-    prof = profile if profile is not None else resolve_profile(None, hw, sc.engine)
-    new = (seq or 1) if phase == "decode" else (seq or sc.isl)
-    return evaluate_step(mdl, hw, sc, prof, Step(phase, batch, new, context))
+    s = setup(hardware, model, (scenario or Scenario()).with_(**overrides), profile)
+    new = (seq or 1) if phase == "decode" else (seq or s.scenario.isl)
+    return evaluate_step(s.model, s.hardware, s.scenario, s.profile, Step(phase, batch, new, context))

@@ -1,13 +1,71 @@
-"""Names and paths -> loaded objects: hardware specs, models, calibration profiles."""
+"""The one place a projection's inputs are resolved: names and paths -> loaded objects (hardware specs, models,
+calibration profiles), and a scenario -> the scenario for a part (its engine chosen for the vendor, every engine
+field filled from the preset: :func:`resolve_scenario`, the only caller of :meth:`Scenario.for_hardware`).
+
+Every command obtains its inputs through :func:`setup`; the model layer (graph, projection, capacity, serve,
+sweep...) checks that it was handed a resolved scenario (:func:`perfmodel.scenario.require_resolved`) instead of
+resolving it again. Where a layout changes inside a loop (plan's layouts, sweep's grid points) the new scenario
+is resolved by :func:`resolve_scenario` too.
+"""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
+from .engines import Engine, engine_for
+from .host_costs import HOST_COSTS_ENV
 from .memo import Bounded, value_key
 from .models import Model
 from .profile import DEFAULTS, Profile, load_profile
+from .scenario import Scenario
 from .spec import HardwareSpec
+
+
+def resolve_scenario(sc: Scenario, hw: HardwareSpec | None) -> Scenario:
+    """``sc`` resolved for ``hw`` (None: no particular part, as a training or trace graph is built): the engine
+    chosen for the part's vendor (``auto``: TensorRT-LLM on NVIDIA parts, vLLM elsewhere) and every engine field
+    the user left unset filled from its preset (:mod:`perfmodel.engines`); a resolved scenario is returned as
+    it is. The only call of :meth:`Scenario.for_hardware` (tests/test_architecture.py)."""
+    return sc.for_hardware(hw)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """A projection's inputs, resolved: the part, the model (None for a command without one: predict, tune,
+    trace), the scenario resolved for the part (None without a model, or for training, whose scenario is its
+    own), the calibration profile composed for the part and engine, and the engine preset.
+
+    ``asked`` is the scenario as given (validated, engine fields as the user set them): a workflow that changes
+    the layout or the engine (plan's layouts, a sweep's grid, a simulation's disaggregated sides) starts each
+    new layout from it and resolves it with :func:`resolve_scenario`, because a resolved scenario keeps the
+    preset it was resolved with (SGLang's memory share per TP degree, another engine's kernels)."""
+
+    hardware: HardwareSpec
+    model: Model | None
+    scenario: Scenario | None
+    profile: Profile
+    engine: Engine
+    asked: Scenario | None = None
+
+
+def setup(arch, model=None, scenario: Scenario | dict | None = None, calibration=None, engine: str | None = None,
+          ) -> Setup:
+    """Resolve a projection's inputs once (module doc). ``arch``, ``model``: names, paths or loaded objects;
+    ``scenario``: a :class:`Scenario` or its fields (validated, then resolved for the part); ``calibration``: None
+    (each family from its best evidence under calibration/), ``"none"`` (the documented defaults), a profile
+    path, or a loaded :class:`Profile` for this part (used as given); ``engine``: the preset whose evidence the profile is composed for (default
+    the scenario's engine, ``auto`` without one; :data:`STANDALONE_ENGINE` for a standalone operator price)."""
+    hw = resolve_hardware(arch)
+    mdl = resolve_model(model) if model is not None else None
+    sc = asked = None
+    if scenario is not None:
+        asked = (scenario if isinstance(scenario, Scenario) else Scenario(**scenario)).validated()
+        sc = resolve_scenario(asked, hw)
+    key = engine or (sc.engine if sc is not None else None) or "auto"
+    # a loaded profile is taken as given (composed for this part already: carrying it again would carry twice)
+    prof = calibration if isinstance(calibration, Profile) else resolve_profile(calibration, hw, key)
+    return Setup(hw, mdl, sc, prof, engine_for(key, hw.vendor), asked)
 
 
 def resolve_hardware(hw) -> HardwareSpec:
@@ -102,6 +160,21 @@ def _load_profiles(root: Path) -> list[tuple[Path, Profile]]:
 
 
 def resolve_profile(arg, hw: HardwareSpec, engine: str | None = None) -> Profile:
+    """:func:`compose_profile`, with the host costs of the measurement folder ``$PERFMODEL_HOST_COSTS`` names
+    where it is set (your own host, measured by ``perfmodel calibrate --only hf``; any calibration, ``none``
+    included: the host is not the GPU, and the variable asks for it by name)."""
+    prof = compose_profile(arg, hw, engine)
+    folder = os.environ.get(HOST_COSTS_ENV, "").strip()
+    if not folder:
+        return prof
+    from .host_costs import as_fields, folder_host_costs
+
+    host = folder_host_costs(folder)
+    return prof.with_(host=as_fields(host), provenance={**prof.provenance, "host": {
+        "source": f"${HOST_COSTS_ENV}: {host.source}"}})
+
+
+def compose_profile(arg, hw: HardwareSpec, engine: str | None = None) -> Profile:
     """The profile a projection on ``hw`` with ``engine`` (a preset key; None or ``auto``: the part's default
     serving engine; a standalone price passes :data:`STANDALONE_ENGINE`) uses.
 

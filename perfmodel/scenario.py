@@ -172,8 +172,8 @@ class Scenario:
             "moe_quantized_exchange": eng.moe_quantized_exchange,
         }
         filled = {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in preset.items()}
-        if eng.key == "hf" and self.launch is None and filled["kv_cache"] == "static":
-            filled["launch"] = "auto"  # generate() compiles the decode step of a compileable (static) cache
+        if eng.static_cache_launch and self.launch is None and filled["kv_cache"] == "static":
+            filled["launch"] = eng.static_cache_launch  # the preset's launch with a static cache
         out = replace(self, engine=eng.key, **filled)
         if out.kernels == "hf" and out.kv_cache == "dynamic" and out.launch_for("decode") == "graph":
             from .errors import InputError
@@ -277,6 +277,20 @@ class Scenario:
 MAX_IMAGES = 256
 MAX_VIDEO_FRAMES = 768
 MAX_IMAGE_SIDE = 16384
+
+
+class UnresolvedScenario(TypeError):
+    """A layer below the commands was handed a scenario not resolved for a part: a programming error (every
+    command resolves its scenario once, in :mod:`perfmodel.resolve`), not bad input."""
+
+
+def require_resolved(sc: Scenario, where: str) -> Scenario:
+    """``sc``, checked to be resolved for a part (:func:`perfmodel.resolve.resolve_scenario`): the model layer
+    takes the engine's fields as given and never fills them itself."""
+    if not sc.resolved_for_engine:
+        raise UnresolvedScenario(f"{where} needs a scenario resolved for a part (perfmodel.resolve.resolve_scenario "
+                                 f"or setup); got engine {sc.engine!r} with engine fields unset")
+    return sc
 
 
 def parse_image_size(text: str) -> tuple[int, int]:

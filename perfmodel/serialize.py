@@ -10,6 +10,7 @@ from . import __version__
 from .cost import OpTime, clock_info
 from .energy import projection_energy
 from .kernel_choices import choices as kernel_choices
+from .scenario import require_resolved
 
 
 def _num(x) -> Any:
@@ -95,7 +96,7 @@ def projection_dict(p, gpu_hour_usd: float | None = None) -> dict:
 
 
 def step_dict(hw, model, sc, prof, phase) -> dict:
-    sc = sc.for_hardware(hw)
+    require_resolved(sc, "serialize.step_dict")
     return {
         "tool": f"perfmodel {__version__}",
         "arch": hardware_info(hw),

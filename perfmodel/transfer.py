@@ -79,7 +79,12 @@ def carry(profile: Profile, source: HardwareSpec | None, target: HardwareSpec, *
     if lineage_rank(profile.spec_key, target) is not None:
         # the part itself, or a what-if of it: its fractions apply to the new figures, and what is counted per
         # SM or per cycle follows the figures it is counted against (identity for the part itself)
-        return profile if source is None else profile.with_(**_structure(profile, source, target, what_if=True))
+        if source is None:
+            return profile
+        kw = _structure(profile, source, target, what_if=True)
+        if profile.power and float(profile.power.get("tdp_w", target.tdp_w)) != float(target.tdp_w):
+            kw["power"] = carry_power(profile.power, source, target)  # a what-if of the power limit
+        return profile.with_(**kw)
     label = profile.spec_key or profile.name
     if source is not None and source.vendor != target.vendor:
         return DEFAULTS.with_(name=DEFAULTS.name, carried_from="", carry_spread=CROSS_VENDOR_SPREAD,

@@ -64,12 +64,9 @@ def engine_of(row: dict, engine: str) -> str:
     named = (row.get("engine") or "").strip().lower()
     if named in ENGINES:  # the table's own engine column, where it has one
         return named
-    text = f"{row.get('source', '')} {row.get('notes', '')}".lower()
-    for key, words in (("trtllm", ("tensorrt-llm", "trt-llm", "trtllm")), ("vllm", ("vllm",)),
-                       ("sglang", ("sglang",))):
-        if any(w in text for w in words):
-            return key
-    return "auto"
+    from .engines import engine_named_in
+
+    return engine_named_in(f"{row.get('source', '')} {row.get('notes', '')}") or "auto"
 
 
 def _int(row, col, where):
@@ -144,7 +141,7 @@ def run_validation(path=None, *, calibration=None, mode: str = "latency", engine
     """Project every row of the table; ``engine`` overrides the engine read off each row's source.
     ``where`` (``hardware=b200,engine=trtllm``, or parsed clauses) and ``limit`` keep a subset of the rows."""
     from .projection import project_resolved
-    from .resolve import resolve_hardware, resolve_model, resolve_profile
+    from .resolve import resolve_hardware, resolve_model, resolve_scenario, setup
 
     p = Path(path) if path else default_csv()
     text = read_input_text(p, what="a validation table (CSV)", max_bytes=8 * 2**20)
@@ -174,9 +171,9 @@ def run_validation(path=None, *, calibration=None, mode: str = "latency", engine
         hw = resolve_hardware(row["hardware"])
         model = resolve_model(row["model"])
         sc = _scenario_for(row, where, engine, model).with_(mode=mode)
-        prof = resolve_profile(calibration, hw, sc.engine)
-        try:
-            proj = project_resolved(hw, model, sc, prof)
+        prof = setup(hw, model, calibration=calibration, engine=sc.engine).profile
+        try:  # a row whose engine does not run on its part is refused like one that does not fit
+            proj = project_resolved(hw, model, resolve_scenario(sc, hw), prof)
         except InputError as e:
             rec["status"] = f"does not fit: {e.detail}"
             out.append(rec)
@@ -217,7 +214,7 @@ class _Serving:
         if status is not None:
             rec["reason"], rec["status"] = status
             return rec
-        from .resolve import resolve_hardware, resolve_model, resolve_profile
+        from .resolve import resolve_hardware, resolve_model, setup
         from .scenario import Scenario
 
         hw = self._resolve(self.hw, row["hardware"].strip(), resolve_hardware)
@@ -238,7 +235,8 @@ class _Serving:
             rec["reason"], rec["status"] = layout
             return rec
         if (hw.key, rec["engine"]) not in self.profiles:
-            self.profiles[(hw.key, rec["engine"])] = resolve_profile(self.calibration, hw, rec["engine"])
+            self.profiles[(hw.key, rec["engine"])] = setup(hw, calibration=self.calibration,
+                                                           engine=rec["engine"]).profile
         prof = self.profiles[(hw.key, rec["engine"])]
         opts = None
         try:
@@ -408,16 +406,17 @@ def _squared_layout_refusal(row: dict, where: str, hw) -> tuple[str, str] | None
 def admission_cap(sc, hw) -> int | str:
     """The running-sequence cap a serving row is simulated with, by how the engine admits requests.
 
-    TensorRT-LLM's default capacity scheduler (``GUARANTEED_NO_EVICT``) starts a request only when the KV
-    cache can hold it to its last token: ``--batch max``, the KV-limited batch of the full request. vLLM
-    (``max_num_seqs``) and SGLang (``max_running_requests``) admit while free blocks hold the prompt and
-    preempt (vLLM) or retract (SGLang) when decoding runs out of blocks, which is the simulator's scheduler:
-    the engine's sequence limit, blocks deciding the rest."""
-    from .serve.simulate import for_hardware
+    The preset's ``admission`` (:mod:`perfmodel.engines`, with its source): ``no_evict`` (TensorRT-LLM's
+    ``GUARANTEED_NO_EVICT``) starts a request only when the KV cache can hold it to its last token: ``--batch
+    max``, the KV-limited batch of the full request; ``preempt`` (vLLM, SGLang) admits while free blocks hold the
+    prompt and preempts or retracts when decoding runs out of blocks, which is the simulator's scheduler: the
+    engine's sequence limit, blocks deciding the rest."""
+    from .engines import ENGINES
+    from .resolve import resolve_scenario
 
-    if sc.engine == "trtllm":
+    if sc.engine in ENGINES and ENGINES[sc.engine].admission == "no_evict":
         return "max"
-    return int(for_hardware(sc, hw).max_batch)
+    return int(resolve_scenario(sc, hw).max_batch)
 
 
 def _optional_int(row: dict, col: str, where: str) -> int | None:

@@ -131,13 +131,18 @@ def test_carry_rules(h200):
     assert process_node("cdna3") == ("N5", "N6") and process_node("unknown-generation") == process_node("hopper")
 
 
-def test_power_params_carries_a_profile_measured_elsewhere(h200):
+def test_power_reaches_another_part_only_through_the_transfer_carry(h200):
     b200 = resolve_hardware("b200")
     prof = DEFAULTS.with_(fitted=True, spec_key="h200-sxm", power={**TRUE, "tdp_w": 700.0, "fitted": 1.0})
     own = power_params(prof, h200)
     assert own["static_w"] == TRUE["static_w"] and own["j_per_flop"]["bf16"] == TRUE["j_per_flop"]["bf16"]
-    other = power_params(prof, b200)
+    from perfmodel.energy.model import UncarriedPower
+    from perfmodel.transfer import carry
+
+    other = power_params(carry(prof, h200, b200), b200)  # the one path power takes to another part
     assert other["tdp_w"] == b200.tdp_w and other["carried"] == 1.0
+    with pytest.raises(UncarriedPower):  # never carried a second time at use
+        power_params(prof, b200)
     assert power_params(DEFAULTS, b200) == default_power(b200)
 
 

@@ -65,16 +65,19 @@ def test_a_host_bound_decode_step_takes_the_host_time():
     sc = Scenario(engine="hf", isl=128, osl=64).for_hardware(hw)
     prof = resolve_profile(None, hw, "hf")
     step = evaluate_step(m, hw, sc, prof, Step("decode", 1, 1, 128))
-    host = scenario_host_costs(sc, hw)
+    host = scenario_host_costs(sc, prof)
     kernels = sum(t.op.kernels * t.op.count for t in step.times)
     assert step.time_s == pytest.approx(kernels * host.kernel_s + host.step_s, rel=0.05)
     # a serving engine's step on the same part is device-bound and several times faster
     trt = evaluate_step(m, hw, Scenario(engine="trtllm").for_hardware(hw), resolve_profile(None, hw, "trtllm"),
                         Step("decode", 1, 1, 128))
     assert step.time_s > 3 * trt.time_s
-    # and a part with no host measurement of its own takes the lent machine's host (the host is not the GPU)
-    assert scenario_host_costs(Scenario(engine="hf").for_hardware(resolve_hardware("b200")),
-                               resolve_hardware("b200")) == host
+    # and a part with no host measurement of its own takes the lent machine's host (the host is not the GPU),
+    # chosen and carried unchanged with the profile, which says where it came from
+    b200 = resolve_hardware("b200")
+    b200_prof = resolve_profile(None, b200, "hf")
+    assert scenario_host_costs(Scenario(engine="hf").for_hardware(b200), b200_prof) == host
+    assert "carried unchanged" in b200_prof.provenance["host"]["source"]
 
 
 def test_calibrate_only_hf_names_what_it_needs(tmp_path, capsys):
@@ -113,7 +116,7 @@ def test_the_compiled_path_fuses_the_elementwise_kernels_and_keeps_generates_hos
     assert eager["attn.norm"].kernels == 8 and compiled["attn.norm"].params.get("fused")
     assert compiled["attn.rotary_q"].params.get("fused") and "attn.repeat_kv" in compiled
     assert compiled["attn.q"].kernels == eager["attn.q"].kernels  # cuBLAS's split-K products either way
-    host = scenario_host_costs(sc, hw)
+    host = scenario_host_costs(sc, prof)
     assert host.graph_step_s == pytest.approx(COMPILED_STEP_LAUNCHES * host.kernel_s, rel=0.2)
     dec = evaluate_step(resolve_model("llama-3.1-8b"), hw, sc, prof, Step("decode", 1, 1, 128))
     device = sum(t.time * t.op.count for t in dec.times)
@@ -206,7 +209,7 @@ def test_a_requests_first_token_costs_its_return_to_the_host():
     assert request_overhead_s(trt, hw, m, prof) == token_return_s(m.vocab, prof)
     assert request_overhead_s(trt.with_(mode="sol"), hw, m, prof) == 0.0
     hf = Scenario(engine="hf").for_hardware(hw)
-    assert request_overhead_s(hf, hw, m, prof) == scenario_host_costs(hf, hw).request_s > 1e-3
+    assert request_overhead_s(hf, hw, m, prof) == scenario_host_costs(hf, prof).request_s > 1e-3
 
 
 @pytest.mark.skipif(not (HF_DIR / "request" / "host.csv").is_file(), reason="the H200's request rows are not shipped here")
@@ -261,3 +264,30 @@ def test_docs_engines_compiled_and_eager_figures_are_the_projection_and_the_tabl
     want = (f"eager static cache {eager:.1f} ms a token projected against {m_eager:.1f} ms measured, compiled "
             f"{compiled:.1f} ms against {m_compiled:.1f} ms")
     assert want in doc, re.sub(r"\s+", " ", want)
+
+
+def test_host_costs_are_a_calibration_family():
+    """Host costs come with the profile (fitted from calibration/h200/hf by `perfmodel fit`): --calibration none
+    means the documented defaults and says so; $PERFMODEL_HOST_COSTS still names a measurement folder."""
+    import os
+    import subprocess
+    import sys
+
+    from perfmodel.projection import project
+    from perfmodel.resolve import resolve_profile
+
+    hw = resolve_hardware("h200")
+    fitted = resolve_profile(None, hw, "hf")
+    assert fitted.host["kernel_s"] == pytest.approx(measured_host_costs(HF_DIR).kernel_s)
+    none = project("h200", "llama-3.1-8b", engine="hf", profile=resolve_profile("none", hw, "hf"))
+    line = next(a for a in none.assumptions if a.startswith("host costs"))
+    assert "documented defaults" in line and f"{DEFAULT.kernel_s * 1e6:.1f} us a kernel" in line
+    measured = project("h200", "llama-3.1-8b", engine="hf")
+    assert "measured on the host" in next(a for a in measured.assumptions if a.startswith("host costs"))
+    assert not any(a.startswith("host costs") for a in project("h200", "llama-3.1-8b").assumptions)
+    if (HF_DIR / "host.csv").is_file():
+        env = {**os.environ, "PERFMODEL_HOST_COSTS": str(HF_DIR)}
+        done = subprocess.run([sys.executable, "-m", "perfmodel", "project", "--arch", "h200", "--model", "llama8b",
+                               "--engine", "hf", "--calibration", "none"], capture_output=True, text=True, env=env,
+                              timeout=120)
+        assert done.returncode == 0 and "$PERFMODEL_HOST_COSTS: measured" in done.stdout

@@ -7,7 +7,8 @@ import pytest
 
 from perfmodel.cli import main
 from perfmodel.errors import InputError
-from perfmodel.evidence import ENGINE_NEAR, measured_backends
+from perfmodel.engines import ENGINES
+from perfmodel.evidence import measured_backends
 from perfmodel.paths import hardware_dir, repo_root
 from perfmodel.predict import predict_rows
 from perfmodel.profile import load_profile
@@ -54,7 +55,7 @@ def test_an_attention_row_may_name_its_kernel(tmp_path):
 
 
 def test_transformers_takes_plain_pytorchs_evidence():
-    assert ENGINE_NEAR["hf"][:2] == ("hf", "torch") and ENGINE_NEAR["torch"][:2] == ("torch", "hf")
+    assert ENGINES["hf"].near[:2] == ("hf", "torch") and ENGINES["torch"].near[:2] == ("torch", "hf")
     for hw in (H200, B200):
         hf, torch = (resolve_profile(None, hw, e).provenance["families"] for e in ("hf", "torch"))
         assert {f: v.get("profile") for f, v in hf.items()} == {f: v.get("profile") for f, v in torch.items()}

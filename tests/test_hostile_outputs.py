@@ -81,7 +81,7 @@ def test_parse_part():
 
 def _parts(arch, baseline, batch, **kw):
     from perfmodel.outputs.report import Part, resolve_part
-    from perfmodel.resolve import resolve_model, resolve_profile
+    from perfmodel.resolve import resolve_model
     from perfmodel.scenario import Scenario
     from perfmodel.outputs.report import parse_part
 
@@ -89,7 +89,7 @@ def _parts(arch, baseline, batch, **kw):
     sc = Scenario(batch=batch, **kw).validated()
     out = []
     for i, a in enumerate([baseline, *arch]):
-        hw, prof, s, proj, note = resolve_part(parse_part(a), model, sc, lambda h: resolve_profile(None, h),
+        hw, prof, s, proj, note = resolve_part(parse_part(a), model, sc, None,
                                                auto_tp=True)
         out.append(Part(hw, prof, proj, "#000", baseline=i == 0, scenario=s, layout_note=note))
     return out

@@ -45,10 +45,11 @@ def test_plain_pytorch_on_the_h200_is_its_own_suite_where_it_measured():
 
 def test_the_engine_attention_kernel_is_timed_as_itself_where_measured():
     from perfmodel.kernel_choices import choices
+    from perfmodel.resolve import resolve_scenario
     from perfmodel.scenario import Scenario
 
     prof = resolve_profile(None, B200, "trtllm")
-    ch = choices(B200, Scenario(engine="trtllm").validated(), prof)
+    ch = choices(B200, resolve_scenario(Scenario(engine="trtllm").validated(), B200), prof)
     assert ch["attention"]["decode"]["timed_as"] == "trtllm" and not ch["attention"]["decode"]["carried"]
 
 

@@ -1,5 +1,6 @@
 """The power-limited clock as physics (perfmodel.power_clock, issue 24): measured time course, bounds in a step."""
 from __future__ import annotations
+from perfmodel.resolve import resolve_scenario
 
 import json
 from pathlib import Path
@@ -113,7 +114,7 @@ def test_json_reports_the_in_step_over_alone_ratio():
 def test_step_demand_is_a_time_weighted_mean():
     hw = resolve_hardware("h200-sxm")
     model = load_model("llama8b")
-    ops = build_ops(model, Step("prefill", 1, 4096, 0), Scenario(kernels="torch"))
+    ops = build_ops(model, Step("prefill", 1, 4096, 0), resolve_scenario(Scenario(kernels="torch"), None))
     prof = project("h200-sxm", "llama8b").profile
     d = float(step_demand(ops, hw, prof))
     gemm = [o for o in ops if o.kind == "gemm"]

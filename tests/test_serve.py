@@ -12,7 +12,8 @@ from perfmodel.scenario import Scenario
 from perfmodel.cost.tables import without_tables
 from perfmodel.serve.engine import EngineConfig, simulate_instance
 from perfmodel.serve.metrics import itl_summary_ms, weighted_percentiles
-from perfmodel.serve.simulate import ServeOptions, for_hardware, simulate
+from perfmodel.resolve import resolve_scenario as for_hardware
+from perfmodel.serve.simulate import ServeOptions, simulate
 from perfmodel.serve.steptime import StepModel, exact_step
 from perfmodel.serve.workload import parse_dist, synthetic_requests
 

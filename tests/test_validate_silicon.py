@@ -19,7 +19,8 @@ from perfmodel.projection import evaluate_step
 from perfmodel.resolve import resolve_hardware, resolve_model, resolve_profile
 from perfmodel.scenario import Scenario
 from perfmodel.serve.engine import simulate_instance
-from perfmodel.serve.simulate import ServeOptions, build_instance, for_hardware, simulate
+from perfmodel.resolve import resolve_scenario as for_hardware
+from perfmodel.serve.simulate import ServeOptions, build_instance, simulate
 from perfmodel.serve.workload import (closed_loop_default_requests, closed_loop_requests, closed_loop_window,
                                       parse_dist, synthetic_requests)
 

@@ -199,7 +199,8 @@ def test_a_better_figure_never_slows_a_served_load(part, attr, factor):
     latency never rise (a request-level simulation may reorder single requests, so single ones are not compared)."""
     from perfmodel.resolve import resolve_profile, resolve_model
     from perfmodel.scenario import Scenario
-    from perfmodel.serve.simulate import for_hardware, simulate
+    from perfmodel.resolve import resolve_scenario as for_hardware
+    from perfmodel.serve.simulate import simulate
     from perfmodel.serve.workload import parse_dist, synthetic_requests
 
     reqs = synthetic_requests(150, 8.0, parse_dist("1024", field="isl"), parse_dist("128", field="osl"), seed=3)

@@ -2,7 +2,7 @@
 would pick if that table were missing (the evidence for the ranking in perfmodel/evidence.py).
 
 For every imported table T (engine E on part P) and family F: the *part-first* pick is the best other profile
-measured on P (engines in ENGINE_NEAR order); the *engine-first* pick is E's own table from the nearest other
+measured on P (engines in the preset's ``near`` order, perfmodel.engines); the *engine-first* pick is E's own table from the nearest other
 part (generation distance, then bandwidth), carried to P by perfmodel.transfer. Both price all of T's rows of
 F (none of them was fitted by either pick). The engine-first pick is made twice: from a part of P's tensor-core
 instruction family (wgmma: Hopper; tcgen05: Blackwell) and from the nearest part of another family.
@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from perfmodel import evidence, generations
+from perfmodel.engines import engine_distance
 from perfmodel.fit.latency import load_cases, op_class, predict_cases
 from perfmodel.paths import calibration_dir
 from perfmodel.resolve import available_profiles, source_spec
@@ -58,7 +59,7 @@ def compare(families=("gemm", "moe")) -> list[dict]:
             same_engine = [(p, s) for p, s in usable if p.engine == target.engine]
             if not sub or not same_part or not same_engine:
                 continue
-            part = min(same_part, key=lambda ps: (evidence._engine_distance(target.engine, ps[0].engine), ps[0].name))
+            part = min(same_part, key=lambda ps: (engine_distance(target.engine, ps[0].engine), ps[0].name))
             near = lambda ps: (evidence._generation_distance(ps[1].generation, hw.generation),  # noqa: E731
                                abs(ps[1].hbm_bandwidth - hw.hbm_bandwidth), ps[0].name)
             part_error = _median_error(*part, hw, sub)

@@ -87,11 +87,10 @@ def cmd_report(args) -> int:
     return 0
 
 
-def _resolve(args, arch):
-    from ..resolve import resolve_hardware, resolve_model, resolve_profile
+def _setup(args, arch, sc):
+    from ..resolve import setup
 
-    hw = resolve_hardware(arch)
-    return hw, resolve_model(args.model), resolve_profile(args.calibration, hw, getattr(args, "engine", None))
+    return setup(arch, args.model, sc, args.calibration, getattr(args, "engine", None))
 
 
 def _out_for(out: str, key: str, several: bool, suffix: str) -> Path:
@@ -113,21 +112,22 @@ def cmd_export(args) -> int:
     several = len(args.arch) > 1
     files: dict[Path, bytes | str] = {}
     for arch in args.arch:
-        hw, model, prof = _resolve(args, arch)
+        s = _setup(args, arch, sc)
+        hw, model, prof = s.hardware, s.model, s.profile
         if args.format == "xlsx":
             from ..outputs.workbook import workbook_bytes
 
-            sweep = run_sweep(hw, model, sc, prof, axes) if axes else None
-            files[_out_for(args.out, hw.key, several, ".xlsx")] = workbook_bytes(hw, model, sc, prof, sweep=sweep,
-                                                                                argv=_argv())
+            sweep = run_sweep(hw, model, s.asked, prof, axes) if axes else None
+            files[_out_for(args.out, hw.key, several, ".xlsx")] = workbook_bytes(hw, model, s.scenario, prof,
+                                                                                sweep=sweep, argv=_argv())
         else:
             from ..outputs.workbook import csv_tables
 
-            tables = csv_tables(hw, model, sc, prof)
+            tables = csv_tables(hw, model, s.scenario, prof)
             if axes:
                 from ..outputs.sweep import sweep_csv
 
-                tables["sweep"] = sweep_csv(run_sweep(hw, model, sc, prof, axes))
+                tables["sweep"] = sweep_csv(run_sweep(hw, model, s.asked, prof, axes))
             base = Path(args.out)
             if base.is_dir() or args.out.endswith(("/", "\\")):
                 prefix = base / (hw.key if several else "perfmodel")
@@ -158,8 +158,8 @@ def cmd_sweep(args) -> int:
     t0 = time.perf_counter()
     results = []
     for arch in args.arch:
-        hw, model, prof = _resolve(args, arch)
-        results.append((hw.key, run_sweep(hw, model, sc, prof, axes)))
+        s = _setup(args, arch, sc)
+        results.append((s.hardware.key, run_sweep(s.hardware, s.model, s.asked, s.profile, axes)))
     keys = [k for k, _ in results]
     if len(set(keys)) != len(keys):
         dup = sorted({k for k in keys if keys.count(k) > 1})

@@ -67,15 +67,14 @@ STANDALONE_ENGINE = "torch"
 
 def cmd_project(args) -> int:
     from ..projection import project_resolved
-    from ..resolve import resolve_hardware, resolve_model, resolve_profile
+    from ..resolve import resolve_model, setup
 
     model = resolve_model(args.model)
     sc = scenario_from_args(args)
     results = []
     for arch in args.arch:
-        hw = resolve_hardware(arch)
-        prof = resolve_profile(args.calibration, hw, sc.engine)
-        results.append(project_resolved(hw, model, sc, prof))
+        s = setup(arch, model, sc, args.calibration)
+        results.append(project_resolved(s.hardware, s.model, s.scenario, s.profile))
     usd = _gpu_hour_usd(args)
     if args.format == "json":
         from ..serialize import projection_dict
@@ -112,7 +111,7 @@ MAX_GPU_HOUR_USD = 1e4  # no GPU rents for more; 1e308 printed a 300-digit cost
 def cmd_step(args) -> int:
     from ..graph import Step, check_layout
     from ..projection import evaluate_step
-    from ..resolve import resolve_hardware, resolve_model, resolve_profile
+    from ..resolve import resolve_model, setup
     from ..serialize import step_dict
 
     model = resolve_model(args.model)
@@ -129,10 +128,9 @@ def cmd_step(args) -> int:
     check_layout(model, sc.with_(isl=context + seq, osl=1))
     dicts = []
     for arch in args.arch:
-        hw = resolve_hardware(arch)
-        prof = resolve_profile(args.calibration, hw, sc.engine)
-        phase = evaluate_step(model, hw, sc, prof, Step(args.phase, args.batch, seq, context))
-        dicts.append(step_dict(hw, model, sc, prof, phase))
+        s = setup(arch, model, sc, args.calibration)
+        phase = evaluate_step(model, s.hardware, s.scenario, s.profile, Step(args.phase, args.batch, seq, context))
+        dicts.append(step_dict(s.hardware, model, s.scenario, s.profile, phase))
     if args.format == "json":
         emit(json_text(dicts[0] if len(dicts) == 1 else dicts), args.out)
     else:
@@ -144,10 +142,10 @@ def cmd_step(args) -> int:
 
 def cmd_predict(args) -> int:
     from ..predict import predict_rows, read_rows, write_rows
-    from ..resolve import resolve_hardware, resolve_profile
+    from ..resolve import setup
 
-    hw = resolve_hardware(args.arch)
-    prof = resolve_profile(args.calibration, hw, args.engine)
+    s = setup(args.arch, calibration=args.calibration, engine=args.engine)
+    hw, prof = s.hardware, s.profile
     fields, rows = read_rows(args.ops)
     out = predict_rows(rows, hw, prof, mode=args.mode, source=args.ops)
     text = write_rows(fields, out, args.out)

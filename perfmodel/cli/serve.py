@@ -165,13 +165,13 @@ def arch_list(values) -> list[str]:
 
 
 def _resolve(args):
-    from ..resolve import resolve_hardware, resolve_model, resolve_profile
+    from ..resolve import resolve_hardware, resolve_model, setup
 
     hw = resolve_hardware(args.arch)
     model = resolve_model(args.model)
-    sc = scenario_from_args(args)
-    prof = resolve_profile(args.calibration, hw, sc.engine)
-    return hw, model, prof, sc
+    s = setup(hw, model, scenario_from_args(args), args.calibration)
+    # the simulation and the planner resolve each layout they build (perfmodel.resolve.Setup.asked)
+    return s.hardware, s.model, s.profile, s.asked
 
 
 def _lengths(args, sc):

@@ -38,7 +38,7 @@ def _stem(p: Path) -> str:
 
 def cmd_import(args) -> int:
     from ..io import write_files_atomic
-    from ..resolve import resolve_hardware, resolve_profile
+    from ..resolve import STANDALONE_ENGINE, setup
     from ..trace.mapping import read_sidecar, residual_rows, sidecar_path
     from ..trace.reader import read_trace
     from ..trace.residuals import cases_from_rows, refit, summary, to_csv, to_svg, to_table
@@ -61,8 +61,8 @@ def cmd_import(args) -> int:
             outputs[target] = None
     if args.refit:
         check_output_file(args.refit, "--refit")
-    hw = resolve_hardware(args.arch)
-    prof = resolve_profile(args.calibration, hw, "torch")
+    s = setup(args.arch, calibration=args.calibration, engine=STANDALONE_ENGINE)
+    hw, prof = s.hardware, s.profile
     texts, docs, cases, files, mapped = [], [], [], {}, []
     with progress(len(args.traces), "trace import") as tick:
         for t in args.traces:

@@ -86,12 +86,12 @@ def train_scenario(args):
 
 
 def cmd_train(args) -> int:
-    from ..resolve import resolve_hardware, resolve_model, resolve_profile
+    from ..resolve import STANDALONE_ENGINE, setup
 
     _check_outputs(args)  # every output name first, then the projection, then the writes
-    hw = resolve_hardware(args.arch)
-    model = resolve_model(args.model)
-    prof = resolve_profile(args.calibration, hw, "torch")
+    # training runs plain PyTorch's kernels (its scenario is its own: perfmodel.train)
+    s = setup(args.arch, args.model, calibration=args.calibration, engine=STANDALONE_ENGINE)
+    hw, model, prof = s.hardware, s.model, s.profile
     ts = train_scenario(args)
     if args.search:
         return _search(args, hw, model, ts, prof)

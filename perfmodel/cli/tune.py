@@ -87,10 +87,10 @@ def register(sub) -> None:
 
 
 def _resolve(args):
-    from ..resolve import resolve_hardware, resolve_profile
+    from ..resolve import STANDALONE_ENGINE, setup
 
-    hw = resolve_hardware(args.arch)
-    return hw, resolve_profile(args.calibration, hw, "torch")
+    s = setup(args.arch, calibration=args.calibration, engine=STANDALONE_ENGINE)
+    return s.hardware, s.profile
 
 
 def _constants(args, hw, prof):

@@ -55,25 +55,22 @@ def default_power(hw) -> dict:
             "tdp_w": float(hw.tdp_w), "fitted": 0.0}
 
 
+class UncarriedPower(ValueError):
+    """Power parameters measured on another part reached the energy model without being carried: a programming
+    error (profiles are carried once, by :func:`perfmodel.transfer.carry`, when resolved for a part)."""
+
+
 def power_params(prof, hw) -> dict:
-    """The power parameters that apply to ``hw``: the profile's, carried to ``hw`` when they describe
-    another part (by :func:`perfmodel.energy.carry_power`), or the documented defaults when it has none."""
+    """The power parameters that apply to ``hw``: the profile's (measured on ``hw`` or a part it is a what-if of,
+    or carried to ``hw`` by :func:`perfmodel.transfer.carry`, the one path power takes to another part), completed
+    with the documented defaults for what they lack; the defaults when it has none."""
     power = dict(prof.power or {})
     if not power:
         return default_power(hw)
-    if float(power.get("tdp_w", hw.tdp_w)) == float(hw.tdp_w) and (
-            not prof.spec_key or lineage_rank(prof.spec_key, hw) is not None or power.get("carried")):
+    if not prof.spec_key or lineage_rank(prof.spec_key, hw) is not None or power.get("carried"):
         return _complete(power, hw)
-    from ..resolve import resolve_hardware
-    from .carry import carry_power
-
-    try:
-        source = resolve_hardware(prof.spec_key) if prof.spec_key else None
-    except Exception:  # the measured part may not be in this library: fall back to the defaults
-        source = None
-    if source is None:
-        return default_power(hw)
-    return carry_power(power, source, hw)
+    raise UncarriedPower(f"power parameters measured on {prof.spec_key} given for {hw.key}: resolve the profile "
+                         "for the part (perfmodel.resolve), which carries it (perfmodel.transfer.carry)")
 
 
 def _complete(power: dict, hw) -> dict:

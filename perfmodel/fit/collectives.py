@@ -12,6 +12,7 @@ from ..cost.comm import COLLECTIVE_KINDS, bus_factor
 from ..cost.overlap import fit_overlap
 from ..profile import Profile
 from ..projection import evaluate_step
+from ..resolve import resolve_scenario
 from ..spec import HardwareSpec
 from ..step_accounting import Rules, account
 from .latency import well_formed
@@ -114,7 +115,8 @@ def predict_tp_layer(params: dict, hw, prof) -> tuple[float, float]:
     times them, run after their GEMMs (plain PyTorch does not overlap them) and, eagerly, each issued by the
     host (perfmodel.step_accounting: the host floor on collectives)."""
     shard = predict_layer(params, hw, prof)
-    sc = layer_scenario(params).with_(tp=int(params["tp"]), overlap=0.0).for_hardware(hw)
+    sc = layer_scenario(params).with_(tp=int(params["tp"]), overlap=0.0)
+    sc = resolve_scenario(sc, hw)
     ph = evaluate_step(layer_model(params), hw, sc, prof, layer_step(params))
     acc = account(ph.times, Rules.of(sc, ph.name, host_floor_collectives=True), prof, hw=hw, world=sc.gpus)
     comm = float(acc.total([s.op.scope == "layer" and s.collective for s in acc.ops]))

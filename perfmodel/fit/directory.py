@@ -21,6 +21,8 @@ from .clock import report_text as clock_text
 from .collectives import fit_collectives
 from .latency import dispatch_defaults, fit_launch, fit_profile, load_cases, residual_quantiles, validate_cases
 from .layers import validate_layers
+from .host import fit_host
+from .host import report_text as host_text
 from .power import fit_power
 from .power import report_text as power_text
 from .training import fit_training, training_markdown
@@ -136,6 +138,7 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
     power = None
     if any(r.get("kind") == "power" for r in rows if isinstance(r, dict)):
         prof, power = fit_power(prof, rows, hw)
+    prof, host = fit_host(prof, d)  # the machine's host costs, where the folder measured them (hf/)
     clock = fit_clock(d / CLOCK_COURSE_DIR, hw)
     if clock is not None:
         prof = prof.with_(power={**(prof.power or {}), "clock": clock[0].as_dict()})
@@ -178,6 +181,8 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
     text = validation_markdown(prof, hw) + "\n" + training_markdown(training)
     if power is not None:
         text += "\n## Power\n\n```\n" + power_text(power) + "\n```\n"
+    if host is not None:
+        text += "\n## Host costs (transformers' generate())\n\n```\n" + host_text(host) + "\n```\n"
     if clock is not None:
         text += "\n## Power-limited clock\n\n```\n" + clock_text(clock[1]) + "\n```\n"
     if tables["classes"]:

@@ -9,6 +9,7 @@ from ..graph import Step
 from ..models import Model
 from ..profile import Profile
 from ..projection import evaluate_step
+from ..resolve import resolve_scenario
 from ..scenario import Scenario
 from ..spec import HardwareSpec
 from .latency import error_summary
@@ -36,7 +37,8 @@ def layer_step(params: dict) -> Step:
 def predict_layer(params: dict, hw: HardwareSpec, prof: Profile) -> float:
     """A measured decoder layer (one TP shard, no all-reduce) as the projection would time it: the shares of the
     step (perfmodel.step_accounting) of its layer's ops other than collectives."""
-    acc = evaluate_step(layer_model(params), hw, layer_scenario(params), prof, layer_step(params)).account
+    sc = resolve_scenario(layer_scenario(params), hw)
+    acc = evaluate_step(layer_model(params), hw, sc, prof, layer_step(params)).account
     return float(acc.total([s.op.scope == "layer" and not s.collective for s in acc.ops]))
 
 

@@ -30,6 +30,7 @@ from ..errors import InputError
 from ..graph import Step
 from ..ops import COMM_KINDS, COMPUTE_KINDS
 from ..projection import evaluate_step
+from ..resolve import resolve_scenario
 from ..scenario import Scenario
 from .layers import layer_model, predict_layer
 
@@ -70,6 +71,7 @@ def _layer_parts(params: dict, hw, prof):
     dtype = params.get("dtype", "bf16")
     sc = Scenario(tp=int(params.get("tp", 1)), dtype=dtype, act_dtype=dtype, kv_dtype=dtype,
                   launch="graph" if params.get("graph") else "eager", kernels="torch")
+    sc = resolve_scenario(sc, hw)
     if params["phase"] == "prefill":
         step = Step("prefill", int(params["batch"]), int(params["seq"]), 0)
     else:

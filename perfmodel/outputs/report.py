@@ -414,6 +414,7 @@ def smallest_fitting_tp(hw, model, sc, prof):
     from .. import capacity
     from ..errors import InputError
     from ..projection import project_resolved
+    from ..resolve import resolve_scenario
 
     want = 1 if sc.batch == "max" else int(sc.batch)
     limit = max(int(hw.scaleup_domain), 1)
@@ -425,23 +426,25 @@ def smallest_fitting_tp(hw, model, sc, prof):
             continue
         try:
             trial = sc.with_(tp=tp).validated()
+            resolved = resolve_scenario(trial, hw)  # the engine's preset at this TP
             # raises (one line) when it does not fit; the projection may refuse a layout too
-            capacity.check_fits(model, trial, hw, capacity.max_batch(model, trial, hw), batch=want)
-            return trial, project_resolved(hw, model, trial, prof)
+            capacity.check_fits(model, resolved, hw, capacity.max_batch(model, resolved, hw), batch=want)
+            return trial, project_resolved(hw, model, resolved, prof)
         except InputError as e:
             last = e
     raise InputError(f"{hw.name}: no tensor-parallel degree up to {limit} (its scale-up domain) fits; last "
                      f"tried: {last}; give the layout with --arch {hw.key}:tp=N[,pp=N]", field="--arch")
 
 
-def resolve_part(req: PartRequest, mdl, scenario, prof_for, *, auto_tp: bool):
-    """(hw, prof, scenario, projection, note) for one requested part: its own layout when given with the
-    name, else the global flags (auto_tp: the smallest TP that fits)."""
+def resolve_part(req: PartRequest, mdl, scenario, calibration, *, auto_tp: bool):
+    """(hw, prof, scenario as asked for the part, projection, note) for one requested part: its own layout when
+    given with the name, else the global flags (auto_tp: the smallest TP that fits). ``calibration`` as for
+    :func:`perfmodel.resolve.setup`."""
     from ..projection import project_resolved
-    from ..resolve import resolve_hardware
+    from ..resolve import resolve_scenario, setup
 
-    hw = resolve_hardware(req.spec)
-    prof = prof_for(hw)
+    s = setup(req.spec, mdl, calibration=calibration, engine=scenario.engine)
+    hw, prof = s.hardware, s.profile
     given = req.given
     sc = scenario.with_(**given)
     if "ep" not in given and sc.tp % sc.ep:
@@ -452,7 +455,7 @@ def resolve_part(req: PartRequest, mdl, scenario, prof_for, *, auto_tp: bool):
         notes.insert(0, "TP: the smallest that fits")
     else:
         sc = sc.validated()
-        proj = project_resolved(hw, mdl, sc, prof)
+        proj = project_resolved(hw, mdl, resolve_scenario(sc, hw), prof)
         if not given:
             notes.append("as given by --tp/--pp/--ep")
     return hw, prof, sc, proj, "; ".join(notes)
@@ -466,7 +469,7 @@ def render_report(hardware: list, model, scenario, *, baseline=None, calibration
     (``"h100-sxm:tp=2"``, see :func:`parse_part`). Parts without one use the scenario's TP/PP/EP, or with
     ``auto_tp`` the smallest TP that fits (:func:`smallest_fitting_tp`); the report states which.
     ``calibration`` as for ``--calibration`` (None: automatic per part)."""
-    from ..resolve import resolve_model, resolve_profile
+    from ..resolve import resolve_model
 
     mdl = resolve_model(model)
     reqs = [parse_part(h) for h in hardware]
@@ -475,7 +478,7 @@ def render_report(hardware: list, model, scenario, *, baseline=None, calibration
     parts = []
     seen = set()
     for i, req in enumerate(order):
-        hw, prof, sc, proj, note = resolve_part(req, mdl, scenario, lambda h: resolve_profile(calibration, h, scenario.engine),
+        hw, prof, sc, proj, note = resolve_part(req, mdl, scenario, calibration,
                                                 auto_tp=auto_tp)
         if (hw.key, sc.tp, sc.pp, sc.ep) in seen:
             continue  # the baseline named again among the parts

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..inputs import number
+from ..resolve import resolve_scenario
 from ..spec import SPEC_FIELDS
 
 METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "throughput_tok_s", "throughput_tok_s_per_gpu")
@@ -171,7 +172,9 @@ class SweepResult:
 
 
 def run_sweep(hw, model, sc, prof, axes: list[Axis], *, description: str = "") -> SweepResult:
-    """Evaluate the grid spanned by ``axes`` (see module doc)."""
+    """Evaluate the grid spanned by ``axes`` (see module doc). ``sc``: the scenario as asked
+    (:attr:`perfmodel.resolve.Setup.asked`): each grid point's is resolved for the part, the engine's preset
+    following the point's layout."""
     from .. import capacity
     from ..projection import serving_times
     from ..spec import spec_with
@@ -198,6 +201,7 @@ def run_sweep(hw, model, sc, prof, axes: list[Axis], *, description: str = "") -
             else:
                 kw[a.field] = a.values[j]
         sc2 = _checked_point(model, sc, hw2, kw, {axes[i].field: axes[i].values[j] for i, j in zip(loop, combo)})
+        sc2 = resolve_scenario(sc2, hw2)  # the point's layout and engine, resolved as a command resolves its own
         grids = np.meshgrid(*[np.arange(shape[i]) for i in vec], indexing="ij") if vec else []
         overrides = {}
         batch_idx = None
@@ -217,7 +221,7 @@ def run_sweep(hw, model, sc, prof, axes: list[Axis], *, description: str = "") -
             vals = [(-1 if v == "max" else int(v)) for v in axes[[a.field for a in axes].index("batch")].values]
             want = np.asarray(vals)[batch_idx]
         # 'max': what memory holds, and no more than the engine's scheduler runs at once (as project_resolved)
-        sched = sc2.for_hardware(hw2).max_batch
+        sched = sc2.max_batch
         largest = np.minimum(cap, sched) if sched else cap
         batch = np.where(want < 0, largest, want).astype(int)
         fits = (batch >= 1) & (batch <= cap)
@@ -254,7 +258,7 @@ def _checked_point(model, sc, hw, kw: dict, where: dict):
 
     try:
         sc2 = sc.with_(**kw).validated() if kw else sc
-        check_layout(model, sc2.for_hardware(hw))
+        check_layout(model, resolve_scenario(sc2, hw))
     except InputError as e:
         if not where:
             raise

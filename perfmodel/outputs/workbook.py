@@ -46,6 +46,7 @@ from ..models import Model
 from ..ops import COMM_KINDS, COMPUTE_KINDS
 from ..profile import Profile
 from ..projection import batch_cap, decode_mean, draft_time, project_resolved, serving_rates, serving_steps
+from ..resolve import resolve_scenario
 from ..scenario import Scenario
 from ..spec import SPEC_FIELDS, HardwareSpec, spec_value
 from ..step_accounting import PARTS, Rules, account, step_time
@@ -380,6 +381,7 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
     from openpyxl import Workbook
     from openpyxl.styles import Font, PatternFill
 
+    sc = resolve_scenario(sc, hw)  # as asked or as resolved by the command (perfmodel.resolve)
     proj = project_resolved(hw, model, sc, prof)
     sc_r = proj.scenario  # batch resolved
     batch_max = sc.batch == "max"
@@ -569,7 +571,7 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
     overlap_method, _ = resolve_method(sc_r.overlap)
     timed_by_key = {}
     for st in steps:
-        rules = Rules.of(sc_r, st.phase, **host_rules(sc_r, hw))
+        rules = Rules.of(sc_r, st.phase, **host_rules(sc_r, prof))
         if overlap_method in ("none", "fixed"):  # the hidden fraction is a live input
             rules = dataclasses.replace(rules, overlap="fixed", fraction=I("overlap"))
         timed_by_key[st.key] = _step_sheet(wb, st, model, hw, sc_r, hw_view, prof_view, rules, power, I,
@@ -897,7 +899,7 @@ def csv_tables(hw, model, sc, prof) -> dict[str, str]:
     from ..io import csv_text as table
     from ..serialize import projection_dict
 
-    p = project_resolved(hw, model, sc, prof)
+    p = project_resolved(hw, model, resolve_scenario(sc, hw), prof)
     d = projection_dict(p)
 
     ops = []

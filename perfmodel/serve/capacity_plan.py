@@ -46,7 +46,8 @@ from ..errors import InputError
 from .engine import simulate_instance
 from .metrics import request_metrics
 from .plan import batch_caps, layout_fits, layout_runs, max_rate
-from .simulate import MAX_INSTANCES, ServeOptions, build_instance, for_hardware, kv_transfer_s, max_seqs_for, simulate
+from ..resolve import resolve_scenario
+from .simulate import MAX_INSTANCES, ServeOptions, build_instance, kv_transfer_s, max_seqs_for, simulate
 
 SLACK = 0.25  # an estimate this much worse than the best simulated plan of its group is not simulated
 MAX_GROW = 3
@@ -180,7 +181,7 @@ class Planner:
             for engine in engines:
                 found = []
                 try:
-                    probe = for_hardware(self.sc.with_(engine=engine), part.hw)
+                    probe = resolve_scenario(self.sc.with_(engine=engine), part.hw)
                 except InputError as e:  # the engine does not run on this part's vendor
                     self.notes.append(f"{engine} on {part.hw.name}: {e.message}")
                     continue
@@ -190,7 +191,7 @@ class Planner:
                         if tp * pp > part.hw.scaleup_domain:  # one instance inside one scale-up domain
                             continue
                         ep = self.sc.ep if tp % self.sc.ep == 0 else 1
-                        trial = for_hardware(self.sc.with_(tp=tp, pp=pp, ep=ep, engine=engine), part.hw).validated()
+                        trial = resolve_scenario(self.sc.with_(tp=tp, pp=pp, ep=ep, engine=engine), part.hw).validated()
                         if layout_runs(self.model, trial, self.base) and layout_fits(self.model, trial, part.hw,
                                                                                      self.base):
                             found.append(self._screen(pi, trial, prof))

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
-from .simulate import ServeOptions, build_instance, for_hardware, max_seqs_for, simulate
+from ..resolve import resolve_scenario
+from .simulate import ServeOptions, build_instance, max_seqs_for, simulate
 from .engine import simulate_instance
 
 BISECT_STEPS = 9  # the rate to within 1/512 of the bracket
@@ -127,7 +128,7 @@ def plan(hw, model, sc, prof, base, space: PlanSpace, opts: ServeOptions) -> lis
                 if tp * pp > space.gpus:
                     continue
                 ep = sc.ep if tp % sc.ep == 0 else 1
-                trial = for_hardware(sc.with_(tp=tp, pp=pp, ep=ep, engine=engine), hw).validated()
+                trial = resolve_scenario(sc.with_(tp=tp, pp=pp, ep=ep, engine=engine), hw).validated()
                 if layout_runs(model, trial, base) and layout_fits(model, trial, hw, base):
                     layouts.append(trial)
         found = []

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..host_costs import request_overhead_s
+from ..resolve import resolve_scenario
 from .engine import BLOCK_SIZE, EngineConfig, check_fits, simulate_instance
 from .metrics import request_metrics
 from .steptime import StepModel, kv_pool_blocks
@@ -54,11 +55,6 @@ class Instance:
     sc: object
     steps: StepModel
     cfg: EngineConfig
-
-
-def for_hardware(sc, hw):
-    """The scenario with its engine's preset filled in for ``hw`` (perfmodel.engines)."""
-    return sc.for_hardware(hw) if hasattr(sc, "for_hardware") else sc
 
 
 def parse_disagg(text: str | None) -> tuple[int, int] | None:
@@ -180,7 +176,7 @@ def simulate(hw, model, sc, prof, reqs, opts: ServeOptions = ServeOptions(), *, 
 
 
 def _aggregated(hw, model, sc, prof, reqs, opts, power, t0, cache=None) -> dict:
-    sc = for_hardware(sc, hw).validated()
+    sc = resolve_scenario(sc, hw).validated()
     inst = build_instance(hw, model, sc, prof, reqs, "mixed", opts, power, cache=cache)
     t_build = time.perf_counter() - t0
     n = len(reqs)
@@ -255,7 +251,7 @@ def _steady_state(whole: dict, arrival, first, finish, reqs, spans, extra, conc:
 
 def _side(sc, hw, tp: int | None, layout: tuple):
     """One side's instance layout: the scenario with that side's TP and other layout fields."""
-    return for_hardware(sc.with_(tp=tp or sc.tp, **dict(layout)), hw).validated()
+    return resolve_scenario(sc.with_(tp=tp or sc.tp, **dict(layout)), hw).validated()
 
 
 @dataclass

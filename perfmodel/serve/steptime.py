@@ -111,7 +111,7 @@ def _class_fields(ops, keys, wanted, launch: str, sc, prof, hw, power) -> dict:
     alone = resolve_method(sc.overlap)[0] in ("none", "fixed")
     timed = [op for op, _ in sel] if alone else ops
     mask = None if alone else [k in wanted for k in keys]
-    rules = Rules.of(sc, launch=launch, **host_rules(sc, hw))
+    rules = Rules.of(sc, launch=launch, **host_rules(sc, prof))
     out = {}
     # the two clocks in two passes (stacked on one axis, the stretch of the array ops' clock would go through numpy's
     # vectorised pow, which differs from the C library's in the last bit); what the clock does not change, the ops
@@ -222,7 +222,7 @@ def _table_key(sm: "StepModel", phase: str, n: int, wanted, launch: str):
         # the scenario's batch does not enter a table (its steps carry their own shapes): the instances of one layout
         # at several sequence caps (``batch``) share their tables
         parts = (typed_key(replace(sm.sc, batch=None)), value_key(sm.hw), value_key(sm.prof), typed_key(sm.power),
-                 typed_key(host_rules(sm.sc, sm.hw)), folders_state(sm.prof))
+                 typed_key(host_rules(sm.sc, sm.prof)), folders_state(sm.prof))
         sm.inputs = None if any(p is None for p in parts) else (sm.model, *parts)
     return None if sm.inputs is None else (*sm.inputs, phase, int(n), wanted, launch)
 
@@ -248,7 +248,7 @@ class StepModel:
         self.mixed_launch = sc.launch_for("prefill")
         self.decode_launch = sc.launch_for("decode")
         # host work each step runs outside its ops (an eager framework's own per-step work; zero for engines)
-        self.serial = {launch: Rules.of(sc, launch=launch, **host_rules(sc, hw)).serial_s
+        self.serial = {launch: Rules.of(sc, launch=launch, **host_rules(sc, prof)).serial_s
                        for launch in {self.mixed_launch, self.decode_launch}}
         self._build(piece_hint)
 
@@ -406,7 +406,7 @@ def exact_step(model, hw, sc, prof, n_dec: int, ctx_mean: float, pieces: list[tu
     for p, x in pieces:
         take(Step("prefill", 1, p, x), c.prefill_attn)
     times = time_ops(parts, hw, prof, mode=sc.mode, world=sc.gpus)
-    rules = Rules.of(sc, launch=launch, **host_rules(sc, hw))
+    rules = Rules.of(sc, launch=launch, **host_rules(sc, prof))
     return float(account(times, rules, prof, hw=hw, world=sc.gpus).total()) + rules.serial_s
 
 

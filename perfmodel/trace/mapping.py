@@ -220,12 +220,13 @@ def residual_rows(kernels: list[Kernel], side: Sidecar, hw, prof) -> tuple[list[
     from .. import ops as O
     from ..cost import step_demand, time_op
     from ..graph import Step, build_ops
+    from ..resolve import resolve_scenario
     from ..scenario import Scenario
 
     model = model_of(side)
     step = Step(side.phase, side.batch, side.seq, side.context)
-    sc = Scenario(dtype=side.dtype, act_dtype=side.dtype if side.dtype in ("bf16", "fp16") else "bf16",
-                  kernels="torch", launch="eager").validated()
+    sc = resolve_scenario(Scenario(dtype=side.dtype, act_dtype=side.dtype if side.dtype in ("bf16", "fp16") else "bf16",
+                                   kernels="torch", launch="eager").validated(), None)
     ops = {op.name: op for op in build_ops(model, step, sc)}
     sustained = step_demand(list(ops.values()), hw, prof)
     measured, annotated = attribute(kernels, model.layers)

@@ -39,6 +39,7 @@ from .. import ops as O
 from ..geometry import heads_per_gpu
 from ..graph import Step, build_ops
 from ..models import Model
+from ..resolve import resolve_scenario
 from ..scenario import Scenario
 from .scenario import TrainScenario
 
@@ -94,7 +95,8 @@ def inference_scenario(ts: TrainScenario) -> Scenario:
         kw["rotary"] = "kernel" if ts.kernels == "fused" else "eager"
     if "attention_kernel" in have:
         kw["attention_kernel"] = ts.attention_kernel
-    return Scenario(**kw).validated()
+    # resolved for no particular part, as before the part is known (the kernels and launch are set above)
+    return resolve_scenario(Scenario(**kw).validated(), None)
 
 
 def _b(dtype: str) -> float:
