@@ -11,19 +11,20 @@ BATCHES = (1, 4, 16, 64)
 PARTS = (("h200-sxm", "8 H200"), ("b200", "8 B200"))
 ACCEPT = 0.8  # the DeepSeek-V3 technical report's acceptance of the second token: 85-90% (arXiv 2412.19437)
 WAVES = 5  # closed-loop requests per unit of concurrency: the steady-state window is the middle two waves
+MIN_REQUESTS = 40  # at small batches, enough requests that the mean TPOT is not a few requests' draws
 OSL = "uniform:64:192"  # output lengths of mean 128 (project's default) that spread, so that the closed loop does not run
 # in lock step (every request prefilled together, then decoded together), which MTP's random runs would break
 
 
 def serve_tpot(hw, model, prof, batch: int, **spec) -> tuple[float, float, float | None]:
     """(mean TPOT s, p90 TPOT s, tokens per verify step observed) of a closed loop of ``batch`` requests in flight,
-    1024 in and 128 out (project's defaults), ``--batch batch``, over the steady state (perfmodel.serve.simulate)."""
+    1024 in and 64-192 out (OSL), ``--batch batch``, over the steady state (perfmodel.serve.simulate)."""
     from perfmodel.scenario import Scenario
     from perfmodel.serve.simulate import ServeOptions, simulate
     from perfmodel.serve.workload import closed_loop_requests, parse_dist
 
     sc = Scenario(tp=8, dtype="fp8", batch=batch, **spec)
-    reqs = closed_loop_requests(WAVES * batch, batch, parse_dist("1024", field="isl"), parse_dist(OSL, field="osl"))
+    reqs = closed_loop_requests(max(WAVES * batch, MIN_REQUESTS), batch, parse_dist("1024", field="isl"), parse_dist(OSL, field="osl"))
     out = simulate(hw, model, sc, prof, reqs, ServeOptions())
     tokens = out["speculation"]["observed_tokens_per_step"] if "speculation" in out else None
     return out["tpot_ms"]["mean"] / 1e3, out["tpot_ms"]["p90"] / 1e3, tokens
