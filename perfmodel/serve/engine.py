@@ -203,7 +203,7 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
     groups: dict[int, list] = {}  # shared prefix -> [blocks, references, last use]
 
     st = {"d": 0, "n_dec": 0, "ctx": 0, "a_dec": 0, "p_alloc": 0, "resident": 0, "reserved": 0,
-          "admitted": 0, "cached": 0}
+          "admitted": 0, "cached": 0, "ver": 0}
     res = InstanceResult(np.zeros(0), np.zeros(0), np.zeros(0), [], [])
     next_arr = 0
     now = arrival[0] if n_req else 0.0
@@ -230,17 +230,31 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
         j = np.minimum(v_p0[sl] + (at - v_base[sl]), v_end[sl])
         return np.minimum(cum[j] - cum[v_p0[sl]], v_cap[sl])
 
+    # the decoding slots' fields gathered once per change of the decoding set (asked several times a step):
+    # version, (p0 - base, end, cum[p0], cap, kv0 + K, shared), counter and the tokens emitted at it
+    memo = [-1, None, -1, None]
+
+    def spec_view(at: int):
+        """(kv0 + K, shared blocks, tokens emitted by counter ``at``) of the decoding slots (speculation)."""
+        if memo[0] != st["ver"]:
+            sl = np.flatnonzero(v_dec)
+            memo[0], memo[2] = st["ver"], -1
+            memo[1] = (v_p0[sl] - v_base[sl], v_end[sl], cum[v_p0[sl]], v_cap[sl], v_kv0[sl] + spec, v_shared[sl])
+        f = memo[1]
+        if memo[2] != at:
+            memo[2], memo[3] = at, np.minimum(cum[np.minimum(f[0] + at, f[1])] - f[2], f[3])
+        return f[4], f[5], memo[3]
+
     def spec_blocks(at: int) -> int:
-        sl = np.flatnonzero(v_dec)
-        if not sl.size:
+        kv, shared, em = spec_view(at)
+        if not kv.size:
             return 0
-        held = -(-(v_kv0[sl] + emitted(sl, at) + spec) // bs) - v_shared[sl]
-        return int(held.sum())
+        return int((-(-(kv + em) // bs)).sum() - shared.sum())
 
     def spec_ctx(at: int) -> float:
         """The decoding sequences' mean cached tokens at counter ``at`` (speculation)."""
-        sl = np.flatnonzero(v_dec)
-        return float((v_kv0[sl] + emitted(sl, at)).mean()) if sl.size else 0.0
+        kv, _, em = spec_view(at)
+        return float((kv + em).mean()) - spec if kv.size else 0.0
 
     def track(slot: int, sign: int) -> None:
         q, r = divmod(s_off[slot], bs)
@@ -267,6 +281,7 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
                 sl = np.array([slot])
                 held = int(-(-(v_kv0[slot] + emitted(sl, st["d"])[0] + spec) // bs)) - s_shared[slot]
                 v_dec[slot] = False
+                st["ver"] += 1
                 res.verified.append((int(v_p0[slot]), st["d"] - base[slot]))
                 r_at[r] = int(v_p0[slot]) + st["d"] - base[slot]
             else:
@@ -316,6 +331,7 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
             p0 = r_at[r]
             steps_left = max(int(np.searchsorted(cum, cum[p0] + steps_left)) - p0, 1) if steps_left > 0 else 1
             v_dec[slot] = True
+            st["ver"] += 1
             v_kv0[slot], v_base[slot], v_p0[slot], v_end[slot] = kv, d, p0, r_end[r]
             v_cap[slot], v_shared[slot] = max(osl[r] - g, 0), s_shared[slot]
         heapq.heappush(heap, (d + steps_left, epoch[r], r, slot))

@@ -199,9 +199,13 @@ def _speculation(sc, runs: list, spans: list, extra: list) -> dict:
     instances' verified steps (``runs``: (AcceptedRuns, InstanceResult) pairs)."""
     counts = np.zeros(sc.mtp + 1, dtype=np.int64)
     for drawn, r in runs:
-        for p0, k in r.verified:
-            if k > 0:
-                counts += np.bincount(np.diff(drawn.cum[p0:p0 + k + 1]) - 1, minlength=sc.mtp + 1)[: sc.mtp + 1]
+        if not r.verified:
+            continue
+        p0, k = np.asarray(r.verified, dtype=np.int64).T
+        # every draw a verify step used: indices p0 + 1 .. p0 + k of each (a run is cum[i] - cum[i - 1])
+        idx = np.repeat(p0 - np.cumsum(k) + k, k) + np.arange(1, int(k.sum()) + 1)
+        sizes = drawn.cum[idx] - drawn.cum[idx - 1]
+        counts += np.bincount(sizes - 1, minlength=sc.mtp + 1)[: sc.mtp + 1]
     return speculation_metrics(sc, counts, spans, extra)
 
 
