@@ -221,3 +221,7 @@ def test_serve_cli_speculates_with_a_draft_model(eagle):
     assert got.returncode == 0, got.stderr
     spec = json.loads(got.stdout)["speculation"]
     assert spec["acceptance"] == [0.8, 0.6] and spec["draft_tokens"] == 2 and spec["verify_steps"] > 0
+    text = subprocess.run([sys.executable, "-m", "perfmodel", "serve", "--arch", "h200", "--model", "llama8b",
+                           "--mtp", "2", "--mtp-accept", "0.8,0.6", "--draft", eagle, "--requests", "30",
+                           "--rate", "2", "--seed", "5"], capture_output=True, text=True)
+    assert text.returncode == 0 and "tokens per verify step; ITL per emitted token" in text.stdout
