@@ -175,6 +175,7 @@ def test_preempted_speculative_sequences_resume_their_runs_and_finish(h200, eagl
     runs = AcceptedRuns.draw(reqs.osl, sc.accepted_run, np.random.default_rng(0))
     r = simulate_instance(sm, cfg, reqs, runs)
     assert r.preemptions.sum() > 0
+    assert r.stats["min_free_blocks"] >= 0  # runs of verify steps grow up to K + 1 tokens a step, within the pool
     assert np.all(r.finish >= r.first_token) and np.all(r.first_token >= reqs.arrival)
     # every verify step a request ran was its next draw: its steps' runs emit its output past the first token
     emitted = {}

@@ -481,7 +481,7 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
             k = max(heap[0][0] - st["d"], 1) if heap else 1
             spare = free_blocks()
             room = spare + evictable()
-            if n_dec * (k // bs + 2) > spare:
+            if n_dec * (k * q // bs + 2) > spare:  # at most q tokens a sequence a step
                 lo, hi = 1, k
                 while lo < hi:
                     mid = (lo + hi + 1) // 2
@@ -540,6 +540,8 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
                 res.itl_spans.append((t_first, t_last, k, n_dec - len(entrants)))
             st["d"] += k
             st["a_dec"] = dec_blocks(st["d"])
+            if spec:  # the blocks the runs grew into stay within the pool (checked by the tests)
+                res.stats["min_free_blocks"] = min(res.stats.get("min_free_blocks", pool), free_blocks())
         for r in entrants:  # decode role: the first token this instance produces
             first[r] = now
             last_tok[r] = now
