@@ -154,6 +154,20 @@ def test_unloaded_mtp_tpot_is_projects(h200):
     out = simulate(hw, model, Scenario(batch=1, **kw), prof, reqs)
     proj = project(hw, model, Scenario(batch=1, **kw), profile=prof)
     assert out["tpot_ms"]["mean"] == pytest.approx(proj.tpot_s * 1e3, rel=0.03)
+    # the MTP module's pass over the prompt (one mean layer's share) is in the simulator's TTFT, not in project's
+    ttft = out["ttft_ms"]["p50"] / 1e3
+    assert proj.ttft_s * (1 + 0.5 / model.layers) < ttft < proj.ttft_s * (1 + 1.5 / model.layers)
+
+
+def test_unloaded_draft_model_ttft_and_tpot_are_projects(h200):
+    hw, prof = h200
+    model = resolve_model("llama70b")
+    kw = dict(tp=4, mtp=2, mtp_accept=0.7, draft="llama8b")
+    reqs = closed_loop_requests(20, 1, parse_dist("1024", field="isl"), parse_dist("128", field="osl"))
+    out = simulate(hw, model, Scenario(batch=1, **kw), prof, reqs)
+    proj = project(hw, model, Scenario(batch=1, **kw), profile=prof)
+    assert out["ttft_ms"]["p50"] == pytest.approx(proj.ttft_s * 1e3, rel=0.005)  # the draft's prefill in both
+    assert out["tpot_ms"]["mean"] == pytest.approx(proj.tpot_s * 1e3, rel=0.03)
 
 
 def test_the_drafters_weights_and_cache_shrink_the_pool(h200):
