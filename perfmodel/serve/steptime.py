@@ -471,7 +471,8 @@ class StepModel:
 
 def exact_step(model, hw, sc, prof, n_dec: int, ctx_mean: float, pieces: list[tuple[int, int]]) -> float:
     """The same mixed step timed directly from one op list (one power-limited clock for all of it); slow,
-    for checking the surrogate."""
+    for checking the surrogate. Without speculation (a verify step and its drafts are checked against the
+    projection's steps instead: tests/test_serve_spec.py)."""
     c = classify_ops(model, sc)
     launch = sc.launch_for("prefill") if pieces else sc.launch_for("decode")
     tokens = n_dec + sum(p for p, _ in pieces)
