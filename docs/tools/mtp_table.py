@@ -1,25 +1,54 @@
 """The tables of docs/speculative.md: DeepSeek-V3's TPOT with and without one multi-token-prediction draft
-token against batch, on 8 H200s in fp8 (TensorRT-LLM's kernels); and Llama-3.1-70B on 4 H200s with a
-Llama-3.1-8B draft model, by draft length, acceptance and batch.
+token against batch, on 8 H200s and 8 B200s in fp8 (TensorRT-LLM's kernels), from `perfmodel project` and from
+the serving simulator (`perfmodel serve`) side by side; and Llama-3.1-70B on 4 H200s with a Llama-3.1-8B draft
+model, by draft length, acceptance and batch (`project`).
 
-    python docs/tools/mtp_table.py          # a few seconds
+    python docs/tools/mtp_table.py          # about half a minute
 """
 from __future__ import annotations
 
-BATCHES = (1, 4, 16, 64, 256)
+BATCHES = (1, 4, 16, 64)
+PARTS = (("h200-sxm", "8 H200"), ("b200", "8 B200"))
 ACCEPT = 0.8  # the DeepSeek-V3 technical report's acceptance of the second token: 85-90% (arXiv 2412.19437)
+WAVES = 5  # closed-loop requests per unit of concurrency: the steady-state window is the middle two waves
+MIN_REQUESTS = 40  # at small batches, enough requests that the mean TPOT is not a few requests' draws
+OSL = "uniform:64:192"  # output lengths of mean 128 (project's default) that spread, so that the closed loop does not run
+# in lock step (every request prefilled together, then decoded together), which MTP's random runs would break
+
+
+def serve_tpot(hw, model, prof, batch: int, **spec) -> tuple[float, float, float | None]:
+    """(mean TPOT s, p90 TPOT s, tokens per verify step observed) of a closed loop of ``batch`` requests in flight,
+    1024 in and 64-192 out (OSL), ``--batch batch``, over the steady state (perfmodel.serve.simulate)."""
+    from perfmodel.scenario import Scenario
+    from perfmodel.serve.simulate import ServeOptions, simulate
+    from perfmodel.serve.workload import closed_loop_requests, parse_dist
+
+    sc = Scenario(tp=8, dtype="fp8", batch=batch, **spec)
+    reqs = closed_loop_requests(max(WAVES * batch, MIN_REQUESTS), batch, parse_dist("1024", field="isl"), parse_dist(OSL, field="osl"))
+    out = simulate(hw, model, sc, prof, reqs, ServeOptions())
+    tokens = out["speculation"]["observed_tokens_per_step"] if "speculation" in out else None
+    return out["tpot_ms"]["mean"] / 1e3, out["tpot_ms"]["p90"] / 1e3, tokens
 
 
 def table() -> str:
     from perfmodel import project
+    from perfmodel.resolve import resolve_hardware, resolve_model, resolve_profile
 
-    lines = ["| batch | TPOT, no MTP (ms) | TPOT, --mtp 1 --mtp-accept 0.8 (ms) | change | tokens per verify step |",
-             "|---|---|---|---|---|"]
-    for b in BATCHES:
-        base = project("h200-sxm", "deepseek-v3", tp=8, dtype="fp8", batch=b)
-        spec = project("h200-sxm", "deepseek-v3", tp=8, dtype="fp8", batch=b, mtp=1, mtp_accept=ACCEPT)
-        lines.append(f"| {b} | {base.tpot_s * 1e3:.2f} | {spec.tpot_s * 1e3:.2f} | {spec.tpot_s / base.tpot_s - 1:+.0%} "
-                     f"| {spec.scenario.tokens_per_step:.2f} |")
+    model = resolve_model("deepseek-v3")
+    lines = ["| GPUs | batch | project: no MTP (ms) | project: --mtp 1 (ms) | change | serve: no MTP (ms) | "
+             "serve: --mtp 1 (ms; p90) | change | serve: tokens per verify step |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for part, label in PARTS:
+        hw = resolve_hardware(part)
+        prof = resolve_profile(None, hw)
+        for b in BATCHES:
+            base = project(hw, model, tp=8, dtype="fp8", batch=b).tpot_s
+            spec = project(hw, model, tp=8, dtype="fp8", batch=b, mtp=1, mtp_accept=ACCEPT).tpot_s
+            s_base, _, _ = serve_tpot(hw, model, prof, b)
+            s_spec, s_p90, tokens = serve_tpot(hw, model, prof, b, mtp=1, mtp_accept=ACCEPT)
+            lines.append(f"| {label} | {b} | {base * 1e3:.2f} | {spec * 1e3:.2f} | {spec / base - 1:+.0%} "
+                         f"| {s_base * 1e3:.2f} | {s_spec * 1e3:.2f} ({s_p90 * 1e3:.2f}) | {s_spec / s_base - 1:+.0%} "
+                         f"| {tokens:.2f} |")
     return "\n".join(lines)
 
 

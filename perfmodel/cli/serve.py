@@ -189,7 +189,7 @@ def _options(args, **kw):
                         slo_tpot_s=_ms(args.slo_tpot_ms, "--slo-tpot-ms"),
                         slo_e2e_s=_ms(args.slo_e2e_ms, "--slo-e2e-ms"),
                         gpu_hour_usd=_price(getattr(args, "gpu_hour_usd", None)),
-                        kv_link=args.kv_link, **kw)
+                        kv_link=args.kv_link, seed=_int(args.seed, "--seed", 0), **kw)
 
 
 CLOSED = "closed-loop"  # the workload's arrival kind under --concurrency

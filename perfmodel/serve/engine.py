@@ -30,6 +30,16 @@ the system until the client runs out of requests; the arrival times used are ret
 Runs of steps that only decode, with nothing to admit, are advanced in one go until the next completion,
 arrival or block shortage (the step time is linear in the context over such a run), which is what makes
 10,000 requests take well under a second.
+
+**Speculative decoding** (``cfg.spec`` = K draft tokens, :class:`AcceptedRuns`): every decode step is a verify
+step of 1 + K tokens a decoding sequence (they count 1 + K against the token budget, as vLLM V1 schedules a
+running request's spec tokens) and emits 1 to K + 1 tokens a sequence, the request's next accepted run, drawn
+ahead of the run from the acceptance distribution (so a request's output length is reached in fewer steps, and
+its TPOT varies with its draws). A sequence holds KV blocks for the tokens it has plus the K it verifies; the
+decode counter counts steps, and each sequence's tokens at a counter are read off its runs (exact integers, as
+without speculation). Prefill chunks mix with verify steps in one step under every engine (vLLM V1 and
+TensorRT-LLM's in-flight batching do; SGLang runs prefill and EAGLE/MTP decode batches apart, which is not
+modelled: an estimate for it). The step that completes a prompt emits one token, as without speculation.
 """
 from __future__ import annotations
 
@@ -43,6 +53,7 @@ import numpy as np
 from ..errors import InputError
 
 BLOCK_SIZE = 16  # vLLM's default --block-size
+SPEC_STREAM = 25  # the accepted runs' random stream beside the workload's (seeded by the same --seed)
 WATERMARK = 0.01  # vLLM's block manager default watermark (share of blocks new admissions leave free)
 
 
@@ -54,10 +65,43 @@ class EngineConfig:
     block_size: int = BLOCK_SIZE
     prefix_caching: bool = False
     role: str = "mixed"  # mixed | prefill | decode
+    spec: int = 0  # speculative decoding: K draft tokens a verify step carries a sequence (module doc)
+    accepted_run: tuple = ()  # with spec: P(a verify step emits 1), ..., P(K + 1) (Scenario.accepted_run)
+    seed: int = 0  # with spec: the seed of the runs an instance draws itself (simulate_instance)
     # host time between a request's arrival and its being schedulable (an eager framework's own setup,
     # perfmodel.host_costs.request_overhead_s): the scheduler sees it that much later, latencies count from
     # the arrival
     request_s: float = 0.0
+
+
+@dataclass
+class AcceptedRuns:
+    """Every request's accepted runs (tokens a verify step emits: 1 to K + 1), drawn ahead. ``cum`` is the running
+    sum of all runs, requests one after another; request i's draws sit at ``cum[off[i]:off[i] + n[i] + 1]``, so its
+    verify steps j0 .. j0 + j - 1 emit ``cum[off[i] + j0 + j] - cum[off[i] + j0]`` tokens. ``n[i]`` (its output
+    length plus one) bounds the verify steps any request can run (each emits at least one token)."""
+
+    cum: np.ndarray  # int64, non-decreasing (increasing within a request's draws)
+    off: np.ndarray  # int64 per request
+    n: np.ndarray  # int64 per request
+
+    @classmethod
+    def draw(cls, osl: np.ndarray, accepted_run, rng: np.random.Generator) -> "AcceptedRuns":
+        """Runs for requests of output lengths ``osl`` from P(run = 1), ..., P(run = K + 1) (``accepted_run``)."""
+        n = np.asarray(osl, dtype=np.int64) + 1
+        p = np.asarray(accepted_run, dtype=float)
+        runs = rng.choice(p.size, size=int(n.sum()), p=p / p.sum()) + 1
+        off = np.concatenate([[0], np.cumsum(n + 1)[:-1]]).astype(np.int64)  # each request's own zero in cum
+        cum = np.zeros(int(n.sum() + n.size), dtype=np.int64)
+        mask = np.ones(cum.size, dtype=bool)
+        mask[off] = False
+        cum[mask] = runs
+        return cls(np.cumsum(cum), off, n)
+
+    def take(self, idx) -> "AcceptedRuns":
+        """The runs of the requests ``idx`` (the draws shared, not copied)."""
+        idx = np.asarray(idx, dtype=int)
+        return AcceptedRuns(self.cum, self.off[idx], self.n[idx])
 
 
 @dataclass
@@ -79,11 +123,13 @@ class InstanceResult:
     stats: dict = field(default_factory=dict)
     arrival: np.ndarray | None = None  # the arrival times used (closed loop: set as requests were sent)
     peak_in_system: int = 0  # most requests arrived and not finished at once
+    # speculation: per sequence, the verify steps it ran, as (first draw's index in AcceptedRuns.cum, steps)
+    verified: list = field(default_factory=list)
 
 
 def check_fits(reqs, cfg: EngineConfig) -> None:
     """Every request must fit the KV pool on its own, or it could never run."""
-    longest = int((reqs.isl + reqs.osl).max())
+    longest = int((reqs.isl + reqs.osl).max()) + cfg.spec
     need = -(-longest // cfg.block_size)
     if need > cfg.kv_blocks:
         raise InputError(f"a request of {longest} tokens needs {need} KV blocks of {cfg.block_size} tokens but "
@@ -91,9 +137,10 @@ def check_fits(reqs, cfg: EngineConfig) -> None:
                          "the requests or raise --tp", field="--isl-dist")
 
 
-def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa: C901 (one event loop)
+def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None = None) -> InstanceResult:  # noqa: C901
     """Run the requests ``reqs`` through one instance: at their arrival times, or in a closed loop when
-    ``reqs.concurrency`` is set (module doc)."""
+    ``reqs.concurrency`` is set (module doc). ``runs``: the requests' accepted runs, with ``cfg.spec`` (None: drawn
+    here from ``cfg.seed``)."""
     n_req = len(reqs)
     conc = getattr(reqs, "concurrency", None)
     if conc is not None:
@@ -113,7 +160,11 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
     pool = cfg.kv_blocks
     watermark = int(WATERMARK * pool)
     m = max(int(cfg.max_seqs), 1)
-    budget_max = max(int(cfg.token_budget), m if role == "decode" else 1)
+    spec = int(cfg.spec) if role != "prefill" else 0  # a prefill instance's requests leave at their first token
+    q = 1 + spec  # tokens a decoding sequence carries a step
+    if spec and runs is None:  # a caller that draws none (a plan's rate search): the instance's own, seeded
+        runs = AcceptedRuns.draw(reqs.osl, cfg.accepted_run, np.random.default_rng([cfg.seed, SPEC_STREAM]))
+    budget_max = max(int(cfg.token_budget), m * q if role == "decode" else 1)
 
     # per request
     gen = [1 if role == "decode" else 0] * n_req  # tokens generated (decoding ones: as of their last sync)
@@ -135,13 +186,24 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
     s_palloc = [0] * m
     s_shared = [0] * m
     free_slots = list(range(m - 1, -1, -1))
+    if spec:  # per slot, as arrays: a decoding sequence's tokens at a counter are read off its runs
+        cum = runs.cum
+        r_at = (runs.off + 0).tolist()  # each request's next draw (its index in cum)
+        r_end = (runs.off + runs.n).tolist()
+        v_dec = np.zeros(m, dtype=bool)
+        v_kv0 = np.zeros(m, dtype=np.int64)
+        v_base = np.zeros(m, dtype=np.int64)
+        v_p0 = np.zeros(m, dtype=np.int64)  # the slot's first draw
+        v_end = np.zeros(m, dtype=np.int64)  # its request's last draw
+        v_cap = np.zeros(m, dtype=np.int64)  # tokens it may still emit
+        v_shared = np.zeros(m, dtype=np.int64)
     prefilling: list[int] = []  # slots part-way through their prompt, in admission order
     heap: list = []  # (decode counter at completion, epoch, request, slot)
     waiting: deque = deque()
     groups: dict[int, list] = {}  # shared prefix -> [blocks, references, last use]
 
     st = {"d": 0, "n_dec": 0, "ctx": 0, "a_dec": 0, "p_alloc": 0, "resident": 0, "reserved": 0,
-          "admitted": 0, "cached": 0}
+          "admitted": 0, "cached": 0, "ver": 0}
     res = InstanceResult(np.zeros(0), np.zeros(0), np.zeros(0), [], [])
     next_arr = 0
     now = arrival[0] if n_req else 0.0
@@ -158,8 +220,41 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
     dec_rem = [0] * bs
 
     def dec_blocks(at: int) -> int:
+        if spec:
+            return spec_blocks(at)
         big, a = divmod(at, bs)
         return dec_sum["q"] + st["n_dec"] * big + (sum(dec_rem[bs - a:]) if a else 0) - dec_sum["shared"]
+
+    def emitted(sl, at: int):
+        """Tokens the decoding slots ``sl`` have emitted by decode counter ``at`` (speculation)."""
+        j = np.minimum(v_p0[sl] + (at - v_base[sl]), v_end[sl])
+        return np.minimum(cum[j] - cum[v_p0[sl]], v_cap[sl])
+
+    # the decoding slots' fields gathered once per change of the decoding set (asked several times a step):
+    # version, (p0 - base, end, cum[p0], cap, kv0 + K, shared), counter and the tokens emitted at it
+    memo = [-1, None, -1, None]
+
+    def spec_view(at: int):
+        """(kv0 + K, shared blocks, tokens emitted by counter ``at``) of the decoding slots (speculation)."""
+        if memo[0] != st["ver"]:
+            sl = np.flatnonzero(v_dec)
+            memo[0], memo[2] = st["ver"], -1
+            memo[1] = (v_p0[sl] - v_base[sl], v_end[sl], cum[v_p0[sl]], v_cap[sl], v_kv0[sl] + spec, v_shared[sl])
+        f = memo[1]
+        if memo[2] != at:
+            memo[2], memo[3] = at, np.minimum(cum[np.minimum(f[0] + at, f[1])] - f[2], f[3])
+        return f[4], f[5], memo[3]
+
+    def spec_blocks(at: int) -> int:
+        kv, shared, em = spec_view(at)
+        if not kv.size:
+            return 0
+        return int((-(-(kv + em) // bs)).sum() - shared.sum())
+
+    def spec_ctx(at: int) -> float:
+        """The decoding sequences' mean cached tokens at counter ``at`` (speculation)."""
+        kv, _, em = spec_view(at)
+        return float((kv + em).mean()) - spec if kv.size else 0.0
 
     def track(slot: int, sign: int) -> None:
         q, r = divmod(s_off[slot], bs)
@@ -182,7 +277,15 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
     def release(slot: int) -> None:
         r = s_req[slot]
         if is_dec[slot]:
-            held = -(-(kv0[slot] + st["d"] - base[slot]) // bs) - s_shared[slot]
+            if spec:
+                sl = np.array([slot])
+                held = int(-(-(v_kv0[slot] + emitted(sl, st["d"])[0] + spec) // bs)) - s_shared[slot]
+                v_dec[slot] = False
+                st["ver"] += 1
+                res.verified.append((int(v_p0[slot]), st["d"] - base[slot]))
+                r_at[r] = int(v_p0[slot]) + st["d"] - base[slot]
+            else:
+                held = -(-(kv0[slot] + st["d"] - base[slot]) // bs) - s_shared[slot]
             st["a_dec"] -= held
             st["n_dec"] -= 1
             st["ctx"] -= kv0[slot] - base[slot]
@@ -205,7 +308,7 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
         slot = int(np.argmax(order_v))
         r = s_req[slot]
         if is_dec[slot]:
-            gen[r] = s_gen0[slot] + st["d"] - base[slot]
+            gen[r] = s_gen0[slot] + (int(emitted(np.array([slot]), st["d"])[0]) if spec else st["d"] - base[slot])
             epoch[r] += 1
             last_tok[r] = now
         npre[r] += 1
@@ -222,8 +325,16 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
         s_gen0[slot] = g
         st["n_dec"] += 1
         st["ctx"] += kv - d
-        st["a_dec"] += -(-kv // bs) - s_shared[slot]
-        heapq.heappush(heap, (d + osl[r] - g, epoch[r], r, slot))
+        st["a_dec"] += -(-(kv + spec) // bs) - s_shared[slot]
+        steps_left = osl[r] - g
+        if spec:  # the verify steps its next draws need to emit the rest
+            p0 = r_at[r]
+            steps_left = max(int(np.searchsorted(cum, cum[p0] + steps_left)) - p0, 1) if steps_left > 0 else 1
+            v_dec[slot] = True
+            st["ver"] += 1
+            v_kv0[slot], v_base[slot], v_p0[slot], v_end[slot] = kv, d, p0, r_end[r]
+            v_cap[slot], v_shared[slot] = max(osl[r] - g, 0), s_shared[slot]
+        heapq.heappush(heap, (d + steps_left, epoch[r], r, slot))
 
     def take_slot(r: int) -> int:
         slot = free_slots.pop()
@@ -236,14 +347,14 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
         """Admit request r if the blocks for what it would run now are free: (slot, piece, cached), or None.
         piece 0: it joins the decoding sequences directly (decode role, KV cache transferred in)."""
         if role == "decode" and npre[r] == 0:
-            need = -(-(isl[r] + 1) // bs)
+            need = -(-(isl[r] + q) // bs)
             if free_blocks() - wm < need:
                 evict(need + wm)
                 if free_blocks() - wm < need:
                     return None
             slot = take_slot(r)
             start_decode(slot, r, isl[r], gen[r])
-            st["reserved"] += need - (-(-isl[r] // bs))  # its first step writes one more token
+            st["reserved"] += need - (-(-(isl[r] + spec) // bs))  # its first step writes one more token
             return slot, 0, 0
         prompt = isl[r] + gen[r]
         cb = 0
@@ -313,7 +424,7 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
             preempt_latest()
             need = dec_blocks(st["d"] + 1) - st["a_dec"] if st["n_dec"] else 0
         st["reserved"] = max(need, 0)
-        budget = budget_max - st["n_dec"]
+        budget = budget_max - st["n_dec"] * q
 
         # 2. prompts part-way through first, then admissions, first come first served
         pieces = []  # (slot, new tokens, tokens already cached)
@@ -347,7 +458,7 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
                 budget -= piece
             else:
                 entrants.append(r)
-                budget -= 1
+                budget -= q
         st["reserved"] = 0
 
         n_dec = st["n_dec"]
@@ -363,14 +474,14 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
 
         # 3. how many steps to run as one: pure decode, nothing to admit, until the next event
         k = 1
-        ctx0 = st["ctx"] / n_dec + st["d"] if n_dec else 0.0
+        ctx0 = (spec_ctx(st["d"]) if spec else st["ctx"] / n_dec + st["d"]) if n_dec else 0.0
         if not pieces and not prefilling and not entrants:
             while heap and heap[0][1] != epoch[heap[0][2]]:
                 heapq.heappop(heap)
             k = max(heap[0][0] - st["d"], 1) if heap else 1
             spare = free_blocks()
             room = spare + evictable()
-            if n_dec * (k // bs + 2) > spare:
+            if n_dec * (k * q // bs + 2) > spare:  # at most q tokens a sequence a step
                 lo, hi = 1, k
                 while lo < hi:
                     mid = (lo + hi + 1) // 2
@@ -382,7 +493,10 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
                 grow = dec_blocks(st["d"] + k) - st["a_dec"]
                 if grow > spare:
                     evict(grow)
-            t_first, t_last, e_first, e_last = steps.decode_span(n_dec, ctx0, k)
+            if spec:
+                t_first, t_last, e_first, e_last = steps.decode_span(n_dec, ctx0, k, spec_ctx(st["d"] + k - 1))
+            else:
+                t_first, t_last, e_first, e_last = steps.decode_span(n_dec, ctx0, k)
             dur = k * (t_first + t_last) / 2.0
             if k > 1 and not waiting and free_slots and next_arr < n_req and now + dur > arrival[next_arr]:
                 gap = arrival[next_arr] - now
@@ -404,7 +518,7 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
             dur, dyn = steps.step(n_dec, ctx0, [(p, x) for _, p, x in pieces])
             t_first = t_last = dur
             ptok = sum(p for _, p, _ in pieces)
-            share = ptok / (ptok + n_dec)  # the step's energy split between prefill and decode by tokens
+            share = ptok / (ptok + n_dec * q)  # the step's energy split between prefill and decode by tokens
             res.prefill_s += dur * share
             res.prefill_dynamic_j += dyn * share
 
@@ -426,6 +540,8 @@ def simulate_instance(steps, cfg: EngineConfig, reqs) -> InstanceResult:  # noqa
                 res.itl_spans.append((t_first, t_last, k, n_dec - len(entrants)))
             st["d"] += k
             st["a_dec"] = dec_blocks(st["d"])
+            if spec:  # the blocks the runs grew into stay within the pool (checked by the tests)
+                res.stats["min_free_blocks"] = min(res.stats.get("min_free_blocks", pool), free_blocks())
         for r in entrants:  # decode role: the first token this instance produces
             first[r] = now
             last_tok[r] = now

@@ -4,7 +4,12 @@
 - **TPOT**: per request, (end-to-end latency - TTFT) / (output tokens - 1), for requests with more than
   one output token; percentiles are over requests.
 - **ITL**: every gap between consecutive output tokens of a request, pooled over all requests;
-  percentiles are over the pooled gaps (a preemption shows as one long gap).
+  percentiles are over the pooled gaps (a preemption shows as one long gap). With speculative decoding a
+  step emits several tokens of a sequence at once and ``itl_ms`` is the gap between steps (streamed chunks), as
+  vLLM's benchmark_serving and TensorRT-LLM's port of it append one gap per streamed chunk; SGLang's
+  bench_serving shares a chunk's gap evenly among its tokens, which is ``speculation.itl_per_token_ms``
+  (:func:`speculation_metrics`; the scripts as read in 2025, an estimate for other versions). TPOT is per emitted
+  token in all of them (the definition above), so it varies per request with its accepted runs.
 - **E2E**: from arrival to the last output token.
 - **Duration**: from the first arrival to the last token of the run; throughputs are totals over it.
 - **Goodput**: requests per second that met every SLO given (TTFT, TPOT, E2E); **SLO attainment** is the
@@ -50,8 +55,9 @@ def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs=QUANTILES) 
     return out
 
 
-def itl_summary_ms(spans: list, extra: list) -> dict:
-    """ITL from runs of decode steps [(first step s, last step s, steps, sequences)] and single gaps."""
+def _step_gaps(spans: list) -> tuple[list, list]:
+    """Every decode step's gap of runs of steps [(first step s, last step s, steps, sequences)], and its weight
+    (the sequences that waited it), as lists of arrays."""
     vals, wts = [], []
     for t0, t1, k, n in spans:
         if n <= 0:
@@ -61,6 +67,12 @@ def itl_summary_ms(spans: list, extra: list) -> dict:
         else:
             vals.append(t0 + (t1 - t0) * np.arange(k) / (k - 1))
         wts.append(np.full(k, n, dtype=np.int64))
+    return vals, wts
+
+
+def itl_summary_ms(spans: list, extra: list) -> dict:
+    """ITL from runs of decode steps [(first step s, last step s, steps, sequences)] and single gaps."""
+    vals, wts = _step_gaps(spans)
     if extra:
         vals.append(np.asarray(extra, dtype=float))
         wts.append(np.ones(len(extra), dtype=np.int64))
@@ -154,3 +166,42 @@ def overload(arrival, finish, ttft) -> dict | None:
     return {"overloaded": bool(served < (1 - OVERLOAD_SHORTFALL) * offered and growing),
             "offered_req_s": offered, "served_req_s": served,
             "ttft_first_quarter_ms": first_q * 1e3, "ttft_last_quarter_ms": last_q * 1e3}
+
+
+def speculation_metrics(sc, counts: np.ndarray, spans: list, extra: list) -> dict:
+    """Speculative decoding's figures of a run: the acceptance given (``sc``) and observed, from ``counts`` (how
+    many of the sequences' verify steps accepted a run of 1, ..., K + 1 tokens: the runs drawn, the last step's
+    tokens past a request's output length included, as an engine's acceptance counter has them), and the ITL per
+    emitted token: each step's gap shared by the tokens it emits, the runs as observed over the run (module doc)."""
+    k = int(sc.mtp)
+    counts = np.asarray(counts, dtype=np.int64)
+    steps = int(counts.sum())
+    sizes = np.arange(1, k + 2)
+    reached = counts[::-1].cumsum()[::-1]  # verify steps whose run reached position i (i = 0 .. K)
+    observed = [float(reached[i + 1] / reached[i]) if reached[i] else None for i in range(k)]
+    out = {"draft_tokens": k, "drafter": sc.draft or "the model's MTP module",
+           "acceptance": list(sc.acceptance), "observed_acceptance": observed,
+           "expected_tokens_per_step": float(sc.tokens_per_step),
+           "observed_tokens_per_step": float(counts @ sizes / steps) if steps else None,
+           "verify_steps": steps, "accepted_runs": {str(int(n)): int(c) for n, c in zip(sizes, counts)}}
+    vals, wts = _step_gaps(spans)
+    empty = {f"p{q}": None for q in QUANTILES} | {"mean": None}
+    if not steps or not (vals or extra):
+        return out | {"itl_per_token_ms": empty}
+    v = np.concatenate(vals) if vals else np.zeros(0)
+    w = np.concatenate(wts) if wts else np.zeros(0, dtype=np.int64)
+    # a step of gap t whose sequences emit r tokens with the observed share counts[r] / steps: r gaps of t / r;
+    # weights scaled by ``steps`` to stay whole (a single gap, e.g. across a preemption, weighs ``steps``)
+    pv = (v[:, None] / sizes[None, :]).ravel()
+    pw = (w[:, None] * (counts * sizes)[None, :]).ravel()
+    if extra:
+        pv = np.concatenate([pv, np.asarray(extra, dtype=float)])
+        pw = np.concatenate([pw, np.full(len(extra), steps, dtype=np.int64)])
+    keep = pw > 0
+    pv, pw = pv[keep], pw[keep]
+    if not pv.size:
+        return out | {"itl_per_token_ms": empty}
+    ps = weighted_percentiles(pv, pw)
+    per = {f"p{q}": _clean(p * 1e3) for q, p in zip(QUANTILES, ps)}
+    per["mean"] = _clean(float(np.dot(pv, pw.astype(float)) / pw.sum()) * 1e3)
+    return out | {"itl_per_token_ms": per}

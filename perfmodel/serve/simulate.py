@@ -16,6 +16,14 @@ round-robin). Latencies, goodput and throughput are those of the steady state: t
 :func:`perfmodel.serve.workload.closed_loop_window` (warm-up and drain left out), the throughput by Little's law
 (C / mean E2E of those requests, exact when the client holds C in the system); ITL, energy and the Little's-law
 check cover the whole run, and ``closed_loop`` has the whole-run means beside the steady-state ones.
+
+Speculative decoding (``sc.mtp``, :mod:`perfmodel.speculative`): each request's accepted run at each of its
+verify steps is drawn ahead from the acceptance distribution (``sc.accepted_run``) with the run's seed
+(``ServeOptions.seed``, the workload's ``--seed``), the same draws whichever instance serves it; the instances'
+steps are verify steps with their drafting (:mod:`perfmodel.serve.steptime`, :mod:`perfmodel.serve.engine`), the
+MTP module's or draft model's weights and KV cache in the memory the instance admits against
+(:mod:`perfmodel.capacity`). The result's ``speculation`` has the acceptance observed and the ITL per emitted
+token beside ``itl_ms``'s per step (:func:`perfmodel.serve.metrics.speculation_metrics`).
 """
 from __future__ import annotations
 
@@ -27,8 +35,8 @@ import numpy as np
 from ..errors import InputError
 from ..host_costs import request_overhead_s
 from ..resolve import resolve_scenario
-from .engine import BLOCK_SIZE, EngineConfig, check_fits, simulate_instance
-from .metrics import request_metrics
+from .engine import BLOCK_SIZE, SPEC_STREAM, AcceptedRuns, EngineConfig, check_fits, simulate_instance
+from .metrics import request_metrics, speculation_metrics
 from .steptime import StepModel, kv_pool_blocks
 
 
@@ -48,6 +56,7 @@ class ServeOptions:
     slo_tpot_s: float | None = None
     slo_e2e_s: float | None = None
     gpu_hour_usd: float | None = None
+    seed: int = 0  # speculative decoding: the seed of the accepted runs (the workload's --seed)
 
 
 @dataclass
@@ -96,7 +105,8 @@ def step_budget(sc, max_seqs: int, reqs) -> int:
     """Tokens a step may carry: the engine's chunk, or, for an engine that does not chunk (torch), as many
     as ``max_seqs`` mean prompts, the step ``--batch max`` was sized for (perfmodel.capacity)."""
     mean_isl = max(int(np.ceil(float(reqs.isl.mean()))), 1)
-    return int(max(min(sc.prefill_chunk, max_seqs * mean_isl), max_seqs, 1))
+    q = 1 + (getattr(sc, "mtp", 0) or 0)  # a verify step's tokens a sequence
+    return int(max(min(sc.prefill_chunk, max_seqs * mean_isl), max_seqs * q, 1))
 
 
 def build_instance(hw, model, sc, prof, reqs, role: str, opts: ServeOptions, power: dict | None, *,
@@ -120,7 +130,8 @@ def build_instance(hw, model, sc, prof, reqs, role: str, opts: ServeOptions, pow
         capacity.check_fits(model, sc, hw, 0)
     cfg = EngineConfig(max_seqs=max_seqs, token_budget=sc.prefill_chunk, kv_blocks=blocks,
                        block_size=opts.block_size, prefix_caching=opts.prefix_caching, role=role,
-                       request_s=request_overhead_s(sc, hw, model, prof) if role != "decode" else 0.0)
+                       spec=int(getattr(sc, "mtp", 0) or 0), seed=opts.seed,
+                       accepted_run=tuple(sc.accepted_run) if getattr(sc, "mtp", 0) else (), request_s=request_overhead_s(sc, hw, model, prof) if role != "decode" else 0.0)
     check_fits(reqs, cfg)
     if steps is None or steps.max_seqs < max_seqs:
         lengths = np.unique(reqs.isl)
@@ -163,19 +174,38 @@ def simulate(hw, model, sc, prof, reqs, opts: ServeOptions = ServeOptions(), *, 
         raise InputError(f"expected auto, scaleup or scaleout, got {opts.kv_link!r}", field="--kv-link")
     if not 1 <= opts.replicas <= MAX_INSTANCES:
         raise InputError(f"expected 1 to {MAX_INSTANCES} replicas, got {opts.replicas}", field="--replicas")
+    runs = None
     if getattr(sc, "mtp", 0):
-        raise InputError("speculative decoding is projected by `perfmodel project`, not simulated request by "
-                         "request yet", field="--mtp")
+        from ..speculative import check_draft
+
+        check_draft(model, sc)  # one line for a draft model no engine runs (no MTP layer: graph.check_layout)
+        runs = AcceptedRuns.draw(reqs.osl, sc.validated().accepted_run, np.random.default_rng([opts.seed, SPEC_STREAM]))
     power = power_params(prof, hw)
     t0 = time.perf_counter()
     if opts.disagg:
-        out = _disaggregated(hw, model, sc, prof, reqs, opts, power, t0)
+        out = _disaggregated(hw, model, sc, prof, reqs, opts, power, t0, runs)
     else:
-        out = _aggregated(hw, model, sc, prof, reqs, opts, power, t0, cache)
+        out = _aggregated(hw, model, sc, prof, reqs, opts, power, t0, cache, runs)
     return out
 
 
-def _aggregated(hw, model, sc, prof, reqs, opts, power, t0, cache=None) -> dict:
+
+def _speculation(sc, runs: list, spans: list, extra: list) -> dict:
+    """The ``speculation`` block of a result (:func:`perfmodel.serve.metrics.speculation_metrics`) from the
+    instances' verified steps (``runs``: (AcceptedRuns, InstanceResult) pairs)."""
+    counts = np.zeros(sc.mtp + 1, dtype=np.int64)
+    for drawn, r in runs:
+        if not r.verified:
+            continue
+        p0, k = np.asarray(r.verified, dtype=np.int64).T
+        # every draw a verify step used: indices p0 + 1 .. p0 + k of each (a run is cum[i] - cum[i - 1])
+        idx = np.repeat(p0 - np.cumsum(k) + k, k) + np.arange(1, int(k.sum()) + 1)
+        sizes = drawn.cum[idx] - drawn.cum[idx - 1]
+        counts += np.bincount(sizes - 1, minlength=sc.mtp + 1)[: sc.mtp + 1]
+    return speculation_metrics(sc, counts, spans, extra)
+
+
+def _aggregated(hw, model, sc, prof, reqs, opts, power, t0, cache=None, drawn=None) -> dict:
     sc = resolve_scenario(sc, hw).validated()
     inst = build_instance(hw, model, sc, prof, reqs, "mixed", opts, power, cache=cache)
     t_build = time.perf_counter() - t0
@@ -185,7 +215,7 @@ def _aggregated(hw, model, sc, prof, reqs, opts, power, t0, cache=None) -> dict:
     first = np.zeros(n)
     finish = np.zeros(n)
     pre = np.zeros(n, dtype=int)
-    spans, extra, runs = [], [], []
+    spans, extra, runs, verified = [], [], [], []
     in_sys = 0.0
     peak = 0
     # closed loop: no more replicas than requests in flight, the concurrency split as evenly as it goes
@@ -196,7 +226,10 @@ def _aggregated(hw, model, sc, prof, reqs, opts, power, t0, cache=None) -> dict:
         sub = reqs.subset(idx)
         if conc is not None:
             sub.concurrency = int(conc) // k + (1 if i < int(conc) % k else 0)
-        r = simulate_instance(inst.steps, inst.cfg, sub)
+        sub_runs = drawn.take(idx) if drawn is not None else None
+        r = simulate_instance(inst.steps, inst.cfg, sub, sub_runs)
+        if drawn is not None:
+            verified.append((sub_runs, r))
         first[idx], finish[idx], pre[idx] = r.first_token, r.finish, r.preemptions
         arrival[idx] = r.arrival
         spans += r.itl_spans
@@ -217,6 +250,8 @@ def _aggregated(hw, model, sc, prof, reqs, opts, power, t0, cache=None) -> dict:
     out["preemptions"] = int(pre.sum())
     out["prefix_cache_hit_tokens"] = int(sum(r.cached_tokens for _, r in runs))
     out["energy"] = _energy(runs, power, reqs, whole, opts, gpus)
+    if drawn is not None:
+        out["speculation"] = _speculation(sc, verified, spans, extra)
     out["simulation"] = {"steps": int(sum(r.steps for _, r in runs)), "build_s": t_build, "simulate_s": t_sim}
     return out
 
@@ -262,15 +297,16 @@ class _DisaggPass:
     spans: list
     extra: list
     runs: list
+    verified: list = None  # speculation: (AcceptedRuns, InstanceResult) of the decode instances
 
 
-def _disagg_pass(ip: Instance, idn: Instance, reqs, x: int, y: int, xfer: np.ndarray) -> _DisaggPass:
+def _disagg_pass(ip: Instance, idn: Instance, reqs, x: int, y: int, xfer: np.ndarray, drawn=None) -> _DisaggPass:
     """Requests at fixed arrival times through ``x`` prefill instances, the KV transfer, ``y`` decode instances."""
     n = len(reqs)
     first = np.zeros(n)
     finish = np.zeros(n)
     pre = np.zeros(n, dtype=int)
-    spans, extra, runs = [], [], []
+    spans, extra, runs, verified = [], [], [], []
     ready = np.zeros(n)
     for idx in _deal(n, x):
         if idx.size == 0:
@@ -293,17 +329,20 @@ def _disagg_pass(ip: Instance, idn: Instance, reqs, x: int, y: int, xfer: np.nda
         if idx.size == 0:
             continue
         sub = reqs.subset(idx).with_arrival(ready[idx])
-        r = simulate_instance(idn.steps, idn.cfg, sub)
+        sub_runs = drawn.take(idx) if drawn is not None else None
+        r = simulate_instance(idn.steps, idn.cfg, sub, sub_runs)
+        if drawn is not None:
+            verified.append((sub_runs, r))
         finish[idx] = r.finish
         pre[idx] += r.preemptions
         spans += r.itl_spans
         extra += r.itl_extra
         extra += (r.first_token - first[idx]).tolist()  # first token (prefill) to the second (decode)
         runs.append((idn, r))
-    return _DisaggPass(first, finish, pre, spans, extra, runs)
+    return _DisaggPass(first, finish, pre, spans, extra, runs, verified)
 
 
-def _closed_loop_disagg(ip: Instance, idn: Instance, reqs, x: int, y: int, xfer: np.ndarray, conc: int):
+def _closed_loop_disagg(ip: Instance, idn: Instance, reqs, x: int, y: int, xfer: np.ndarray, conc: int, drawn=None):
     """A closed-loop client against disaggregated workers: request C + k is sent when the k-th request
     finishes, which the workers decide. Solved as a fixed point of the arrival times: start with every request
     sent at 0 (too early), simulate, send each later request at the finish it waits for, again; arrivals only
@@ -311,7 +350,7 @@ def _closed_loop_disagg(ip: Instance, idn: Instance, reqs, x: int, y: int, xfer:
     n = len(reqs)
     arrival = np.zeros(n)
     for _ in range(n // conc + 2):
-        run = _disagg_pass(ip, idn, reqs.with_arrival(arrival), x, y, xfer)
+        run = _disagg_pass(ip, idn, reqs.with_arrival(arrival), x, y, xfer, drawn)
         nxt = arrival.copy()
         nxt[conc:] = np.sort(run.finish)[: n - conc]
         if np.array_equal(nxt, arrival):
@@ -320,7 +359,7 @@ def _closed_loop_disagg(ip: Instance, idn: Instance, reqs, x: int, y: int, xfer:
     return arrival, run
 
 
-def _disaggregated(hw, model, sc, prof, reqs, opts, power, t0) -> dict:
+def _disaggregated(hw, model, sc, prof, reqs, opts, power, t0, drawn=None) -> dict:
     x, y = opts.disagg
     sc_p = _side(sc, hw, opts.prefill_tp, opts.prefill_layout)
     sc_d = _side(sc, hw, opts.decode_tp, opts.decode_layout)
@@ -332,9 +371,9 @@ def _disaggregated(hw, model, sc, prof, reqs, opts, power, t0) -> dict:
     link = opts.kv_link if opts.kv_link != "auto" else ("scaleup" if world <= hw.scaleup_domain else "scaleout")
     xfer = kv_transfer_s(model, hw, prof, sc_p, sc_d, reqs.isl, link, world)
     if conc is None:
-        arrival, run = reqs.arrival, _disagg_pass(ip, idn, reqs, x, y, xfer)
+        arrival, run = reqs.arrival, _disagg_pass(ip, idn, reqs, x, y, xfer, drawn)
     else:
-        arrival, run = _closed_loop_disagg(ip, idn, reqs, x, y, xfer, int(conc))
+        arrival, run = _closed_loop_disagg(ip, idn, reqs, x, y, xfer, int(conc), drawn)
     first, finish, pre, spans, extra, runs = run.first, run.finish, run.preemptions, run.spans, run.extra, run.runs
     t_sim = time.perf_counter() - t0 - t_build
     slo = dict(slo_ttft_s=opts.slo_ttft_s, slo_tpot_s=opts.slo_tpot_s, slo_e2e_s=opts.slo_e2e_s)
@@ -350,6 +389,8 @@ def _disaggregated(hw, model, sc, prof, reqs, opts, power, t0) -> dict:
     out["preemptions"] = int(pre.sum())
     out["prefix_cache_hit_tokens"] = int(sum(r.cached_tokens for _, r in runs))
     out["energy"] = _energy(runs, power, reqs, whole, opts, world)
+    if drawn is not None:
+        out["speculation"] = _speculation(sc_d, run.verified, spans, extra)
     out["simulation"] = {"steps": int(sum(r.steps for _, r in runs)), "build_s": t_build, "simulate_s": t_sim}
     return out
 

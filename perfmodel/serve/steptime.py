@@ -26,6 +26,21 @@ hold :data:`perfmodel.step_accounting.PARTS` apart.)
 With pipeline parallelism the running sequences are cut into ``pp`` micro-batches that fill the stages (as
 the projection's TPOT assumes): a step advancing every sequence by one token takes one micro-batch's pass
 through all stages; a prefill piece is not split.
+
+**Speculative decoding** (``sc.mtp`` = K draft tokens, :mod:`perfmodel.speculative`): a decoding sequence's row
+of the step is a verify step of 1 + K query tokens, priced as :func:`perfmodel.projection.serving_steps` prices it
+(the token ops over 1 + K tokens a sequence, the decode attention's 1 + K rows over the cache, the logits one row
+a sequence as the projection's graph has them), and the step adds the drafting of the next step's K tokens:
+
+- **MTP** (the model's own module): K times one decoder layer and the LM head at one token a sequence, from a
+  table of :func:`perfmodel.projection.draft_time` over (sequences, context), the projection's own figure; and
+  the module's pass over the step's prefill pieces (it keeps a KV cache of the prompt and drafts the first
+  token from it): one layer's share of the pieces' token ops and attention (an estimate: the mean layer);
+- **a draft model or EAGLE head**: its own :class:`StepModel` (the draft scenario, no speculation of its own):
+  one step over the decoding sequences at one token each and the prefill pieces (the drafter prefills every
+  prompt chunk in the step the target does, as vLLM V1's proposer runs over the step's scheduled tokens), then
+  K - 1 decode steps of one token a sequence. With no pieces that is K of its decode steps, as the projection
+  has it.
 """
 from __future__ import annotations
 
@@ -245,6 +260,9 @@ class StepModel:
         self.power = power
         self.headroom = max(limit_w(power, hw) - power["static_w"], 0.0) if power else 0.0
         self.classes = classify_ops(model, sc)
+        self.spec = int(getattr(sc, "mtp", 0) or 0)  # draft tokens a verify step carries (0: no speculation)
+        self.q = 1 + self.spec  # query rows a decoding sequence carries
+        self.max_tokens = max(self.max_tokens, self.max_seqs * self.q)
         self.mixed_launch = sc.launch_for("prefill")
         self.decode_launch = sc.launch_for("decode")
         # host work each step runs outside its ops (an eager framework's own per-step work; zero for engines)
@@ -297,24 +315,79 @@ class StepModel:
         self.token, self.seq = {}, {}  # launch -> (counts, times, joules)
         for launch in modes:
             phase = "prefill" if launch == self.mixed_launch else "decode"
-            n_tok = self.max_tokens if phase == "prefill" else self.max_seqs
+            n_tok = self.max_tokens if phase == "prefill" else self.max_seqs * self.q
             self.token[launch] = self._tables_1d(phase, n_tok, c.token, launch)
             self.seq[launch] = self._tables_1d(phase, self.max_seqs, c.per_seq, launch)
         # decode attention over (sequences, mean context)
         n_grid = _geom_grid(1, self.max_seqs, 40, exact_below=16)
         c_grid = _geom_grid(1, self.max_context, 40, exact_below=4)
         self.dec_n, self.dec_c = n_grid.tolist(), c_grid.tolist()
-        self.dec = {launch: self._grid(Step("decode", n_grid[:, None], 1, c_grid[None, :]), c.decode_attn, launch,
-                                       (n_grid, c_grid)) for launch in modes}
+        self.dec = {launch: self._grid(Step("decode", n_grid[:, None], self.q, c_grid[None, :]), c.decode_attn,
+                                       launch, (n_grid, c_grid)) for launch in modes}
         # prefill attention of one piece: p new tokens over x cached ones
         p_grid = _geom_grid(1, self.max_tokens, 48, exact_below=16, extra=piece_hint)
         x_grid = np.concatenate([[0.0], _geom_grid(1, self.max_context, 32, exact_below=2)])
         self.pre_p, self.pre_x = p_grid.tolist(), x_grid.tolist()
         self.pre = self._grid(Step("prefill", 1, p_grid[:, None], x_grid[None, :]), c.prefill_attn, self.mixed_launch,
                               (p_grid, x_grid))
+        self._build_drafts(n_grid, c_grid)
         model = clock_model(self.prof)
         self.alpha = model.alpha
         self.ref_extra = float(steady_stretch(REF_DEMAND, model.alpha)) - 1.0
+
+    def _build_drafts(self, n_grid, c_grid) -> None:
+        """The drafting of a speculative step (module doc): a draft :class:`StepModel`, or the MTP module's table
+        of (seconds, joules) over (sequences, context)."""
+        self.drafter = self.mtp_draft = None
+        if not self.spec:
+            return
+        from ..speculative import draft_model, draft_scenario
+
+        drafter = draft_model(self.sc)
+        if drafter is not None:
+            self.drafter = StepModel(drafter, self.hw, draft_scenario(self.sc), self.prof, max_tokens=self.max_tokens,
+                                     max_seqs=self.max_seqs, max_context=self.max_context, power=self.power)
+            return
+        from ..projection import draft_time, evaluate_step
+
+        ph = evaluate_step(self.model, self.hw, self.sc, self.prof, Step("decode", n_grid[:, None], 1, c_grid[None, :]))
+        t = np.broadcast_to(draft_time(ph.times, ph.layers), (len(n_grid), len(c_grid)))
+        e = np.zeros_like(t)
+        if self.power is not None:  # the same ops' dynamic joules: a mean layer and the LM head
+            for x in ph.times:
+                if x.op.scope == "layer":
+                    e = e + op_energy(x.op, self.power) * x.op.count / ph.layers
+                elif x.op.name == "lm_head":
+                    e = e + op_energy(x.op, self.power) * x.op.count
+        # two fields a point, as :func:`_blend` reads them
+        self.mtp_draft = [list(zip(np.asarray(t)[i].tolist(), np.broadcast_to(e, t.shape)[i].tolist()))
+                          for i in range(len(n_grid))]
+
+    def _mtp_prefill(self, pieces: list) -> tuple:
+        """The MTP module's pass over the step's prefill pieces: the mean layer's share of their token ops and
+        attention (:data:`FIELDS`; module doc)."""
+        launch = self.mixed_launch
+        got = [_lookup(self.token[launch], sum(p for p, _ in pieces))] + [self.piece(p, x) for p, x in pieces]
+        layers = self.model.layers
+        return tuple(sum(col) / layers for col in zip(*got))
+
+    def _drafts(self, n_dec: int, ctx: float, pieces: list) -> tuple[float, float]:
+        """(seconds, joules) a speculative step spends drafting the next step's tokens (module doc); ``n_dec``:
+        the decoding sequences (the drafter cuts them into its own micro-batches; the MTP module runs one
+        micro-batch's, as the projection's draft step)."""
+        if self.drafter is not None:
+            d = self.drafter
+            t, e = d.step(n_dec, ctx, pieces) if (n_dec or pieces) else (0.0, 0.0)
+            if n_dec and self.spec > 1:
+                t1, e1 = d.step(n_dec, ctx, [])
+                t, e = t + (self.spec - 1) * t1, e + (self.spec - 1) * e1
+            return t, e
+        if not n_dec:
+            return 0.0, 0.0
+        if self.pp > 1:
+            n_dec = -(-n_dec // self.pp)
+        t, e = _interp2(self.dec_n, self.dec_c, self.mtp_draft, n_dec, ctx)
+        return self.spec * t, self.spec * e
 
     # -- queries -----------------------------------------------------------------------------------
     def piece(self, p: int, x: int) -> tuple:
@@ -329,8 +402,9 @@ class StepModel:
         decode sequences at mean context ``ctx_mean`` and prefill ``pieces`` [(new tokens, cached tokens)]."""
         pp = self.pp
         launch = self.mixed_launch if pieces else self.decode_launch
-        tokens = n_dec + sum(p for p, _ in pieces)
+        tokens = n_dec * self.q + sum(p for p, _ in pieces)
         rows = n_dec + len(pieces)
+        n_all = n_dec
         if pp > 1:
             biggest = max((p for p, _ in pieces), default=0)
             tokens = max(-(-tokens // pp), biggest)
@@ -346,7 +420,14 @@ class StepModel:
                 top = max(got, key=lambda g: g[0])
                 total = tuple(max(a / pp, b) for a, b in zip(total, top))
             parts.append(total)
-        return self._total(parts, launch)
+            if self.mtp_draft is not None:
+                parts.append(self._mtp_prefill(pieces))
+        if not self.spec:
+            return self._total(parts, launch)
+        t, e = self._total(parts, launch)
+        dt, de = self._drafts(n_all, ctx_mean, pieces)
+        t += dt
+        return t, min(e + de, self.headroom * t)
 
     def _total(self, parts: list, launch: str) -> tuple[float, float]:
         """(seconds, joules) of a step from its parts' :data:`FIELDS`."""
@@ -363,11 +444,17 @@ class StepModel:
         t = t0 + dt * share + self.serial[launch]
         return t, min(e, self.headroom * t)  # the power limit holds over the step
 
-    def decode_span(self, n: int, ctx0: float, k: int) -> tuple[float, float, float, float]:
-        """k pure-decode steps of n sequences whose mean context starts at ``ctx0`` and grows by one a step:
-        (first step's seconds, last step's seconds, first step's joules, last step's joules). Over the run
-        both are taken linear in the step index (attention reads the KV cache, linear in its length).
-        Each is :meth:`step` of no pieces; the two share their token and sequence lookups."""
+    def decode_span(self, n: int, ctx0: float, k: int, ctx1: float | None = None) -> tuple[float, float, float, float]:
+        """k pure-decode steps of n sequences whose mean context starts at ``ctx0`` and grows by one a step (or is
+        ``ctx1`` at the last step: speculation): (first step's seconds, last step's seconds, first step's joules,
+        last step's joules). Over the run both are taken linear in the step index (attention reads the KV cache,
+        linear in its length). Each is :meth:`step` of no pieces; the two share their token and sequence lookups."""
+        if self.spec:
+            t0, e0 = self.step(n, ctx0, [])
+            if k <= 1:
+                return t0, t0, e0, e0
+            t1, e1 = self.step(n, ctx0 + k - 1 if ctx1 is None else ctx1, [])
+            return t0, t1, e0, e1
         launch = self.decode_launch
         m = -(-n // self.pp) if self.pp > 1 else n  # a micro-batch's tokens, rows and sequences
         fixed = [_lookup(self.token[launch], m), _lookup(self.seq[launch], m)]
@@ -384,7 +471,8 @@ class StepModel:
 
 def exact_step(model, hw, sc, prof, n_dec: int, ctx_mean: float, pieces: list[tuple[int, int]]) -> float:
     """The same mixed step timed directly from one op list (one power-limited clock for all of it); slow,
-    for checking the surrogate."""
+    for checking the surrogate. Without speculation (a verify step and its drafts are checked against the
+    projection's steps instead: tests/test_serve_spec.py)."""
     c = classify_ops(model, sc)
     launch = sc.launch_for("prefill") if pieces else sc.launch_for("decode")
     tokens = n_dec + sum(p for p, _ in pieces)
