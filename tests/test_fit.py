@@ -95,3 +95,48 @@ def test_fit_directory_writes_profile_and_validation(tmp_path):
     assert prof.fitted and prof.spec_key == "h200-sxm"
     assert prof.validation["ops"]["held_out"]["gemm"]["median_abs_error"] < 0.05
     assert (tmp_path / "validation.md").read_text().count("| held_out |") >= 2
+
+
+# --- every committed profile is what `perfmodel fit` gives from its folder's rows --------------------------
+
+_PROVENANCE_ONLY = {"name", "provenance.command", "provenance.fit_seconds", "host.source"}
+
+
+def _flat(d, prefix=""):
+    out = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            out.update(_flat(v, f"{prefix}.{k}" if prefix else k))
+    else:
+        out[prefix] = d
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("folder", ["h200", "h200-sxm-trtllm"])
+def test_committed_profile_is_what_fit_gives(folder, tmp_path):
+    """A profile is a fit output: refitting a copy of its folder with today's code gives it back, field for field
+    (names and timings aside). calibration/h200's had gone stale under later fit changes until 2026-12-05."""
+    import json
+    import math
+    import shutil
+
+    from perfmodel.cli import main
+    from perfmodel.paths import calibration_dir
+
+    src = calibration_dir() / folder
+    dst = tmp_path / folder
+    shutil.copytree(src, dst)
+    assert main(["fit", str(dst)]) == 0
+    committed = _flat(json.loads((src / "profile.json").read_text()))
+    refit = _flat(json.loads((dst / "profile.json").read_text()))
+    def same(a, b) -> bool:  # BLAS thread counts change sums in the last bits (1e-11 relative seen)
+        if isinstance(a, list) and isinstance(b, list):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        if isinstance(a, float) and isinstance(b, float):
+            return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-15)
+        return a == b
+
+    differ = sorted(k for k in set(committed) | set(refit)
+                    if k not in _PROVENANCE_ONLY and not same(committed.get(k), refit.get(k)))
+    assert not differ, f"calibration/{folder}/profile.json is not what `perfmodel fit` gives now: {differ[:10]}"
