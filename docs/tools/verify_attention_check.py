@@ -84,6 +84,11 @@ def table(result: dict, markdown: bool) -> str:
     return "\n".join(lines)
 
 
+def markdown() -> str:
+    """The table of docs/speculative.md's ``verify-attention`` block (calibration/h200/verify-attention)."""
+    return table(compare(FOLDER), True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--folder", type=Path, default=FOLDER)
