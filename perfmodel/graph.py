@@ -153,16 +153,19 @@ def build_ops(model: Model, step: Step, sc: Scenario) -> list[O.Op]:
 
     if model.draft_fuses:  # an EAGLE head: the target's hidden states fused into its layer's input
         out += _eagle_fusion(model, sc, tokens, w, ph)
-    # Model-level ops. Only the last position of each sequence needs logits.
+    # Model-level ops. Prefill needs logits at each sequence's last position only; a decode step at every new
+    # position (one, or a speculative verify step's 1 + K: each draft token is checked against the target's
+    # own distribution at its position, so the engines run the LM head over all of them)
+    rows = step.batch * step.seq if ph == "decode" else step.batch
     out.append(O.elementwise("embed", "embedding", reads=1, writes=1, flops_per_elem=0.0,
                              elems=tokens * model.hidden, dtype=act, phase=ph, scope="model",
                              params={"tokens": tokens, "hidden": model.hidden}))
-    out.append(norm("final.norm", step.batch, model.hidden, act, phase=ph, scope="model"))
+    out.append(norm("final.norm", rows, model.hidden, act, phase=ph, scope="model"))
     vocab = _ceil_div(model.vocab, sc.tp)
-    out.append(O.gemm("lm_head", step.batch, vocab, model.hidden, w if w != "fp4" else "fp8", phase=ph,
+    out.append(O.gemm("lm_head", rows, vocab, model.hidden, w if w != "fp4" else "fp8", phase=ph,
                       out_dtype="fp32", scope="model"))
     if sc.tp > 1:
-        out.append(O.collective("lm_head.allgather", "all_gather", step.batch * vocab * sc.tp * 4.0, sc.tp, phase=ph,
+        out.append(O.collective("lm_head.allgather", "all_gather", rows * vocab * sc.tp * 4.0, sc.tp, phase=ph,
                                 scope="model"))
     if sc.pp > 1:
         out.append(O.collective("pp.send", "p2p", tokens * model.hidden * _b(act), 2, phase=ph, scope="model",

@@ -477,7 +477,8 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
                    "(absorbed projections); every TP rank keeps the whole latent cache")
     if sc.pp > 1:
         out.append("pipeline stages balanced; decode batch split into pp micro-batches")
-    out.append("LM head evaluated for the last position of each sequence only; sampling not modelled")
+    out.append("LM head evaluated at the last prompt position of each prefilling sequence and at every new position "
+               "of a decode step" + (f" (1 + {sc.mtp} in a verify step)" if sc.mtp else "") + "; sampling not modelled")
     return out
 
 
