@@ -1,0 +1,154 @@
+"""MoE expert products in training: the grouped GEMM's forward, data gradient and weight gradient, measured.
+
+A training step's routed experts run three grouped products a projection: the forward ``X_e W_e`` over each
+expert's rows, the data gradient ``dY_e W_e^T`` (the same shape class) and the weight gradient ``X_e^T dY_e``,
+whose reduction runs over the expert's rows: at EP 8 and a few hundred rows an expert that is a short-K product
+writing a whole expert's weights. This measures the three on the attached GPU with PyTorch's grouped kernel
+(``torch._grouped_mm``, bf16, CUTLASS on Hopper: what TransformerEngine's and Megatron's grouped GEMMs stand for,
+not the same code), rows balanced over the local experts, at the expert shapes of gpt-oss-120b (hidden 2,880,
+width 2,880), DeepSeek-V3 (7,168 and 2,048) and Qwen3-30B-A3B (2,048 and 768), the gate-up (2 x width) and down
+products, 4 to 128 local experts, 128 to 4,096 rows an expert.
+
+Rows go through :mod:`.store` as they are measured. Validation evidence only, never fitted:
+``docs/tools/grouped_gemm_check.py`` prices the same products as the training graph does.
+
+    python -m perfmodel.measure.grouped_gemm --out DIR [--quick] [--resume]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .shapes import Case, Cases
+
+# (model, hidden, expert width)
+EXPERTS = (("gpt-oss-120b", 2880, 2880), ("deepseek-v3", 7168, 2048), ("qwen3-30b-a3b", 2048, 768))
+LOCAL_EXPERTS = (4, 16, 32, 128)
+ROWS_PER_EXPERT = (128, 512, 1024, 4096)
+PASSES = ("fwd", "dgrad", "wgrad")
+MAX_BYTES = 24e9  # inputs, outputs and weights of one case
+
+
+def products(hidden: int, width: int) -> list[tuple[str, int, int]]:
+    """(name, K, N) of the two products of a SwiGLU expert's forward: gate-up (hidden -> 2 x width) and down."""
+    return [("gate_up", hidden, 2 * width), ("down", width, hidden)]
+
+
+def grouped_cases(quick: bool = False) -> list[Case]:
+    cases = Cases()
+    experts = EXPERTS[:1] if quick else EXPERTS
+    locals_ = (4,) if quick else LOCAL_EXPERTS
+    rows = (128,) if quick else ROWS_PER_EXPERT
+    for model, hidden, width in experts:
+        for name, k, n in products(hidden, width):
+            for e in locals_:
+                for r in rows:
+                    m = e * r
+                    if 2 * (m * k + m * n + e * k * n) > MAX_BYTES:
+                        continue
+                    for p in PASSES:
+                        cases.add("grouped_gemm", {"model": model, "product": name, "pass": p, "experts": e,
+                                                   "rows": r, "k": k, "n": n, "dtype": "bf16"}, f"grouped-{model}")
+    return cases.items
+
+
+def flops(p: dict[str, Any]) -> float:
+    return 2.0 * p["experts"] * p["rows"] * p["k"] * p["n"]
+
+
+def run_case(case: Case, ctx) -> dict[str, Any]:
+    """One pass of one grouped product: forward ``[M, K] x [E, K, N]``, data gradient ``[M, N] x [E, N, K]``,
+    weight gradient ``[K, M] x [M, N] -> [E, K, N]`` (offsets over M)."""
+    import torch
+
+    from .timing import timing_fields
+
+    p = case.params
+    e, r, k, n = p["experts"], p["rows"], p["k"], p["n"]
+    m = e * r
+    dt = torch.bfloat16
+    offs = torch.arange(r, m + 1, r, device=ctx.device, dtype=torch.int32)
+    if p["pass"] == "fwd":
+        a, b = ctx.randn(m, k, dtype=dt), ctx.randn(e, n, k, dtype=dt).transpose(-2, -1)
+    elif p["pass"] == "dgrad":
+        a, b = ctx.randn(m, n, dtype=dt), ctx.randn(e, n, k, dtype=dt)  # dY [M, N] x W_e^T [N, K]
+    else:
+        a, b = ctx.randn(m, k, dtype=dt).t(), ctx.randn(m, n, dtype=dt)  # X^T [K, M] x dY [M, N], grouped over M
+
+    def fn():
+        return torch._grouped_mm(a, b, offs=offs)
+
+    layout = "as autograd holds them"
+    try:
+        out = fn()
+    except RuntimeError:  # a layout the kernel refuses: the other major order of the weights (a copy, untimed)
+        b = b.transpose(-2, -1).contiguous().transpose(-2, -1)
+        a = a.contiguous()
+        layout = "weights made column-major"
+        out = fn()
+    shape = list(out.shape)
+    del out
+    t = ctx.timer.time(fn)
+    tflops = flops(p) / t.median_s / 1e12 if t.median_s else None
+    return {**timing_fields(t), "flops": flops(p), "out_shape": shape, "tflops": tflops,
+            "impl": "torch._grouped_mm bf16", "layout": layout}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m perfmodel.measure.grouped_gemm", description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--device", default="cuda")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    from .environment import Environment, now_iso
+    from .kernels import Context
+    from .store import ENVIRONMENT, Store, set_aside, write_json_atomic
+    from .timing import Timer
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print("perfmodel: error: --device cuda: no CUDA device visible", file=sys.stderr)
+        return 2
+    if not hasattr(torch, "_grouped_mm"):
+        print(f"perfmodel: error: torch {torch.__version__} has no _grouped_mm (2.8 or later)", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if not args.resume:
+        set_aside(out)
+    store = Store(out, resume=args.resume)
+    env = Environment(args.device)
+    cuda = args.device.startswith("cuda")
+    ctx = Context(device=args.device, suite="full" if cuda else "quick",
+                  timer=Timer(args.device, target_s=0.08 if cuda else 0.01, warmup_s=0.025 if cuda else 0.0,
+                              min_reps=5 if cuda else 2), notes=[])
+    cases = [c for c in grouped_cases(args.quick or not cuda) if c.id not in store]
+    write_json_atomic(out / ENVIRONMENT, env.document(status="running", suite="grouped-gemm", started_at=now_iso()))
+    t0 = time.monotonic()
+    for i, case in enumerate(cases):
+        row = {"id": case.id, "kind": case.kind, "params": case.params, "group": case.group}
+        try:
+            row.update(run_case(case, ctx), error=None)
+        except Exception as exc:  # an unsupported layout or out of memory: the row carries it
+            row.update(time_s=None, error=f"{type(exc).__name__}: {str(exc).strip()[:300]}")
+            if cuda:
+                torch.cuda.empty_cache()
+        row["env"], row["measured_at"] = env.row_env(), now_iso()
+        store.append(row)
+        p = case.params
+        msg = (f"{row['time_s'] * 1e6:9.1f} us {row['tflops']:6.1f} TFLOP/s" if row.get("time_s")
+               else f"error {row['error']}")
+        print(f"[{time.monotonic() - t0:6.1f}s] {i + 1}/{len(cases)} {p['model']} {p['product']:7s} {p['pass']:5s} "
+              f"E{p['experts']:<3d} rows {p['rows']:<5d}: {msg}", flush=True)
+    write_json_atomic(out / ENVIRONMENT, env.document(status="complete", suite="grouped-gemm", finished_at=now_iso()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

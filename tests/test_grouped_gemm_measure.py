@@ -1,0 +1,43 @@
+"""The training expert-product measurement (perfmodel.measure.grouped_gemm) and its check against the model."""
+from __future__ import annotations
+
+import importlib.util
+import json
+
+from perfmodel.measure.grouped_gemm import MAX_BYTES, PASSES, grouped_cases
+from perfmodel.paths import repo_root
+
+
+def _check_tool():
+    path = repo_root() / "docs" / "tools" / "grouped_gemm_check.py"
+    spec = importlib.util.spec_from_file_location("grouped_gemm_check", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_cases_are_whole_passes_within_the_memory_cap():
+    cases = grouped_cases()
+    assert len({c.id for c in cases}) == len(cases) > 0
+    for i in range(0, len(cases), len(PASSES)):  # each shape's three passes together, forward first
+        assert [c.params["pass"] for c in cases[i:i + len(PASSES)]] == list(PASSES)
+    for c in cases:
+        p = c.params
+        m = p["experts"] * p["rows"]
+        assert 2 * (m * p["k"] + m * p["n"] + p["experts"] * p["k"] * p["n"]) <= MAX_BYTES
+
+
+def test_check_prices_the_three_passes_like_the_training_graph(tmp_path):
+    rows = []
+    for p_ in PASSES:
+        p = {"model": "gpt-oss-120b", "product": "gate_up", "pass": p_, "experts": 16, "rows": 1024, "k": 2880,
+             "n": 5760, "dtype": "bf16"}
+        rows.append({"kind": "grouped_gemm", "params": p, "time_s": 1e-3})
+    (tmp_path / "measurements.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tool = _check_tool()
+    prices = tool.priced(tool.measured_rows(tmp_path))
+    assert all(t > 0 for t in prices)
+    # the weight gradient also reads and writes the fp32 main gradient: never cheaper than the data gradient
+    assert prices[2] >= prices[1] * 0.99
+    result = tool.compare(tmp_path)
+    assert result[("pass", "fwd", 1024)]["n"] == 1
