@@ -63,9 +63,11 @@ def test_a_weight_only_expert_format_says_what_prices_it():
     assert not any("experts stored in" in a for a in project("h200", "mixtral", tp=2).assumptions)
 
 
-def test_training_experts_stay_grouped_kernels_in_their_training_format():
-    """Spreading experts over EP ranks changes their groups, not their kernel (EP 2+ had priced them as plain
-    batched GEMMs); a training step reads gpt-oss's experts in bf16, not the inference checkpoint's MXFP4."""
+def test_training_experts_stay_one_kernel_in_their_training_format():
+    """Spreading experts over EP ranks changes their groups, not their kernel: at EP 1 and 8 alike they are
+    TransformerEngine's per-expert GEMMs, never the serving engine's fused-MoE module (perfmodel.train.graph.
+    _training_kernel); a training step reads gpt-oss's experts in bf16, not the inference checkpoint's MXFP4."""
+    from perfmodel.train.graph import SERVING_MOE_PARAMS
     from perfmodel.resolve import resolve_model
     from perfmodel.train.graph import layer_ops
     from perfmodel.train.scenario import TrainScenario
@@ -75,4 +77,5 @@ def test_training_experts_stay_grouped_kernels_in_their_training_format():
         ts = TrainScenario(gpus=8, tp=1, ep=ep, global_batch=64, seq=4096, dtype="bf16")
         experts = [t.op for t in layer_ops(gpt, ts) if t.op.name in ("moe.gate_up", "moe.down")]
         assert len(experts) == 2
-        assert all(op.params.get("grouped") and "weights" not in op.params for op in experts)
+        assert all(op.params["groups"] > 1 and "weights" not in op.params for op in experts)
+        assert not any(k in op.params for op in experts for k in SERVING_MOE_PARAMS)

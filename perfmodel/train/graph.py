@@ -177,7 +177,7 @@ def layer_ops(model: Model, ts: TrainScenario) -> list[TrainOp]:
     for op in raw:
         if op.scope != "layer":
             continue
-        op = op.with_count(op.count / model.layers)
+        op = _training_kernel(op).with_count(op.count / model.layers)
         per = op.count
         name = op.name
         if name == "attn.kv_write":
@@ -215,6 +215,28 @@ def layer_ops(model: Model, ts: TrainScenario) -> list[TrainOp]:
     if model.moe is not None:
         out = _moe_expert_parallel(out, model, ts, tokens, act)
     return out
+
+
+# What the serving graph tags its MoE ops with for an engine's fused MoE module: the grouped kernel's fitted
+# efficiency and per-pair routing cost (Profile.gemm_grouped_eta, moe_pair_s) and the module's table class
+# (moe_*), all fitted on a serving engine's MoE kernels (vLLM's Triton fused_moe, TensorRT-LLM's).
+SERVING_MOE_PARAMS = ("grouped", "pairs", "moe_tokens", "moe_hidden", "moe_width", "moe_top_k", "moe_experts",
+                      "moe_ep", "moe_format")
+
+
+def _training_kernel(op: O.Op) -> O.Op:
+    """A training step's expert GEMMs run TransformerEngine's grouped linear (Megatron-Core --moe-grouped-gemm):
+    per expert a regular GEMM (cuBLAS on Hopper, CUTLASS grouped on Blackwell), forward, data gradient and weight
+    gradient alike, not the serving engine's fused MoE module whose efficiency the profile fitted. So every
+    expert product is timed by the dense GEMM model over its groups (each expert's own M, N, K: small per-expert
+    GEMMs and the weight gradient's short K pay their tile and wave quantization), the same for the three; the
+    routing's permutes are their own memory-bound ops. Before, the forward took the serving engine's grouped
+    efficiency and the backward the dense one, so a part's HGX/NVL72 ratio depended on which engine's tables had
+    been imported for it (B200: vLLM's, 3.3x slower than dense for DeepSeek-V3's expert GEMMs; GB200:
+    TensorRT-LLM's, about dense)."""
+    if not any(k in op.params for k in SERVING_MOE_PARAMS):
+        return op
+    return replace(op, params={k: v for k, v in op.params.items() if k not in SERVING_MOE_PARAMS})
 
 
 def _rotary(model: Model, ts: TrainScenario, tokens, act: str) -> O.Op:
@@ -328,9 +350,8 @@ def _moe_expert_parallel(ops: list[TrainOp], model: Model, ts: TrainScenario, to
             p = op.params
             new = O.gemm(op.name, per_expert, p["n"], p["k"], p["dtype"], phase="prefill", groups=local,
                          out_dtype=p["out_dtype"], weight_dtype=p.get("weights")).with_count(op.count)
-            # still the grouped kernel of EP 1 (its efficiency, the routing's pairs): spreading the experts over
-            # ranks changes the groups, not the kernel (it had become a plain batched GEMM, faster at EP 2+)
-            kept = {k: p[k] for k in ("grouped", "pairs", "scaling") if k in p}
+            # the kernel of EP 1 (_training_kernel): spreading the experts over ranks changes the groups only
+            kept = {k: p[k] for k in ("scaling",) if k in p}
             new = O.Op(new.name, new.kind, new.phase, new.flops, new.bytes, {**new.params, **kept}, new.count,
                        new.scope)
             t = replace(t, op=new, model_flops=float(new.flops))
@@ -409,6 +430,30 @@ def head_forward(model: Model, ts: TrainScenario) -> list[TrainOp]:
         op = O.collective("loss.allreduce", "all_reduce", tokens * 4.0, ts.tp, phase="prefill", scope="model",
                           count=3)
         out.append(TrainOp(op, "forward", "comm", tp_comm=True))
+    return out
+
+
+def mtp_modules(model: Model, ts: TrainScenario) -> int:
+    """Multi-token-prediction modules trained: the scenario's count, else the model's own."""
+    return model.mtp_layers if ts.mtp_layers is None else ts.mtp_layers
+
+
+def mtp_forward(model: Model, ts: TrainScenario) -> list[TrainOp]:
+    """What one MTP module adds around its decoder layer and its pass through the shared LM head and loss
+    (DeepSeek-V3 report sec. 2.2, Megatron-Core's MultiTokenPredictionLayer): the embedding of the next
+    tokens, RMSNorm of the hidden state and of that embedding, and the projection of their concatenation
+    ``[tokens, 2h] x [2h, h]`` (replicated over TP ranks in DeepSeek's design; a column-parallel shard here,
+    Megatron's)."""
+    act = act_dtype(ts)
+    tokens = ts.micro_batch * (ts.seq // ts.cp)
+    h = model.hidden
+    out = [_fwd(O.elementwise("mtp.embed", "embedding", reads=1, writes=1, flops_per_elem=0.0, elems=tokens * h,
+                              dtype=act, phase="prefill", scope="model", params={"tokens": tokens, "hidden": h}))]
+    norm = O.rmsnorm if model.norm == "rmsnorm" else O.layernorm
+    out.append(_fwd(norm("mtp.hnorm", tokens, h, act, phase="prefill", scope="model")))
+    out.append(_fwd(norm("mtp.enorm", tokens, h, act, phase="prefill", scope="model")))
+    proj = O.gemm("mtp.eh_proj", tokens, -(-h // ts.tp), 2 * h, act, phase="prefill", scope="model")
+    out.append(_fwd(proj, float(proj.flops)))
     return out
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from ..dtypes import bytes_per_element
 from ..geometry import heads_per_gpu
 from ..models import Model, is_moe_layer
-from .graph import vocab_shard
+from .graph import mtp_modules, vocab_shard
 from .scenario import TrainScenario
 
 
@@ -101,11 +101,13 @@ def stage_layers(model: Model, ts: TrainScenario) -> list[int]:
     """Decoder layers on each pipeline rank. Uneven counts give fewer layers to the first and last ranks,
     which also hold the embedding and the LM head (as Llama 3 405B's 126 layers over 16 stages)."""
     p = ts.pp
-    base, extra = divmod(model.layers, p)
-    if extra == 0:
-        return [base] * p
-    counts = [base + 1] * p
-    short = p - extra  # ranks that get one layer fewer: last, first, then the second-to-last, second, ...
+    # a multi-token-prediction module sits on the last rank and takes a layer's slot there (it runs one decoder
+    # layer, and the LM head again): the layers and the modules are spread as one count
+    mtp = mtp_modules(model, ts) if p > 1 else 0
+    slots = model.layers + mtp
+    base, extra = divmod(slots, p)
+    counts = [base + 1] * p if extra else [base] * p
+    short = p - extra if extra else 0  # ranks with one slot fewer: last, first, then the second-to-last, ...
     order = []
     lo, hi = 0, p - 1
     while lo <= hi:
@@ -116,6 +118,14 @@ def stage_layers(model: Model, ts: TrainScenario) -> list[int]:
         lo += 1
     for k in order[:short]:
         counts[k] -= 1
+    take = min(mtp, counts[-1])  # the modules' slots, from the last rank back
+    counts[-1] -= take
+    for k in range(p - 2, -1, -1):
+        if take == mtp:
+            break
+        more = min(mtp - take, counts[k] - 1)
+        counts[k] -= more
+        take += more
     return counts
 
 
@@ -133,6 +143,13 @@ def stage_params(model: Model, ts: TrainScenario, stage: int, layers: list[int])
     if stage == ts.pp - 1:
         head = 0 if (model.tied_embeddings and ts.pp == 1) else vocab * h
         total = total + Params(float(head + h * (2 if model.norm == "layernorm" else 1)), 0.0)
+        mtp = mtp_modules(model, ts)
+        if mtp:
+            # each module: a decoder layer (the model's last layer type), two norms and the [2h, h] projection
+            # (its TP shard); with pp > 1 the last rank also keeps a copy of the shared embedding (Megatron-Core,
+            # synchronised with the first rank's like a tied embedding)
+            one = layer_params(model, model.layers - 1, ts) + Params(float(2 * h + 2 * h * _ceil_div(h, ts.tp)), 0.0)
+            total = total + one.scaled(mtp) + Params(float(vocab * h if ts.pp > 1 else 0), 0.0)
     return total
 
 
@@ -285,6 +302,10 @@ def stage_memory(model: Model, ts: TrainScenario, stage: int, layers: list[int],
     if stage == ts.pp - 1:
         vocab = vocab_shard(model, ts.tp)
         act += e * tokens * model.hidden * (rep + 1.0) + 4.0 * tokens * vocab  # norm and head inputs, fp32 logits
+        mtp = mtp_modules(model, ts)
+        if mtp:  # each module: its decoder layer, its norms' and projection's inputs, the head's again
+            one = layer_activation_bytes(model, ts, model.layers - 1) + e * tokens * model.hidden * 4.0
+            act += mtp * (one * in_flight(ts, stage) + e * tokens * model.hidden * (rep + 1.0) + 4.0 * tokens * vocab)
         working = max(working, e * tokens * vocab)  # the logits' gradient
     if ts.recompute == "full":
         working = max(working, mean_layer_activation_bytes(model, ts, "none"))
@@ -292,9 +313,9 @@ def stage_memory(model: Model, ts: TrainScenario, stage: int, layers: list[int],
                        reserve=ts.mem_reserve, capacity=hbm * ts.mem_fraction, hbm=hbm, stage=stage)
 
 
-def memory(model: Model, ts: TrainScenario, hbm: float) -> TrainMemory:
-    """The fullest pipeline rank's memory."""
-    layers = stage_layers(model, ts)
+def memory(model: Model, ts: TrainScenario, hbm: float, layers: list[int] | None = None) -> TrainMemory:
+    """The fullest pipeline rank's memory (``layers``: decoder layers per rank, default :func:`stage_layers`)."""
+    layers = layers or stage_layers(model, ts)
     candidates = sorted({0, ts.pp - 1, max(range(ts.pp), key=lambda k: layers[k])})
     return max((stage_memory(model, ts, k, layers, hbm) for k in candidates), key=lambda mm: mm.total)
 

@@ -22,7 +22,7 @@ Definitions (docs/training.md has them with their references):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import InputError
 
@@ -177,7 +177,10 @@ def forward_model_flops(model: Model, ts: TrainScenario) -> tuple[float, float, 
     per_layer = sum(t.model_flops * t.op.count for t in layer)
     attn = sum(t.model_flops * t.op.count for t in layer if G.is_selective(t.name))
     head = sum(t.model_flops * t.op.count for t in G.head_forward(model, ref))
-    return per_layer * model.layers, attn * model.layers, head
+    # multi-token prediction (Megatron counts its modules too): a layer, the projection and the head per module
+    mtp = G.mtp_modules(model, ts)
+    proj = sum(t.model_flops * t.op.count for t in G.mtp_forward(model, ref))
+    return per_layer * (model.layers + mtp), attn * (model.layers + mtp), head + mtp * (head + proj)
 
 
 def step_flops(model: Model, ts: TrainScenario) -> tuple[float, float]:
@@ -255,17 +258,33 @@ def project_training(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Pr
     p, m, v = ts.pp, ts.micro_batches, ts.chunks
 
     layer_t, emb_t, head_t = timed_blocks(hw, model, ts, prof, params, max(layers))
+    n_mtp = G.mtp_modules(model, ts)
+    # each MTP module on the last stage: a decoder layer (timed as the mean layer), its own embedding, norms and
+    # projection, and the LM head and loss again
+    mtp_t = []
+    if n_mtp:
+        extra = G.mtp_forward(model, ts)
+        extra_t = _time_block(extra + G.backward(extra, ts), hw, prof, params, ts, None)
+        mtp_t = [_renamed(x, "mtp.", n_mtp) for x in layer_t + head_t] + [x.counted(n_mtp) for x in extra_t]
 
     lf, lr, lb = _sum(layer_t, "forward"), _sum(layer_t, "recompute"), _sum(layer_t, "backward")
     lw = _sum(layer_t, "backward", "wgrad")
+    tail_f = _sum(head_t, "forward") + _sum(mtp_t, "forward")
+    tail_b = _sum(head_t, "backward") + _sum(mtp_t, "backward") + _sum(mtp_t, "recompute")
+    tail_w = _sum(head_t, "backward", "wgrad") + _sum(mtp_t, "backward", "wgrad")
+    if p > 1:
+        even = balanced_layers(model.layers, p, lf + lb + lr, _sum(emb_t), tail_f + tail_b, layers)
+        # a layout is tuned within memory: keep Megatron's split where the balanced one would not fit and it does
+        hbm = hw.hbm_visible_bytes
+        if even != layers and (M.memory(model, ts, hbm, even).fits or not M.memory(model, ts, hbm, layers).fits):
+            layers = even
     p2p_t = _p2p_time(model, ts, hw, prof)
     stages: list[StageTime] = []
     for k in range(p):
         n = layers[k]
-        f = n * lf + (_sum(emb_t, "forward") if k == 0 else 0.0) + (_sum(head_t, "forward") if k == p - 1 else 0.0)
-        b = n * (lb + lr) + (_sum(emb_t, "backward") if k == 0 else 0.0) + (
-            _sum(head_t, "backward") if k == p - 1 else 0.0)
-        w = n * lw + (_sum(head_t, "backward", "wgrad") if k == p - 1 else 0.0)
+        f = n * lf + (_sum(emb_t, "forward") if k == 0 else 0.0) + (tail_f if k == p - 1 else 0.0)
+        b = n * (lb + lr) + (_sum(emb_t, "backward") if k == 0 else 0.0) + (tail_b if k == p - 1 else 0.0)
+        w = n * lw + (tail_w if k == p - 1 else 0.0)
         if p > 1:
             both = ts.schedule in ("interleaved", "dualpipe")
             f += v * p2p_t * (1.0 if (k > 0 or both) else 0.0)
@@ -274,7 +293,7 @@ def project_training(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Pr
     pipe = pipeline_time(ts.schedule, stages, m, v)
     slow = max(range(p), key=lambda k: stages[k].total)
 
-    step_ops, dp_exposed, emb_sync = _step_ops(model, ts, hw, prof, params, layers, stages[0])
+    step_ops, dp_exposed, emb_sync = _step_ops(model, ts, hw, prof, params, layers, stages)
     opt_s = sum(x.total for x in step_ops if x.top.role in ("optimizer", "optimizer_aux"))
     step_time = pipe.time_s + dp_exposed + emb_sync + opt_s
 
@@ -289,7 +308,7 @@ def project_training(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Pr
     if slow == 0:
         ops = [x for x in emb_t if x.top.pass_ == "forward"] + ops + [x for x in emb_t if x.top.pass_ != "forward"]
     if slow == p - 1:
-        ops = ops + head_t
+        ops = ops + head_t + mtp_t
     ops = _ordered(ops) + step_ops
     comm_mb = sum(x.total for x in ops if x.top.is_comm and x.top.pass_ != "step")
     p2p_mb = (stages[slow].total - sum(x.total for x in ops if x.top.pass_ != "step")) if p > 1 else 0.0
@@ -304,14 +323,14 @@ def project_training(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Pr
         "gradient reduce and parameter gather (exposed)": dp_exposed + emb_sync,
         "optimizer": opt_s,
     }
-    mem = M.memory(model, ts, hw.hbm_visible_bytes)
+    mem = M.memory(model, ts, hw.hbm_visible_bytes, layers)
     proj = TrainProjection(
         hardware=hw, model=model, scenario=ts, profile=prof, step_time_s=step_time,
         tokens_per_s=_div(ts.tokens_per_step, step_time), model_flops=model_flops, hardware_flops=hw_flops,
         model_tflops_per_gpu=mtf / 1e12, hardware_tflops_per_gpu=htf / 1e12, mfu=mtf / peak, hfu=htf / peak,
         bubble_fraction=_div(pipe.bubble_s, step_time), exposed_comm_s=exposed_comm, memory=mem, pipeline=pipe,
         stages=stages, slowest_stage=slow, ops=ops, breakdown=breakdown,
-        assumptions=assumptions(hw, model, ts, prof))
+        assumptions=assumptions(hw, model, ts, prof, layers))
     _check_finite(proj)
     return proj
 
@@ -354,6 +373,51 @@ def _check_finite(p: TrainProjection) -> None:
                          f"{p.profile.name!r} is out of any physical range", file=files[0] if files else None)
 
 
+def balanced_layers(n_layers: int, p: int, t_layer: float, t_first: float, t_last: float,
+                    default: list[int]) -> list[int]:
+    """Decoder layers per pipeline rank that make the slowest rank's micro-batch the shortest: the first rank
+    also runs the embedding (``t_first``), the last the LM head, loss and any MTP modules (``t_last``), so they
+    take fewer layers, as a tuned pipeline layout does (Megatron's --pipeline-model-parallel-layout,
+    --decoder-first/last-pipeline-num-layers). Layers are whole: with a few layers a rank (deep pipelines) the
+    last rank's extra work cannot be evened out, and the slowest rank sets the schedule's pace. ``default``
+    (Megatron's uneven split) is kept where it is as fast."""
+    if t_layer <= 0:
+        return default
+
+    def worst(c: list[int]) -> float:
+        return max(c[k] * t_layer + (t_first if k == 0 else 0.0) + (t_last if k == p - 1 else 0.0)
+                   for k in range(p))
+
+    def counts(limit: float) -> list[int] | None:
+        extra = [t_first if k == 0 else 0.0 for k in range(p)]
+        extra[-1] += t_last
+        c = [max(0, int((limit - e) / t_layer + 1e-9)) for e in extra]
+        if sum(c) < n_layers:
+            return None
+        surplus = sum(c) - n_layers  # take the spare slots from the middle ranks first, then the ends
+        for k in sorted(range(p), key=lambda k: (k in (0, p - 1), -c[k])):
+            cut = min(surplus, c[k])
+            c[k] -= cut
+            surplus -= cut
+        return c
+
+    limits = sorted({n * t_layer + e for n in range(n_layers + 1) for e in (0.0, t_first, t_last, t_first + t_last)})
+    best = default
+    for limit in limits:
+        c = counts(limit)
+        if c is not None:
+            best = c if worst(c) < worst(default) * (1 - 1e-9) else default
+            break
+    return best
+
+
+def _renamed(x: TimedOp, prefix: str, n: float) -> TimedOp:
+    """``x`` as a module's copy of it (``prefix`` before its name), run ``n`` times as often."""
+    top = x.top
+    op = replace(top.op, name=prefix + top.op.name, count=top.op.count * n)
+    return TimedOp(replace(top, op=op), x.time, x.exposed, x.bound)
+
+
 def _ordered(ops: list[TimedOp]) -> list[TimedOp]:
     order = {"forward": 0, "recompute": 1, "backward": 2}
     return sorted(ops, key=lambda x: order.get(x.top.pass_, 3))
@@ -376,46 +440,67 @@ def _p2p_time(model: Model, ts: TrainScenario, hw, prof) -> float:
     return t
 
 
-def _step_ops(model, ts: TrainScenario, hw, prof, params, layers, first: StageTime):
-    """Once-per-step ops (gradient reduce, parameter gather, tied-embedding sync, optimizer) with counts of 1;
-    returns (ops, exposed data-parallel time, exposed embedding-sync time)."""
+def _dp_collectives(model, ts: TrainScenario, hw, prof, params, layers, k: int) -> list[TimedOp]:
+    """Stage ``k``'s gradient reduce (and ZeRO-1 parameter gather) once a step: its dense parameters over the
+    ``dp x cp`` ranks (stride tp), its expert parameters over the expert-data-parallel group of ``dp x cp / ep``
+    ranks (stride tp x ep: beyond one box it crosses the scale-out network)."""
     out: list[TimedOp] = []
     group = ts.data_parallel * ts.cp
     g_b = G.O.bytes_per_element(ts.grad_dtype)
-    p0 = M.stage_params(model, ts, 0, layers)
+    pk = M.stage_params(model, ts, k, layers)
+    groups = [(pk.dense, group, ts.tp, "")]
+    if pk.expert:
+        groups.append((pk.expert, max(1, group // ts.ep), ts.tp * ts.ep, ".expert"))
+    for n, grp, stride, tag in groups:
+        if grp < 2 or n <= 0:
+            continue
+        kind = "all_reduce" if ts.zero == 0 else "reduce_scatter"
+        top = TrainOp(collective_op(f"dp.grad_{kind}{tag}", kind, n * g_b, grp, phase="prefill", scope="model"),
+                      "step", "comm", stride=stride)
+        sec, bound = time_train_op(top, hw, prof, params, mode=ts.mode)
+        out.append(TimedOp(top, sec, sec, bound))
+        if ts.zero == 1:
+            top = TrainOp(collective_op(f"dp.param_allgather{tag}", "all_gather", n * 2.0, grp, phase="prefill",
+                                        scope="model"), "step", "comm", stride=stride)
+            sec, bound = time_train_op(top, hw, prof, params, mode=ts.mode)
+            out.append(TimedOp(top, sec, sec, bound))
+    return out
+
+
+def _step_ops(model, ts: TrainScenario, hw, prof, params, layers, stages: list[StageTime]):
+    """Once-per-step ops (gradient reduce, parameter gather, tied-embedding sync, optimizer) with counts of 1;
+    returns (ops, exposed data-parallel time, exposed embedding-sync time).
+
+    Every stage reduces its own parameters' gradients: with an MoE model whose first layers are dense, the
+    stages holding experts reduce far more than stage 0 (and, EP inside a box, over the scale-out network).
+    With ``dp_overlap`` stage ``k``'s reduce hides under its last backward and under the drain that follows it
+    (the last micro-batch's backward still crosses stages k-1 .. 0: their backward times), its parameter gather
+    under its first forward and the fill before it (stages 0 .. k-1 forward the first micro-batch); the
+    optimizer waits for the slowest (the gradient norm is global), so the step pays the largest exposed stage."""
+    out: list[TimedOp] = []
+    group = ts.data_parallel * ts.cp
+    g_b = G.O.bytes_per_element(ts.grad_dtype)
     dp_exposed = 0.0
     if group > 1 and ts.zero < 2:
-        groups = [(p0.dense, group, ts.tp)]
-        if p0.expert:
-            groups.append((p0.expert, max(1, group // ts.ep), ts.tp * ts.ep))
-        t_grad = t_param = 0.0
-        for n, grp, stride in groups:
-            if grp < 2:
-                continue
-            kind = "all_reduce" if ts.zero == 0 else "reduce_scatter"
-            top = TrainOp(collective_op(f"dp.grad_{kind}", kind, n * g_b, grp, phase="prefill", scope="model"),
-                          "step", "comm", stride=stride)
-            sec, bound = time_train_op(top, hw, prof, params, mode=ts.mode)
-            t_grad += sec
-            out.append(TimedOp(top, sec, sec, bound))
-            if ts.zero == 1:
-                top = TrainOp(collective_op("dp.param_allgather", "all_gather", n * 2.0, grp, phase="prefill",
-                                            scope="model"), "step", "comm", stride=stride)
-                sec, bound = time_train_op(top, hw, prof, params, mode=ts.mode)
-                t_param += sec
-                out.append(TimedOp(top, sec, sec, bound))
-        if ts.dp_overlap:
-            exp_grad = max(0.0, t_grad - first.backward)
-            exp_param = max(0.0, t_param - first.forward)
-        else:
-            exp_grad, exp_param = t_grad, t_param
-        for x in out:
-            share = (exp_grad / t_grad if t_grad else 0.0) if "grad" in x.top.name else (
-                exp_param / t_param if t_param else 0.0)
-            x.exposed = x.time * share
-        dp_exposed = exp_grad + exp_param
+        best: list[TimedOp] = []
+        for k in range(ts.pp):
+            ops_k = _dp_collectives(model, ts, hw, prof, params, layers, k)
+            t_grad = sum(x.time for x in ops_k if ".grad_" in x.top.name)
+            t_param = sum(x.time for x in ops_k if ".param_" in x.top.name)
+            if ts.dp_overlap:
+                exp_grad = max(0.0, t_grad - sum(st.backward for st in stages[:k + 1]))
+                exp_param = max(0.0, t_param - sum(st.forward for st in stages[:k + 1]))
+            else:
+                exp_grad, exp_param = t_grad, t_param
+            for x in ops_k:
+                share = (exp_grad / t_grad if t_grad else 0.0) if ".grad_" in x.top.name else (
+                    exp_param / t_param if t_param else 0.0)
+                x.exposed = x.time * share
+            if not best or exp_grad + exp_param > dp_exposed:
+                best, dp_exposed = ops_k, exp_grad + exp_param
+        out += best
     emb_sync = 0.0
-    if model.tied_embeddings and ts.pp > 1:
+    if (model.tied_embeddings or G.mtp_modules(model, ts)) and ts.pp > 1:
         v = G.vocab_shard(model, ts.tp)
         stride = ts.tp * ts.cp * ts.data_parallel * (ts.pp - 1)
         top = TrainOp(collective_op("embedding.grad_sync", "all_reduce", v * model.hidden * g_b, 2, phase="prefill",
@@ -423,12 +508,12 @@ def _step_ops(model, ts: TrainScenario, hw, prof, params, layers, first: StageTi
         sec, bound = time_train_op(top, hw, prof, params, mode=ts.mode)
         out.append(TimedOp(top, sec, sec, bound))
         emb_sync = sec
-    # optimizer over the fullest stage's parameters (every rank steps together), sharded by ZeRO >= 1
-    pmax = max((M.stage_params(model, ts, k, layers) for k in {0, ts.pp - 1, layers.index(max(layers))}),
-               key=lambda x: x.total)
+    # optimizer over the fullest stage's parameter shard (every rank steps together), sharded by ZeRO >= 1 over
+    # dp x cp (dense) and dp x cp / ep (expert) ranks
     dense_shard = group if ts.zero >= 1 else 1
     expert_shard = max(1, group // ts.ep) if ts.zero >= 1 else 1
-    n = pmax.dense / dense_shard + pmax.expert / expert_shard
+    n = max(pk.dense / dense_shard + pk.expert / expert_shard
+            for pk in (M.stage_params(model, ts, k, layers) for k in range(ts.pp)))
     if ts.schedule == "dualpipe":
         n *= 2.0
     state = 24.0 if ts.optimizer == "adamw" else 16.0  # fp32 master + states read and written
@@ -442,7 +527,8 @@ def _step_ops(model, ts: TrainScenario, hw, prof, params, layers, first: StageTi
     return out, dp_exposed, emb_sync
 
 
-def assumptions(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Profile) -> list[str]:
+def assumptions(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Profile,
+                layers: list[int] | None = None) -> list[str]:
     out = []
     if ts.mode == "sol":
         out.append("speed of light: every operator at max(FLOPs / dense peak, bytes / bandwidth), collectives at "
@@ -471,12 +557,20 @@ def assumptions(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Profile
                + ("gradient reduce overlapped with the last backward" if ts.dp_overlap
                   else "gradient reduce exposed after the backward"))
     if ts.pp > 1:
-        out.append(f"{ts.schedule} schedule, {ts.micro_batches} micro-batches; stage layers {M.stage_layers(model, ts)[0]}"
-                   f"..{max(M.stage_layers(model, ts))} (first and last stages also hold embedding / LM head)")
+        layers = layers or M.stage_layers(model, ts)
+        out.append(f"{ts.schedule} schedule, {ts.micro_batches} micro-batches; stage layers {layers[0]}, "
+                   f"{min(layers)}..{max(layers)}, {layers[-1]} (first and last stages also hold embedding / LM head"
+                   f"{' / MTP' if G.mtp_modules(model, ts) else ''}; balanced by time)")
+    if G.mtp_modules(model, ts):
+        out.append(f"{G.mtp_modules(model, ts)} multi-token-prediction module(s) trained on the last stage "
+                   "(--mtp-layers 0 to leave out)")
     if ts.cp > 1:
         out.append("context parallel: load-balanced ring attention, K/V exchange hidden under attention compute")
     if model.moe is not None:
-        out.append("MoE: uniform routing, experts spread over ep data-parallel ranks, all-to-alls exposed")
+        out.append("MoE: uniform routing, experts spread over ep data-parallel ranks, all-to-alls "
+                   + ("hidden under another micro-batch's compute (only the excess shows)" if ts.a2a_hidden else
+                      "exposed") + "; expert GEMMs forward and backward as per-expert dense GEMMs "
+                   "(TransformerEngine grouped linear)")
     if hw.scaleup_domain < ts.tp:
         out.append(f"TP {ts.tp} spans more than one scale-up domain ({hw.scaleup_domain} GPUs)")
     return out

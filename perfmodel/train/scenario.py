@@ -61,6 +61,10 @@ class TrainScenario:
     # backward chunks (DeepSeek-V3 report, sec. 3.2.1), Megatron-Core's --overlap-moe-expert-parallel-comm (1F1B
     # with A2A overlap); None: on with --schedule dualpipe, off otherwise (Megatron's default)
     moe_a2a_overlap: bool | None = None
+    # multi-token-prediction modules trained with the model (DeepSeek-V3 report sec. 2.2; Megatron-Core's
+    # --mtp-num-layers): each one decoder layer, a projection of [norm(h); norm(emb)] and the shared LM head and
+    # loss again, on the last pipeline stage; None: the model's own (config num_nextn_predict_layers)
+    mtp_layers: int | None = None
     mode: str = "latency"  # latency (calibrated) | sol (roofline)
     mem_reserve: float = 2.0 * 2**30  # CUDA context, NCCL buffers, allocator slack (estimate, as for inference)
     mem_fraction: float = 0.95  # share of HBM the framework may use (estimate)
@@ -97,6 +101,10 @@ class TrainScenario:
             _positive(getattr(self, name), name)
         if self.dp is not None:
             _positive(self.dp, "dp")
+        if self.mtp_layers is not None and (not isinstance(self.mtp_layers, int) or isinstance(self.mtp_layers, bool)
+                                            or not 0 <= self.mtp_layers <= 8):
+            raise InputError(f"expected 0 to 8 multi-token-prediction layers, got {self.mtp_layers!r}",
+                             field="--mtp-layers")
         if self.schedule not in SCHEDULES:
             raise InputError(f"expected one of {', '.join(SCHEDULES)}, got {self.schedule!r}", field="--schedule")
         if self.recompute not in RECOMPUTE:
