@@ -1,7 +1,7 @@
 """MoE expert products of training measured on the H200 against the training graph's price.
 
 Reads the rows :mod:`perfmodel.measure.grouped_gemm` wrote (``calibration/h200/grouped-gemm``) and prices each the
-way ``perfmodel train`` prices an expert product on the H200: the forward as the grouped GEMM the MoE layer emits,
+way ``perfmodel train`` prices an expert product on the H200: the forward as per-expert products over the local experts,
 its data and weight gradients as :func:`perfmodel.train.graph.backward` derives them (bf16, the weight gradient
 accumulated into an fp32 main gradient), each timed standalone with the profile ``perfmodel train --arch h200``
 composes. Prints the median signed error per pass and rows an expert, and per model.
@@ -44,9 +44,9 @@ def priced(rows: list[dict]) -> list[float]:
     out = []
     for r in rows:
         p = r["params"]
+        # as train/graph.py's expert GEMMs: per-expert products over the local experts (TransformerEngine's grouped
+        # linear), timed by the dense GEMM model, not a serving engine's fused-MoE efficiency
         fwd = O.gemm(f"moe.{p['product']}", p["rows"], p["n"], p["k"], "bf16", groups=p["experts"], phase="prefill")
-        fwd = O.Op(fwd.name, fwd.kind, fwd.phase, fwd.flops, fwd.bytes, {**fwd.params, "grouped": True}, fwd.count,
-                   fwd.scope)
         ops = {"fwd": fwd}
         for t in backward([TrainOp(fwd, "forward", "fwd")], ts):
             ops[t.role] = t.op
