@@ -7,7 +7,8 @@ it already has cached). Structurally it is one forward pass over T = n + sum(p) 
 
 - **token ops** (QKV, output and FFN projections, norms, activations, the embedding, TP all-reduces): one
   pass over T tokens, the weights read once for decode and prefill tokens alike;
-- **per-sequence ops** (final norm, LM head, its all-gather): R = n + pieces rows of logits;
+- **per-sequence ops** (final norm, LM head, its all-gather): R = n + pieces rows of logits (n (1 + K) with
+  speculation);
 - **decode attention** (and any op only decode runs, e.g. MLA's absorbed projections): the n sequences
   over their contexts, taken at their mean context (the KV bytes read are exact);
 - **prefill attention** (and ops only prefill runs, e.g. MLA's latent expansion): each piece's causal
@@ -29,8 +30,8 @@ through all stages; a prefill piece is not split.
 
 **Speculative decoding** (``sc.mtp`` = K draft tokens, :mod:`perfmodel.speculative`): a decoding sequence's row
 of the step is a verify step of 1 + K query tokens, priced as :func:`perfmodel.projection.serving_steps` prices it
-(the token ops over 1 + K tokens a sequence, the decode attention's 1 + K rows over the cache, the logits one row
-a sequence as the projection's graph has them), and the step adds the drafting of the next step's K tokens:
+(the token ops over 1 + K tokens a sequence, the decode attention's 1 + K rows over the cache, the logits at each
+of the 1 + K positions, as the projection's graph has them), and the step adds the drafting of the next step's K tokens:
 
 - **MTP** (the model's own module): K times one decoder layer and the LM head at one token a sequence, from a
   table of :func:`perfmodel.projection.draft_time` over (sequences, context), the projection's own figure; and
@@ -317,7 +318,8 @@ class StepModel:
             phase = "prefill" if launch == self.mixed_launch else "decode"
             n_tok = self.max_tokens if phase == "prefill" else self.max_seqs * self.q
             self.token[launch] = self._tables_1d(phase, n_tok, c.token, launch)
-            self.seq[launch] = self._tables_1d(phase, self.max_seqs, c.per_seq, launch)
+            # logits rows: 1 + K a decoding sequence (a verify step scores every draft position), one a prefill piece
+            self.seq[launch] = self._tables_1d(phase, self.max_seqs * self.q, c.per_seq, launch)
         # decode attention over (sequences, mean context)
         n_grid = _geom_grid(1, self.max_seqs, 40, exact_below=16)
         c_grid = _geom_grid(1, self.max_context, 40, exact_below=4)
@@ -403,7 +405,7 @@ class StepModel:
         pp = self.pp
         launch = self.mixed_launch if pieces else self.decode_launch
         tokens = n_dec * self.q + sum(p for p, _ in pieces)
-        rows = n_dec + len(pieces)
+        rows = n_dec * self.q + len(pieces)
         n_all = n_dec
         if pp > 1:
             biggest = max((p for p, _ in pieces), default=0)
