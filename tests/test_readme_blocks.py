@@ -40,7 +40,9 @@ def test_readme_h200_table_is_the_calibration_docs():
              "attention, PyTorch default dispatch (cuDNN), decode": "attention (default: cudnn) | decode",
              "attention, FlashAttention-2 forced, prefill": "attention (flash) | prefill",
              "attention, FlashAttention-2 forced, decode": "attention (flash) | decode",
+             "attention in a CUDA-graph stream (default dispatch)": "held-out | attention in-stream (default: cudnn)",
              "memory-bound operators": "held-out | memory",
+             "memory-bound operators in a stream": "held-out | memory in-stream",
              "whole decoder layers, prefill (eager, never fitted)": "whole layers | prefill",
              "whole decoder layers, decode (CUDA graph, never fitted)": "whole layers | decode"}
     for ours, theirs in pairs.items():
