@@ -149,3 +149,18 @@ def test_trace_sets_the_rate(tmp_path, capsys):
     doc = json.loads(out)
     assert doc["rate_req_s"] == pytest.approx(100.0, rel=1e-6)  # 199 gaps of 10 ms
     assert doc["workload"]["trace"] == str(trace)
+
+
+def test_speculation_screen_prices_tpot_per_emitted_token(tmp_path):
+    """With --mtp a step is a verify step emitting ~E tokens a sequence: the closed-form screen takes TPOT as the
+    step over E (as the simulator and `plan --gpus` do). It once took the whole verify step as TPOT and refused
+    every layout ("no layout meets the SLOs even at a trickle") that the simulator serves within the SLOs."""
+    path = tmp_path / "plan.json"
+    rc = main(["plan", "--arch", "h200", "--model", "deepseek-v3", "--dtype", "fp8", "--mtp", "2", "--mtp-accept",
+               "0.8", "--rate", "4", "--slo-ttft-ms", "2000", "--slo-tpot-ms", "25", "--tp-options", "8",
+               "--batch-options", "16,32", "--no-disagg", "--requests", "100", "--format", "json", "--out", str(path)])
+    assert rc == 0
+    doc = json.loads(path.read_text())
+    assert doc["scenario"]["mtp"] == 2
+    chosen = doc["chosen"]
+    assert chosen["attainment"] >= doc["attainment"] and chosen["tpot_p90_ms"] <= 25
