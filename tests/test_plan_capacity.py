@@ -127,6 +127,7 @@ def test_table_names_prices_as_user_input(capsys):
     (["--rate", "10", "--slo-ttft-ms", "300", "--max-gpus", "0"], "--max-gpus"),
     (["--rate", "10", "--slo-ttft-ms", "300", "--arrival", "constant"], "--arrival"),
     (["--rate", "10", "--slo-ttft-ms", "300", "--arrival", "trace", "/nonexistent.csv"], "trace"),
+    (["--rate", "10", "--slo-ttft-ms", "300", "--engines", "foo"], "--engines"),
 ])
 def test_bad_input_is_one_line(extra, needle, capsys):
     rc, _, err = run(["plan", "--arch", "h200-sxm,b200", "--model", "qwen3-0.6b"] + extra, capsys)
@@ -164,3 +165,13 @@ def test_speculation_screen_prices_tpot_per_emitted_token(tmp_path):
     assert doc["scenario"]["mtp"] == 2
     chosen = doc["chosen"]
     assert chosen["attainment"] >= doc["attainment"] and chosen["tpot_p90_ms"] <= 25
+
+
+def test_an_engine_a_part_does_not_run_is_a_note(capsys):
+    """--engines trtllm across an NVIDIA and an AMD part: the AMD part is left out with a note (the note once
+    read an attribute InputError does not have, and the command ended in a traceback)."""
+    rc, out, err = run(["plan", "--arch", "h200-sxm,mi300x", "--model", "qwen3-0.6b", "--rate", "20", "--slo-tpot-ms",
+                        "8", "--requests", "60", "--tp-options", "1", "--batch-options", "64", "--finalists", "1",
+                        "--no-disagg", "--engines", "trtllm"], capsys)
+    assert rc == 0, err
+    assert "note: trtllm on AMD Instinct MI300X: TensorRT-LLM runs on nvidia parts" in out

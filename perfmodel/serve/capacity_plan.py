@@ -179,13 +179,19 @@ class Planner:
     def layouts(self) -> dict:
         out: dict = {}
         engines = self.space.engines or (self.sc.engine,)
+        from ..engines import CHOICES
+
+        for engine in engines:  # a name no engine has is bad input, not a part the engine does not run on
+            if engine not in CHOICES:
+                raise InputError(f"unknown engine {engine[:40]!r}; expected one of {', '.join(CHOICES)}",
+                                 field="--engines")
         for pi, part in enumerate(self.parts):
             for engine in engines:
                 found = []
                 try:
                     probe = resolve_scenario(self.sc.with_(engine=engine), part.hw)
                 except InputError as e:  # the engine does not run on this part's vendor
-                    self.notes.append(f"{engine} on {part.hw.name}: {e.message}")
+                    self.notes.append(f"{engine} on {part.hw.name}: {e.detail}")
                     continue
                 prof = self.profile_for(part.hw, probe.engine)
                 for tp in self.space.tps:
