@@ -41,3 +41,15 @@ def test_check_prices_the_three_passes_like_the_training_graph(tmp_path):
     assert prices[2] >= prices[1] * 0.99
     result = tool.compare(tmp_path)
     assert result[("pass", "fwd", 1024)]["n"] == 1
+
+
+def test_check_without_measurements_says_so_in_one_line(tmp_path, capsys):
+    """The default folder (calibration/h200/grouped-gemm) is not in the repository: the tool says where the rows
+    come from instead of a FileNotFoundError traceback."""
+    import pytest
+
+    tool = _check_tool()
+    with pytest.raises(SystemExit) as e:
+        tool.compare(tmp_path)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and "no measurements at" in err

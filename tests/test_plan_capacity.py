@@ -127,6 +127,7 @@ def test_table_names_prices_as_user_input(capsys):
     (["--rate", "10", "--slo-ttft-ms", "300", "--max-gpus", "0"], "--max-gpus"),
     (["--rate", "10", "--slo-ttft-ms", "300", "--arrival", "constant"], "--arrival"),
     (["--rate", "10", "--slo-ttft-ms", "300", "--arrival", "trace", "/nonexistent.csv"], "trace"),
+    (["--rate", "10", "--slo-ttft-ms", "300", "--engines", "foo"], "--engines"),
 ])
 def test_bad_input_is_one_line(extra, needle, capsys):
     rc, _, err = run(["plan", "--arch", "h200-sxm,b200", "--model", "qwen3-0.6b"] + extra, capsys)
@@ -149,3 +150,28 @@ def test_trace_sets_the_rate(tmp_path, capsys):
     doc = json.loads(out)
     assert doc["rate_req_s"] == pytest.approx(100.0, rel=1e-6)  # 199 gaps of 10 ms
     assert doc["workload"]["trace"] == str(trace)
+
+
+def test_speculation_screen_prices_tpot_per_emitted_token(tmp_path):
+    """With --mtp a step is a verify step emitting ~E tokens a sequence: the closed-form screen takes TPOT as the
+    step over E (as the simulator and `plan --gpus` do). It once took the whole verify step as TPOT and refused
+    every layout ("no layout meets the SLOs even at a trickle") that the simulator serves within the SLOs."""
+    path = tmp_path / "plan.json"
+    rc = main(["plan", "--arch", "h200", "--model", "deepseek-v3", "--dtype", "fp8", "--mtp", "2", "--mtp-accept",
+               "0.8", "--rate", "4", "--slo-ttft-ms", "2000", "--slo-tpot-ms", "25", "--tp-options", "8",
+               "--batch-options", "16,32", "--no-disagg", "--requests", "100", "--format", "json", "--out", str(path)])
+    assert rc == 0
+    doc = json.loads(path.read_text())
+    assert doc["scenario"]["mtp"] == 2
+    chosen = doc["chosen"]
+    assert chosen["attainment"] >= doc["attainment"] and chosen["tpot_p90_ms"] <= 25
+
+
+def test_an_engine_a_part_does_not_run_is_a_note(capsys):
+    """--engines trtllm across an NVIDIA and an AMD part: the AMD part is left out with a note (the note once
+    read an attribute InputError does not have, and the command ended in a traceback)."""
+    rc, out, err = run(["plan", "--arch", "h200-sxm,mi300x", "--model", "qwen3-0.6b", "--rate", "20", "--slo-tpot-ms",
+                        "8", "--requests", "60", "--tp-options", "1", "--batch-options", "64", "--finalists", "1",
+                        "--no-disagg", "--engines", "trtllm"], capsys)
+    assert rc == 0, err
+    assert "note: trtllm on AMD Instinct MI300X: TensorRT-LLM runs on nvidia parts" in out

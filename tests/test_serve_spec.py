@@ -241,3 +241,16 @@ def test_serve_cli_speculates_with_a_draft_model(eagle):
                            "--mtp", "2", "--mtp-accept", "0.8,0.6", "--draft", eagle, "--requests", "30",
                            "--rate", "2", "--seed", "5"], capture_output=True, text=True)
     assert text.returncode == 0 and "tokens per verify step; ITL per emitted token" in text.stdout
+
+
+def test_serve_table_with_no_verify_step(eagle, capsys):
+    """Every output one token long: no verify step ran, the speculation figures are None; the table shows '-'
+    for them (it once raised a TypeError formatting None)."""
+    from perfmodel.cli import main
+
+    rc = main(["serve", "--arch", "h200", "--model", "llama8b", "--mtp", "2", "--mtp-accept", "0.8",
+               "--draft", eagle, "--requests", "20", "--rate", "2", "--osl", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    line = next(x for x in out.splitlines() if x.strip().startswith("speculation"))
+    assert "acceptance - observed, - tokens per verify step" in line

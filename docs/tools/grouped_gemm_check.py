@@ -25,7 +25,12 @@ ARCH = "h200-sxm"
 
 
 def measured_rows(folder: Path) -> list[dict]:
-    with open(folder / "measurements.jsonl", encoding="utf-8") as f:
+    path = folder / "measurements.jsonl"
+    if not path.is_file():  # the measurement is not in the repository until a run on a GPU writes it
+        print(f"grouped_gemm_check: error: no measurements at {path} (python -m perfmodel.measure.grouped_gemm on "
+              "a GPU writes them; --folder DIR reads another run)", file=sys.stderr)
+        raise SystemExit(2)
+    with open(path, encoding="utf-8") as f:
         rows = [json.loads(line) for line in f if line.strip()]
     return [r for r in rows if r.get("kind") == "grouped_gemm" and r.get("time_s")]
 

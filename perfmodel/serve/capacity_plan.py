@@ -13,7 +13,9 @@ decode instances.
 Screen, then simulate. A closed form estimates each instance's rate from the calibrated step times: the
 steady state of continuous batching with chunked prefill, where every step carries b decoding sequences and
 the prompt tokens that keep b constant, p = b * isl / osl (within the token budget), so that one step of
-T(b, p) finishes b / osl requests: r(b) = b / (osl * T(b, p)), its TPOT T(b, p). The largest b whose TPOT meets
+T(b, p) finishes b / osl requests: r(b) = b / (osl * T(b, p)), its TPOT T(b, p) (with speculative decoding a
+verify step emits E tokens a sequence on average: p, r and the decode instance's rate E times as large, TPOT
+T / E). The largest b whose TPOT meets
 the objective (and no b at all when one prompt alone misses TTFT) gives the estimate; a prefill instance's is
 its prompts per second at a full token budget (and no more than its link sends caches), a decode instance's
 b / (osl * T(b)) with T(b) plus the KV transfer's share of the output within the TPOT objective. The estimate
@@ -88,8 +90,8 @@ class _Layout:
     mem_cap: int  # running sequences the KV cache holds for the mean request
     steps: object  # StepModel of a mixed instance at the largest cap (screen and aggregated simulations)
     caps: list[int]
-    decode_s: dict  # cap -> decode step time at that batch, mean context
-    mixed_s: dict  # cap -> (step time, requests finished a second) of the steady mixed step at that batch
+    decode_s: dict  # cap -> decode step time per emitted token (TPOT) at that batch, mean context
+    mixed_s: dict  # cap -> (step time per emitted token, requests finished a second) of the steady mixed step
     prefill_req_s: float  # prefill time per prompt, prompts batched to the token budget
     prefill_alone_s: float  # one prompt alone (the floor of TTFT)
 
@@ -177,13 +179,19 @@ class Planner:
     def layouts(self) -> dict:
         out: dict = {}
         engines = self.space.engines or (self.sc.engine,)
+        from ..engines import CHOICES
+
+        for engine in engines:  # a name no engine has is bad input, not a part the engine does not run on
+            if engine not in CHOICES:
+                raise InputError(f"unknown engine {engine[:40]!r}; expected one of {', '.join(CHOICES)}",
+                                 field="--engines")
         for pi, part in enumerate(self.parts):
             for engine in engines:
                 found = []
                 try:
                     probe = resolve_scenario(self.sc.with_(engine=engine), part.hw)
                 except InputError as e:  # the engine does not run on this part's vendor
-                    self.notes.append(f"{engine} on {part.hw.name}: {e.message}")
+                    self.notes.append(f"{engine} on {part.hw.name}: {e.detail}")
                     continue
                 prof = self.profile_for(part.hw, probe.engine)
                 for tp in self.space.tps:
@@ -213,16 +221,19 @@ class Planner:
                               self._power(pi, prof), max_seqs=caps[-1])
         steps = inst.steps
         ctx = self.isl + self.osl / 2
-        decode = {b: steps.step(b, ctx, ())[0] for b in caps}
+        # speculative decoding: a step is a verify step of 1 + K tokens a sequence that emits tokens_per_step of
+        # them on average, so TPOT is the step over that and a step finishes that many times the requests
+        tps, q = float(sc.tokens_per_step), 1 + int(sc.mtp or 0)
+        decode = {b: steps.step(b, ctx, ())[0] / tps for b in caps}
         budget = inst.cfg.token_budget
         isl = max(int(round(self.isl)), 1)
         mixed = {}
         for b in caps:  # the steady state (module doc): b decodes and the prompt tokens that keep b running
-            p = max(min(b * self.isl / max(self.osl, 1.0), budget - b), 1.0)
+            p = max(min(b * tps * self.isl / max(self.osl, 1.0), budget - b * q), 1.0)
             whole, rest = divmod(int(round(p)), isl)
             pieces = [(isl, 0)] * whole + ([(rest, 0)] if rest else [])
             t = steps.step(b, ctx, pieces)[0]
-            mixed[b] = (t, min(b / self.osl, p / self.isl) / t)
+            mixed[b] = (t / tps, min(b * tps / self.osl, p / self.isl) / t)
         piece = min(isl, budget)
         per_step = max(1, min(budget // isl, inst.cfg.max_seqs))
         chunks = math.ceil(isl / budget)

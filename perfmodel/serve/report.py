@@ -122,11 +122,12 @@ def serve_table(doc: dict) -> str:
                  "prompt tokens from the prefix cache")
     spec = doc.get("speculation")
     if spec:  # ITL above is per step (streamed chunk); docs/speculative.md
-        obs = ", ".join(_num(x) for x in spec["observed_acceptance"] if x is not None)
+        # a run without verify steps (every output one token long) observed nothing: None, shown as '-'
+        obs = ", ".join(_num(x) for x in spec["observed_acceptance"] if x is not None) or "-"
         per = spec["itl_per_token_ms"]
         lines.append(f"  speculation     {spec['draft_tokens']} draft tokens a step from {spec['drafter']}: acceptance "
-                     f"{obs} observed, {spec['observed_tokens_per_step']:.3g} tokens per verify step; ITL per emitted "
-                     f"token P50 {_num(per['p50'])}, P90 {_num(per['p90'])}, mean {_num(per['mean'])} ms")
+                     f"{obs} observed, {_num(spec['observed_tokens_per_step'])} tokens per verify step; ITL per "
+                     f"emitted token P50 {_num(per['p50'])}, P90 {_num(per['p90'])}, mean {_num(per['mean'])} ms")
     sim = doc["simulation"]
     lines.append(f"  simulated       {sim['steps']:,} steps in {sim['build_s'] + sim['simulate_s']:.2f} s "
                  f"(tables {sim['build_s']:.2f} s)")
