@@ -254,3 +254,11 @@ def test_serve_table_with_no_verify_step(eagle, capsys):
     assert rc == 0
     line = next(x for x in out.splitlines() if x.strip().startswith("speculation"))
     assert "acceptance - observed, - tokens per verify step" in line
+
+
+def test_a_plans_scenario_records_the_acceptance_it_was_sized_for():
+    from perfmodel.serve.report import plan_scenario
+
+    doc = plan_scenario(Scenario(tp=8, dtype="fp8", mtp=2, mtp_accept=0.8).validated())
+    assert doc["mtp"] == 2 and doc["mtp_accept"] == [0.8, 0.8]
+    assert "mtp_accept" not in plan_scenario(Scenario(tp=8).validated())

@@ -156,6 +156,8 @@ def plan_scenario(sc) -> dict:
     deploy``: weights' format, expert and attention data parallelism, speculation): every engine's alike; the
     KV-cache format, token budget and memory share only where given (else each engine's own default)."""
     out = {"dtype": sc.dtype, "ep": sc.ep, "attention_dp": sc.attention_dp, "mtp": sc.mtp}
+    if sc.mtp:  # the acceptance the plan was sized for, per draft position
+        out["mtp_accept"] = list(sc.acceptance)
     if sc.draft:
         out["draft"] = sc.draft
     for key in ("kv_dtype", "prefill_chunk", "mem_fraction"):
