@@ -36,7 +36,12 @@ def measured_rows(folder: Path) -> list[dict]:
 
 
 def priced(rows: list[dict]) -> list[float]:
-    """Seconds the training graph gives each measured pass."""
+    """Seconds the training graph's cost model gives each measured pass, the op built as the measurement ran it:
+    forward and data gradient as :func:`perfmodel.train.graph.backward` derives them, the weight gradient writing
+    its bf16 product (the measurement's ``torch._grouped_mm`` output) - the training graph also reads and writes
+    the fp32 main gradient there (Megatron's gradient-accumulation fusion), which this measurement does not run."""
+    from dataclasses import replace
+
     from perfmodel import ops as O
     from perfmodel.cost import time_op
     from perfmodel.resolve import resolve_hardware, resolve_profile
@@ -55,6 +60,8 @@ def priced(rows: list[dict]) -> list[float]:
         ops = {"fwd": fwd}
         for t in backward([TrainOp(fwd, "forward", "fwd")], ts):
             ops[t.role] = t.op
+        w = ops["wgrad"]
+        ops["wgrad"] = replace(w, bytes=w.bytes - p["experts"] * p["k"] * p["n"] * (4.0 + 4.0 - 2.0))
         out.append(float(time_op(ops[p["pass"]], hw, prof, standalone=True).time))
     return out
 
