@@ -8,6 +8,7 @@ import shlex
 import pytest
 
 from perfmodel.cli import main
+from perfmodel.errors import InputError
 
 BASE = ["plan", "--arch", "h200-sxm,b200", "--model", "qwen3-0.6b", "--slo-ttft-ms", "300", "--slo-tpot-ms", "8",
         "--requests", "60", "--tp-options", "1,2", "--batch-options", "64,max", "--finalists", "2"]
@@ -175,3 +176,13 @@ def test_an_engine_a_part_does_not_run_is_a_note(capsys):
                         "--no-disagg", "--engines", "trtllm"], capsys)
     assert rc == 0, err
     assert "note: trtllm on AMD Instinct MI300X: TensorRT-LLM runs on nvidia parts" in out
+
+
+def test_a_price_may_name_the_part_as_given_to_arch():
+    from perfmodel.cli.serve import _prices
+
+    keys, names = ["h200-sxm", "b200"], ["h200", "b200"]
+    assert _prices(["h200=3.5,b200=5"], keys, names) == {"h200-sxm": 3.5, "b200": 5.0}
+    assert _prices(["h200-sxm=3.5"], keys, names) == {"h200-sxm": 3.5}
+    with pytest.raises(InputError, match="not one of the parts planned"):
+        _prices(["mi300x=2"], keys, names)

@@ -368,8 +368,10 @@ def cmd_plan(args) -> int:
     return 0
 
 
-def _prices(values, keys: list[str]) -> dict[str, float]:
-    """--gpu-hour-usd PART=USD (repeated or comma-separated; a bare USD when one part is planned): {part: USD}."""
+def _prices(values, keys: list[str], names: list[str] | None = None) -> dict[str, float]:
+    """--gpu-hour-usd PART=USD (repeated or comma-separated; a bare USD when one part is planned): {part: USD}. A
+    PART is a planned part's spec key or the name it was given to --arch (``h200`` for ``h200-sxm``)."""
+    alias = dict(zip(names or [], keys))
     out: dict[str, float] = {}
     for v in values or []:
         for item in str(v).split(","):
@@ -382,6 +384,7 @@ def _prices(values, keys: list[str]) -> dict[str, float]:
             else:
                 raise InputError(f"expected PART=USD for each of {', '.join(keys)}, got {item[:40]!r}",
                                  field="--gpu-hour-usd")
+            name = alias.get(name, name)
             if name not in keys:
                 raise InputError(f"{name[:40]!r} is not one of the parts planned ({', '.join(keys)})",
                                  field="--gpu-hour-usd")
@@ -453,7 +456,7 @@ def cmd_capacity(args) -> int:
     keys = [getattr(h, "key", None) or a for h, a in zip(hws, names)]
     if len(set(keys)) != len(keys):
         raise InputError(f"a part is named twice ({', '.join(names)})", field="--arch")
-    prices = _prices(args.gpu_hour_usd, keys)
+    prices = _prices(args.gpu_hour_usd, keys, names)
     parts = [Part(k, h, prices.get(k)) for k, h in zip(keys, hws)]
     model = resolve_model(args.model)
     sc = scenario_from_args(args)
