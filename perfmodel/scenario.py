@@ -217,8 +217,9 @@ class Scenario:
             given = self.mtp_accept if isinstance(self.mtp_accept, (tuple, list)) else (self.mtp_accept,)
             if not given or not all(isinstance(a, (int, float)) and not isinstance(a, bool) and 0.0 <= a < 1.0
                                     for a in given):
+                got = "none given" if self.mtp_accept is None else f"got {self.mtp_accept!r}"
                 raise InputError("with --mtp give the acceptance rate of a draft token, in [0, 1), or one per "
-                                 f"position separated by commas, got {self.mtp_accept!r}", field="--mtp-accept")
+                                 f"position separated by commas; {got}", field="--mtp-accept")
             if self.mtp and len(given) not in (1, self.mtp):
                 raise InputError(f"--mtp {self.mtp} drafts {self.mtp} tokens: give one acceptance rate or {self.mtp}, "
                                  f"got {len(given)}", field="--mtp-accept")
