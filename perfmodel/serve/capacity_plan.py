@@ -49,7 +49,7 @@ from .engine import simulate_instance
 from .metrics import request_metrics
 from .plan import batch_caps, layout_fits, layout_runs, max_rate
 from ..resolve import resolve_scenario
-from .simulate import MAX_INSTANCES, ServeOptions, build_instance, kv_transfer_s, max_seqs_for, simulate
+from .simulate import MAX_INSTANCES, ServeOptions, build_instance, disagg_pass, kv_transfer_s, max_seqs_for, simulate
 
 SLACK = 0.25  # an estimate this much worse than the best simulated plan of its group is not simulated
 MAX_GROW = 3
@@ -577,34 +577,9 @@ class Planner:
         idn = build_instance(hd, self.model, ld.sc.with_(batch=p["cap"]), ld.prof, reqs, "decode", self.opts,
                              self._power(ld.part, ld.prof), max_seqs=p["cap"])
         xfer = self._xfer(lp, ld, reqs.isl)
-        n = len(reqs)
-        first, finish, ready = np.zeros(n), np.zeros(n), np.zeros(n)
-        spans, extra, runs = [], [], []
-        for k in range(x):
-            idx = np.arange(k, n, x)
-            if idx.size == 0:
-                continue
-            r = simulate_instance(ip.steps, ip.cfg, reqs.subset(idx))
-            first[idx] = r.first_token
-            spans += r.itl_spans
-            extra += r.itl_extra
-            runs.append((lp, ip, r))
-            busy = 0.0  # the instance's link sends one cache after another, in the order prompts finish
-            for j in idx[np.argsort(r.first_token, kind="stable")]:
-                busy = max(first[j], busy) + xfer[j]
-                ready[j] = busy
-        finish[:] = first
-        dec = np.nonzero(reqs.osl > 1)[0]
-        dec = dec[np.argsort(ready[dec], kind="stable")]
-        for k in range(y):
-            idx = dec[k::y]
-            if idx.size == 0:
-                continue
-            r = simulate_instance(idn.steps, idn.cfg, reqs.subset(idx).with_arrival(ready[idx]))
-            finish[idx] = r.finish
-            spans += r.itl_spans
-            extra += r.itl_extra + (r.first_token - first[idx]).tolist()
-            runs.append((ld, idn, r))
+        run = disagg_pass(ip, idn, reqs, x, y, xfer)
+        first, finish, spans, extra = run.first, run.finish, run.spans, run.extra
+        runs = [(lp if inst is ip else ld, inst, r) for inst, r in run.runs]
         self.sims += 1
         out = request_metrics(reqs.arrival, first, finish, reqs.isl, reqs.osl, spans, extra,
                               slo_ttft_s=self.opts.slo_ttft_s, slo_tpot_s=self.opts.slo_tpot_s,

@@ -290,7 +290,7 @@ def _side(sc, hw, tp: int | None, layout: tuple):
 
 
 @dataclass
-class _DisaggPass:
+class DisaggPass:
     first: np.ndarray
     finish: np.ndarray
     preemptions: np.ndarray
@@ -300,8 +300,9 @@ class _DisaggPass:
     verified: list = None  # speculation: (AcceptedRuns, InstanceResult) of the decode instances
 
 
-def _disagg_pass(ip: Instance, idn: Instance, reqs, x: int, y: int, xfer: np.ndarray, drawn=None) -> _DisaggPass:
-    """Requests at fixed arrival times through ``x`` prefill instances, the KV transfer, ``y`` decode instances."""
+def disagg_pass(ip: Instance, idn: Instance, reqs, x: int, y: int, xfer: np.ndarray, drawn=None) -> DisaggPass:
+    """Requests at fixed arrival times through ``x`` prefill instances, the KV transfer, ``y`` decode instances
+    (each side's instance built on its own part where they differ: perfmodel.serve.capacity_plan)."""
     n = len(reqs)
     first = np.zeros(n)
     finish = np.zeros(n)
@@ -339,7 +340,7 @@ def _disagg_pass(ip: Instance, idn: Instance, reqs, x: int, y: int, xfer: np.nda
         extra += r.itl_extra
         extra += (r.first_token - first[idx]).tolist()  # first token (prefill) to the second (decode)
         runs.append((idn, r))
-    return _DisaggPass(first, finish, pre, spans, extra, runs, verified)
+    return DisaggPass(first, finish, pre, spans, extra, runs, verified)
 
 
 def _closed_loop_disagg(ip: Instance, idn: Instance, reqs, x: int, y: int, xfer: np.ndarray, conc: int, drawn=None):
@@ -350,7 +351,7 @@ def _closed_loop_disagg(ip: Instance, idn: Instance, reqs, x: int, y: int, xfer:
     n = len(reqs)
     arrival = np.zeros(n)
     for _ in range(n // conc + 2):
-        run = _disagg_pass(ip, idn, reqs.with_arrival(arrival), x, y, xfer, drawn)
+        run = disagg_pass(ip, idn, reqs.with_arrival(arrival), x, y, xfer, drawn)
         nxt = arrival.copy()
         nxt[conc:] = np.sort(run.finish)[: n - conc]
         if np.array_equal(nxt, arrival):
@@ -371,7 +372,7 @@ def _disaggregated(hw, model, sc, prof, reqs, opts, power, t0, drawn=None) -> di
     link = opts.kv_link if opts.kv_link != "auto" else ("scaleup" if world <= hw.scaleup_domain else "scaleout")
     xfer = kv_transfer_s(model, hw, prof, sc_p, sc_d, reqs.isl, link, world)
     if conc is None:
-        arrival, run = reqs.arrival, _disagg_pass(ip, idn, reqs, x, y, xfer, drawn)
+        arrival, run = reqs.arrival, disagg_pass(ip, idn, reqs, x, y, xfer, drawn)
     else:
         arrival, run = _closed_loop_disagg(ip, idn, reqs, x, y, xfer, int(conc), drawn)
     first, finish, pre, spans, extra, runs = run.first, run.finish, run.preemptions, run.spans, run.extra, run.runs
