@@ -71,20 +71,35 @@ def pytest_collection_modifyitems(config, items):
         items[:] = keep
 
 
+def load_docs_tool(tool: str):
+    """docs/tools/<tool> loaded as a module (the tools are scripts, not a package)."""
+    import importlib.util
+
+    from perfmodel.paths import repo_root
+
+    spec = importlib.util.spec_from_file_location(tool.removesuffix(".py"), repo_root() / "docs" / "tools" / tool)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def docs_tool():
+    """``tool -> module``: a docs/tools script loaded (:func:`load_docs_tool`)."""
+    return load_docs_tool
+
+
 @pytest.fixture
 def generated_block():
     """``(doc, tag, tool, function) -> (the block docs/<doc> holds between <!-- tag: begin/end --> markers, what
     docs/tools/<tool>'s function prints now)``: a documented figure checked against the script that produces it."""
-    import importlib.util
     import re
 
     from perfmodel.paths import repo_root
 
     def check(doc: str, tag: str, tool: str, function: str) -> tuple[str, str]:
         root = repo_root()
-        spec = importlib.util.spec_from_file_location(tool.removesuffix(".py"), root / "docs" / "tools" / tool)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module = load_docs_tool(tool)
         text = (root / "docs" / doc).read_text(encoding="utf-8")
         block = re.search(rf"<!-- {tag}: begin -->\n(.*?)\n<!-- {tag}: end -->", text, re.S)
         assert block, f"docs/{doc} has no {tag} block"

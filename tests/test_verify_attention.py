@@ -1,19 +1,9 @@
 """The verify-step attention measurement (perfmodel.measure.verify_attention) and its check against the model."""
 from __future__ import annotations
 
-import importlib.util
 import json
 
 from perfmodel.measure.verify_attention import BACKENDS, HEADS, ROWS, verify_cases
-from perfmodel.paths import repo_root
-
-
-def _check_tool():
-    path = repo_root() / "docs" / "tools" / "verify_attention_check.py"
-    spec = importlib.util.spec_from_file_location("verify_attention_check", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_cases_cover_every_row_count_per_shape_once():
@@ -25,14 +15,14 @@ def test_cases_cover_every_row_count_per_shape_once():
     assert len(verify_cases(quick=True)) < len(cases)
 
 
-def test_check_prices_each_row_and_reports_ratios(tmp_path):
+def test_check_prices_each_row_and_reports_ratios(tmp_path, docs_tool):
     rows = []
     for k, t in ((1, 10e-6), (2, 11e-6), (4, 12e-6)):
         p = {"backend": "default", "batch": 8, "heads_q": 32, "heads_kv": 8, "seq_q": k, "seq_kv": 4096,
              "head_dim": 128, "causal": False, "dtype": "bf16"}
         rows.append({"kind": "attention", "params": p, "time_s": t})
     (tmp_path / "measurements.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    result = _check_tool().compare(tmp_path)
+    result = docs_tool("verify_attention_check.py").compare(tmp_path)
     assert set(result) == {("default", 1), ("default", 2), ("default", 4)}
     assert result[("default", 1)]["ratio_measured"] == 1.0 and result[("default", 1)]["ratio_priced"] == 1.0
     assert abs(result[("default", 4)]["ratio_measured"] - 1.2) < 1e-9

@@ -16,10 +16,7 @@ Rows go through :mod:`.store` as they are measured. Validation evidence only, ne
 """
 from __future__ import annotations
 
-import argparse
 import sys
-import time
-from pathlib import Path
 from typing import Any
 
 from .shapes import Case, Cases
@@ -97,57 +94,23 @@ def run_case(case: Case, ctx) -> dict[str, Any]:
             "impl": "torch._grouped_mm bf16", "layout": layout}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m perfmodel.measure.grouped_gemm", description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--resume", action="store_true")
-    ap.add_argument("--device", default="cuda")
-    args = ap.parse_args(argv)
+def _describe(case: Case, row: dict) -> str:
+    p = case.params
+    msg = (f"{row['time_s'] * 1e6:9.1f} us {row['tflops']:6.1f} TFLOP/s" if row.get("time_s")
+           else f"error {row.get('error')}")
+    return f"{p['model']} {p['product']:7s} {p['pass']:5s} E{p['experts']:<3d} rows {p['rows']:<5d}: {msg}"
 
+
+def main(argv: list[str] | None = None) -> int:
     import torch
 
-    from .environment import Environment, now_iso
-    from .kernels import Context
-    from .store import ENVIRONMENT, Store, set_aside, write_json_atomic
-    from .timing import Timer
+    from .suite import measure_standalone, standalone_args
 
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print("perfmodel: error: --device cuda: no CUDA device visible", file=sys.stderr)
-        return 2
+    args = standalone_args("python -m perfmodel.measure.grouped_gemm", __doc__, argv)
     if not hasattr(torch, "_grouped_mm"):
         print(f"perfmodel: error: torch {torch.__version__} has no _grouped_mm (2.8 or later)", file=sys.stderr)
         return 2
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    if not args.resume:
-        set_aside(out)
-    store = Store(out, resume=args.resume)
-    env = Environment(args.device)
-    cuda = args.device.startswith("cuda")
-    ctx = Context(device=args.device, suite="full" if cuda else "quick",
-                  timer=Timer(args.device, target_s=0.08 if cuda else 0.01, warmup_s=0.025 if cuda else 0.0,
-                              min_reps=5 if cuda else 2), notes=[])
-    cases = [c for c in grouped_cases(args.quick or not cuda) if c.id not in store]
-    write_json_atomic(out / ENVIRONMENT, env.document(status="running", suite="grouped-gemm", started_at=now_iso()))
-    t0 = time.monotonic()
-    for i, case in enumerate(cases):
-        row = {"id": case.id, "kind": case.kind, "params": case.params, "group": case.group}
-        try:
-            row.update(run_case(case, ctx), error=None)
-        except Exception as exc:  # an unsupported layout or out of memory: the row carries it
-            row.update(time_s=None, error=f"{type(exc).__name__}: {str(exc).strip()[:300]}")
-            if cuda:
-                torch.cuda.empty_cache()
-        row["env"], row["measured_at"] = env.row_env(), now_iso()
-        store.append(row)
-        p = case.params
-        msg = (f"{row['time_s'] * 1e6:9.1f} us {row['tflops']:6.1f} TFLOP/s" if row.get("time_s")
-               else f"error {row['error']}")
-        print(f"[{time.monotonic() - t0:6.1f}s] {i + 1}/{len(cases)} {p['model']} {p['product']:7s} {p['pass']:5s} "
-              f"E{p['experts']:<3d} rows {p['rows']:<5d}: {msg}", flush=True)
-    write_json_atomic(out / ENVIRONMENT, env.document(status="complete", suite="grouped-gemm", finished_at=now_iso()))
-    return 0
+    return measure_standalone(grouped_cases, args, suite="grouped-gemm", describe=_describe, run=run_case)
 
 
 if __name__ == "__main__":

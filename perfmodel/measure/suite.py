@@ -17,7 +17,7 @@ import sys
 import time
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .environment import Environment, now_iso
 from .shapes import BUDGET_WEIGHTS, FAMILIES, Case, plan
@@ -52,8 +52,10 @@ def _base_row(case: Case) -> dict[str, Any]:
     }
 
 
-def measure_case(case: Case, ctx, env: Environment, *, refresh_clocks: bool = False) -> dict[str, Any]:
-    """One row for one case; never raises for a failing workload (the row carries the error)."""
+def measure_case(case: Case, ctx, env: Environment, *, refresh_clocks: bool = False,
+                 run: Callable[[Case, Any], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One row for one case; never raises for a failing workload (the row carries the error). ``run``: the
+    workload's runner where it is not a suite family's (:data:`.kernels.KERNELS`)."""
     import torch
 
     from .kernels import KERNELS, counts
@@ -65,7 +67,7 @@ def measure_case(case: Case, ctx, env: Environment, *, refresh_clocks: bool = Fa
         pass
     torch.manual_seed(_seed(case.id))
     try:
-        res = KERNELS[case.kind](case, ctx)
+        res = (run or KERNELS[case.kind])(case, ctx)
         row.update(res)
         t = row.get("time_s")
         if t is None or not (isinstance(t, float) and math.isfinite(t) and t > 0):
@@ -97,6 +99,56 @@ def measure_case(case: Case, ctx, env: Environment, *, refresh_clocks: bool = Fa
     row["env"] = env.row_env()
     row["measured_at"] = now_iso()
     return row
+
+
+def standalone_args(prog: str, doc: str, argv: list[str] | None = None):
+    """The arguments of a measurement run beside the suite (``python -m perfmodel.measure.X``)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog=prog, description=doc.split("\n")[0])
+    ap.add_argument("--out", required=True, help="folder for measurements.jsonl and environment.json")
+    ap.add_argument("--quick", action="store_true", help="a few cases (a functional run, CPU included)")
+    ap.add_argument("--resume", action="store_true", help="skip the cases already in --out")
+    ap.add_argument("--device", default="cuda")
+    return ap.parse_args(argv)
+
+
+def measure_standalone(cases_for: Callable[[bool], list[Case]], args, *, suite: str,
+                       describe: Callable[[Case, dict[str, Any]], str],
+                       run: Callable[[Case, Any], dict[str, Any]] | None = None) -> int:
+    """Measure a list of cases outside the suite's families into ``args.out`` (:func:`standalone_args`), every
+    row through the store as it is measured (a killed run keeps it; ``--resume`` skips it), one progress line a
+    case (``describe``). ``cases_for(quick)``: the cases; a CPU run takes the quick ones. Exit status 2 where the
+    device is missing."""
+    import torch
+
+    from .kernels import Context, fp8_supported
+    from .timing import Timer
+
+    device = args.device
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        print("perfmodel: error: --device cuda: no CUDA device visible", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if not args.resume:
+        set_aside(out)
+    store = Store(out, resume=args.resume)
+    env = Environment(device)
+    cuda = device.startswith("cuda")
+    timer = Timer(device, target_s=0.08 if cuda else 0.01, warmup_s=0.025 if cuda else 0.005, min_reps=10)
+    ctx = Context(device=device, suite="full" if cuda else "quick", timer=timer, fp8_ok=fp8_supported(device))
+    cases = [c for c in cases_for(args.quick or not cuda) if c.id not in store]
+    write_json_atomic(out / ENVIRONMENT, env.document(status="running", suite=suite, started_at=now_iso()))
+    t0 = time.monotonic()
+    for i, case in enumerate(cases):
+        row = measure_case(case, ctx, env, run=run)
+        store.append(row)
+        if row.get("error"):
+            _free(cuda, hard=True)
+        print(f"[{time.monotonic() - t0:7.1f}s] {i + 1}/{len(cases)} {describe(case, row)}", flush=True)
+    write_json_atomic(out / ENVIRONMENT, env.document(status="complete", suite=suite, finished_at=now_iso()))
+    return 0
 
 
 def _free(is_cuda: bool, hard: bool) -> None:

@@ -17,10 +17,7 @@ here is fitted; ``docs/tools/verify_attention_check.py`` sets the cost model's p
 """
 from __future__ import annotations
 
-import argparse
 import sys
-import time
-from pathlib import Path
 
 from .shapes import Case, Cases
 
@@ -49,51 +46,17 @@ def verify_cases(quick: bool = False) -> list[Case]:
     return cases.items
 
 
+def _describe(case: Case, row: dict) -> str:
+    p, t = case.params, row.get("time_s")
+    return (f"{p['backend']:7s} b{p['batch']:<3d} h{p['heads_q']}/{p['heads_kv']} kv{p['seq_kv']:<6d} k{p['seq_q']}: "
+            + (f"{t * 1e6:8.1f} us {row.get('dispatched', '')}" if t else f"error {row.get('error')}"))
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m perfmodel.measure.verify_attention", description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True, help="folder for measurements.jsonl and environment.json")
-    ap.add_argument("--quick", action="store_true", help="a few shapes (a functional run, CPU included)")
-    ap.add_argument("--resume", action="store_true", help="skip the cases already in --out")
-    ap.add_argument("--device", default="cuda")
-    args = ap.parse_args(argv)
+    from .suite import measure_standalone, standalone_args
 
-    import torch
-
-    from .environment import Environment, now_iso
-    from .kernels import Context, fp8_supported
-    from .store import ENVIRONMENT, Store, set_aside, write_json_atomic
-    from .suite import measure_case
-    from .timing import Timer
-
-    device = args.device
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        print("perfmodel: error: --device cuda: no CUDA device visible", file=sys.stderr)
-        return 2
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    if not args.resume:
-        set_aside(out)
-    store = Store(out, resume=args.resume)
-    env = Environment(device)
-    cuda = device.startswith("cuda")
-    timer = Timer(device, target_s=0.08 if cuda else 0.01, warmup_s=0.025 if cuda else 0.005, min_reps=10)
-    ctx = Context(device=device, suite="full" if cuda else "quick", timer=timer,
-                  fp8_ok=fp8_supported(device), notes=[])
-    cases = [c for c in verify_cases(args.quick or not cuda) if c.id not in store]
-    write_json_atomic(out / ENVIRONMENT, env.document(status="running", suite="verify-attention",
-                                                      started_at=now_iso(), notes=[]))
-    t0 = time.monotonic()
-    for i, case in enumerate(cases):
-        row = measure_case(case, ctx, env)
-        store.append(row)
-        p = case.params
-        t = row.get("time_s")
-        print(f"[{time.monotonic() - t0:7.1f}s] {i + 1}/{len(cases)} {p['backend']:7s} b{p['batch']:<3d} "
-              f"h{p['heads_q']}/{p['heads_kv']} kv{p['seq_kv']:<6d} k{p['seq_q']}: "
-              + (f"{t * 1e6:8.1f} us {row.get('dispatched', '')}" if t else f"error {row.get('error')}"), flush=True)
-    write_json_atomic(out / ENVIRONMENT, env.document(status="complete", suite="verify-attention",
-                                                      finished_at=now_iso(), notes=[]))
-    return 0
+    args = standalone_args("python -m perfmodel.measure.verify_attention", __doc__, argv)
+    return measure_standalone(verify_cases, args, suite="verify-attention", describe=_describe)
 
 
 if __name__ == "__main__":
