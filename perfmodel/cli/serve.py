@@ -316,6 +316,23 @@ def cmd_serve(args) -> int:
     return 0
 
 
+def _search_options(args) -> tuple:
+    """What both plans (``--gpus`` and capacity) search with: requests a layout, the attainment, the engines and
+    the TP, PP and batch lists."""
+    from ..serve.workload import MAX_PLAN_REQUESTS, check_request_count
+
+    n = _int(args.requests, "--requests") if args.requests is not None else 400
+    check_request_count(n, cap=MAX_PLAN_REQUESTS, what=f"{n:,} requests a layout (plan simulates every layout "
+                        "it tries on them)")
+    attainment = _float(args.attainment, "--attainment")
+    if attainment > 1:
+        raise InputError(f"expected a share in (0, 1], got {args.attainment!r}", field="--attainment")
+    engines = tuple(e.strip() for e in args.engines.split(",") if e.strip()) if args.engines else None
+    lists = {"tps": _int_list(args.tp_options, "--tp-options"), "pps": _int_list(args.pp_options, "--pp-options"),
+             "batches": _int_list(args.batch_options, "--batch-options", allow_max=True)}
+    return n, attainment, engines, lists
+
+
 def cmd_plan(args) -> int:
     if args.gpus is None:
         return cmd_capacity(args)
@@ -333,26 +350,16 @@ def cmd_plan(args) -> int:
     args.gpu_hour_usd = prices[0] if prices else None
     from ..serve.plan import PlanSpace, plan
     from ..serve.report import plan_document, plan_table
-    from ..serve.workload import MAX_PLAN_REQUESTS, check_request_count, synthetic_requests
+    from ..serve.workload import synthetic_requests
 
-    n = _int(args.requests, "--requests") if args.requests is not None else 400
-    check_request_count(n, cap=MAX_PLAN_REQUESTS, what=f"{n:,} requests a layout (plan simulates every layout "
-                        "it tries on them)")
+    n, attainment, engines, lists = _search_options(args)
     hw, model, prof, sc = _resolve(args)
     isl, osl = _lengths(args, sc)
     base = synthetic_requests(n, 1.0, isl, osl, seed=_int(args.seed, "--seed", 0),
                               prefix_len=_int(args.prefix_len, "--prefix-len", 0),
                               prefix_groups=_int(args.prefix_groups, "--prefix-groups", 0))
-    attainment = _float(args.attainment, "--attainment")
-    if attainment > 1:
-        raise InputError(f"expected a share in (0, 1], got {args.attainment!r}", field="--attainment")
-    engines = None
-    if args.engines:
-        engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
-    space = PlanSpace(gpus=_int(args.gpus, "--gpus"), tps=_int_list(args.tp_options, "--tp-options"),
-                      pps=_int_list(args.pp_options, "--pp-options"),
-                      batches=_int_list(args.batch_options, "--batch-options", allow_max=True),
-                      disagg=not args.no_disagg, attainment=attainment, engines=engines)
+    space = PlanSpace(gpus=_int(args.gpus, "--gpus"), **lists, disagg=not args.no_disagg, attainment=attainment,
+                      engines=engines)
     opts = _options(args)
     if opts.slo_ttft_s is None and opts.slo_tpot_s is None:
         raise InputError("planning needs --slo-ttft-ms and/or --slo-tpot-ms", field="--slo-ttft-ms")
@@ -446,11 +453,8 @@ def cmd_capacity(args) -> int:
     from ..serve.capacity_plan import CapacitySpace, Part, capacity_plan
     from ..serve.capacity_report import capacity_document, capacity_table
     from ..serve.simulate import ServeOptions
-    from ..serve.workload import MAX_PLAN_REQUESTS, check_request_count
 
-    n = _int(args.requests, "--requests") if args.requests is not None else 400
-    check_request_count(n, cap=MAX_PLAN_REQUESTS, what=f"{n:,} requests a layout (plan simulates every layout "
-                        "it tries on them)")
+    n, attainment, engines, lists = _search_options(args)
     names = arch_list(args.arch)
     hws = [resolve_hardware(a) for a in names]
     keys = [getattr(h, "key", None) or a for h, a in zip(hws, names)]
@@ -462,16 +466,8 @@ def cmd_capacity(args) -> int:
     sc = scenario_from_args(args)
     base, workload, rate, wdoc = _capacity_workload(args, sc, n)
     _check_context(model, base)
-    attainment = _float(args.attainment, "--attainment")
-    if attainment > 1:
-        raise InputError(f"expected a share in (0, 1], got {args.attainment!r}", field="--attainment")
-    engines = None
-    if args.engines:
-        engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
-    space = CapacitySpace(rate=rate, attainment=attainment, tps=_int_list(args.tp_options, "--tp-options"),
-                          pps=_int_list(args.pp_options, "--pp-options"),
-                          batches=_int_list(args.batch_options, "--batch-options", allow_max=True),
-                          engines=engines, disagg=not args.no_disagg, mixed=not args.no_mixed,
+    space = CapacitySpace(rate=rate, attainment=attainment, **lists, engines=engines, disagg=not args.no_disagg,
+                          mixed=not args.no_mixed,
                           max_gpus=_int(args.max_gpus, "--max-gpus"), finalists=_int(args.finalists, "--finalists"))
     opts = ServeOptions(slo_ttft_s=_ms(args.slo_ttft_ms, "--slo-ttft-ms"),
                         slo_tpot_s=_ms(args.slo_tpot_ms, "--slo-tpot-ms"),
