@@ -234,7 +234,9 @@ class Profile:
     overlap: dict[str, float] = field(default_factory=dict)
 
     # Training kernels (backward GEMMs, attention backward, optimizer step, loss), fitted by
-    # perfmodel.fit.training from the suite's training rows; empty: perfmodel.train's documented defaults
+    # perfmodel.fit.training from the suite's training rows; empty: perfmodel.train's documented defaults. It also
+    # holds the MoE expert products' grouped efficiency (grouped_gemm_eta and grouped_gemm_rows0, fitted from a
+    # folder's grouped-gemm/ rows): relative to the dense GEMM model, carried unchanged (perfmodel.transfer)
     training: dict = field(default_factory=dict)
     # Power model (static power, energy per FLOP by format and per HBM byte), fitted by perfmodel.energy
     # from the suite's power rows; empty: perfmodel.energy's documented defaults
@@ -329,7 +331,8 @@ def _range_problem(key: str, v: float) -> str | None:
 # a positive finite number (a dict of them per backend or kind) in range; `adamw_eta: 0` had divided by zero.
 _TRAINING_RANGES = {"gemm_dgrad_scale": MAX_ETA * 5, "gemm_wgrad_scale": MAX_ETA * 5, "attn_bwd_ratio": 100.0,
                     "mem_bwd_scale": MAX_ETA * 5, "loss_scale": 100.0, "adamw_eta": MAX_FRACTION_OF_PEAK,
-                    "adamw_alpha_s": MAX_TIME_S}
+                    "adamw_alpha_s": MAX_TIME_S, "grouped_gemm_eta": MAX_ETA, "grouped_gemm_rows0": MAX_OTHER}
+_TRAINING_MAY_BE_ZERO = ("grouped_gemm_rows0",)  # rows of per-expert cost: none is a fit's answer too
 
 
 def _check_training(value: dict, file: str) -> None:
@@ -339,9 +342,11 @@ def _check_training(value: dict, file: str) -> None:
             continue
         items = v.items() if isinstance(v, dict) else [("", v)]
         for sub, x in items:
-            if not (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and 0 < x <= top):
+            number = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+            if not (number and (0 <= x if k in _TRAINING_MAY_BE_ZERO else 0 < x) and x <= top):
                 where = f"training.{k}" + (f".{sub}" if sub else "")
-                raise InputError(f"expected a positive number up to {top:g}, got {json.dumps(x)[:40]}", file=file,
+                kind = "a number >= 0" if k in _TRAINING_MAY_BE_ZERO else "a positive number"
+                raise InputError(f"expected {kind} up to {top:g}, got {json.dumps(x)[:40]}", file=file,
                                  field=where)
 
 

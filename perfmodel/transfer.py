@@ -29,6 +29,13 @@ What carries, and why:
 - **Softmax cycles follow the special-function units** (``attn_sfu_cycles``): divided by the target's
   exponential throughput per SM relative to the source's (:func:`sfu_exp_rate`, from
   :mod:`perfmodel.generations`: Blackwell Ultra doubles it).
+- **Training factors carry as-is** (``Profile.training``): each is a ratio of a training kernel's measured time to
+  the cost model's for the same work on the measured part, the model's own efficiencies carrying by the rules
+  above. The MoE expert products' grouped efficiency (``grouped_gemm_eta``: the grouped kernel's rate over the
+  dense GEMM model's; ``grouped_gemm_rows0``: rows of per-expert cost) is such a ratio of two kernels' rates, like
+  the serving MoE ratios ``gemm_grouped_eta``: carrying it unchanged assumes the target's grouped kernel falls
+  short of its dense one by the same share (the same kernel family, CUTLASS grouped against cuBLAS, on each), with
+  the dense rate itself carried by the GEMM family's rule. Not measured on any part but the H200.
 - **Power carries by TDP and process node** (:func:`perfmodel.energy.carry.carry_power`, its rules and
   sources in docs/energy.md).
 - **Nothing carries across vendors**: efficiencies measured on one vendor's software stack say little

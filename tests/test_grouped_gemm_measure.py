@@ -44,3 +44,159 @@ def test_check_without_measurements_says_so_in_one_line(tmp_path, capsys, docs_t
         tool.compare(tmp_path)
     err = capsys.readouterr().err
     assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and "no measurements at" in err
+
+
+# --- the grouped efficiency fitted from these rows (perfmodel.fit.training.fit_grouped) and its use ---------------
+
+def _synthetic_rows(eta: dict, rows0: dict) -> list[dict]:
+    """Rows measured as the model says a grouped kernel of known parameters runs: the dense GEMM model's time (as
+    the fit prices each product) over ``eta`` times ``1 + rows0 / rows``, per pass."""
+    from perfmodel.fit.training import grouped_parts
+    from perfmodel.profile import DEFAULTS
+    from perfmodel.spec import load_spec
+    from perfmodel.train.cost import training_params
+
+    hw = load_spec("h200-sxm")
+    rows = []
+    for model, hidden, width in (("a", 2880, 2880), ("b", 2048, 768), ("c", 7168, 2048)):
+        for e in (4, 32):
+            for r in (128, 512, 4096):
+                for p_ in PASSES:
+                    p = {"model": model, "product": "gate_up", "pass": p_, "experts": e, "rows": r, "k": hidden,
+                         "n": 2 * width, "dtype": "bf16"}
+                    rows.append({"kind": "grouped_gemm", "params": p, "time_s": 1.0})
+    parts = grouped_parts(rows, hw, DEFAULTS, training_params(DEFAULTS))
+    for row, (_, model_s, r) in zip(rows, parts):
+        p_ = row["params"]["pass"]
+        row["time_s"] = model_s / eta[p_] * (1.0 + rows0[p_] / r)
+    return rows
+
+
+def test_fit_recovers_the_parameters_rows_were_made_with():
+    from perfmodel.fit.training import fit_grouped
+    from perfmodel.profile import DEFAULTS
+    from perfmodel.spec import load_spec
+
+    eta = {"fwd": 0.85, "dgrad": 0.9, "wgrad": 0.8}
+    rows0 = {"fwd": 10.0, "dgrad": 0.0, "wgrad": 40.0}
+    entries, summary = fit_grouped(_synthetic_rows(eta, rows0), load_spec("h200-sxm"), DEFAULTS)
+    for p_ in PASSES:
+        assert abs(entries["grouped_gemm_eta"][f"bf16.{p_}"] - eta[p_]) < 1e-4
+        assert abs(entries["grouped_gemm_rows0"][f"bf16.{p_}"] - rows0[p_]) < 0.05
+    assert summary["bf16"]["fitted"]["median_abs_error"] < 1e-4
+    assert summary["bf16"]["dense_model"]["median_abs_error"] > 0.05
+    # leave-one-model-out: the other two models' rows give the same parameters back, so the held-out error is nil
+    assert all(v["median_abs_error"] < 1e-3 for v in summary["bf16"]["held_out_by_model"].values())
+
+
+def _expert_and_dense_ops():
+    """A MoE layer's training ops (forward and backward) on one GPU: routed experts, shared experts, attention
+    (DeepSeek-V3: one shared expert beside the routed ones)."""
+    from perfmodel.resolve import resolve_model
+    from perfmodel.train.graph import backward, layer_forward
+    from perfmodel.train.scenario import TrainScenario
+
+    model = resolve_model("deepseek-v3")
+    ts = TrainScenario(gpus=8, ep=8, global_batch=8, seq=4096, dtype="bf16")
+    fwd = layer_forward(model, ts)
+    return fwd + backward(fwd, ts)
+
+
+def test_factor_applies_to_expert_products_only_and_defaults_price_as_before():
+    from perfmodel.profile import DEFAULTS
+    from perfmodel.spec import load_spec
+    from perfmodel.train.cost import TRAIN_DEFAULTS, grouped_factor, time_train_op, training_params
+    from perfmodel.train.graph import expert_pass
+
+    hw = load_spec("h200-sxm")
+    base = training_params(DEFAULTS)  # a profile without grouped rows
+    assert base["grouped_gemm_eta"] == {} == TRAIN_DEFAULTS["grouped_gemm_eta"]
+    fitted = {**base, "grouped_gemm_eta": {"bf16.fwd": 0.8, "bf16.dgrad": 0.9, "bf16.wgrad": 0.7},
+              "grouped_gemm_rows0": {"bf16.fwd": 8.0, "bf16.dgrad": 0.0, "bf16.wgrad": 32.0}}
+    ops = _expert_and_dense_ops()
+    seen = set()
+    for t in ops:
+        if t.is_comm:
+            continue
+        before, _ = time_train_op(t, hw, DEFAULTS, base)
+        after, _ = time_train_op(t, hw, DEFAULTS, fitted)
+        step = expert_pass(t)
+        assert grouped_factor(t, base) == 1.0
+        if step is None:  # dense products (attention, router, shared experts) and every other kernel: unchanged
+            assert after == before, t.name
+            continue
+        seen.add(step)
+        rows = t.op.params["k"] if step == "wgrad" else t.op.params["m"]
+        want = (1.0 + fitted["grouped_gemm_rows0"][f"bf16.{step}"] / rows) / fitted["grouped_gemm_eta"][f"bf16.{step}"]
+        assert after > before and abs(after / before - want) < 1e-9, t.name
+    assert seen == {"fwd", "dgrad", "wgrad"}
+    assert any(t.name.startswith("moe.shared") and t.op.kind == "gemm" for t in ops)  # dense, unchanged above
+
+
+def test_fit_training_keeps_the_grouped_efficiency_and_none_calibration_has_none(tmp_path):
+    """Refitting the training rows onto a profile (train.validate --training-rows) keeps its grouped efficiency;
+    --calibration none prices expert products by the dense model alone and says so."""
+    import json as _json
+
+    from perfmodel.fit.training import fit_training
+    from perfmodel.measure.store import read_rows
+    from perfmodel.paths import calibration_dir
+    from perfmodel.profile import DEFAULTS
+    from perfmodel.resolve import resolve_profile
+    from perfmodel.spec import load_spec
+    from perfmodel.train.project import assumptions
+    from perfmodel.resolve import resolve_model
+    from perfmodel.train.scenario import TrainScenario
+
+    hw = load_spec("h200-sxm")
+    prof = resolve_profile(None, hw, "torch")
+    assert prof.training["grouped_gemm_eta"]  # the committed H200 fit
+    kernels = [r for r in read_rows(calibration_dir() / "h200" / "measurements.jsonl") if r.get("kind") == "train_kernel"]
+    refit, _ = fit_training(prof, kernels, hw)
+    assert refit.training["grouped_gemm_eta"] == prof.training["grouped_gemm_eta"]
+    assert refit.training["grouped_gemm_rows0"] == prof.training["grouped_gemm_rows0"]
+    none = resolve_profile("none", hw, "torch")
+    assert not (none.training or {}).get("grouped_gemm_eta")
+    ts = TrainScenario(gpus=8, ep=8, global_batch=8, seq=4096, dtype="bf16")
+    model = resolve_model("qwen3-30b-a3b")
+    assert any("dense GEMM model's rate: no grouped-gemm measurements" in a for a in assumptions(hw, model, ts, none))
+    assert any("grouped kernel's rate measured on" in a for a in assumptions(hw, model, ts, prof))
+    _json.dumps(prof.training)  # stays a JSON document
+
+
+def test_carried_to_another_part_the_grouped_ratio_stays_as_measured():
+    """The grouped efficiency is a ratio to the dense GEMM model on the measured part: carried unchanged (the dense
+    model's own efficiency carries by the GEMM family's rule), the same in the profile a projection composes."""
+    from perfmodel.profile import load_profile
+    from perfmodel.paths import calibration_dir
+    from perfmodel.resolve import resolve_profile
+    from perfmodel.spec import load_spec
+    from perfmodel.transfer import carry
+
+    h200 = load_profile(calibration_dir() / "h200" / "profile.json")
+    src = load_spec("h200-sxm")
+    for part in ("h100-sxm", "b200", "a100-sxm-80gb"):
+        hw = load_spec(part)
+        carried = carry(h200, src, hw)
+        assert carried.carried_from
+        for key in ("grouped_gemm_eta", "grouped_gemm_rows0"):
+            assert carried.training[key] == h200.training[key]
+            assert resolve_profile(None, hw, "torch").training[key] == h200.training[key]
+        assert carried.gemm_eta["bf16"] != h200.gemm_eta["bf16"] or part == "h100-sxm"
+
+
+def test_profile_rejects_a_negative_per_expert_cost(tmp_path):
+    import pytest
+
+    from perfmodel.errors import InputError
+    from perfmodel.paths import calibration_dir
+    from perfmodel.profile import load_profile
+
+    doc = json.loads((calibration_dir() / "h200" / "profile.json").read_text())
+    doc["training"]["grouped_gemm_rows0"]["bf16.wgrad"] = -1.0
+    (tmp_path / "profile.json").write_text(json.dumps(doc))
+    with pytest.raises(InputError):
+        load_profile(tmp_path / "profile.json")
+    doc["training"]["grouped_gemm_rows0"]["bf16.wgrad"] = 0.0  # none is a fit's answer too
+    (tmp_path / "profile.json").write_text(json.dumps(doc))
+    load_profile(tmp_path / "profile.json")

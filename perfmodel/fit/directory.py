@@ -25,9 +25,12 @@ from .host import fit_host
 from .host import report_text as host_text
 from .power import fit_power
 from .power import report_text as power_text
-from .training import fit_training, training_markdown
+from .training import fit_grouped_profile, fit_training, training_markdown
 from .tables import markdown as tables_markdown
 from .tables import validate_classes as validate_tables
+
+
+GROUPED_DIR = "grouped-gemm"  # a calibration folder's MoE expert-product measurement (perfmodel.measure.grouped_gemm)
 
 
 # --- the command ------------------------------------------------------------------------------------
@@ -68,7 +71,7 @@ def _families_measured(cases, launches, comm_info, training, power) -> list[str]
         out.append("launch")
     if comm_info.get("fits"):
         out.append("comm")
-    if training.get("rows"):
+    if training.get("rows") or training.get("grouped_gemm"):
         out.append("training")
     if power is not None:
         out.append("power")
@@ -142,9 +145,20 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
     clock = fit_clock(d / CLOCK_COURSE_DIR, hw)
     if clock is not None:
         prof = prof.with_(power={**(prof.power or {}), "clock": clock[0].as_dict()})
+    # the MoE expert products measured beside the suite (python -m perfmodel.measure.grouped_gemm --out
+    # DIR/grouped-gemm): the grouped kernel's rate relative to the dense GEMM model, training factors fitted last,
+    # against the dense model as projections price it (the power-limited clock sets the rate a row was timed at)
+    grouped_path = d / GROUPED_DIR / MEASUREMENTS
+    if grouped_path.is_file():
+        prof, grouped = fit_grouped_profile(prof, read_rows(grouped_path), hw)
+        if grouped:
+            training = {**training, "grouped_gemm": grouped}
     formats = sorted({c.params["dtype"] for c in cases if c.kind == "gemm"})
     validation = {"ops": summary, "layers": layer_summary, "holdout_share": holdout, "seed": seed,
                   "training": {k: v for k, v in training.items() if k in ("rows", "train_step_summary")}}
+    if training.get("grouped_gemm"):
+        validation["training"]["grouped_gemm"] = {
+            fmt: {k: g[k] for k in ("n", "dense_model", "fitted", "held_out_by_model")} for fmt, g in training["grouped_gemm"].items()}
     if power is not None:
         validation["power"] = prof.validation["power"]
     prof = prof.with_(

@@ -13,7 +13,12 @@ only say how training kernels differ (:mod:`perfmodel.train.cost` has what each 
   dispatched to; a math fallback is not used); the projection multiplies the model's forward time by it;
 - ``mem_bwd_scale[rmsnorm|swiglu]``: measured over the model's time for the backward's bytes;
 - ``loss_scale``: measured cross-entropy forward + backward over the model's loss ops;
-- ``adamw_eta`` and ``adamw_alpha_s``: least squares of ``t = alpha + bytes / (eta x bandwidth)`` over sizes.
+- ``adamw_eta`` and ``adamw_alpha_s``: least squares of ``t = alpha + bytes / (eta x bandwidth)`` over sizes;
+- ``grouped_gemm_eta`` / ``grouped_gemm_rows0`` (``<format>.<pass>``): from the ``grouped_gemm`` rows of a
+  folder's ``grouped-gemm/`` measurement (:mod:`perfmodel.measure.grouped_gemm`: forward, data and weight gradient
+  of MoE expert products over 4 to 128 local experts), the grouped kernel's rate relative to the dense GEMM
+  model's and the rows of work each expert pays on top of its own (:func:`fit_grouped`), each row priced as the
+  training graph builds it.
 
 Ratios are medians of log ratios (robust to one bad row). ``train_step`` rows are never fitted: each is
 predicted by :func:`perfmodel.train.project.microbatch_time` with the fitted profile and compared.
@@ -27,15 +32,15 @@ import math
 import statistics
 
 from ..models import Model
-from ..ops import Op
+from ..ops import Op, bytes_per_element
 from ..ops import attention as attention_op
 from ..ops import gemm as gemm_op
 from ..ops import rmsnorm as rmsnorm_op
 from ..ops import swiglu as swiglu_op
-from ..profile import Profile
+from ..profile import MAX_ETA, Profile
 from ..spec import HardwareSpec
 from ..train.cost import TRAIN_DEFAULTS, optimizer_time, time_train_op, training_params
-from ..train.graph import BWD_STREAMS, TrainOp
+from ..train.graph import BWD_STREAMS, EXPERT_GEMMS, TrainOp, backward
 from ..train.project import microbatch_time
 from ..train.scenario import TrainScenario
 
@@ -122,11 +127,153 @@ def _fit_adamw(rows: list[dict], hw: HardwareSpec) -> dict:
     return {"adamw_eta": eta, "adamw_alpha_s": max(a, 1e-7)}
 
 
+# --- MoE expert products: the grouped kernel's rate relative to the dense GEMM model ----------------------------
+
+# The scenario a measured expert product is built in: bf16, Megatron's fp32 main gradients (only the dtypes and
+# the recipe of a scenario reach a single product's backward)
+GROUPED_SCENARIO = TrainScenario(gpus=8, global_batch=8, seq=4096, dtype="bf16")
+GROUPED_KEYS = ("grouped_gemm_eta", "grouped_gemm_rows0", "grouped_gemm_rows")  # what fit_grouped writes into Profile.training
+
+
+def grouped_usable(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r.get("kind") == "grouped_gemm" and _usable(r)]
+
+
+def grouped_op(p: dict) -> TrainOp:
+    """One measured pass of an expert product (a ``grouped_gemm`` row's params) as the training graph builds it:
+    the forward ``moe.<product>`` over ``experts`` groups of ``rows`` rows, its data and weight gradient as
+    :func:`perfmodel.train.graph.backward` derives them, the weight gradient writing its product in the row's
+    format as the measurement's ``torch._grouped_mm`` does (the graph also reads and writes the fp32 main
+    gradient there, Megatron's gradient-accumulation fusion, which the measurement does not run)."""
+    dt = p.get("dtype", "bf16")
+    name = f"moe.{p['product']}"
+    assert name in EXPERT_GEMMS, name
+    fwd = TrainOp(gemm_op(name, p["rows"], p["n"], p["k"], dt, groups=p["experts"], phase="prefill"), "forward", "fwd")
+    ops = {"fwd": fwd, **{t.role: t for t in backward([fwd], GROUPED_SCENARIO)}}
+    t = ops[p["pass"]]
+    if p["pass"] == "wgrad":
+        g = bytes_per_element(GROUPED_SCENARIO.grad_dtype)
+        extra = p["experts"] * p["k"] * p["n"] * (2.0 * g - bytes_per_element(dt))
+        t = TrainOp(Op(t.op.name, t.op.kind, t.op.phase, t.op.flops, t.op.bytes - extra, t.op.params, t.op.count,
+                       t.op.scope), t.pass_, t.role, t.model_flops)
+    return t
+
+
+def grouped_parts(rows: list[dict], hw: HardwareSpec, prof: Profile, params: dict) -> list[tuple[float, float, float]]:
+    """Per usable row (measured seconds, the dense model's seconds, rows an expert): the dense model as
+    :func:`perfmodel.train.cost.time_train_op` prices the op standalone (as the measurement times it) with the
+    other training factors of ``params`` and no grouped efficiency."""
+    base = {**params, "grouped_gemm_eta": {}, "grouped_gemm_rows0": {}}
+    out = []
+    for r in rows:
+        t = grouped_op(r["params"])
+        model, _ = time_train_op(t, hw, prof, base, standalone=True)
+        out.append((float(r["time_s"]), float(model), float(r["params"]["rows"])))
+    return out
+
+
+def grouped_price(part: tuple[float, float, float], eta: float, rows0: float) -> float:
+    """The training graph's seconds for a measured product (:func:`grouped_parts`) at grouped efficiency ``eta``
+    with ``rows0`` rows of per-expert cost (:func:`perfmodel.train.cost.grouped_factor`)."""
+    _, model, rows = part
+    return model / eta * (1.0 + rows0 / rows)
+
+
+MAX_ROWS0 = 4096.0  # the fit's bound on the per-expert cost in rows (the largest rows an expert measured)
+
+
+def solve_grouped(parts: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """(eta, rows0) minimising a robust (soft-L1, 3% scale) sum of log(predicted / measured): each row counts
+    alike, a few odd ones do not pull the fit (as the medians of the other training factors). One row or one
+    rows-an-expert value cannot separate the two: rows0 is then 0 and eta the median ratio."""
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    if not parts:
+        raise ValueError("no rows")
+    meas, model, rows = (np.array(c, dtype=float) for c in zip(*parts))
+    if len(set(rows.tolist())) < 2:
+        return float(np.exp(np.median(np.log(model / meas)))), 0.0
+
+    def resid(th):
+        return np.log(model * np.exp(-th[0]) * (1.0 + th[1] / rows) / meas)
+
+    # th = (log eta, rows0): eta in [0.05, MAX_ETA], rows0 in [0, MAX_ROWS0]; started inside the bounds
+    fit = least_squares(resid, [math.log(0.9), 16.0], bounds=([math.log(0.05), 0.0], [math.log(MAX_ETA), MAX_ROWS0]),
+                        loss="soft_l1", f_scale=0.03)
+    return float(math.exp(fit.x[0])), float(fit.x[1])
+
+
+def _errors(parts, fitted: dict[str, tuple[float, float]], passes: list[str]) -> list[float]:
+    return [grouped_price(x, *fitted.get(p, (1.0, 0.0))) / x[0] - 1.0 for x, p in zip(parts, passes)]
+
+
+def _error_summary(errs: list[float]) -> dict:
+    a = sorted(abs(e) for e in errs)
+    return {"n": len(errs), "median_abs_error": statistics.median(a), "signed_median": statistics.median(errs),
+            "p90_abs_error": a[min(len(a) - 1, int(math.ceil(0.9 * len(a))) - 1)]}
+
+
+def fit_passes(parts: list[tuple[float, float, float]], passes: list[str]) -> dict[str, tuple[float, float]]:
+    """Per pass, (eta, rows0) of :func:`solve_grouped` over that pass's rows."""
+    return {p: solve_grouped([x for x, q in zip(parts, passes) if q == p]) for p in sorted(set(passes))}
+
+
+def fit_grouped(rows: list[dict], hw: HardwareSpec, prof: Profile, params: dict | None = None) -> tuple[dict, dict]:
+    """Fit the expert products' grouped efficiency from ``grouped_gemm`` rows: per format and pass (forward, data
+    gradient, weight gradient), the grouped kernel's rate relative to the dense GEMM model's (``eta``) and the
+    rows of work each expert pays on top of its own (``rows0``), :func:`solve_grouped`. Returns (the training
+    entries to set: ``grouped_gemm_eta`` and ``grouped_gemm_rows0``, keyed ``<format>.<pass>``; a summary: the
+    dense model's and the fitted model's in-sample errors, and a leave-one-model-out check: the parameters fitted
+    without each model's shapes, priced on that model's). No usable rows: ({}, {})."""
+    usable = grouped_usable(rows)
+    if not usable:
+        return {}, {}
+    params = params if params is not None else training_params(prof)
+    parts = grouped_parts(usable, hw, prof, params)
+    eta, rows0, summary = {}, {}, {}
+    for fmt in sorted({r["params"].get("dtype", "bf16") for r in usable}):
+        idx = [i for i, r in enumerate(usable) if r["params"].get("dtype", "bf16") == fmt]
+        sub = [parts[i] for i in idx]
+        passes = [usable[i]["params"]["pass"] for i in idx]
+        names = [usable[i]["params"].get("model", "") for i in idx]
+        fitted = fit_passes(sub, passes)
+        for p, (e, r0) in fitted.items():
+            eta[f"{fmt}.{p}"], rows0[f"{fmt}.{p}"] = e, r0
+        held = {}
+        for m in sorted(set(names)) if len(set(names)) > 1 else ():
+            train = [(x, p) for x, p, n in zip(sub, passes, names) if n != m]
+            test = [(x, p) for x, p, n in zip(sub, passes, names) if n == m]
+            f_m = fit_passes([x for x, _ in train], [p for _, p in train])
+            held[m] = {"fitted": {p: {"eta": e, "rows0": r0} for p, (e, r0) in f_m.items()},
+                       **_error_summary(_errors([x for x, _ in test], f_m, [p for _, p in test]))}
+        summary[fmt] = {
+            "n": len(sub),
+            "fitted_parameters": {p: {"eta": e, "rows0": r0} for p, (e, r0) in fitted.items()},
+            "dense_model": _error_summary([x[1] / x[0] - 1.0 for x in sub]),
+            "fitted": _error_summary(_errors(sub, fitted, passes)),
+            "held_out_by_model": held,
+        }
+    return {"grouped_gemm_eta": eta, "grouped_gemm_rows0": rows0, "grouped_gemm_rows": float(len(usable))}, summary
+
+
+def fit_grouped_profile(prof: Profile, rows: list[dict], hw: HardwareSpec) -> tuple[Profile, dict]:
+    """:func:`fit_grouped` into ``prof.training`` (its other entries kept), relative to the dense GEMM model of
+    ``prof`` as a projection prices with it: fit it last, once every family (the power-limited clock included)
+    is in ``prof``. No usable rows: ``prof`` unchanged and an empty summary."""
+    entries, summary = fit_grouped(rows, hw, prof)
+    if not entries:
+        return prof, {}
+    return prof.with_(training={**(prof.training or {}), **entries}), summary
+
+
 def fit_training(prof: Profile, rows: list[dict], hw: HardwareSpec) -> tuple[Profile, dict]:
     """Fit the training factors from ``train_kernel`` rows into ``prof.training``; predict ``train_step`` rows.
+    A grouped efficiency the profile has already (:func:`fit_grouped_profile`) is kept.
 
     Returns (the profile with ``training`` set, a summary: fitted values, per-factor spread, the
     train_step validation). With no usable training rows the profile is returned unchanged."""
+    kept = {k: v for k, v in (prof.training or {}).items() if k in GROUPED_KEYS}
     kernels = [r for r in rows if r.get("kind") == "train_kernel" and _usable(r)]
     steps = [r for r in rows if r.get("kind") == "train_step" and _usable(r)]
     groups: dict[str, list[tuple[float, float]]] = {}
@@ -189,7 +336,7 @@ def fit_training(prof: Profile, rows: list[dict], hw: HardwareSpec) -> tuple[Pro
         return prof, {"rows": 0, "note": "no training rows: documented defaults apply"}
     if fitted:
         fitted["rows"] = float(len(kernels))
-        prof = prof.with_(training=fitted)
+        prof = prof.with_(training={**fitted, **kept})
     step_rows = validate_steps(steps, hw, prof)
     summary = {"rows": len(kernels), "fitted": fitted, "factors": spread, "train_step": step_rows}
     errs = [abs(x["error"]) for x in step_rows]
@@ -227,9 +374,10 @@ def validate_steps(steps: list[dict], hw: HardwareSpec, prof: Profile) -> list[d
 def training_markdown(summary: dict) -> str:
     """The fit summary as a short Markdown section (for validation.md)."""
     lines = ["## Training kernels", ""]
-    if not summary.get("rows") and not summary.get("train_step"):
+    if not summary.get("rows") and not summary.get("train_step") and not summary.get("grouped_gemm"):
         return "\n".join(lines + ["No training rows: documented defaults (perfmodel/train/cost.py)."]) + "\n"
-    lines += ["| factor | rows | fitted | median abs error after fit |", "|---|---|---|---|"]
+    if summary.get("factors"):
+        lines += ["| factor | rows | fitted | median abs error after fit |", "|---|---|---|---|"]
     for k, v in summary.get("factors", {}).items():
         val = v.get("ratio", v.get("eta"))
         lines.append(f"| {k} | {v['n']} | {val:.3g} | {v['median_abs_error']:.1%} |")
@@ -242,4 +390,16 @@ def training_markdown(summary: dict) -> str:
         s = summary["train_step_summary"]
         lines.append(f"\nWhole training steps: median |error| {s['median_abs_error']:.1%} over {s['n']} "
                      f"(max {s['max_abs_error']:.1%}).")
+    for fmt, g in (summary.get("grouped_gemm") or {}).items():
+        lines += ["", f"MoE expert products ({fmt}, `grouped-gemm/`): per pass the grouped kernel's rate over the dense "
+                  "GEMM model's and the rows each expert pays on top of its own: "
+                  + ", ".join(f"{p} {v['eta']:.3f} and {v['rows0']:.1f}" for p, v in g["fitted_parameters"].items())
+                  + ".", "",
+                  "| expert products | rows | median signed error | median abs error | P90 abs error |",
+                  "|---|---|---|---|---|"]
+        for label, e in (("dense GEMM model (before)", g["dense_model"]), ("fitted, in-sample", g["fitted"]),
+                         *((f"held out: {m} (fitted on the other models)", v)
+                           for m, v in g["held_out_by_model"].items())):
+            lines.append(f"| {label} | {e['n']} | {e['signed_median']:+.1%} | {e['median_abs_error']:.1%} | "
+                         f"{e['p90_abs_error']:.1%} |")
     return "\n".join(lines) + "\n"

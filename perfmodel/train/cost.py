@@ -11,7 +11,15 @@ inference). On top, ``Profile.training`` (fitted by :mod:`perfmodel.fit.training
   per SDPA backend that ran (flash, cudnn, efficient), keyed as the forward op's kernel resolves;
 - ``mem_bwd_scale[kind]``: RMSNorm and SwiGLU backward over the model's time for their backward bytes;
 - ``loss_scale``: cross-entropy forward + backward over the model's time for their minimal bytes;
-- ``adamw_eta`` / ``adamw_alpha_s``: the fused optimizer streams ``bytes / (eta x HBM bandwidth) + alpha``.
+- ``adamw_eta`` / ``adamw_alpha_s``: the fused optimizer streams ``bytes / (eta x HBM bandwidth) + alpha``;
+- ``grouped_gemm_eta`` / ``grouped_gemm_rows0`` (keyed ``<format>.<pass>``, fitted by
+  :func:`perfmodel.fit.training.fit_grouped` from a folder's ``grouped-gemm/`` rows,
+  :mod:`perfmodel.measure.grouped_gemm`): a routed expert's product (:func:`.graph.expert_pass`: forward, data
+  gradient, weight gradient) runs a grouped kernel over the local experts, timed as the dense GEMM model's time
+  over ``eta`` (the grouped kernel's rate relative to the dense model's) times ``1 + rows0 / rows`` (each expert
+  pays ``rows0`` rows of work beyond its own ``rows``: per-expert scheduling and tile set-up; for the weight
+  gradient, whose reduction runs over the expert's rows, its K-loop's fill and the write of a whole expert's
+  weights). Empty (no grouped rows measured): factor 1, the dense GEMM model alone.
 
 Collectives run over a group whose neighbours sit ``stride`` ranks apart in Megatron's order (TP fastest):
 as many of its ranks share a scale-up domain as the domain holds strides, the rest cross the scale-out
@@ -22,11 +30,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..cost import time_op
+from ..cost.gemm import gemm_format
 from ..ops import COMPUTE_KINDS
 from ..profile import Profile
 from ..spec import HardwareSpec
 from ..step_accounting import host_cost
-from .graph import TrainOp
+from .graph import TrainOp, expert_pass
 
 # Documented defaults, each an estimate with its reason; a fitted profile's ``training`` dict overrides them.
 TRAIN_DEFAULTS: dict = {
@@ -44,6 +53,9 @@ TRAIN_DEFAULTS: dict = {
     # bandwidth) with a few launches
     "adamw_eta": 0.8,
     "adamw_alpha_s": 2.0e-5,
+    # the routed experts' grouped kernel at the dense GEMM model's rate (no grouped-gemm rows measured: factor 1)
+    "grouped_gemm_eta": {},
+    "grouped_gemm_rows0": {},
 }
 
 
@@ -70,6 +82,26 @@ def attention_backend(op, hw: HardwareSpec, prof: Profile) -> str:
     except ImportError:  # a cost model with one (flash) attention backend
         return "flash"
     return attention_kernel(op, hw, prof).backend
+
+
+def grouped_factor(t: TrainOp, params: dict) -> float:
+    """The factor on the dense GEMM model's time of a routed expert's product (module doc): ``(1 + rows0 / rows)
+    / eta`` of its pass, ``rows`` the expert's rows (the weight gradient's K); the format's own parameters where
+    measured, else its dtype's, else bf16's, else any measured format's (a grouped kernel's rate relative to the
+    dense kernel of its format carries to another format as the serving MoE ratios do,
+    :func:`perfmodel.cost.grouped_scale`). 1 for any other op and where no grouped rows were measured."""
+    step = expert_pass(t)
+    eta, rows0 = params.get("grouped_gemm_eta") or {}, params.get("grouped_gemm_rows0") or {}
+    if step is None or not eta:
+        return 1.0
+    p = t.op.params
+    fmt = gemm_format(p["dtype"], p.get("scaling"), p.get("weights"))
+    measured = sorted({k.rsplit(".", 1)[0] for k in eta})
+    for key in (fmt, fmt.split("_")[0], "bf16", measured[0]):
+        if f"{key}.{step}" in eta:
+            rows = float(p["k"] if step == "wgrad" else p["m"])
+            return (1.0 + rows0.get(f"{key}.{step}", 0.0) / max(rows, 1.0)) / eta[f"{key}.{step}"]
+    return 1.0
 
 
 def bwd_ratio(params: dict, backend: str) -> float:
@@ -121,6 +153,7 @@ def time_train_op(t: TrainOp, hw: HardwareSpec, prof: Profile, params: dict, *, 
         r = time_op(op, hw, prof, mode=mode, sustained=sus, standalone=standalone)
         time = float(r.time)
     if not sol:
+        time *= grouped_factor(t, params)
         if t.role == "dgrad":
             time *= params["gemm_dgrad_scale"]
         elif t.role == "wgrad":

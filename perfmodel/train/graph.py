@@ -54,6 +54,8 @@ BWD_STREAMS = {"rmsnorm": 1.5, "layernorm": 1.5, "swiglu": 5.0 / 3.0, "gelu": 1.
                "reduce": 1.5, "copy": 1.0, "moe_permute": 1.0, "topk": 1.0}
 FLASH_BWD_FLOPS = 2.5  # backward / forward matmul work of a flash kernel (S recomputed, dV, dP, dQ, dK)
 ACTIVATION_GEMMS = ("attn.scores", "attn.context")  # batched products of two activations (no weight)
+# The routed experts' products (a grouped kernel over the local experts; shared experts are dense GEMMs)
+EXPERT_GEMMS = ("moe.gate_up", "moe.up", "moe.down")
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,18 @@ class TrainOp:
 
     def counted(self, n: float) -> "TrainOp":
         return replace(self, op=self.op.with_count(self.op.count * n))
+
+
+def expert_pass(t: TrainOp) -> str | None:
+    """``fwd``, ``dgrad`` or ``wgrad`` for a routed expert's product (forward or recomputed forward, and the two
+    products of its backward: :func:`_gemm_backward` names them ``<name>.dgrad`` and ``<name>.wgrad``), else None."""
+    if t.op.kind != "gemm":
+        return None
+    name = t.op.name
+    for suffix in (".dgrad", ".wgrad"):
+        if name.endswith(suffix):
+            return suffix[1:] if name[: -len(suffix)] in EXPERT_GEMMS and t.role == suffix[1:] else None
+    return "fwd" if name in EXPERT_GEMMS and t.role == "fwd" else None
 
 
 def act_dtype(ts: TrainScenario) -> str:
@@ -346,7 +360,7 @@ def _moe_expert_parallel(ops: list[TrainOp], model: Model, ts: TrainScenario, to
     a2a = pairs * h * _b(act)
     for t in ops:
         op = t.op
-        if op.name in ("moe.gate_up", "moe.up", "moe.down"):
+        if op.name in EXPERT_GEMMS:
             p = op.params
             new = O.gemm(op.name, per_expert, p["n"], p["k"], p["dtype"], phase="prefill", groups=local,
                          out_dtype=p["out_dtype"], weight_dtype=p.get("weights")).with_count(op.count)

@@ -527,6 +527,17 @@ def _step_ops(model, ts: TrainScenario, hw, prof, params, layers, stages: list[S
     return out, dp_exposed, emb_sync
 
 
+def _grouped_note(prof: Profile) -> str:
+    """How the expert GEMMs' grouped kernel is priced (perfmodel.train.cost.grouped_factor)."""
+    eta = (prof.training or {}).get("grouped_gemm_eta")
+    if not eta:
+        return " at the dense GEMM model's rate: no grouped-gemm measurements in this profile (factor 1)"
+    where = prof.device or prof.name
+    return (f", at the grouped kernel's rate measured on {where} relative to the dense GEMM model (per pass "
+            + ", ".join(f"{k.split('.')[-1]} {v:.2f}" for k, v in sorted(eta.items()) if k.startswith("bf16."))
+            + ") plus a per-expert cost in rows")
+
+
 def assumptions(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Profile,
                 layers: list[int] | None = None) -> list[str]:
     out = []
@@ -570,7 +581,7 @@ def assumptions(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Profile
         out.append("MoE: uniform routing, experts spread over ep data-parallel ranks, all-to-alls "
                    + ("hidden under another micro-batch's compute (only the excess shows)" if ts.a2a_hidden else
                       "exposed") + "; expert GEMMs forward and backward as per-expert dense GEMMs "
-                   "(TransformerEngine grouped linear)")
+                   "(TransformerEngine grouped linear)" + _grouped_note(prof))
     if hw.scaleup_domain < ts.tp:
         out.append(f"TP {ts.tp} spans more than one scale-up domain ({hw.scaleup_domain} GPUs)")
     return out
