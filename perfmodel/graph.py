@@ -22,7 +22,7 @@ from . import ops as O
 from .errors import InputError
 from .geometry import (INDEXER_FORMAT, attention_layer_kinds, expert_format, expert_product_format, heads_per_gpu,
                        linear_layers)
-from .models import Model, is_moe_layer
+from .models import Model, default_routing, is_moe_layer
 from .scenario import Scenario, require_resolved
 from .vision import encoder_ops
 
@@ -167,6 +167,8 @@ def build_ops(model: Model, step: Step, sc: Scenario) -> list[O.Op]:
     if sc.tp > 1:
         out.append(O.collective("lm_head.allgather", "all_gather", rows * vocab * sc.tp * 4.0, sc.tp, phase=ph,
                                 scope="model"))
+    # the next tokens picked from the gathered logits (every rank samples alike)
+    out.append(O.sample("sample", rows, model.vocab, sc.sampling, phase=ph, scope="model"))
     if sc.pp > 1:
         out.append(O.collective("pp.send", "p2p", tokens * model.hidden * _b(act), 2, phase=ph, scope="model",
                                 count=sc.pp - 1, span="auto"))
@@ -594,12 +596,13 @@ def _gemm_format(w: str, model: Model, weights: str | None = None) -> str:
     return gemm_format(w, "nvfp4" if w == "fp4" else model.fp8_scaling if w == "fp8" else None)
 
 
-def _in_module(op: O.Op, tokens, hidden: int, width: int, top_k: int, experts: int, ep: int, fmt: str) -> O.Op:
+def _in_module(op: O.Op, tokens, hidden: int, width: int, top_k: int, experts: int, ep: int, fmt: str,
+               routing: str) -> O.Op:
     """An op of a fused MoE module, naming the module it belongs to (tokens before routing, hidden size, expert
-    width on this rank, top_k, experts, EP ways, the products' format): a table of the engine's MoE modules
-    prices the module whole, each of its ops by the module's ratio."""
+    width on this rank, top_k, experts, EP ways, the products' format, the router's skew): a table of the
+    engine's MoE modules prices the module whole, each of its ops by the module's ratio."""
     module = {"moe_tokens": tokens, "moe_hidden": hidden, "moe_width": width, "moe_top_k": top_k,
-              "moe_experts": experts, "moe_ep": ep, "moe_format": fmt}
+              "moe_experts": experts, "moe_ep": ep, "moe_format": fmt, "moe_routing": routing}
     return O.Op(op.name, op.kind, op.phase, op.flops, op.bytes, {**op.params, **module}, op.count, op.scope,
                 op.kernels)
 
@@ -687,7 +690,9 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
         # the engine's fused MoE module, the one its measured MoE tables time (perfmodel.cost.tables), weight-only
         # experts included (their own class)
         fmt = _gemm_format(w_experts, model, stored)
-        experts = [_in_module(op, group_tokens, h, width, moe.top_k, moe.num_experts, ep, fmt) for op in experts]
+        routing = sc.moe_routing or default_routing(model)
+        experts = [_in_module(op, group_tokens, h, width, moe.top_k, moe.num_experts, ep, fmt, routing)
+                   for op in experts]
     ops += experts
     if exchange == "all_to_all":
         ops.append(O.collective("moe.combine", "all_to_all", routed * copies * h * _b(act), ep, phase=ph))

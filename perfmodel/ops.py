@@ -13,11 +13,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .dtypes import bytes_per_element
+from .sampling import SAMPLING_KINDS
 
 # Operator kinds and the cost family that times them.
 COMPUTE_KINDS = ("gemm", "attention")
 MEMORY_KINDS = ("rmsnorm", "layernorm", "swiglu", "gelu", "rotary", "residual", "embedding", "kv_write", "quantize",
-                "moe_permute", "topk", "copy", "reduce")
+                "moe_permute", "topk", "copy", "reduce") + SAMPLING_KINDS
 COMM_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
 KINDS = COMPUTE_KINDS + MEMORY_KINDS + COMM_KINDS
 
@@ -187,3 +188,11 @@ def collective(name: str, kind: str, nbytes, group: int, *, phase: str, count: f
     (all_reduce), the gathered output (all_gather), the full input (reduce_scatter), each rank's send
     buffer (all_to_all), the message (p2p)."""
     return Op(name, kind, phase, 0.0, nbytes, {"bytes": nbytes, "group": group, "span": span}, count, scope)
+
+
+def sample(name: str, rows, vocab: int, method: str, **kw) -> Op:
+    """Picking one token for each of ``rows`` logit rows of ``vocab`` fp32 entries by ``method``
+    (:data:`perfmodel.sampling.SAMPLING_METHODS`):
+    its bytes are one read of the logits; how many passes the method makes is its kind's efficiency."""
+    return elementwise(name, f"sample_{method}", reads=1, writes=0, flops_per_elem=1.0, elems=rows * vocab,
+                       dtype="fp32", params={"rows": rows, "vocab": vocab, "method": method}, **kw)

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from .errors import InputError
+from .sampling import SAMPLE_PASSES, SAMPLING_KINDS
 
 # How a table's rows were timed, which sets the power-limited clock each row ran at (perfmodel.power_clock): at least
 # ``warmup_calls`` calls and ``warmup_s`` of warmup, then ``target_s`` of timed calls, at least ``min_reps`` and at
@@ -28,7 +29,7 @@ IMPORT_TIMING = {"warmup_calls": 3.0, "warmup_s": 0.0, "min_reps": 6.0, "target_
 TIMING_FIELDS = ("gemm_timing", "attn_timing")
 
 MEMORY_OP_KINDS = ("copy", "reduce", "rmsnorm", "layernorm", "swiglu", "gelu", "rotary", "residual",
-                   "embedding", "kv_write", "moe_permute", "topk", "fused", "quantize")
+                   "embedding", "kv_write", "moe_permute", "topk", "fused", "quantize", *SAMPLING_KINDS)
 
 
 
@@ -157,7 +158,10 @@ class Profile:
     mem_eta: dict[str, float] = field(default_factory=lambda: {
         "copy": 0.90, "reduce": 0.90, "rmsnorm": 0.80, "layernorm": 0.75, "swiglu": 0.55, "gelu": 0.75,
         "rotary": 0.35, "residual": 0.85, "embedding": 0.70, "kv_write": 0.70, "moe_permute": 0.60,
-        "topk": 0.50, "fused": 0.85, "quantize": 0.80})
+        "topk": 0.50, "fused": 0.85, "quantize": 0.80,
+        # sampling: the reduce kernel's efficiency over each method's passes (estimate until measured:
+        # perfmodel.measure.sampling, fitted by perfmodel.fit.sampling)
+        **{f"sample_{m}": 0.90 / n for m, n in SAMPLE_PASSES.items()}})
     # (estimate: copy ~4.3 of 4.8 TB/s on an H200 per KINDS.md; eager chains such as silu(g)*u move more
     #  bytes than the minimum, so their effective eta is lower)
     mem_alpha_s: dict[str, float] = field(default_factory=lambda: {k: 4.0e-6 for k in MEMORY_OP_KINDS})

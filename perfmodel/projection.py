@@ -30,7 +30,7 @@ from .cost.overlap import resolve_method
 from .errors import InputError
 from .graph import Step, check_layout, exchange_quantized, moe_exchange
 from .host_costs import host_rules, request_overhead_s, scenario_host_costs
-from .models import Model
+from .models import Model, default_routing
 from .op_graphs import ops_for
 from .ops import COMM_KINDS
 from .profile import Profile
@@ -464,7 +464,10 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
     if sc.tp > 1 or sc.pp > 1 or sc.ep > 1:
         out.append(_overlap_text(sc, prof))
     if model.moe is not None:
-        out.append("MoE routing is uniform over experts (expected distinct experts per step from top-k)")
+        routing = sc.moe_routing or default_routing(model)
+        out.append("MoE routing: the expected distinct experts a step touches from uniform top-k; where the engine's "
+                   f"measured MoE tables time the module, their {routing} routing class (--moe-routing; "
+                   + ("the scenario's)" if sc.moe_routing else "the model's, as aiconfigurator-core times it)"))
         from .graph import expert_format
 
         narrow = expert_format(model, sc)
@@ -478,7 +481,8 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
     if sc.pp > 1:
         out.append("pipeline stages balanced; decode batch split into pp micro-batches")
     out.append("LM head evaluated at the last prompt position of each prefilling sequence and at every new position "
-               "of a decode step" + (f" (1 + {sc.mtp} in a verify step)" if sc.mtp else "") + "; sampling not modelled")
+               "of a decode step" + (f" (1 + {sc.mtp} in a verify step)" if sc.mtp else "")
+               + f"; the next tokens sampled {sc.sampling} over the fp32 logits (--sampling)")
     return out
 
 

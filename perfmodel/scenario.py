@@ -27,6 +27,9 @@ class Scenario:
     # expert load imbalance: the busiest EP rank's routed tokens over the mean (1: uniform routing); the
     # ranks meet at every all-to-all, so the busiest sets the pace
     moe_imbalance: float = 1.0
+    # how unevenly the router spreads tokens over experts, for the engines' measured MoE tables (a class each:
+    # perfmodel.models.ROUTINGS); None: the model's (perfmodel.models.default_routing)
+    moe_routing: str | None = None
     # speculative decoding: mtp draft tokens a step, from the model's own multi-token-prediction layers
     # (DeepSeek-V3's MTP) or from a separate draft model (``draft``: a model name or file sharing the target's
     # vocabulary). mtp_accept: the probability that draft token i is accepted given the ones before it were, one
@@ -38,6 +41,9 @@ class Scenario:
     kv_dtype: str | None = None  # KV cache; None: the engine's rule (fp8 with fp8/fp4 weights where it does that)
     act_dtype: str = "bf16"  # activations between kernels
     mode: str = "latency"  # latency (calibrated model) | sol (pure roofline)
+    # how each step picks its tokens from the logits (perfmodel.ops.SAMPLING_METHODS): greedy (argmax, temperature
+    # 0), random (temperature), top_k, top_p (sort-based); the requests' sampling parameters decide it
+    sampling: str = "greedy"
     batching: str | None = None  # continuous (prefill amortised into a running stream) | static; None: the engine's
     # collective overlap: a method (none, stream, decomposed, fused; perfmodel.cost.overlap) or a fixed fraction
     # of every collective hidden (0: none, the default assumption)
@@ -231,6 +237,10 @@ class Scenario:
                              field="--moe-imbalance")
         _choice(self.mode, ("latency", "sol"), "--mode")
         _choice(self.moe_exchange, ("gather", "all_to_all"), "--moe-exchange")
+        from .models import ROUTINGS
+        _choice(self.moe_routing, ROUTINGS, "--moe-routing")
+        from .sampling import SAMPLING_METHODS
+        _choice(self.sampling, SAMPLING_METHODS, "--sampling")
         _choice(self.batching, ("continuous", "static"), "--batching")
         from .attention_kernels import canonical
         from .engines import CHOICES as ENGINES

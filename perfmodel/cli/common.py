@@ -83,10 +83,17 @@ def scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True, images: 
                    help="how MoE layers meet other attention-DP ranks' tokens: gather (all-gather before, "
                         "reduce-scatter after) or all_to_all (DeepEP-style dispatch and combine); default: the "
                         "engine's")
+    g.add_argument("--moe-routing", choices=("balanced", "power_law_1.01", "power_law_1.2"), default=None,
+                   help="how unevenly the router spreads tokens over experts, as the engines' measured MoE tables "
+                        "time it (power-law token counts; balanced: what EPLB aims at); default: the model's "
+                        "(1.01 for the DeepSeek family and Llama 4, 1.2 for other MoE, as aiconfigurator times them)")
     g.add_argument("--moe-imbalance", type=float, default=1.0,
                    help="busiest expert-parallel rank's routed tokens over the mean (default 1: uniform)")
     g.add_argument("--dtype", default="bf16", help="weights and GEMM format: bf16, fp16, fp8, fp4")
     g.add_argument("--kv-dtype", default=None, help="KV-cache format (default: the engine's rule)")
+    g.add_argument("--sampling", choices=("greedy", "random", "top_k", "top_p"), default="greedy",
+                   help="how each step picks its tokens from the logits, as the requests ask: greedy (argmax; "
+                        "default), random (temperature), top_k, top_p (sort-based)")
     g.add_argument("--mode", choices=("latency", "sol"), default="latency",
                    help="latency: calibrated model (default); sol: pure roofline")
     g.add_argument("--engine", choices=ENGINES, default="auto" if serving else "torch",
@@ -149,7 +156,8 @@ def scenario_from_args(args, batch=None):
               mtp=args.mtp, mtp_accept=args.mtp_accept, draft=args.draft, dtype=args.dtype, kv_dtype=args.kv_dtype, mode=args.mode,
               launch=args.launch, overlap=args.overlap, kernels=args.kernels, engine=args.engine,
               attention_kernel=args.attention_kernel, mem_fraction=args.mem_fraction,
-              kv_cache=getattr(args, "kv_cache", None), moe_exchange=getattr(args, "moe_exchange", None))
+              kv_cache=getattr(args, "kv_cache", None), moe_exchange=getattr(args, "moe_exchange", None),
+              moe_routing=getattr(args, "moe_routing", None), sampling=getattr(args, "sampling", "greedy"))
     if hasattr(args, "isl"):
         kw.update(isl=args.isl, osl=args.osl, batch=parse_batch(str(args.batch)) if batch is None else batch,
                   batching=args.batching, prefill_chunk=args.prefill_chunk)

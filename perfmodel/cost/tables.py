@@ -372,7 +372,7 @@ def op_class(op, backend: str | None = None) -> tuple[str, tuple, list, object] 
     for an op no table class holds. ``backend``: the attention kernel the op runs (attention ops only)."""
     p = op.params
     if "moe_tokens" in p:  # an op of a fused MoE module (perfmodel.graph._moe_ffn): the module's class
-        key = ("moe", p["moe_format"], "balanced")
+        key = ("moe", p["moe_format"], p.get("moe_routing", "balanced"))
         return "moe", key, _moe_dims(p["moe_tokens"], p["moe_hidden"], p["moe_width"], p["moe_top_k"],
                                      p["moe_experts"], p["moe_ep"]), True
     if op.kind == "gemm":
@@ -938,6 +938,8 @@ def anchor_ratio(op, hw, prof, *, price, backend: str | None = None):
     folder = family_table(prof, family, hw)
     if folder is None:
         return None
+    if family == "moe" and key not in folder.rows:  # a table without the router's skew: its balanced rows
+        key = (*key[:2], "balanced")
     table = folder.table(key, folder.kernel_for(family, key), price)
     if table is None:
         return None

@@ -22,6 +22,8 @@ from .collectives import fit_collectives
 from .latency import dispatch_defaults, fit_launch, fit_profile, load_cases, residual_quantiles, validate_cases
 from .layers import validate_layers
 from .host import fit_host
+from .sampling import fit_sampling
+from .sampling import report_text as sampling_text
 from .host import report_text as host_text
 from .power import fit_power
 from .power import report_text as power_text
@@ -142,6 +144,7 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
     if any(r.get("kind") == "power" for r in rows if isinstance(r, dict)):
         prof, power = fit_power(prof, rows, hw)
     prof, host = fit_host(prof, d)  # the machine's host costs, where the folder measured them (hf/)
+    prof, sampling = fit_sampling(prof, d, hw)  # the samplers over the logits, where it measured them (sampling/)
     clock = fit_clock(d / CLOCK_COURSE_DIR, hw)
     if clock is not None:
         prof = prof.with_(power={**(prof.power or {}), "clock": clock[0].as_dict()})
@@ -171,6 +174,7 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
         provenance={"environment": env, "measurements": str(path.name), "rows": len(rows),
                     "measured_formats": formats, "collectives": comm_info, "fit_seconds": round(time.time() - started, 2),
                     "attention_dispatch": dispatch_seen,
+                    **({"sampling": sampling} if sampling else {}),
                     "measured_families": _families_measured(cases, launches, comm_info, training, power),
                     "module_kernels": sorted({"kv_write" for c in cases if c.params.get("includes") == "kv_write"}
                                              | {"quantize" for c in cases if c.kind == "quantize"}),
@@ -197,6 +201,8 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
         text += "\n## Power\n\n```\n" + power_text(power) + "\n```\n"
     if host is not None:
         text += "\n## Host costs (transformers' generate())\n\n```\n" + host_text(host) + "\n```\n"
+    if sampling is not None:
+        text += "\n## Sampling (python -m perfmodel.measure.sampling)\n\n" + sampling_text(sampling, hw)
     if clock is not None:
         text += "\n## Power-limited clock\n\n```\n" + clock_text(clock[1]) + "\n```\n"
     if tables["classes"]:

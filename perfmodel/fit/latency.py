@@ -25,6 +25,7 @@ from ..errors import InputError
 from ..measure.store import is_held_out  # noqa: F401  (the fit's held-out split, defined beside the row ids)
 from ..predict import op_from_params
 from ..profile import DEFAULTS, MEMORY_OP_KINDS, Profile
+from ..sampling import SAMPLE_PASSES
 from ..spec import HardwareSpec
 
 
@@ -396,15 +397,18 @@ def _with_block_shapes(prof: Profile, backend: str) -> Profile:
 
 
 # Kinds the suite does not measure take the parameters of the measured kind whose kernel they resemble.
+# A sampling method without its own measurement reads the logits as the reduce kernel does, SAMPLE_PASSES times.
 RESEMBLES = {"kv_write": "copy", "embedding": "copy", "moe_permute": "copy", "quantize": "copy", "layernorm": "rmsnorm",
-             "gelu": "residual", "topk": "reduce", "fused": "residual"}
+             "gelu": "residual", "topk": "reduce", "fused": "residual",
+             **{f"sample_{m}": "reduce" for m in SAMPLE_PASSES}}
+PASSES = {f"sample_{m}": n for m, n in SAMPLE_PASSES.items()}  # the resembled kernel's passes a kind makes
 
 
 def _inherit_unmeasured(prof: Profile, measured: set[str]) -> Profile:
     eta, alpha, row = dict(prof.mem_eta), dict(prof.mem_alpha_s), dict(prof.row_s)
     for kind, like in RESEMBLES.items():
         if kind not in measured and like in measured:
-            eta[kind], alpha[kind] = eta[like], alpha[like]
+            eta[kind], alpha[kind] = eta[like] / PASSES.get(kind, 1.0), alpha[like]
             if like in row:
                 row[kind] = row[like]
     return prof.with_(mem_eta=eta, mem_alpha_s=alpha, row_s=row)
