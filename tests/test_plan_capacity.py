@@ -156,16 +156,17 @@ def test_trace_sets_the_rate(tmp_path, capsys):
 def test_speculation_screen_prices_tpot_per_emitted_token(tmp_path):
     """With --mtp a step is a verify step emitting ~E tokens a sequence: the closed-form screen takes TPOT as the
     step over E (as the simulator and `plan --gpus` do). It once took the whole verify step as TPOT and refused
-    every layout ("no layout meets the SLOs even at a trickle") that the simulator serves within the SLOs."""
+    every layout ("no layout meets the SLOs even at a trickle") that the simulator serves within the SLOs (a verify
+    step here is about 2.5 times the objective; the screen's TPOT per emitted token about 0.85 of it)."""
     path = tmp_path / "plan.json"
     rc = main(["plan", "--arch", "h200", "--model", "deepseek-v3", "--dtype", "fp8", "--mtp", "2", "--mtp-accept",
-               "0.8", "--rate", "4", "--slo-ttft-ms", "2000", "--slo-tpot-ms", "25", "--tp-options", "8",
+               "0.8", "--rate", "4", "--slo-ttft-ms", "2000", "--slo-tpot-ms", "30", "--tp-options", "8",
                "--batch-options", "16,32", "--no-disagg", "--requests", "100", "--format", "json", "--out", str(path)])
     assert rc == 0
     doc = json.loads(path.read_text())
     assert doc["scenario"]["mtp"] == 2
     chosen = doc["chosen"]
-    assert chosen["attainment"] >= doc["attainment"] and chosen["tpot_p90_ms"] <= 25
+    assert chosen["attainment"] >= doc["attainment"] and chosen["tpot_p90_ms"] <= 30
 
 
 def test_an_engine_a_part_does_not_run_is_a_note(capsys):

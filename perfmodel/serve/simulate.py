@@ -428,7 +428,8 @@ def _energy(runs, power: dict, reqs, metrics: dict, opts: ServeOptions, gpus: in
         total += (gpus - used) * power["idle_w"] * window
     out_tokens = float(reqs.osl.sum())
     in_tokens = float(reqs.isl.sum())
-    decode_j = total - idle - pre
+    # what is neither idle nor prefill; a run with no decode step leaves rounding (a few 1e-15 J) below zero
+    decode_j = max(total - idle - pre, 0.0)
     e = {
         "total_j": total, "idle_j": idle,
         "joules_per_token": {"prefill": pre / in_tokens, "decode": decode_j / out_tokens, "output": total / out_tokens},

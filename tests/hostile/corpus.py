@@ -839,6 +839,7 @@ SIGNED_KEYS = {
     "median_error": "a signed median residual",
     "mean_error": "a signed mean residual",
     "delta": "a signed change",
+    "signed_median": "a signed median residual (a calibration's validation summary)",
 }
 
 
