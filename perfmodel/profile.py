@@ -139,6 +139,11 @@ class Profile:
     gemm_grouped_eta: dict[str, float] = field(default_factory=dict)
     gemm_grouped_mem: dict[str, float] = field(default_factory=dict)
     gemm_grouped_overhead_s: float = 0.0
+    # a fused MoE module's time under a skewed router over its time under balanced routing (perfmodel.models.ROUTINGS),
+    # keyed "<routing>:<ep|local>:<tokens in the step, a power of two>" (with or without expert parallelism): the
+    # medians over an engine's MoE tables, which time every shape under each routing (perfmodel.fit.skew); prices
+    # the skew where no table prices the module (perfmodel.cost.tables.skew_ratio); absent: balanced
+    gemm_grouped_skew: dict[str, float] = field(default_factory=dict)
     # per MoE format (gemm_format): time per token-expert pair of the whole group's routing, local or not (the
     # kernels sort, expand or zero-fill every pair before expert parallelism drops the other ranks': vLLM's Triton
     # MoE writes zeros for non-local pairs); the floor an engine's MoE tables show at wide EP; fitted from them,
@@ -280,7 +285,7 @@ DEFAULTS = Profile()
 # Fields that hold a dict of numbers keyed by format, kind or backend: a profile file may give some keys and
 # take the rest from the defaults.
 _NUMBER_DICTS = ("gemm_eta", "gemm_tile_c_fmt", "gemm_mem_eta_scale", "gemm_prologue_s", "gemm_prologue_eta", "gemm_max_split",
-                 "gemm_grouped_eta", "gemm_grouped_mem", "moe_pair_s",
+                 "gemm_grouped_eta", "gemm_grouped_mem", "gemm_grouped_skew", "moe_pair_s",
                  "attn_sfu_cycles", "attn_sfu_p", "attn_cta_cycles", "attn_mem_ctas", "mem_eta", "mem_alpha_s", "row_s", "host_floor_s", "attn_eta", "attn_dec_eta",
                  "attn_overhead_s", "attn_cta_blocks", "attn_tail", "attn_softness", "attn_block_q", "attn_block_k",
                  "token_return_s")

@@ -467,7 +467,9 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
         routing = sc.moe_routing or default_routing(model)
         out.append("MoE routing: the expected distinct experts a step touches from uniform top-k; where the engine's "
                    f"measured MoE tables time the module, their {routing} routing class (--moe-routing; "
-                   + ("the scenario's)" if sc.moe_routing else "the model's, as aiconfigurator-core times it)"))
+                   + ("the scenario's" if sc.moe_routing else "the model's, as aiconfigurator-core times it")
+                   + ("), elsewhere that skew's median cost in the tables the MoE evidence came from"
+                      if prof.gemm_grouped_skew and routing != "balanced" else ")"))
         from .graph import expert_format
 
         narrow = expert_format(model, sc)

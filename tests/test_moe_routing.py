@@ -48,3 +48,61 @@ def test_an_unknown_routing_is_one_line_and_exit_2(capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "--moe-routing" in err and "Traceback" not in err
+
+
+# --- the skew carried to parts without tables (perfmodel.fit.skew, perfmodel.cost.tables.skew_ratio) -----------
+
+def _classes(ratio_of_tokens, n_shapes=6):
+    """A balanced and a power_law_1.2 class of one kernel: n_shapes shapes at each of tokens 4, 64, 4096 and EP 1
+    and 8, the skewed one ``ratio_of_tokens(tokens, ep)`` times the balanced."""
+    import numpy as np
+
+    from perfmodel.cost.table_store import ClassRows
+
+    dims = np.array([[t, 4096 + 128 * i, 1024, 8, 128, ep] for t in (4, 64, 4096) for ep in (1, 8)
+                     for i in range(n_shapes)], dtype=float)
+    base = np.linspace(1e-4, 2e-4, len(dims))
+    skewed = base * np.array([ratio_of_tokens(d[0], d[5]) for d in dims])
+    return [ClassRows(("moe", "fp8", "balanced"), "k", {}, dims, base),
+            ClassRows(("moe", "fp8", "power_law_1.2"), "k", {}, dims, skewed),
+            ClassRows(("moe", "fp8", "power_law_1.01"), "other kernel", {}, dims, skewed)]
+
+
+def test_the_skew_is_the_tables_median_ratio_per_routing_ep_and_tokens():
+    from perfmodel.fit.skew import fit_skew
+
+    skew = fit_skew(_classes(lambda t, ep: 0.9 if t < 100 else (1.4 if ep > 1 else 1.1)))
+    assert skew == {"power_law_1.2:ep:4": 0.9, "power_law_1.2:ep:64": 0.9, "power_law_1.2:ep:4096": 1.4,
+                    "power_law_1.2:local:4": 0.9, "power_law_1.2:local:64": 0.9, "power_law_1.2:local:4096": 1.1}
+    assert fit_skew(_classes(lambda t, ep: 1.2, n_shapes=4)) == {}  # fewer shapes a bin than it takes
+
+
+def test_the_skew_prices_a_module_between_and_beyond_its_points():
+    import numpy as np
+
+    from perfmodel import ops as O
+    from perfmodel.cost.tables import skew_ratio
+    from perfmodel.profile import DEFAULTS
+
+    prof = DEFAULTS.with_(gemm_grouped_skew={"power_law_1.2:ep:64": 0.9, "power_law_1.2:ep:4096": 1.5})
+
+    def op(tokens, routing="power_law_1.2", ep=8):
+        return O.Op("moe.gate_up", "gemm", "decode", 1.0, 1.0, {"moe_tokens": tokens, "moe_ep": ep,
+                                                                 "moe_routing": routing})
+
+    assert skew_ratio(op(512), prof) == pytest.approx(1.2)  # halfway in log tokens
+    assert skew_ratio(op(1), prof) == pytest.approx(0.9) and skew_ratio(op(1e6), prof) == pytest.approx(1.5)
+    assert np.allclose(skew_ratio(op(np.array([64.0, 4096.0])), prof), [0.9, 1.5])
+    assert skew_ratio(op(512, "balanced"), prof) is None
+    assert skew_ratio(op(512, ep=1), prof) is None  # no figure without EP
+    assert skew_ratio(op(512), DEFAULTS) is None
+
+
+def test_a_part_without_tables_of_its_own_carries_the_skew():
+    """rubin-estimate has no MoE table: its MoE family is carried from an engine folder whose tables timed the
+    skew, so the router's skew moves the projection there too (before: only parts with their own tables)."""
+    kw = dict(tp=8, ep=8, dtype="fp4", batch=256, isl=2048, osl=256, engine="trtllm")
+    skewed = project("rubin-estimate", "deepseek-v3", **kw)
+    balanced = project("rubin-estimate", "deepseek-v3", moe_routing="balanced", **kw)
+    assert skewed.profile.gemm_grouped_skew and not skewed.profile.gemm_grouped_table
+    assert skewed.ttft_s != pytest.approx(balanced.ttft_s, rel=1e-3)

@@ -165,3 +165,19 @@ def test_unknown_model_and_arch_are_one_line(capsys):
     rc, _, err = run(["train", "--arch", "nope", "--model", "llama-3.1-8b", "--gpus", "8", "--global-batch", "8",
                       "--seq", "1024"], capsys)
     assert rc == 2 and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("model, gpus, tp, want", [("llama8b", 8, 2, "none"), ("llama-3.1-70b", 64, 8, "full")])
+def test_recompute_auto_takes_the_least_that_fits(model, gpus, tp, want, capsys):
+    """--recompute auto: Llama-3.1-8B on 8 H100s at TP 2 fits without recompute; Llama-3.1-70B at TP 8 fits neither
+    without nor with selective recompute (98.9 GB of 81.2 without) and takes full."""
+    base = ["train", "--arch", "h100-sxm", "--model", model, "--gpus", str(gpus), "--tp", str(tp),
+            "--global-batch", "256", "--seq", "4096", "--format", "json"]
+    rc, out, _ = run(base + ["--recompute", "auto"], capsys)
+    assert rc == 0
+    doc = json.loads(out)
+    assert doc["scenario"]["recompute"] == want and doc["memory"]["fits"]
+    assert any("--recompute auto" in a for a in doc["assumptions"])
+    for lesser in ("none", "selective")[:("none", "selective", "full").index(want)]:
+        rc, out, _ = run(base + ["--recompute", lesser], capsys)
+        assert not json.loads(out)["memory"]["fits"]

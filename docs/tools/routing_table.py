@@ -34,24 +34,14 @@ def _band(tokens: float) -> str:
 def ratios(root: Path = ROOT / "calibration") -> dict:
     """{(engine, ep > 1, band): {skew: [skewed / balanced, ...]}} over every folder's MoE tables."""
     from perfmodel.cost.table_store import FILE, decode, read_header
+    from perfmodel.fit.skew import skew_pairs
 
     out: dict = defaultdict(lambda: defaultdict(list))
     for folder in sorted(p for p in root.iterdir() if (p / FILE).is_file()):
         engine = read_header(folder / FILE).get("provenance", {}).get("engine")
-        classes, _ = decode(folder / FILE)
-        by = {(c.key, c.kernel): c for c in classes if c.key[0] == "moe" and c.main}
-        for (key, kernel), bal in by.items():
-            if key[2] != "balanced":
-                continue
-            base = {tuple(d): t for d, t in zip(bal.dims.tolist(), bal.times.tolist())}
-            for skew in SKEWS:
-                other = by.get(((*key[:2], skew), kernel))
-                if other is None:
-                    continue
-                for d, t in zip(other.dims.tolist(), other.times.tolist()):
-                    b = base.get(tuple(d))
-                    if b:  # dims: tokens, hidden, width, top_k, experts, ep
-                        out[(engine, d[5] > 1, _band(d[0]))][skew].append(t / b)
+        for routing, ep, tokens, ratio in skew_pairs(decode(folder / FILE)[0]):
+            if routing in SKEWS:
+                out[(engine, ep, _band(tokens))][routing].append(ratio)
     return out
 
 

@@ -31,7 +31,8 @@ def register(sub) -> None:
     g = p.add_argument_group("training")
     g.add_argument("--schedule", default=None, help="1f1b (default), interleaved, zero-bubble or dualpipe")
     g.add_argument("--interleave", type=int, default=None, help="model chunks per rank (interleaved; default 2)")
-    g.add_argument("--recompute", default="none", help="none (default), selective or full")
+    g.add_argument("--recompute", default="none",
+                   help="none (default), selective, full, or auto: the least of them whose memory fits")
     g.add_argument("--sequence-parallel", action="store_true", help="split norms and dropout over the TP ranks")
     g.add_argument("--zero", type=int, default=1, help="ZeRO stage 0, 1 (default: distributed optimizer), 2 or 3")
     g.add_argument("--fsdp", action="store_true",
@@ -101,7 +102,16 @@ def cmd_train(args) -> int:
     from ..train.project import project_training
     from ..train.serialize import CSV_FIELDS, csv_row, train_dict, train_table
 
+    auto = ts.recompute == "auto"
+    if auto:  # the least recompute that fits; full (and its memory's verdict) where none does
+        from ..train.search import least_recompute
+
+        base = ts.with_(recompute="none").validated(model)
+        ts = least_recompute(model, base, hw) or base.with_(recompute="full")
     proj = project_training(hw, model, ts.validated(model), prof)
+    if auto:
+        proj.assumptions.insert(0, f"recompute {ts.recompute}: the least of none, selective and full whose memory "
+                                   "fits (--recompute auto)" + ("" if proj.memory.fits else "; none does"))
     if args.format == "json":
         text = json_text(train_dict(proj))
     elif args.format == "csv":

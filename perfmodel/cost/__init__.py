@@ -113,11 +113,13 @@ def time_op(op: Op, hw: HardwareSpec, prof: Profile, *, mode: str = "latency", w
 
 def table_ratio(op: Op, hw: HardwareSpec, prof: Profile):
     """The part's own measured table's anchor ratio for ``op`` (t_table / t_fit_alone, :mod:`.tables`): 1 where
-    no table covers its shape, None where no table applies to its family."""
-    if not any(getattr(prof, f) for f in tables.TABLE_FIELD.values()):
-        return None
-    backend = attention_kernel(op, hw, prof).backend if op.kind == "attention" else None
-    return tables.anchor_ratio(op, hw, prof, price=_alone_time, backend=backend)
+    no table covers its shape; where no table applies to its family, the router's skew an engine's tables measured
+    (:func:`.tables.skew_ratio`, for an op of a MoE module), else None."""
+    ratio = None
+    if any(getattr(prof, f) for f in tables.TABLE_FIELD.values()):
+        backend = attention_kernel(op, hw, prof).backend if op.kind == "attention" else None
+        ratio = tables.anchor_ratio(op, hw, prof, price=_alone_time, backend=backend)
+    return tables.skew_ratio(op, prof) if ratio is None else ratio
 
 
 def _alone_time(op: Op, hw: HardwareSpec, prof: Profile):

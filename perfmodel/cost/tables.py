@@ -948,6 +948,25 @@ def anchor_ratio(op, hw, prof, *, price, backend: str | None = None):
     return r.item() if r.ndim == 0 else r
 
 
+def skew_ratio(op, prof):
+    """A fused MoE module's time under its router's skew over balanced routing, from the medians of an engine's
+    tables (``Profile.gemm_grouped_skew``, perfmodel.fit.skew), for an op of a module no table of the part prices;
+    interpolated in log tokens between the powers of two, clamped at the ends. None for balanced routing, an op of
+    no MoE module or a profile without the figures."""
+    p = op.params
+    routing = p.get("moe_routing")
+    skew = getattr(prof, "gemm_grouped_skew", None)
+    if not skew or routing in (None, "balanced") or "moe_tokens" not in p:
+        return None
+    prefix = f"{routing}:{'ep' if p['moe_ep'] > 1 else 'local'}:"
+    knots = sorted((math.log2(float(k[len(prefix):])), v) for k, v in skew.items() if k.startswith(prefix))
+    if not knots:
+        return None
+    x = np.log2(np.maximum(np.asarray(p["moe_tokens"], dtype=float), 1.0))
+    r = np.interp(x, [k for k, _ in knots], [v for _, v in knots])
+    return r.item() if r.ndim == 0 else r
+
+
 def assumption(hw, prof) -> str | None:
     """One line for a projection's assumptions: which families the part's own measured tables anchor."""
     used: dict[str, list[str]] = {}

@@ -23,6 +23,7 @@ from .latency import dispatch_defaults, fit_launch, fit_profile, load_cases, res
 from .layers import validate_layers
 from .host import fit_host
 from .sampling import fit_sampling
+from .skew import fit_skew
 from .sampling import report_text as sampling_text
 from .host import report_text as host_text
 from .power import fit_power
@@ -145,6 +146,10 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
         prof, power = fit_power(prof, rows, hw)
     prof, host = fit_host(prof, d)  # the machine's host costs, where the folder measured them (hf/)
     prof, sampling = fit_sampling(prof, d, hw)  # the samplers over the logits, where it measured them (sampling/)
+    classes = folder_classes(d) or []  # an imported folder's whole tables (tables.npz)
+    skew = fit_skew(classes)  # what a skewed router costs its MoE modules, where the tables time it
+    if skew:
+        prof = prof.with_(gemm_grouped_skew=skew)
     clock = fit_clock(d / CLOCK_COURSE_DIR, hw)
     if clock is not None:
         prof = prof.with_(power={**(prof.power or {}), "clock": clock[0].as_dict()})
@@ -184,7 +189,7 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
     )
     save_profile(prof, d / "profile.json")
     # the measured tables' own held-out error beside the fit's, per class (perfmodel.fit.tables)
-    tables = validate_tables(folder_classes(d) or [], prof, hw, holdout=holdout, seed=seed)
+    tables = validate_tables(classes, prof, hw, holdout=holdout, seed=seed)
     per_row = json.dumps({"summary": validation, "ops": val_rows, "layers": layer_rows, "training": training,
                           "power": power, **({"tables": tables} if tables["classes"] else {})},
                          indent=1, allow_nan=False) + "\n"

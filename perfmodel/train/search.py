@@ -63,10 +63,12 @@ def candidates(model: Model, base: TrainScenario, hw: HardwareSpec, schedules: l
                             except InputError:
                                 continue
                             seen += 1
-                            yield _least_recompute(model, ts, hw), seen
+                            yield least_recompute(model, ts, hw), seen
 
 
-def _least_recompute(model: Model, ts: TrainScenario, hw: HardwareSpec) -> TrainScenario | None:
+def least_recompute(model: Model, ts: TrainScenario, hw: HardwareSpec) -> TrainScenario | None:
+    """The layout with the least recompute whose memory fits the part (none, then selective, then full), or None
+    where even full recompute does not fit (``--recompute auto`` and the layout search)."""
     for rec in ("none", "selective", "full"):
         trial = ts.with_(recompute=rec)
         if memory(model, trial, hw.hbm_visible_bytes).fits:
