@@ -275,3 +275,18 @@ def test_public_table_is_unchanged_by_the_serving_path():
     assert [r["id"] for r in rows] == ["trt09-l2-70b-h200-tp1-128-128", "trt09-l2-70b-h200-tp2-128-2048",
                                        "trt09-l2-70b-h200-tp1-2048-128", "trt09-l2-70b-h200-tp1-2048-2048"]
     assert all("reason" not in r for r in rows) and "serving" not in summary(rows)
+
+
+def test_doc_states_todays_mtp_diagnosis_of_the_b200_deepseek_rows():
+    """docs/validation-silicon.md's paragraph on DeepSeek-R1 fp8 TP 8 under TensorRT-LLM on B200 prints the three
+    projections it names (without MTP, with one and three draft tokens) as the model gives them today."""
+    from perfmodel.paths import repo_root
+    from perfmodel.projection import project
+
+    doc = (repo_root() / "docs" / "validation-silicon.md").read_text()
+    para = " ".join(doc.split("- **DeepSeek-R1 on B200 under TensorRT-LLM, fp8, TP 8**")[1].split("\n- **")[0].split())
+    kw = dict(dtype="fp8", tp=8, batch=4, isl=1024, osl=8192, engine="trtllm")
+    plain = project("b200", "deepseek-v3", **kw).tpot_s * 1e3
+    one = project("b200", "deepseek-v3", mtp=1, mtp_accept=0.85, **kw).tpot_s * 1e3
+    three = project("b200", "deepseek-v3", mtp=3, mtp_accept=(0.85, 0.75, 0.65), **kw).tpot_s * 1e3
+    assert f"gives {plain:.2f} ms" in para and f"0.85` {one:.2f} ms" in para and f"0.65` {three:.2f} ms" in para
