@@ -213,7 +213,7 @@ def _blend_onto(acc: tuple, grid: list, i: int, fx: float, ys: list, y: float) -
 
 
 EXACT_MAX = 32768  # token and sequence counts tabulated one by one; a geometric grid above
-MEMO_MAX = 200_000  # pieces a step model remembers (a few tens of MB at most); past it, it starts over
+MEMO_MAX = 200_000  # entries one memo of a step model holds (tens of MB at most); past it, it starts over
 
 
 def _lookup(table: dict, n: int) -> tuple:
@@ -284,7 +284,7 @@ class StepModel:
         self.serial = {launch: Rules.of(sc, launch=launch, **host_rules(sc, prof)).serial_s
                        for launch in {self.mixed_launch, self.decode_launch}}
         self._build(piece_hint)
-        # the simulator's repeated questions (module doc's last paragraph of the queries section)
+        # what the simulator asks again and again, remembered (the comment of the queries section)
         self._steps: dict = {}  # (n_dec, ctx_mean, pieces) -> step()
         self._decode_steps: dict = {}  # (micro-batch, mean context) -> a decode step's (seconds, joules)
         self._pieces: dict = {}  # (p, x) -> piece()
@@ -451,7 +451,12 @@ class StepModel:
         """(seconds, dynamic joules of one TP rank's ops, held to the power limit) of one step: ``n_dec``
         decode sequences at mean context ``ctx_mean`` and prefill ``pieces`` [(new tokens, cached tokens)]."""
         key = (n_dec, ctx_mean, tuple(pieces))
-        hit = self._steps.get(key)
+        try:
+            hit = self._steps.get(key)
+        except TypeError:  # pieces given as lists, which do not hash: as tuples
+            pieces = [tuple(x) for x in pieces]
+            key = (n_dec, ctx_mean, tuple(pieces))
+            hit = self._steps.get(key)
         if hit is None:
             hit = _remember(self._steps, key, self._step(n_dec, ctx_mean, pieces))
         return hit
