@@ -122,7 +122,8 @@ def test_cli_json_fields(capsys):
     assert {"rank", "config", "key", "time_s", "tflops", "bound", "parts", "reasons"} <= set(row)
     assert {"block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages", "split_k"} == set(row["config"])
     # the attention ranking in this process (the entry point is the one run above)
-    assert main(["tune", "attention", "--heads", "32", "--kv-heads", "8", "--seq-q", "1024", "--calibration", "none"]) == 0
+    assert main(["tune", "attention", "--heads", "32", "--kv-heads", "8", "--seq-q", "1024",
+                 "--calibration", "none"]) == 0
     assert "BM" in capsys.readouterr().out
 
 

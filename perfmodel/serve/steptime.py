@@ -522,7 +522,7 @@ class StepModel:
         return t0, t1, e0, e1
 
     def _decode_step(self, m: int, ctx: float) -> tuple[float, float]:
-        """(seconds, joules) of a decode step of a micro-batch of ``m`` sequences at mean context ``ctx``, remembered."""
+        """(seconds, joules) of a decode step of ``m`` sequences (a micro-batch) at mean context ``ctx``, remembered."""
         launch = self.decode_launch
         fixed, i, fx = self._decode_fixed.get(m) or self._fixed_rows(m)
         acc = _blend_onto(fixed, self.dec[launch], i, fx, self.dec_c, ctx) if m else fixed
