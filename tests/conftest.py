@@ -20,6 +20,10 @@ import pytest
 # second, spinning thread made the least-squares fits of tests/test_tune_fit.py 5-10x slower (50 s -> 9 s for the
 # module on 2026-12-03). An explicit setting in the environment wins.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# One torch (OpenMP) thread, for the same reason (set before torch loads): the tiny-model run of
+# tests/test_hf_generate.py took 5 s on idle cores with torch's two threads but 64 s beside other work, and 10.5 s with
+# one thread at load 4 (2026-12-05). The CPU runs are functional checks: no assertion reads the thread count.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # "file.py" (the whole module) or "file.py::test_name" (every parametrization of it): seconds measured with
 # --durations on the 2-core machine with other work sharing the CPU (2026-12-03), and where they go.

@@ -85,11 +85,14 @@ def test_progress_only_on_a_terminal(monkeypatch, capsys):
     import io
     import time
 
-    from perfmodel.cli.common import progress
+    from perfmodel.cli.common import _Ticker, progress
 
+    # the ticker's first line after 1 s and one every 0.2 s, scaled down (each wait below is past the first line)
+    monkeypatch.setattr(_Ticker, "DELAY_S", 0.05)
+    monkeypatch.setattr(_Ticker, "PERIOD_S", 0.01)
     with progress(3, "work") as tick:  # pytest's captured stderr is not a terminal
         tick()
-        time.sleep(1.3)
+        time.sleep(0.2)
     assert capsys.readouterr().err == ""
 
     class Term(io.StringIO):
@@ -100,12 +103,12 @@ def test_progress_only_on_a_terminal(monkeypatch, capsys):
     monkeypatch.setattr("sys.stderr", term)
     with progress(3, "work") as tick:
         tick()
-        time.sleep(1.5)
+        time.sleep(0.4)
     text = term.getvalue()
     assert "work: 1/3 (33%)" in text and text.endswith("\r\x1b[K")
     term2 = Term()
     monkeypatch.setattr("sys.stderr", term2)
     monkeypatch.setenv("PERFMODEL_PROGRESS", "0")
     with progress(None, "off"):
-        time.sleep(1.3)
+        time.sleep(0.2)
     assert term2.getvalue() == ""

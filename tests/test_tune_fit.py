@@ -134,17 +134,18 @@ def test_queued_rows_replace_direct_ones(tmp_path):
     assert all(r.get("timing") == "queued" for r in data.shapes[0].rows.values())
 
 
-def test_cli_fit_and_evaluate(tmp_path):
+def test_cli_fit_and_evaluate(tmp_path, capsys):
+    from perfmodel.cli import main
+
     folder = _write(tmp_path / "run", _rows(SHAPES[:4]))
     r = subprocess.run([sys.executable, "-m", "perfmodel", "tune", "fit", str(folder), "--folds", "2",
                         "--holdout", "0.5", "--calibration", "none"], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert (folder / "tune_profile.json").is_file() and "held out" in r.stdout
-    r = subprocess.run([sys.executable, "-m", "perfmodel", "tune", "evaluate", str(folder), "--calibration", "none",
-                        "--format", "json"], capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 0, r.stderr
-    doc = json.loads(r.stdout)
+    # evaluate and a refusal in this process (the entry point is the one run above)
+    capsys.readouterr()
+    assert main(["tune", "evaluate", str(folder), "--calibration", "none", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
     assert doc["scope"]["judged"] == "held-out shapes only" and "kfold" in doc
-    r = subprocess.run([sys.executable, "-m", "perfmodel", "tune", "fit", str(tmp_path / "nothing"),
-                        "--calibration", "none"], capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert main(["tune", "fit", str(tmp_path / "nothing"), "--calibration", "none"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1

@@ -304,9 +304,12 @@ def check_output_file(path: str | None, flag: str, suffixes: tuple[str, ...] | N
 
 class _Ticker:
     """``label: done/total (pct), elapsed`` (or ``label: elapsed`` with no count) redrawn on one stderr line by a
-    daemon thread five times a second, starting once a second has passed (a quick command shows nothing), so
-    that a computation with no hook of its own (the serving simulation) still shows it is running; the line
-    is cleared at the end."""
+    daemon thread five times a second (PERIOD_S), starting once a second has passed (DELAY_S: a quick command shows
+    nothing), so that a computation with no hook of its own (the serving simulation) still shows it is running; the
+    line is cleared at the end."""
+
+    DELAY_S = 1.0
+    PERIOD_S = 0.2
 
     def __init__(self, total: int | None, label: str):
         import threading
@@ -325,7 +328,7 @@ class _Ticker:
         self.done += n
 
     def _run(self) -> None:
-        if self.stop.wait(1.0):
+        if self.stop.wait(self.DELAY_S):
             return
         while not self.stop.is_set():
             elapsed = self.clock() - self.start
@@ -336,7 +339,7 @@ class _Ticker:
                 sys.stderr.write(f"\r\x1b[K{self.label}: {of}{elapsed:.0f} s")
                 sys.stderr.flush()
                 self.shown = True
-            self.stop.wait(0.2)
+            self.stop.wait(self.PERIOD_S)
 
     def close(self) -> None:
         with self.lock:

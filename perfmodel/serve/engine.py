@@ -202,8 +202,11 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
     waiting: deque = deque()
     groups: dict[int, list] = {}  # shared prefix -> [blocks, references, last use]
 
-    st = {"d": 0, "n_dec": 0, "ctx": 0, "a_dec": 0, "p_alloc": 0, "resident": 0, "reserved": 0,
-          "admitted": 0, "cached": 0, "ver": 0}
+    # the instance's state (plain variables, read and written by the helpers below: the loop asks for them several
+    # times a step): the decode counter (steps every decoding sequence has run), the sequences decoding, the sum of
+    # their kv0 - base, the KV blocks held by decoding sequences, by prompts, by resident prefixes, reserved for this
+    # step's decode tokens; requests admitted, prompt tokens read from the prefix cache, the decoding set's version
+    counter = decoding = ctx_sum = a_dec = p_alloc = resident = reserved = admitted = cached_total = ver = 0
     res = InstanceResult(np.zeros(0), np.zeros(0), np.zeros(0), [], [])
     next_arr = 0
     now = arrival[0] if n_req else 0.0
@@ -216,14 +219,21 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
     # less the shared prefix blocks. With o = kv0 - base + bs - 1 = q bs + r (0 <= r < bs) and at = A bs + a, a
     # sequence holds q + A + [r >= bs - a] - shared: kept as the sum of q, the sum of shared and a count per r,
     # updated as sequences start and stop decoding (asked several times a step; exact integers)
-    dec_sum = {"q": 0, "shared": 0}
+    dec_q = dec_shared = 0
     dec_rem = [0] * bs
 
     def dec_blocks(at: int) -> int:
         if spec:
             return spec_blocks(at)
         big, a = divmod(at, bs)
-        return dec_sum["q"] + st["n_dec"] * big + (sum(dec_rem[bs - a:]) if a else 0) - dec_sum["shared"]
+        return dec_q + decoding * big + (sum(dec_rem[bs - a:]) if a else 0) - dec_shared
+
+    # Between steps a_dec is dec_blocks(counter) (start_decode and release move it by a sequence's own blocks, and it
+    # is set so after each step). One more token opens a block for exactly the sequences with r = -(counter + 1) mod
+    # bs: without speculation that count is dec_blocks(counter + 1) - dec_blocks(counter), read in one lookup
+    def next_blocks() -> int:
+        """The blocks the decoding sequences need for one more token each."""
+        return dec_blocks(counter + 1) - a_dec if spec else dec_rem[-(counter + 1) % bs]
 
     def emitted(sl, at: int):
         """Tokens the decoding slots ``sl`` have emitted by decode counter ``at`` (speculation)."""
@@ -236,9 +246,9 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
 
     def spec_view(at: int):
         """(kv0 + K, shared blocks, tokens emitted by counter ``at``) of the decoding slots (speculation)."""
-        if memo[0] != st["ver"]:
+        if memo[0] != ver:
             sl = np.flatnonzero(v_dec)
-            memo[0], memo[2] = st["ver"], -1
+            memo[0], memo[2] = ver, -1
             memo[1] = (v_p0[sl] - v_base[sl], v_end[sl], cum[v_p0[sl]], v_cap[sl], v_kv0[sl] + spec, v_shared[sl])
         f = memo[1]
         if memo[2] != at:
@@ -257,42 +267,45 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
         return float((kv + em).mean()) - spec if kv.size else 0.0
 
     def track(slot: int, sign: int) -> None:
+        nonlocal dec_q, dec_shared
         q, r = divmod(s_off[slot], bs)
-        dec_sum["q"] += sign * q
-        dec_sum["shared"] += sign * s_shared[slot]
+        dec_q += sign * q
+        dec_shared += sign * s_shared[slot]
         dec_rem[r] += sign
 
     def evictable() -> int:
-        return sum(g[0] for g in groups.values() if g[1] == 0)
+        return sum(g[0] for g in groups.values() if g[1] == 0) if groups else 0
 
     def free_blocks() -> int:
-        return pool - st["a_dec"] - st["p_alloc"] - st["resident"] - st["reserved"]
+        return pool - a_dec - p_alloc - resident - reserved
 
     def evict(need: int) -> None:
+        nonlocal resident
         for key in sorted((k for k, g in groups.items() if g[1] == 0), key=lambda k: groups[k][2]):
             if free_blocks() >= need:
                 return
-            st["resident"] -= groups.pop(key)[0]
+            resident -= groups.pop(key)[0]
 
     def release(slot: int) -> None:
+        nonlocal ver, a_dec, decoding, ctx_sum, p_alloc
         r = s_req[slot]
         if is_dec[slot]:
             if spec:
                 sl = np.array([slot])
-                held = int(-(-(v_kv0[slot] + emitted(sl, st["d"])[0] + spec) // bs)) - s_shared[slot]
+                held = int(-(-(v_kv0[slot] + emitted(sl, counter)[0] + spec) // bs)) - s_shared[slot]
                 v_dec[slot] = False
-                st["ver"] += 1
-                res.verified.append((int(v_p0[slot]), st["d"] - base[slot]))
-                r_at[r] = int(v_p0[slot]) + st["d"] - base[slot]
+                ver += 1
+                res.verified.append((int(v_p0[slot]), counter - base[slot]))
+                r_at[r] = int(v_p0[slot]) + counter - base[slot]
             else:
-                held = -(-(kv0[slot] + st["d"] - base[slot]) // bs) - s_shared[slot]
-            st["a_dec"] -= held
-            st["n_dec"] -= 1
-            st["ctx"] -= kv0[slot] - base[slot]
+                held = -(-(kv0[slot] + counter - base[slot]) // bs) - s_shared[slot]
+            a_dec -= held
+            decoding -= 1
+            ctx_sum -= kv0[slot] - base[slot]
             track(slot, -1)
             is_dec[slot] = 0
         else:
-            st["p_alloc"] -= s_palloc[slot]
+            p_alloc -= s_palloc[slot]
             prefilling.remove(slot)
         if s_shared[slot]:
             g = groups.get(pgroup[r])
@@ -308,7 +321,7 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
         slot = int(np.argmax(order_v))
         r = s_req[slot]
         if is_dec[slot]:
-            gen[r] = s_gen0[slot] + (int(emitted(np.array([slot]), st["d"])[0]) if spec else st["d"] - base[slot])
+            gen[r] = s_gen0[slot] + (int(emitted(np.array([slot]), counter)[0]) if spec else counter - base[slot])
             epoch[r] += 1
             last_tok[r] = now
         npre[r] += 1
@@ -316,36 +329,39 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
         waiting.appendleft(r)
 
     def start_decode(slot: int, r: int, kv: int, g: int) -> None:
-        d = st["d"]
+        nonlocal decoding, ctx_sum, a_dec, ver
+        d = counter
         is_dec[slot] = 1
         kv0[slot] = kv
         base[slot] = d
         s_off[slot] = kv - d + bs - 1
         track(slot, 1)
         s_gen0[slot] = g
-        st["n_dec"] += 1
-        st["ctx"] += kv - d
-        st["a_dec"] += -(-(kv + spec) // bs) - s_shared[slot]
+        decoding += 1
+        ctx_sum += kv - d
+        a_dec += -(-(kv + spec) // bs) - s_shared[slot]
         steps_left = osl[r] - g
         if spec:  # the verify steps its next draws need to emit the rest
             p0 = r_at[r]
             steps_left = max(int(np.searchsorted(cum, cum[p0] + steps_left)) - p0, 1) if steps_left > 0 else 1
             v_dec[slot] = True
-            st["ver"] += 1
+            ver += 1
             v_kv0[slot], v_base[slot], v_p0[slot], v_end[slot] = kv, d, p0, r_end[r]
             v_cap[slot], v_shared[slot] = max(osl[r] - g, 0), s_shared[slot]
         heapq.heappush(heap, (d + steps_left, epoch[r], r, slot))
 
     def take_slot(r: int) -> int:
+        nonlocal admitted
         slot = free_slots.pop()
         s_req[slot] = r
-        order_v[slot] = st["admitted"]
-        st["admitted"] += 1
+        order_v[slot] = admitted
+        admitted += 1
         return slot
 
     def admit(r: int, budget: int, wm: int):
         """Admit request r if the blocks for what it would run now are free: (slot, piece, cached), or None.
         piece 0: it joins the decoding sequences directly (decode role, KV cache transferred in)."""
+        nonlocal reserved, p_alloc, cached_total
         if role == "decode" and npre[r] == 0:
             need = -(-(isl[r] + q) // bs)
             if free_blocks() - wm < need:
@@ -354,7 +370,7 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
                     return None
             slot = take_slot(r)
             start_decode(slot, r, isl[r], gen[r])
-            st["reserved"] += need - (-(-(isl[r] + spec) // bs))  # its first step writes one more token
+            reserved += need - (-(-(isl[r] + spec) // bs))  # its first step writes one more token
             return slot, 0, 0
         prompt = isl[r] + gen[r]
         cb = 0
@@ -378,23 +394,24 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
         s_done[slot] = cached
         s_palloc[slot] = need
         s_shared[slot] = cb
-        st["p_alloc"] += need
+        p_alloc += need
         if cb:
             g[2] = now
-            st["cached"] += cached
+            cached_total += cached
         prefilling.append(slot)
         return slot, piece, cached
 
     def make_resident(slot: int, r: int) -> None:
+        nonlocal resident, p_alloc
         if not cfg.prefix_caching or pgroup[r] < 0 or s_shared[slot] or pgroup[r] in groups:
             return
         gb = min(plen[r] // bs, s_palloc[slot])
         if gb <= 0:
             return
         groups[pgroup[r]] = [gb, 1, now]
-        st["resident"] += gb
+        resident += gb
         s_palloc[slot] -= gb
-        st["p_alloc"] -= gb
+        p_alloc -= gb
         s_shared[slot] = gb
 
     while done_count < n_req:
@@ -406,7 +423,7 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
             next_arr += 1
         if next_arr - done_count > peak:
             peak = next_arr - done_count
-        if not waiting and st["n_dec"] == 0 and not prefilling:
+        if not waiting and decoding == 0 and not prefilling:
             if next_arr >= n_req:
                 break
             if arrival[next_arr] == math.inf:
@@ -416,15 +433,15 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
             continue
 
         # 1. every decoding sequence needs room for one more token
-        need = dec_blocks(st["d"] + 1) - st["a_dec"] if st["n_dec"] else 0
-        while st["n_dec"] and need > free_blocks():
+        need = next_blocks() if decoding else 0
+        while decoding and need > free_blocks():
             evict(need)
             if need <= free_blocks():
                 break
             preempt_latest()
-            need = dec_blocks(st["d"] + 1) - st["a_dec"] if st["n_dec"] else 0
-        st["reserved"] = max(need, 0)
-        budget = budget_max - st["n_dec"] * q
+            need = next_blocks() if decoding else 0
+        reserved = max(need, 0)
+        budget = budget_max - decoding * q
 
         # 2. prompts part-way through first, then admissions, first come first served
         pieces = []  # (slot, new tokens, tokens already cached)
@@ -443,10 +460,10 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
             if piece <= 0:
                 continue
             s_palloc[slot] += max(want, 0)
-            st["p_alloc"] += max(want, 0)
+            p_alloc += max(want, 0)
             pieces.append((slot, piece, s_done[slot]))
             budget -= piece
-        wm = watermark if (st["n_dec"] or prefilling) else 0
+        wm = watermark if (decoding or prefilling) else 0
         while waiting and free_slots and budget > 0:
             got = admit(waiting[0], budget, wm)
             if got is None:
@@ -459,9 +476,9 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
             else:
                 entrants.append(r)
                 budget -= q
-        st["reserved"] = 0
+        reserved = 0
 
-        n_dec = st["n_dec"]
+        n_dec = decoding
         if not pieces and n_dec == 0:
             if prefilling:
                 preempt_latest()  # every block is held by stalled prompts: free the latest, retry
@@ -474,27 +491,27 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
 
         # 3. how many steps to run as one: pure decode, nothing to admit, until the next event
         k = 1
-        ctx0 = (spec_ctx(st["d"]) if spec else st["ctx"] / n_dec + st["d"]) if n_dec else 0.0
+        ctx0 = (spec_ctx(counter) if spec else ctx_sum / n_dec + counter) if n_dec else 0.0
         if not pieces and not prefilling and not entrants:
             while heap and heap[0][1] != epoch[heap[0][2]]:
                 heapq.heappop(heap)
-            k = max(heap[0][0] - st["d"], 1) if heap else 1
+            k = max(heap[0][0] - counter, 1) if heap else 1
             spare = free_blocks()
             room = spare + evictable()
             if n_dec * (k * q // bs + 2) > spare:  # at most q tokens a sequence a step
                 lo, hi = 1, k
                 while lo < hi:
                     mid = (lo + hi + 1) // 2
-                    if dec_blocks(st["d"] + mid) - st["a_dec"] <= room:
+                    if dec_blocks(counter + mid) - a_dec <= room:
                         lo = mid
                     else:
                         hi = mid - 1
                 k = lo
-                grow = dec_blocks(st["d"] + k) - st["a_dec"]
+                grow = dec_blocks(counter + k) - a_dec
                 if grow > spare:
                     evict(grow)
             if spec:
-                t_first, t_last, e_first, e_last = steps.decode_span(n_dec, ctx0, k, spec_ctx(st["d"] + k - 1))
+                t_first, t_last, e_first, e_last = steps.decode_span(n_dec, ctx0, k, spec_ctx(counter + k - 1))
             else:
                 t_first, t_last, e_first, e_last = steps.decode_span(n_dec, ctx0, k)
             dur = k * (t_first + t_last) / 2.0
@@ -538,8 +555,12 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
         if n_dec:
             if len(entrants) < n_dec:
                 res.itl_spans.append((t_first, t_last, k, n_dec - len(entrants)))
-            st["d"] += k
-            st["a_dec"] = dec_blocks(st["d"])
+            if k == 1 and not spec:
+                a_dec += next_blocks()
+                counter += 1
+            else:
+                counter += k
+                a_dec = dec_blocks(counter)
             if spec:  # the blocks the runs grew into stay within the pool (checked by the tests)
                 res.stats["min_free_blocks"] = min(res.stats.get("min_free_blocks", pool), free_blocks())
         for r in entrants:  # decode role: the first token this instance produces
@@ -569,12 +590,12 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
                     sent += 1
                 continue
             prefilling.remove(slot)
-            st["p_alloc"] -= s_palloc[slot]
+            p_alloc -= s_palloc[slot]
             s_palloc[slot] = 0
             start_decode(slot, r, s_prompt[slot], g)
 
         # 6. sequences that produced their last token
-        while heap and heap[0][0] <= st["d"]:
+        while heap and heap[0][0] <= counter:
             _, ep, r, slot = heapq.heappop(heap)
             if ep != epoch[r] or s_req[slot] != r:
                 continue
@@ -594,6 +615,6 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
     res.finish = np.asarray(finish)
     res.preemptions = np.asarray(npre)
     res.steps = steps_run
-    res.cached_tokens = st["cached"]
+    res.cached_tokens = cached_total
     res.end = now
     return res

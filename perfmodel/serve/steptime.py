@@ -199,7 +199,21 @@ def _blend(grid: list, i: int, fx: float, ys: list, y: float) -> tuple:
     return tuple(out)
 
 
+def _blend_onto(acc: tuple, grid: list, i: int, fx: float, ys: list, y: float) -> tuple:
+    """``acc`` plus :func:`_blend`'s fields, field by field: a step's parts already summed and its blend added in one
+    pass (the same additions, in the same order, as summing the blend's tuple afterwards)."""
+    j, fy = _axis(ys, y)
+    r0, r1 = grid[i], grid[i + 1]
+    out = []
+    for s, p, q, r, u in zip(acc, r0[j], r0[j + 1], r1[j], r1[j + 1]):
+        a = p + (q - p) * fy
+        b = r + (u - r) * fy
+        out.append(s + (a + (b - a) * fx))
+    return tuple(out)
+
+
 EXACT_MAX = 32768  # token and sequence counts tabulated one by one; a geometric grid above
+MEMO_MAX = 200_000  # entries one memo of a step model holds (tens of MB at most); past it, it starts over
 
 
 def _lookup(table: dict, n: int) -> tuple:
@@ -270,6 +284,13 @@ class StepModel:
         self.serial = {launch: Rules.of(sc, launch=launch, **host_rules(sc, prof)).serial_s
                        for launch in {self.mixed_launch, self.decode_launch}}
         self._build(piece_hint)
+        # what the simulator asks again and again, remembered (the comment of the queries section)
+        self._steps: dict = {}  # (n_dec, ctx_mean, pieces) -> step()
+        self._decode_steps: dict = {}  # (micro-batch, mean context) -> a decode step's (seconds, joules)
+        self._pieces: dict = {}  # (p, x) -> piece()
+        self._piece_sums: dict = {}  # a step's pieces ((p, x), ...) -> their summed fields
+        self._rows: dict = {}  # sequences -> their cell on the decode grid's sequence axis
+        self._decode_fixed: dict = {}  # micro-batch -> (token and sequence rows summed, its cell)
 
     # -- tables ------------------------------------------------------------------------------------
     def _tables_1d(self, phase: str, n: int, wanted, launch: str) -> dict:
@@ -392,16 +413,55 @@ class StepModel:
         return self.spec * t, self.spec * e
 
     # -- queries -----------------------------------------------------------------------------------
+    # A plan's simulations ask for ~270,000 steps; what repeats is remembered: a piece (the same requests' prompts at
+    # every rate), a sequence count's cell on the decode grid, a decode micro-batch's token and sequence rows summed.
+    # Every figure is the same float as computed afresh (the same operations in the same order).
     def piece(self, p: int, x: int) -> tuple:
         """The :data:`FIELDS` of one prefill piece's attention-like ops."""
-        return _interp2(self.pre_p, self.pre_x, self.pre, p, x)
+        hit = self._pieces.get((p, x))
+        if hit is None:
+            hit = _remember(self._pieces, (p, x), _interp2(self.pre_p, self.pre_x, self.pre, p, x))
+        return hit
+
+    def _pieces_total(self, pieces: tuple) -> tuple:
+        """The :data:`FIELDS` of a step's prefill pieces' attention-like ops (remembered: a plan's requests come back
+        at every rate with the same prompts)."""
+        hit = self._piece_sums.get(pieces)
+        if hit is None:
+            got = [self.piece(p, x) for p, x in pieces]
+            hit = tuple(sum(col) for col in zip(*got))
+            if self.pp > 1:  # the pieces spread over the stages, the largest one whole
+                top = max(got, key=lambda g: g[0])
+                hit = tuple(max(a / self.pp, b) for a, b in zip(hit, top))
+            _remember(self._piece_sums, pieces, hit)
+        return hit
+
+    def _row_cell(self, n: int) -> tuple[int, float]:
+        """:func:`_axis` of ``n`` sequences on the decode grid."""
+        hit = self._rows.get(n)
+        if hit is None:
+            hit = self._rows[n] = _axis(self.dec_n, n)
+        return hit
 
     def decode_attn(self, launch: str, n: int, ctx: float) -> tuple:
-        return _interp2(self.dec_n, self.dec_c, self.dec[launch], n, ctx)
+        i, fx = self._row_cell(n)
+        return _blend(self.dec[launch], i, fx, self.dec_c, ctx)
 
     def step(self, n_dec: int, ctx_mean: float, pieces: list[tuple[int, int]]) -> tuple[float, float]:
         """(seconds, dynamic joules of one TP rank's ops, held to the power limit) of one step: ``n_dec``
         decode sequences at mean context ``ctx_mean`` and prefill ``pieces`` [(new tokens, cached tokens)]."""
+        key = (n_dec, ctx_mean, tuple(pieces))
+        try:
+            hit = self._steps.get(key)
+        except TypeError:  # pieces given as lists, which do not hash: as tuples
+            pieces = [tuple(x) for x in pieces]
+            key = (n_dec, ctx_mean, tuple(pieces))
+            hit = self._steps.get(key)
+        if hit is None:
+            hit = _remember(self._steps, key, self._step(n_dec, ctx_mean, pieces))
+        return hit
+
+    def _step(self, n_dec: int, ctx_mean: float, pieces: list[tuple[int, int]]) -> tuple[float, float]:
         pp = self.pp
         launch = self.mixed_launch if pieces else self.decode_launch
         tokens = n_dec * self.q + sum(p for p, _ in pieces)
@@ -412,34 +472,30 @@ class StepModel:
             tokens = max(-(-tokens // pp), biggest)
             rows = -(-rows // pp)
             n_dec = -(-n_dec // pp)
-        parts = [_lookup(self.token[launch], tokens), _lookup(self.seq[launch], rows)]
+        # the parts summed field by field as they come (as _total sums them): token and sequence rows, the decode
+        # attention, the pieces' attention, the MTP module's prefill
+        acc = _sum_fields((_lookup(self.token[launch], tokens), _lookup(self.seq[launch], rows)))
         if n_dec:
-            parts.append(self.decode_attn(launch, n_dec, ctx_mean))
+            i, fx = self._row_cell(n_dec)
+            acc = _blend_onto(acc, self.dec[launch], i, fx, self.dec_c, ctx_mean)
         if pieces:
-            got = [self.piece(p, x) for p, x in pieces]
-            total = tuple(sum(col) for col in zip(*got))
-            if pp > 1:  # the pieces spread over the stages, the largest one whole
-                top = max(got, key=lambda g: g[0])
-                total = tuple(max(a / pp, b) for a, b in zip(total, top))
-            parts.append(total)
+            acc = _add_fields(acc, self._pieces_total(tuple(pieces)))
             if self.mtp_draft is not None:
-                parts.append(self._mtp_prefill(pieces))
+                acc = _add_fields(acc, self._mtp_prefill(pieces))
         if not self.spec:
-            return self._total(parts, launch)
-        t, e = self._total(parts, launch)
+            return self._finish(acc, launch)
+        t, e = self._finish(acc, launch)
         dt, de = self._drafts(n_all, ctx_mean, pieces)
         t += dt
         return t, min(e + de, self.headroom * t)
 
     def _total(self, parts: list, launch: str) -> tuple[float, float]:
         """(seconds, joules) of a step from its parts' :data:`FIELDS`."""
-        t0 = dt = e = num = den = 0  # FIELDS, each summed over the parts in order (as sum())
-        for part in parts:
-            t0 += part[0]
-            dt += part[1]
-            e += part[2]
-            num += part[3]
-            den += part[4]
+        return self._finish(_sum_fields(parts), launch)
+
+    def _finish(self, sums: tuple, launch: str) -> tuple[float, float]:
+        """(seconds, joules) of a step from its parts' :data:`FIELDS` summed."""
+        t0, dt, e, num, den = sums
         # the step's power-limited clock, from its summed demand (REF_DEMAND's comment)
         demand = num / max(den, 1e-12)
         share = (float(steady_stretch(demand, self.alpha)) - 1.0) / self.ref_extra
@@ -457,18 +513,53 @@ class StepModel:
                 return t0, t0, e0, e0
             t1, e1 = self.step(n, ctx0 + k - 1 if ctx1 is None else ctx1, [])
             return t0, t1, e0, e1
-        launch = self.decode_launch
         m = -(-n // self.pp) if self.pp > 1 else n  # a micro-batch's tokens, rows and sequences
-        fixed = [_lookup(self.token[launch], m), _lookup(self.seq[launch], m)]
-        if not m:
-            t0, e0 = self._total(fixed, launch)
-            return t0, t0, e0, e0
-        grid, (i, fx) = self.dec[launch], _axis(self.dec_n, m)
-        t0, e0 = self._total(fixed + [_blend(grid, i, fx, self.dec_c, ctx0)], launch)
+        t0, e0 = self._decode_steps.get((m, ctx0)) or self._decode_step(m, ctx0)
         if k <= 1:
             return t0, t0, e0, e0
-        t1, e1 = self._total(fixed + [_blend(grid, i, fx, self.dec_c, ctx0 + k - 1)], launch)
+        ctx1 = ctx0 + k - 1
+        t1, e1 = self._decode_steps.get((m, ctx1)) or self._decode_step(m, ctx1)
         return t0, t1, e0, e1
+
+    def _decode_step(self, m: int, ctx: float) -> tuple[float, float]:
+        """(seconds, joules) of a decode step of ``m`` sequences (a micro-batch) at mean context ``ctx``, remembered."""
+        launch = self.decode_launch
+        fixed, i, fx = self._decode_fixed.get(m) or self._fixed_rows(m)
+        acc = _blend_onto(fixed, self.dec[launch], i, fx, self.dec_c, ctx) if m else fixed
+        return _remember(self._decode_steps, (m, ctx), self._finish(acc, launch))
+
+    def _fixed_rows(self, m: int) -> tuple:
+        """A decode micro-batch of ``m`` sequences: its token and sequence rows summed (as :func:`_sum_fields`) and
+        its cell on the decode grid (``m`` > 0), remembered."""
+        launch = self.decode_launch
+        fixed = _sum_fields([_lookup(self.token[launch], m), _lookup(self.seq[launch], m)])
+        hit = self._decode_fixed[m] = (fixed, *(self._row_cell(m) if m else (0, 0.0)))
+        return hit
+
+
+def _remember(memo: dict, key, value):
+    """``value``, kept in ``memo`` under ``key`` (a full memo starts over: MEMO_MAX)."""
+    if len(memo) >= MEMO_MAX:
+        memo.clear()
+    memo[key] = value
+    return value
+
+
+def _add_fields(acc: tuple, part: tuple) -> tuple:
+    """``acc`` plus one part's :data:`FIELDS`, field by field."""
+    return acc[0] + part[0], acc[1] + part[1], acc[2] + part[2], acc[3] + part[3], acc[4] + part[4]
+
+
+def _sum_fields(parts) -> tuple:
+    """The :data:`FIELDS` summed over the parts in order (as sum(), from an int 0)."""
+    t0 = dt = e = num = den = 0
+    for part in parts:
+        t0 += part[0]
+        dt += part[1]
+        e += part[2]
+        num += part[3]
+        den += part[4]
+    return t0, dt, e, num, den
 
 
 def exact_step(model, hw, sc, prof, n_dec: int, ctx_mean: float, pieces: list[tuple[int, int]]) -> float:
