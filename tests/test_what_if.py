@@ -107,10 +107,10 @@ SCENARIOS = [("llama8b", {}), ("llama70b", {"tp": 4, "batch": 16, "dtype": "fp8"
 # And one the suite exposed once a what-if kept its part's evidence (perfmodel.spec.library_part): the power-
 # limited clock of a step is set by its demand at boost-clock times, so more HBM bandwidth on a part whose power
 # binds (the H20: 400 W for 4 TB/s) raises the demand and slows the compute part of every GEMM by more than the
-# memory part gained; +10.4% TPOT at 3x the H20's bandwidth (docs/what-if.md). The demand is not yet solved
-# self-consistently with the step's own time.
+# memory part gained; +14.2% TPOT at 2.15x the H20's bandwidth, the worst docs/tools/what_if_table.py's scan finds
+# (docs/what-if.md, generated: why the measured clock course keeps the rule rather than a fixed point).
 EXACT = 1e-9
-KNOWN = {"sm_count": 0.005, "hbm_bandwidth": 0.12}
+KNOWN = {"sm_count": 0.005, "hbm_bandwidth": 0.16}
 
 
 def _better(hw, attr: str, factor: float):
@@ -240,3 +240,16 @@ def test_docs_what_if_tables_are_regenerated(generated_block):
     for tag, function in (("what-if-examples", "examples"), ("what-if-departures", "departures")):
         doc, now = generated_block("what-if.md", tag, "what_if_table.py", function)
         assert doc == now, f"run python docs/tools/what_if_table.py and paste it into docs/what-if.md ({tag})"
+
+
+def test_the_bandwidth_allowance_covers_the_documented_worst_case():
+    """docs/what-if.md's generated departures (checked against the scan in the slow tier) state the worst TPOT
+    change more bandwidth gives; the property test above allows it with room between the scan's factors."""
+    import re
+
+    from perfmodel.paths import repo_root
+
+    doc = (repo_root() / "docs" / "what-if.md").read_text()
+    row = next(x for x in doc.splitlines() if x.startswith("| more HBM bandwidth"))
+    worst = float(re.search(r"\| ([+-][0-9.]+)% \|$", row).group(1)) / 100
+    assert 0 < worst < KNOWN["hbm_bandwidth"] - 0.01

@@ -41,7 +41,7 @@ BLOCKS = (
     Block("tables.md", "tables-table", "tables_table.py", "tables"),
     Block("tables.md", "tables-effect", "tables_effect.py", "table"),
     Block("what-if.md", "what-if-examples", "what_if_table.py", "examples"),
-    Block("what-if.md", "what-if-departures", "what_if_table.py", "departures"),
+    Block("what-if.md", "what-if-departures", "what_if_table.py", "departures", slow=True),
     Block("models.md", "models-projections", "models_table.py", "projections"),
     Block("engines.md", "engine-presets", "engines_table.py", "table"),
     Block("training.md", "moe-layouts", "moe_layout_table.py", "table"),
