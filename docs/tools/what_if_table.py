@@ -46,30 +46,55 @@ def examples() -> str:
     return "\n".join(lines)
 
 
-def departures() -> str:
-    """The largest TPOT change per finding: more SMs over every NVIDIA part, the suite's three scenarios and
-    1.25-4x the SMs; the bf16 rate alone on the H20, where it was found."""
+SCENARIOS = (("llama8b", {}), ("llama70b", {"tp": 4, "batch": 16, "dtype": "fp8"}), ("mixtral", {"tp": 2, "batch": 8}))
+SM_FACTORS = (1.25, 1.5, 2.0, 4.0)
+BANDWIDTH_FACTORS = (1.1, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0)
+
+
+def worst_change(better, factors) -> tuple[float, tuple]:
+    """(the largest TPOT change, (part, model, scenario, factor, TPOT before)) of ``better(spec, factor)`` over
+    every NVIDIA part, the what-if suite's three scenarios (those that fit) and ``factors``."""
     from perfmodel import project
     from perfmodel.errors import InputError
-    from perfmodel.spec import list_specs, load_spec, spec_with
+    from perfmodel.spec import list_specs, load_spec
 
-    scenarios = (("llama8b", {}), ("llama70b", {"tp": 4, "batch": 16, "dtype": "fp8"}),
-                 ("mixtral", {"tp": 2, "batch": 8}))
-    worst = (-1.0, "")
+    worst = (-1.0, ())
     for p in list_specs():
         if p.vendor != "nvidia":
             continue
         hw = load_spec(p.key)
-        for model, kw in scenarios:
+        for model, kw in SCENARIOS:
             try:
                 a = project(hw, model, **kw).tpot_s
             except InputError:  # does not fit the part
                 continue
-            for f in (1.25, 1.5, 2.0, 4.0):
-                b = project(spec_with(hw, sm_count=float(round(hw.sm_count * f))), model, **kw).tpot_s
-                worst = max(worst, (b / a - 1, f"{p.key}, {model}, {f:g}x"))
+            for f in factors:
+                worst = max(worst, (project(better(hw, f), model, **kw).tpot_s / a - 1, (p.key, model, kw, f, a)),
+                            key=lambda w: w[0])
+    return worst
+
+
+def more_sms(hw, f):
+    from perfmodel.spec import spec_with
+
+    return spec_with(hw, sm_count=float(round(hw.sm_count * f)))
+
+
+def more_bandwidth(hw, f):
+    from perfmodel.spec import spec_with
+
+    return spec_with(hw, hbm_bandwidth=hw.hbm_bandwidth * f)
+
+
+def departures() -> str:
+    """The largest TPOT change per finding: more SMs and more HBM bandwidth over every NVIDIA part and the suite's
+    three scenarios; the bf16 rate alone on the H20, where it was found."""
+    from perfmodel import project
+    from perfmodel.spec import load_spec, spec_with
+
+    sms, (part, model, _, f, _) = worst_change(more_sms, SM_FACTORS)
     lines = ["| finding | worst case | TPOT change |", "|---|---|---|",
-             f"| more SMs (rates scaled with them), 3 scenarios, 1.25-4x | {worst[1]} | {worst[0]:+.2%} |"]
+             f"| more SMs (rates scaled with them), 3 scenarios, 1.25-4x | {part}, {model}, {f:g}x | {sms:+.2%} |"]
     kw = {"tp": 4, "batch": 16, "dtype": "fp8"}
     hw = load_spec("h20")
     a = project(hw, "llama70b", **kw).tpot_s
@@ -80,37 +105,19 @@ def departures() -> str:
     return "\n".join(lines)
 
 
-BANDWIDTH_FACTORS = (1.1, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0)
-
-
 def bandwidth_departure() -> tuple[float, str]:
-    """(the largest TPOT change, where) of more HBM bandwidth over every NVIDIA part, the what-if suite's three
-    scenarios and BANDWIDTH_FACTORS: the bound tests/test_what_if.py allows it (module doc of docs/what-if.md)."""
+    """(the largest TPOT change, where) of more HBM bandwidth over every NVIDIA part, the suite's three scenarios
+    and BANDWIDTH_FACTORS, refined around the worst in steps of 0.05x: what tests/test_what_if.py allows."""
     from perfmodel import project
-    from perfmodel.errors import InputError
-    from perfmodel.spec import list_specs, load_spec, spec_with
+    from perfmodel.spec import load_spec
 
-    scenarios = (("llama8b", {}), ("llama70b", {"tp": 4, "batch": 16, "dtype": "fp8"}),
-                 ("mixtral", {"tp": 2, "batch": 8}))
-    worst = (-1.0, "")
-    for p in list_specs():
-        if p.vendor != "nvidia":
-            continue
-        hw = load_spec(p.key)
-        for model, kw in scenarios:
-            try:
-                a = project(hw, model, **kw).tpot_s
-            except InputError:
-                continue
-            for f in BANDWIDTH_FACTORS:
-                b = project(spec_with(hw, hbm_bandwidth=hw.hbm_bandwidth * f), model, **kw).tpot_s
-                worst = max(worst, (b / a - 1, (p.key, model, kw, f, a)))
+    worst = worst_change(more_bandwidth, BANDWIDTH_FACTORS)
     key, model, kw, f0, a = worst[1]
     hw = load_spec(key)
     for f in (f0 + 0.05 * i for i in range(-9, 10)):  # the peak between the grid's factors
         if 1.05 <= f <= 4.0:
-            b = project(spec_with(hw, hbm_bandwidth=hw.hbm_bandwidth * f), model, **kw).tpot_s
-            worst = max(worst, (b / a - 1, (key, model, kw, f, a)))
+            worst = max(worst, (project(more_bandwidth(hw, f), model, **kw).tpot_s / a - 1, (key, model, kw, f, a)),
+                        key=lambda w: w[0])
     key, model, _, f, _ = worst[1]
     return worst[0], f"{key}, {model}, {f:.2f}x"
 
