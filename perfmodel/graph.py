@@ -22,7 +22,8 @@ from . import ops as O
 from .errors import InputError
 from .geometry import (INDEXER_FORMAT, attention_layer_kinds, expert_format, expert_product_format, heads_per_gpu,
                        linear_layers)
-from .models import Model, default_routing, is_moe_layer
+from .models import Model, is_moe_layer
+from .routing import default_routing
 from .scenario import Scenario, require_resolved
 from .vision import encoder_ops
 
@@ -690,7 +691,7 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
         # the engine's fused MoE module, the one its measured MoE tables time (perfmodel.cost.tables), weight-only
         # experts included (their own class)
         fmt = _gemm_format(w_experts, model, stored)
-        routing = sc.moe_routing or default_routing(model)
+        routing = sc.moe_routing or default_routing(model.family)
         experts = [_in_module(op, group_tokens, h, width, moe.top_k, moe.num_experts, ep, fmt, routing)
                    for op in experts]
     ops += experts

@@ -363,24 +363,6 @@ def ffn_params(m: Model, layer: int, *, active: bool = False) -> int:
 FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "deepseek_v3", "gpt",
             "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "glm4_moe", "gpt_oss", "llama4", "gemma2", "gemma3",
             "phi3", "minimax_m2", "deepseek_v32", "glm_moe_dsa", "qwen3_next", "qwen3_5", "qwen3_5_moe")
-# How unevenly a trained router spreads tokens over experts, as the engines' measured MoE tables time it
-# (perfmodel.cost.tables: classes ``balanced``, ``power_law_1.01``, ``power_law_1.2``: per-expert token counts drawn
-# from a power law of that exponent, the larger the more skewed). Source: aiconfigurator-core 0.12.0, whose models
-# time MoE with ``workload_distribution = "power_law"`` by default and alpha 1.01 for the DeepSeek family (its
-# sdk/models/deepseek.py, deepseek_v32.py: DeepSeek-V3/R1, Kimi K2, DeepSeek-V3.2, GLM-5's GlmMoeDsa) and Llama 4
-# (hybrid_moe.py), 1.2 for every other MoE (moe.py, qwen35.py: Mixtral, Qwen2/3-MoE, Qwen3.5, gpt-oss, MiniMax-M2).
-# Families it does not name (DeepSeek-V2, GLM-4.5, Qwen3-Next) take the generic 1.2. A scenario's --moe-routing
-# replaces it (balanced: every expert the same share, what a load balancer such as EPLB aims at).
-ROUTINGS = ("balanced", "power_law_1.01", "power_law_1.2")
-_ROUTING_BY_FAMILY = {"deepseek_v3": "power_law_1.01", "deepseek_v32": "power_law_1.01",
-                      "glm_moe_dsa": "power_law_1.01", "llama4": "power_law_1.01"}
-
-
-def default_routing(m: "Model") -> str:
-    """The routing skew the model's MoE layers are timed with unless a scenario says otherwise (ROUTINGS)."""
-    return _ROUTING_BY_FAMILY.get(m.family, "power_law_1.2")
-
-
 MLPS = ("swiglu", "gelu")
 NORMS = ("rmsnorm", "layernorm")
 POSITIONS = ("rope", "learned")

@@ -139,7 +139,7 @@ class Profile:
     gemm_grouped_eta: dict[str, float] = field(default_factory=dict)
     gemm_grouped_mem: dict[str, float] = field(default_factory=dict)
     gemm_grouped_overhead_s: float = 0.0
-    # a fused MoE module's time under a skewed router over its time under balanced routing (perfmodel.models.ROUTINGS),
+    # a fused MoE module's time under a skewed router over its time under balanced routing (perfmodel.routing.ROUTINGS),
     # keyed "<routing>:<ep|local>:<tokens in the step, a power of two>" (with or without expert parallelism): the
     # medians over an engine's MoE tables, which time every shape under each routing (perfmodel.fit.skew); prices
     # the skew where no table prices the module (perfmodel.cost.tables.skew_ratio); absent: balanced

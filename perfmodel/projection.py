@@ -30,7 +30,8 @@ from .cost.overlap import resolve_method
 from .errors import InputError
 from .graph import Step, check_layout, exchange_quantized, moe_exchange
 from .host_costs import host_rules, request_overhead_s, scenario_host_costs
-from .models import Model, default_routing
+from .models import Model
+from .routing import default_routing
 from .op_graphs import ops_for
 from .ops import COMM_KINDS
 from .profile import Profile
@@ -464,7 +465,7 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
     if sc.tp > 1 or sc.pp > 1 or sc.ep > 1:
         out.append(_overlap_text(sc, prof))
     if model.moe is not None:
-        routing = sc.moe_routing or default_routing(model)
+        routing = sc.moe_routing or default_routing(model.family)
         out.append("MoE routing: the expected distinct experts a step touches from uniform top-k; where the engine's "
                    f"measured MoE tables time the module, their {routing} routing class (--moe-routing; "
                    + ("the scenario's" if sc.moe_routing else "the model's, as aiconfigurator-core times it")

@@ -28,7 +28,7 @@ class Scenario:
     # ranks meet at every all-to-all, so the busiest sets the pace
     moe_imbalance: float = 1.0
     # how unevenly the router spreads tokens over experts, for the engines' measured MoE tables (a class each:
-    # perfmodel.models.ROUTINGS); None: the model's (perfmodel.models.default_routing)
+    # perfmodel.routing.ROUTINGS); None: the model family's (perfmodel.routing.default_routing)
     moe_routing: str | None = None
     # speculative decoding: mtp draft tokens a step, from the model's own multi-token-prediction layers
     # (DeepSeek-V3's MTP) or from a separate draft model (``draft``: a model name or file sharing the target's
@@ -237,7 +237,7 @@ class Scenario:
                              field="--moe-imbalance")
         _choice(self.mode, ("latency", "sol"), "--mode")
         _choice(self.moe_exchange, ("gather", "all_to_all"), "--moe-exchange")
-        from .models import ROUTINGS
+        from .routing import ROUTINGS
         _choice(self.moe_routing, ROUTINGS, "--moe-routing")
         from .sampling import SAMPLING_METHODS
         _choice(self.sampling, SAMPLING_METHODS, "--sampling")

@@ -62,6 +62,8 @@ def test_a_folder_with_sampling_rows_sets_each_measured_kind_and_leaves_the_othe
     (folder / "measurements.jsonl").write_text("\n".join(lines) + "\n{\"torn")
     prof, figures = fit_sampling(DEFAULTS, tmp_path, hw)
     assert set(figures) == {"top_p"} and figures["top_p"]["rows"] == 3
+    # exact rows: no in-sample error; one vocabulary: nothing to hold out
+    assert figures["top_p"]["median_abs_error"] < 1e-6 and figures["top_p"]["held_out_median_abs_error"] is None
     assert prof.mem_eta["sample_top_p"] == pytest.approx(0.02, rel=1e-6)
     assert prof.mem_eta["sample_greedy"] == DEFAULTS.mem_eta["sample_greedy"]
     assert fit_sampling(DEFAULTS, tmp_path / "none", hw) == (DEFAULTS, None)
@@ -84,3 +86,14 @@ def test_the_measurement_samples_valid_tokens_on_cpu(tmp_path):
         tok = sampler(m, logits.clone())()
         assert tok.reshape(-1).shape == (4,) and bool(((tok >= 0) & (tok < 1000)).all())
     assert torch.equal(sampler("greedy", logits)(), logits.argmax(-1))
+
+
+def test_the_held_out_error_fits_each_vocabulary_without_its_rows():
+    """Rows of two vocabularies whose fixed cost differs: each held out is priced by the other's fit."""
+    from perfmodel.fit.sampling import _errors
+
+    bw = 4.8e12
+    rows = [{"params": {"batch": b, "vocab": v}, "time_s": a + 4.0 * b * v / (bw * 0.5)}
+            for v, a in ((128256, 40e-6), (151936, 12e-6)) for b in (1, 8, 64, 1024)]
+    inside, held = _errors(rows, bw)
+    assert 0 < inside < held  # one line through both is closer than each vocabulary priced by the other alone

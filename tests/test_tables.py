@@ -240,7 +240,7 @@ def test_moe_module_takes_one_ratio_and_the_engines_kernel():
     op = [t.op for t in project("b300", "mixtral", tp=2, batch=8, dtype="fp4").decode.times
           if t.op.name == "moe.gate_up"][0]
     folder = T.family_table(prof, "moe", b300)
-    key = T.op_class(op)[1]  # Mixtral's router skew (perfmodel.models.default_routing)
+    key = T.op_class(op)[1]  # Mixtral's router skew (perfmodel.routing.default_routing)
     assert key == ("moe", "fp4", "power_law_1.2")
     assert folder is not None and folder.kernel_for("moe", key) is None
     # ... so it is carried: B300's CUTLASS table times the min-latency / CUTLASS ratio measured on the sibling part

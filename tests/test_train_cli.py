@@ -178,6 +178,10 @@ def test_recompute_auto_takes_the_least_that_fits(model, gpus, tp, want, capsys)
     doc = json.loads(out)
     assert doc["scenario"]["recompute"] == want and doc["memory"]["fits"]
     assert any("--recompute auto" in a for a in doc["assumptions"])
+    from perfmodel.train import project_train  # the Python API resolves it alike
+
+    api = project_train("h100-sxm", model, gpus=gpus, tp=tp, global_batch=256, seq=4096, recompute="auto")
+    assert api.scenario.recompute == want and api.step_time_s == pytest.approx(doc["step_time_s"], rel=1e-9)
     for lesser in ("none", "selective")[:("none", "selective", "full").index(want)]:
         rc, out, _ = run(base + ["--recompute", lesser], capsys)
         assert not json.loads(out)["memory"]["fits"]

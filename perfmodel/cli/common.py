@@ -11,6 +11,8 @@ import os
 import sys
 
 from ..errors import UNPRINTABLE, InputError, one_line
+from ..routing import ROUTINGS
+from ..sampling import SAMPLING_METHODS
 
 EXIT_INPUT = 2
 
@@ -83,7 +85,7 @@ def scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True, images: 
                    help="how MoE layers meet other attention-DP ranks' tokens: gather (all-gather before, "
                         "reduce-scatter after) or all_to_all (DeepEP-style dispatch and combine); default: the "
                         "engine's")
-    g.add_argument("--moe-routing", choices=("balanced", "power_law_1.01", "power_law_1.2"), default=None,
+    g.add_argument("--moe-routing", choices=ROUTINGS, default=None,
                    help="how unevenly the router spreads tokens over experts, as the engines' measured MoE tables "
                         "time it (power-law token counts; balanced: what EPLB aims at); default: the model's "
                         "(1.01 for the DeepSeek family and Llama 4, 1.2 for other MoE, as aiconfigurator times them)")
@@ -91,7 +93,7 @@ def scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True, images: 
                    help="busiest expert-parallel rank's routed tokens over the mean (default 1: uniform)")
     g.add_argument("--dtype", default="bf16", help="weights and GEMM format: bf16, fp16, fp8, fp4")
     g.add_argument("--kv-dtype", default=None, help="KV-cache format (default: the engine's rule)")
-    g.add_argument("--sampling", choices=("greedy", "random", "top_k", "top_p"), default="greedy",
+    g.add_argument("--sampling", choices=SAMPLING_METHODS, default="greedy",
                    help="how each step picks its tokens from the logits, as the requests ask: greedy (argmax; "
                         "default), random (temperature), top_k, top_p (sort-based)")
     g.add_argument("--mode", choices=("latency", "sol"), default="latency",

@@ -102,16 +102,7 @@ def cmd_train(args) -> int:
     from ..train.project import project_training
     from ..train.serialize import CSV_FIELDS, csv_row, train_dict, train_table
 
-    auto = ts.recompute == "auto"
-    if auto:  # the least recompute that fits; full (and its memory's verdict) where none does
-        from ..train.search import least_recompute
-
-        base = ts.with_(recompute="none").validated(model)
-        ts = least_recompute(model, base, hw) or base.with_(recompute="full")
     proj = project_training(hw, model, ts.validated(model), prof)
-    if auto:
-        proj.assumptions.insert(0, f"recompute {ts.recompute}: the least of none, selective and full whose memory "
-                                   "fits (--recompute auto)" + ("" if proj.memory.fits else "; none does"))
     if args.format == "json":
         text = json_text(train_dict(proj))
     elif args.format == "csv":

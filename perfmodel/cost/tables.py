@@ -92,6 +92,7 @@ from pathlib import Path
 import numpy as np
 
 from ..profile import TABLE_FIELDS
+from ..routing import skew_prefix
 from ..spec import lineage_rank
 from .gemm import gemm_format
 from .table_store import FILE as DENSE_FILE
@@ -958,7 +959,7 @@ def skew_ratio(op, prof):
     skew = getattr(prof, "gemm_grouped_skew", None)
     if not skew or routing in (None, "balanced") or "moe_tokens" not in p:
         return None
-    prefix = f"{routing}:{'ep' if p['moe_ep'] > 1 else 'local'}:"
+    prefix = skew_prefix(routing, p["moe_ep"] > 1)
     knots = sorted((math.log2(float(k[len(prefix):])), v) for k, v in skew.items() if k.startswith(prefix))
     if not knots:
         return None

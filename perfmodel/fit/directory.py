@@ -207,7 +207,7 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
     if host is not None:
         text += "\n## Host costs (transformers' generate())\n\n```\n" + host_text(host) + "\n```\n"
     if sampling is not None:
-        text += "\n## Sampling (python -m perfmodel.measure.sampling)\n\n" + sampling_text(sampling, hw)
+        text += "\n## Sampling (python -m perfmodel.measure.sampling)\n\n" + sampling_text(sampling)
     if clock is not None:
         text += "\n## Power-limited clock\n\n```\n" + clock_text(clock[1]) + "\n```\n"
     if tables["classes"]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +56,24 @@ def fit_method(rows: list[dict], bandwidth: float) -> tuple[float, float] | None
     return float(1.0 / inv_eta), float(max(alpha, 0.0))
 
 
+def _time(fitted: tuple[float, float], row: dict, bandwidth: float) -> float:
+    eta, alpha = fitted
+    return alpha + 4.0 * row["params"]["batch"] * row["params"]["vocab"] / (bandwidth * eta)
+
+
+def _errors(rows: list[dict], bandwidth: float) -> tuple[float, float | None]:
+    """(median |error| of the fit on the rows it was fitted to, median |error| of each vocabulary's rows by the fit
+    of the others: held out; None with one vocabulary)."""
+    fitted = fit_method(rows, bandwidth)
+    inside = statistics.median(abs(_time(fitted, r, bandwidth) / r["time_s"] - 1.0) for r in rows)
+    held = []
+    for v in {r["params"]["vocab"] for r in rows}:
+        other = fit_method([r for r in rows if r["params"]["vocab"] != v], bandwidth)
+        if other is not None:
+            held += [abs(_time(other, r, bandwidth) / r["time_s"] - 1.0) for r in rows if r["params"]["vocab"] == v]
+    return inside, (statistics.median(held) if held else None)
+
+
 def fit_sampling(prof: Profile, directory: Path, hw: HardwareSpec) -> tuple[Profile, dict | None]:
     """(the profile with every measured method's kind fitted, the figures per method) where ``directory`` holds
     sampling measurements, else (``prof`` unchanged, None)."""
@@ -66,18 +85,24 @@ def fit_sampling(prof: Profile, directory: Path, hw: HardwareSpec) -> tuple[Prof
             continue
         kind = f"sample_{method}"
         eta[kind], alpha[kind] = fitted
-        figures[method] = {"eta": round(fitted[0], 5), "alpha_s": fitted[1],
-                           "rows": sum(r["params"].get("method") == method for r in rows)}
+        mine = [r for r in rows if r["params"].get("method") == method]
+        inside, held = _errors(mine, hw.hbm_bandwidth)
+        figures[method] = {"eta": round(fitted[0], 5), "alpha_s": fitted[1], "rows": len(mine),
+                           "median_abs_error": round(inside, 4),
+                           "held_out_median_abs_error": None if held is None else round(held, 4)}
     if not figures:
         return prof, None
     return prof.with_(mem_eta=eta, mem_alpha_s=alpha), figures
 
 
-def report_text(figures: dict, hw: HardwareSpec) -> str:
+def report_text(figures: dict) -> str:
     """A table of the fitted methods: efficiency over one read of the logits, the passes that is at the copy
-    kernel's rate (0.9 of the bandwidth, the default), and the fixed cost."""
-    lines = ["| method | rows | eta over one read of the logits | about that many passes at 0.9 | alpha (us) |",
-             "|---|---|---|---|---|"]
+    kernel's rate (0.9 of the bandwidth, the default), the fixed cost, and the fit's median absolute error on its
+    own rows and on each vocabulary's rows fitted without them (held out)."""
+    lines = ["| method | rows | eta over one read of the logits | about that many passes at 0.9 | alpha (us) | "
+             "median abs. error (in-sample) | held out by vocabulary |", "|---|---|---|---|---|---|---|"]
     for method, f in figures.items():
-        lines.append(f"| {method} | {f['rows']} | {f['eta']:.4f} | {0.9 / f['eta']:.1f} | {f['alpha_s'] * 1e6:.1f} |")
+        held = f.get("held_out_median_abs_error")
+        lines.append(f"| {method} | {f['rows']} | {f['eta']:.4f} | {0.9 / f['eta']:.1f} | {f['alpha_s'] * 1e6:.1f} | "
+                     f"{f['median_abs_error']:.1%} | {'-' if held is None else format(held, '.1%')} |")
     return "\n".join(lines) + "\n"

@@ -1,7 +1,7 @@
 """The cost of a skewed router, from an engine's measured MoE tables, into ``Profile.gemm_grouped_skew``.
 
 aiconfigurator's collectors time every MoE shape under balanced routing and under power-law token counts per
-expert (:data:`perfmodel.models.ROUTINGS`). The ratio of the two at the same shape is the skew's cost for that
+expert (:data:`perfmodel.routing.ROUTINGS`). The ratio of the two at the same shape is the skew's cost for that
 engine's kernel: below one at decode batches (fewer distinct experts hit, fewer weights read), above one at large
 steps (the busiest expert, or with expert parallelism the busiest rank, sets the pace). Per routing, with and
 without expert parallelism and per power of two of the step's tokens, the median over every shape and format of
@@ -14,11 +14,9 @@ import math
 import statistics
 from collections import defaultdict
 
+from ..routing import skew_key
+
 MIN_SHAPES = 5  # shapes a bin needs before its median stands for it
-
-
-def skew_key(routing: str, ep: bool, tokens_log2: int) -> str:
-    return f"{routing}:{'ep' if ep else 'local'}:{2 ** tokens_log2}"
 
 
 def skew_pairs(classes):

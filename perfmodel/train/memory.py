@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from ..dtypes import bytes_per_element
 from ..geometry import heads_per_gpu
 from ..models import Model, is_moe_layer
+from ..spec import HardwareSpec
 from .graph import mtp_modules, vocab_shard
 from .scenario import TrainScenario
 
@@ -333,3 +334,14 @@ def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, sp: b
 
 __all__ = ["Params", "TrainMemory", "layer_params", "stage_layers", "stage_params", "layer_activation_bytes",
            "in_flight", "state_bytes", "stage_memory", "memory", "korthikanti_layer_bytes"]
+
+
+def least_recompute(model: Model, ts: TrainScenario, hw: HardwareSpec) -> TrainScenario | None:
+    """The layout with the least recompute whose memory fits the part (none, then selective, then full), or None
+    where even full recompute does not fit (``--recompute auto``, resolved by
+    :func:`perfmodel.train.project.project_training`, and the layout search)."""
+    for rec in ("none", "selective", "full"):
+        trial = ts.with_(recompute=rec)
+        if memory(model, trial, hw.hbm_visible_bytes).fits:
+            return trial
+    return None

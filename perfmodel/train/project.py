@@ -252,6 +252,10 @@ def check_part_runs(hw: HardwareSpec, ts: TrainScenario) -> None:
 
 def project_training(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Profile) -> TrainProjection:
     ts = ts.validated(model)
+    auto = ts.recompute == "auto"
+    if auto:  # the least recompute that fits; full (and its memory's verdict) where none does
+        base = ts.with_(recompute="none")
+        ts = M.least_recompute(model, base, hw) or base.with_(recompute="full")
     check_part_runs(hw, ts)
     params = training_params(prof)
     layers = M.stage_layers(model, ts)
@@ -330,7 +334,9 @@ def project_training(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Pr
         model_tflops_per_gpu=mtf / 1e12, hardware_tflops_per_gpu=htf / 1e12, mfu=mtf / peak, hfu=htf / peak,
         bubble_fraction=_div(pipe.bubble_s, step_time), exposed_comm_s=exposed_comm, memory=mem, pipeline=pipe,
         stages=stages, slowest_stage=slow, ops=ops, breakdown=breakdown,
-        assumptions=assumptions(hw, model, ts, prof, layers))
+        assumptions=([f"recompute {ts.recompute}: the least of none, selective and full whose memory fits "
+                      "(--recompute auto)" + ("" if mem.fits else "; none does")] if auto else [])
+        + assumptions(hw, model, ts, prof, layers))
     _check_finite(proj)
     return proj
 

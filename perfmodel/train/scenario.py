@@ -17,7 +17,7 @@ from ..dtypes import check_dtype
 from ..errors import InputError
 
 SCHEDULES = ("1f1b", "interleaved", "zero-bubble", "dualpipe")
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "auto")  # auto: the least that fits (train.memory.least_recompute)
 OPTIMIZERS = ("adamw", "sgd")
 TRAIN_DTYPES = ("bf16", "fp16", "fp8", "fp4")
 # fp8 training recipes (TransformerEngine's): delayed scaling (amax history), current per-tensor scaling,
@@ -41,7 +41,7 @@ class TrainScenario:
     seq: int = 2048  # tokens per sequence
     schedule: str = "1f1b"
     interleave: int = 1  # model chunks per pipeline rank (interleaved schedule)
-    recompute: str = "none"  # none | selective (core attention) | full (whole layers)
+    recompute: str = "none"  # none | selective (core attention) | full (whole layers) | auto (the least that fits)
     sequence_parallel: bool = False  # Korthikanti et al. 2022: norms and dropout split over the TP ranks
     zero: int = 1  # 0: replicated; 1: optimizer states sharded over dp x cp; 2: + gradients; 3: + weights
     dtype: str = "bf16"  # GEMM operand format (fp8 or fp4: low-precision GEMMs, bf16 activations and weights)

@@ -14,7 +14,7 @@ from ..errors import InputError
 from ..models import Model
 from ..profile import Profile
 from ..spec import HardwareSpec
-from .memory import memory
+from .memory import least_recompute
 from .project import TrainProjection, project_training
 from .scenario import TrainScenario
 
@@ -64,16 +64,6 @@ def candidates(model: Model, base: TrainScenario, hw: HardwareSpec, schedules: l
                                 continue
                             seen += 1
                             yield least_recompute(model, ts, hw), seen
-
-
-def least_recompute(model: Model, ts: TrainScenario, hw: HardwareSpec) -> TrainScenario | None:
-    """The layout with the least recompute whose memory fits the part (none, then selective, then full), or None
-    where even full recompute does not fit (``--recompute auto`` and the layout search)."""
-    for rec in ("none", "selective", "full"):
-        trial = ts.with_(recompute=rec)
-        if memory(model, trial, hw.hbm_visible_bytes).fits:
-            return trial
-    return None
 
 
 def search(hw: HardwareSpec, model: Model, base: TrainScenario, prof: Profile, *, top: int = 10,
