@@ -29,6 +29,21 @@ class Block:
     tool: str  # under docs/tools/
     function: str  # prints the block's text
     slow: bool = False  # checked in the slow test tier (minutes, not seconds)
+    needs: str = ""  # "DIST==VERSION": a package the script reads that the base install lacks (skipped without it)
+
+
+def missing(block: Block) -> str:
+    """Why ``block`` cannot be printed here ("" if it can): the package it needs at the version it was made with."""
+    if not block.needs:
+        return ""
+    from importlib.metadata import PackageNotFoundError, version
+
+    dist, want = block.needs.split("==")
+    try:
+        have = version(dist)
+    except PackageNotFoundError:
+        return f"needs {block.needs} (not installed)"
+    return "" if have == want else f"needs {block.needs} (installed: {have})"
 
 
 BLOCKS = (
@@ -49,6 +64,8 @@ BLOCKS = (
     Block("vision.md", "vision-projections", "vision_table.py", "projections"),
     Block("capacity.md", "capacity-example", "capacity_example.py", "example"),
     Block("backtest.md", "family-table", "backtest_family_table.py", "table", slow=True),
+    Block("validation-silicon.md", "peer-estimate", "peer_estimate.py", "markdown", slow=True,
+          needs="aiconfigurator-core==0.12.0"),
 )
 
 # Figures in prose, each held by a test that recomputes it (not rewritten by this script)
@@ -90,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         path = ROOT / "docs" / block.doc
         text = path.read_text(encoding="utf-8")
+        if missing(block):
+            print(f"docs/{block.doc} {block.tag}: not checked, {missing(block)}")
+            continue
         now = tool_function(block)()
         if marked(text).get(block.tag) == now:
             print(f"docs/{block.doc} {block.tag}: as printed")
