@@ -44,6 +44,11 @@ class Engine:
     # in the experts' GEMM format (fp8 or NVFP4 with their scales) rather than bf16
     moe_exchange: str = "gather"
     moe_quantized_exchange: bool = False
+    # the kernels an all_to_all exchange runs on: per_rank (a token sent once to every rank holding any of its
+    # experts, in the exchange format above: TensorRT-LLM's MNNVL all-to-all, DeepEP's normal mode) | deepep
+    # (decode steps on DeepEP's low-latency kernels, every routed token-expert pair a message of its own,
+    # dispatched in fp8 with a fp32 scale per 128 values and a 16-byte header, combined in bf16; prefill per_rank)
+    moe_all_to_all: str = "per_rank"
     # the release whose documented defaults the preset follows, and the one NVIDIA's imported kernel tables
     # were measured with (calibration/<part>-<engine>/environment.json)
     version: str = ""
@@ -123,7 +128,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         attention={"*": "flash", "hopper": "fa3", "blackwell": "flashinfer", "blackwell-ultra": "flashinfer"},
         kernels="fused", rotary="kernel", launch="auto", fp8_kv=False, fp8_attention=False,
         prefill_chunk=8192, max_batch=1024, mem_policy="total", mem_fraction=0.9, mem_reserve=2 * GiB,
-        moe_exchange="gather", moe_quantized_exchange=False,
+        moe_exchange="gather", moe_quantized_exchange=False, moe_all_to_all="deepep",
         version="vLLM 0.11 defaults (V1 engine); kernel tables measured with 0.24.0",
         near=("vllm", "sglang", "trtllm", "torch", "hf"), admission="preempt", words=("vllm",),
         near_source="vLLM and SGLang share FlashInfer and CUTLASS kernels; TensorRT-LLM's next; plain PyTorch's "
@@ -134,6 +139,9 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
             "moe_exchange": "vLLM VLLM_ALL2ALL_BACKEND default allgather_reducescatter with data-parallel attention "
                             "and expert parallelism (vllm/envs.py, v0.11); DeepEP's kernels when asked "
                             "(--moe-exchange all_to_all); bf16 tokens (estimate for other versions)",
+            "moe_all_to_all": "vLLM's DeepEP backends (VLLM_ALL2ALL_BACKEND deepep_low_latency for decode); the "
+                              "message format is DeepEP's low-latency one, as the measured tables count it "
+                              "(docs/collectives.md)",
             "attention": "vLLM V1 FLASH_ATTN backend runs vllm-flash-attn's FA3 on Hopper (FA2 elsewhere); "
                          "FlashInfer on Blackwell (vLLM docs, attention backends)",
             "kernels": "vLLM custom ops fused_add_rms_norm and silu_and_mul; rotary_embedding is its own kernel "
@@ -151,7 +159,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         attention={"*": "flash", "hopper": "fa3", "blackwell": "trtllm", "blackwell-ultra": "trtllm"},
         kernels="fused", rotary="kernel", launch="auto", fp8_kv=False, fp8_attention=False,
         prefill_chunk=8192, max_batch=4096, mem_policy="total", mem_fraction={1: 0.88, 2: 0.87, 4: 0.85, 8: 0.81},
-        mem_reserve=2 * GiB, moe_exchange="gather", moe_quantized_exchange=False,
+        mem_reserve=2 * GiB, moe_exchange="gather", moe_quantized_exchange=False, moe_all_to_all="deepep",
         version="SGLang 0.4-0.5 defaults (server_args.py); kernel tables measured with 0.5.14",
         near=("sglang", "vllm", "trtllm", "torch", "hf"), admission="preempt", words=("sglang",),
         near_source="SGLang and vLLM share FlashInfer and CUTLASS kernels (sgl-kernel); TensorRT-LLM's next",
@@ -162,6 +170,9 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
                             "are gathered before the MoE and its output scattered back (layers/dp_attention.py); "
                             "DeepEP (--moe-a2a-backend deepep) when asked (--moe-exchange all_to_all); estimate for "
                             "other versions",
+            "moe_all_to_all": "SGLang --deepep-mode auto: low-latency kernels for decode batches, normal ones for "
+                              "prefill; aiconfigurator-core times both with SGLang 0.5.12 (wideep_deepep_ll/normal "
+                              "tables; their message bytes in docs/collectives.md)",
             "attention": "SGLang docs (attention backends): FA3 is the default on Hopper; on Blackwell its trtllm_mha "
                          "backend (TensorRT-LLM's kernels), the one aiconfigurator-core's SGLang 0.5.14 tables measure "
                          "on B200 and B300",

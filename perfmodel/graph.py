@@ -548,25 +548,33 @@ def ranks_per_token(num_experts: int, top_k: int, ep: int) -> float:
     return ep * (1.0 - miss)
 
 
+def deepep_ll_dispatch_bytes(hidden: int) -> float:
+    """Bytes of one token-expert message of DeepEP's low-latency dispatch: fp8 values, a fp32 scale per 128 of them
+    and a 16-byte header; 7,408 at hidden 7,168, as aiconfigurator-core's measured tables count them on every part
+    (docs/collectives.md). Its combine sends bf16 values alone."""
+    return hidden + 4.0 * hidden / 128 + 16.0
+
+
 def moe_expert_ops(tokens, hidden: int, width: int, top_k: int, num_experts: int, ep: int, w: str, act: str,
                    ph: str, *, gated: bool = True, fused: bool = True, imbalance: float = 1.0,
-                   weight_dtype: str | None = None) -> list[O.Op]:
+                   weight_dtype: str | None = None, delivered: bool = False) -> list[O.Op]:
     """The routed experts of one MoE layer on one rank, as a fused MoE module runs them: permute the tokens to
     their experts, the grouped up (gate and up) products, the activation, the grouped down products, and the
     weighted un-permute. ``tokens`` before routing (each picks ``top_k`` of ``num_experts``, uniformly); this
     rank holds ``num_experts / ep`` experts, each ``width`` wide (its TP shard); ``imbalance``: the busiest
     rank's share of the routed tokens over the mean (it sets the pace). Also what an imported MoE table's module
     time is fitted against (perfmodel.fit.latency). ``weight_dtype``: experts stored narrower than the products
-    run (weight-only quantized: read at their size, computed in ``w``)."""
+    run (weight-only quantized: read at their size, computed in ``w``). ``delivered``: an all-to-all brought this
+    rank only its own pairs (the module routes those, not the group's)."""
     routed = tokens * top_k / ep * imbalance  # token-expert pairs this rank computes
     experts_here = num_experts // ep
     active = active_experts(num_experts, top_k, tokens) * experts_here / num_experts
     per_expert = routed / active
     ops = [O.elementwise("moe.permute", "moe_permute", reads=1, writes=1, flops_per_elem=0.0, elems=routed * hidden,
                          dtype=act, phase=ph, params={"tokens": routed, "hidden": hidden})]
-    # the group's token-expert pairs, local or not: the first grouped product carries their routing cost
-    # (Profile.moe_pair_s)
-    pairs = tokens * top_k
+    # the token-expert pairs the module routes (the group's, local or not, unless an all-to-all delivered this
+    # rank its own): the first grouped product carries their routing cost (Profile.moe_pair_s)
+    pairs = routed if delivered else tokens * top_k
     if gated:
         ops.append(_grouped(O.gemm("moe.gate_up", per_expert, 2 * width, hidden, w, groups=active,
                                    weight_dtype=weight_dtype, phase=ph), pairs))
@@ -676,17 +684,21 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
     # the tokens travel in the experts' GEMM format where the engine quantizes before the exchange
     sent = _b(w) if exchange_quantized(sc) else _b(act)
     exchange = moe_exchange(sc)
-    # a DeepEP-style exchange sends a token once to each rank holding any of its experts, not once per expert
-    copies = ranks_per_token(moe.num_experts, moe.top_k, ep) / moe.top_k if exchange == "all_to_all" else 1.0
+    low_latency = exchange == "all_to_all" and ph == "decode" and sc.moe_all_to_all == "deepep"
+    if low_latency:  # DeepEP's low-latency kernels: a message per routed pair, fp8 out, bf16 back
+        dispatch_bytes, combine_bytes = routed * deepep_ll_dispatch_bytes(h), routed * h * _b("bf16")
+    else:  # once to each rank holding any of the token's experts, not once per expert
+        copies = ranks_per_token(moe.num_experts, moe.top_k, ep) / moe.top_k if exchange == "all_to_all" else 1.0
+        dispatch_bytes, combine_bytes = routed * copies * h * sent, routed * copies * h * _b(act)
     if exchange == "all_to_all":
-        ops.append(O.collective("moe.dispatch", "all_to_all", routed * copies * h * sent, ep, phase=ph))
+        ops.append(O.collective("moe.dispatch", "all_to_all", dispatch_bytes, ep, phase=ph))
     elif exchange == "gather":
         ops.append(O.collective("moe.gather", "all_gather", group_tokens * h * sent, sc.moe_group, phase=ph))
     stored = expert_format(model, sc)
     w_experts = expert_product_format(model, sc)
     experts = moe_expert_ops(group_tokens, h, width, moe.top_k, moe.num_experts, ep, w_experts, act, ph,
                              gated=model.mlp == "swiglu", fused=sc.kernels == "fused", imbalance=sc.moe_imbalance,
-                             weight_dtype=stored)
+                             weight_dtype=stored, delivered=exchange == "all_to_all")
     if model.mlp == "swiglu" and sc.kernels == "fused":
         # the engine's fused MoE module, the one its measured MoE tables time (perfmodel.cost.tables), weight-only
         # experts included (their own class)
@@ -696,7 +708,7 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
                    for op in experts]
     ops += experts
     if exchange == "all_to_all":
-        ops.append(O.collective("moe.combine", "all_to_all", routed * copies * h * _b(act), ep, phase=ph))
+        ops.append(O.collective("moe.combine", "all_to_all", combine_bytes, ep, phase=ph))
         if shard > 1:  # each expert split over shard ranks: their partial outputs meet
             ops.append(O.collective("moe.allgather", "all_gather", tokens * h * _b(act), shard, phase=ph))
     elif exchange == "gather":  # every rank's partial outputs summed and each DP rank's own tokens scattered back

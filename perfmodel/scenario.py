@@ -74,6 +74,7 @@ class Scenario:
     # engine's (perfmodel.engines: moe_exchange, moe_quantized_exchange)
     moe_exchange: str | None = None
     moe_quantized_exchange: bool | None = None
+    moe_all_to_all: str | None = None  # per_rank | deepep: the kernels of an all_to_all exchange (engine's)
     # the format a MoE of weight-only experts (gpt-oss's MXFP4) runs its products in: bf16, or fp8 (MXFP8
     # activations: TensorRT-LLM on Blackwell); None: the engine's for the part (perfmodel.engines)
     weight_only_moe_act: str | None = None
@@ -176,6 +177,7 @@ class Scenario:
             "batching": eng.batching,
             "moe_exchange": eng.moe_exchange,
             "moe_quantized_exchange": eng.moe_quantized_exchange,
+            "moe_all_to_all": eng.moe_all_to_all,
         }
         filled = {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in preset.items()}
         if eng.static_cache_launch and self.launch is None and filled["kv_cache"] == "static":
@@ -237,6 +239,7 @@ class Scenario:
                              field="--moe-imbalance")
         _choice(self.mode, ("latency", "sol"), "--mode")
         _choice(self.moe_exchange, ("gather", "all_to_all"), "--moe-exchange")
+        _choice(self.moe_all_to_all, ("per_rank", "deepep"), "moe_all_to_all")
         from .routing import ROUTINGS
         _choice(self.moe_routing, ROUTINGS, "--moe-routing")
         from .sampling import SAMPLING_METHODS

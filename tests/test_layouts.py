@@ -40,20 +40,56 @@ def test_dep_runs_attention_on_its_own_sequences_and_spreads_experts_over_all_gp
     assert "moe.gather" not in tp8 and "moe.dispatch" not in tp8 and tp8["moe.allreduce"].params["group"] == 8
 
 
+def _prefill_ops(sc, batch=8, seq=512):
+    sc = sc.validated().for_hardware(B200)
+    return {op.name: op for op in build_ops(DS, Step("prefill", batch, seq, 0), sc)}
+
+
 def test_the_moe_exchange_follows_the_engine_or_the_flag():
-    """DeepEP-style all-to-all when asked: each rank dispatches its 8 sequences' token-expert pairs (bf16 under
-    vLLM, which does not quantize before the exchange) and combines them back."""
+    """All-to-all when asked. vLLM's and SGLang's run DeepEP: a decode step on its low-latency kernels, each of the
+    rank's 8 sequences' 64 token-expert pairs a message of its own, fp8 with its scales out (7,408 bytes at hidden
+    7,168, as the measured tables count them) and bf16 back; a prefill on its normal kernels, a token once per rank
+    holding any of its experts, bf16 under vLLM (no quantizing before the exchange). TensorRT-LLM's all-to-all
+    sends once per rank in decode too, in the experts' format."""
     a2a = _ops(Scenario(tp=1, attention_dp=8, ep=8, dtype="fp8", engine="vllm", moe_exchange="all_to_all"))
     assert a2a["moe.dispatch"].kind == "all_to_all" and a2a["moe.dispatch"].params["group"] == 8
+    assert a2a["moe.dispatch"].bytes == pytest.approx(64 * 7408)
+    assert a2a["moe.combine"].bytes == pytest.approx(64 * 7168 * 2)
+    assert "moe.gather" not in a2a
+    sglang = _ops(Scenario(tp=1, attention_dp=8, ep=8, dtype="fp8", engine="sglang", moe_exchange="all_to_all"))
+    assert sglang["moe.dispatch"].bytes == a2a["moe.dispatch"].bytes
     # one copy a token per rank holding any of its 8 experts (5.3 of 8 ranks on average), not one per expert
     copies = ranks_per_token(256, 8, 8)
     assert copies == pytest.approx(8 * (1 - math.comb(224, 8) / math.comb(256, 8)))
-    assert a2a["moe.dispatch"].bytes == pytest.approx(64 / 8 * copies * 7168 * 2)
-    assert "moe.gather" not in a2a
+    pre = _prefill_ops(Scenario(tp=1, attention_dp=8, ep=8, dtype="fp8", engine="vllm", moe_exchange="all_to_all"))
+    assert pre["moe.dispatch"].bytes == pytest.approx(8 * 512 / 8 * copies * 7168 * 2)  # 4,096 tokens over 8 ranks
+    trt = _ops(Scenario(tp=1, attention_dp=8, ep=8, dtype="fp8", engine="trtllm", moe_exchange="all_to_all"))
+    assert trt["moe.dispatch"].bytes == pytest.approx(64 / 8 * copies * 7168 * 1)
+    assert trt["moe.combine"].bytes == pytest.approx(64 / 8 * copies * 7168 * 2)
     gather = _ops(Scenario(tp=1, attention_dp=8, ep=8, dtype="fp8", engine="vllm"))
     assert gather["moe.gather"].bytes == pytest.approx(64 * 7168 * 2)  # bf16: vLLM's allgather_reducescatter
     with pytest.raises(InputError, match="moe-exchange"):
         Scenario(moe_exchange="ring").validated()
+    with pytest.raises(InputError, match="moe_all_to_all"):
+        Scenario(moe_all_to_all="nccl").validated()
+
+
+def test_a_rank_routes_the_pairs_an_all_to_all_delivered_and_the_group_s_after_a_gather():
+    """The fused MoE's routing cost (the first grouped product's ``pairs``): after a gather every rank holds the
+    group's 64 x 8 token-expert pairs and picks its own out of them; an all-to-all delivers each rank its 64."""
+    gather = _ops(Scenario(tp=1, attention_dp=8, ep=8, dtype="fp8", engine="sglang"))
+    a2a = _ops(Scenario(tp=1, attention_dp=8, ep=8, dtype="fp8", engine="sglang", moe_exchange="all_to_all"))
+    assert gather["moe.gate_up"].params["pairs"] == pytest.approx(64 * 8)
+    assert a2a["moe.gate_up"].params["pairs"] == pytest.approx(64 * 8 / 8)
+
+
+def test_deepep_low_latency_messages_are_the_sizes_its_measured_tables_count():
+    """hidden + a fp32 scale per 128 + 16 bytes: the bytes per token-expert pair of aiconfigurator-core's DeepEP
+    tables (their GB/s times their time) at every hidden size they timed."""
+    from perfmodel.graph import deepep_ll_dispatch_bytes
+
+    measured = {2048: 2128, 4096: 4240, 5120: 5296, 6144: 6352, 7168: 7408}
+    assert {h: deepep_ll_dispatch_bytes(h) for h in measured} == measured
 
 
 def test_dep_memory_holds_whole_attention_weights_and_own_sequences():

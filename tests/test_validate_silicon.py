@@ -290,3 +290,20 @@ def test_doc_states_todays_mtp_diagnosis_of_the_b200_deepseek_rows():
     one = project("b200", "deepseek-v3", mtp=1, mtp_accept=0.85, **kw).tpot_s * 1e3
     three = project("b200", "deepseek-v3", mtp=3, mtp_accept=(0.85, 0.75, 0.65), **kw).tpot_s * 1e3
     assert f"gives {plain:.2f} ms" in para and f"0.85` {one:.2f} ms" in para and f"0.65` {three:.2f} ms" in para
+
+
+def test_doc_states_todays_deepep_diagnosis_of_the_gb200_wide_ep_rows():
+    """docs/validation-silicon.md's paragraph on DeepSeek-V3 under SGLang on GB200 at thousands of clients prints
+    the decode step it names, with the preset's gather and with DeepEP's all-to-all, as the model gives them today."""
+    from perfmodel.paths import repo_root
+    from perfmodel.projection import project
+
+    doc = (repo_root() / "docs" / "validation-silicon.md").read_text()
+    para = " ".join(doc.split("- **DeepSeek-V3 on GB200 under SGLang at thousands of clients**")[1]
+                    .split("\n- **")[0].split())
+    kw = dict(dtype="fp4", tp=1, attention_dp=32, ep=32, engine="sglang", batch=8192, isl=1024, osl=1024,
+              batching="static")
+    gather = project("gb200", "deepseek-v3", **kw).tpot_s * 1e3
+    a2a = project("gb200", "deepseek-v3", moe_exchange="all_to_all", **kw).tpot_s * 1e3
+    assert f"gives {gather:.2f} ms" in para and f"all_to_all` (DeepEP's low-latency kernels, docs/collectives.md) " \
+        f"{a2a:.2f} ms" in para

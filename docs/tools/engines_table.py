@@ -53,6 +53,9 @@ def table() -> str:
         "batching": [e.batching for e in engines],
         "MoE over attention-DP ranks": [_est(e, "moe_exchange", e.moe_exchange + (
             ", in the experts' format" if e.moe_quantized_exchange else ", bf16")) for e in engines],
+        "--moe-exchange all_to_all runs": [_est(e, "moe_all_to_all", {
+            "deepep": "DeepEP (low-latency for decode)", "per_rank": "once per rank"}[e.moe_all_to_all])
+            for e in engines],
     }
     lines = ["| | " + " | ".join(f"`{e.key}`" for e in engines) + " |", "|---" * (len(engines) + 1) + "|"]
     lines += [f"| {name} | " + " | ".join(cells) + " |" for name, cells in rows.items()]

@@ -66,6 +66,7 @@ BLOCKS = (
     Block("backtest.md", "family-table", "backtest_family_table.py", "table", slow=True),
     Block("validation-silicon.md", "peer-estimate", "peer_estimate.py", "markdown", slow=True,
           needs="aiconfigurator-core==0.12.0"),
+    Block("collectives.md", "deepep-ll", "deepep_check.py", "markdown", needs="aiconfigurator-core==0.12.0"),
 )
 
 # Figures in prose, each held by a test that recomputes it (not rewritten by this script)
