@@ -43,7 +43,7 @@ LAZY_CIRCLES_ALLOWED = {
 # layer of the longest name listed that it is or lies in; perfmodel/__init__.py and __main__.py sit above all (the
 # package's lazy doors), measure/ beside all (rule d)
 LAYERS: dict[int, tuple[str, ...]] = {
-    1: ("errors", "inputs", "units", "dtypes", "io", "safeyaml", "paths", "memo", "sampling", "routing"),
+    1: ("errors", "inputs", "units", "dtypes", "io", "safeyaml", "paths", "memo", "disk_cache", "sampling", "routing"),
     2: ("spec", "generations", "models", "geometry", "vision_config", "scenario", "engines", "attention_kernels",
         "profile", "train.scenario"),
     3: ("ops", "graph", "vision", "op_graphs", "train.graph"),

@@ -66,9 +66,19 @@ def test_sample(case, cases_dir):
     _check(case, cases_dir)
 
 
-@pytest.mark.parametrize("case", _params(C.corpus(), slow=True))
 def test_every_case(case, cases_dir):
     _check(case, cases_dir)
+
+
+def pytest_generate_tests(metafunc):
+    """test_every_case over the whole corpus where the run may select the slow tier (an ``-m`` expression, or tests
+    named by id: tests/conftest.py's rule), else over its first case alone, deselected as slow like the rest would
+    be: 9,289 items built only to be deselected cost the default tier about a second of collection."""
+    if metafunc.function is not test_every_case:
+        return
+    config = metafunc.config
+    whole = config.option.markexpr or any("::" in a for a in config.args)
+    metafunc.parametrize("case", _params(C.corpus() if whole else C.corpus()[:1], slow=True))
 
 
 # --- the corpus itself ---------------------------------------------------------------------------------------

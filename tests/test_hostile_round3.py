@@ -1,5 +1,7 @@
 """Hardening, third round (issue 27): each case of the issue, fed to the CLI as a user would, must give one line
-on stderr naming the flag or field, exit code 2, no traceback and nothing written."""
+on stderr naming the flag or field, exit code 2, no traceback and nothing written. The CLI runs in this process
+(the ``cli`` fixture, tests/conftest.py: exit code, stdout, stderr and warnings as a process gives them); the cases
+of ``train``, ``backtest`` and ``import`` start a real process each."""
 from __future__ import annotations
 
 import json
@@ -14,7 +16,7 @@ from perfmodel.paths import repo_root
 CONFIGS = repo_root() / "tests" / "data" / "hf_configs"
 
 
-def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+def _process(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "perfmodel", *args], capture_output=True, text=True, cwd=cwd,
                           timeout=120)
 
@@ -49,8 +51,8 @@ CLI_CASES = [
 
 
 @pytest.mark.parametrize("args,field", CLI_CASES, ids=[" ".join(a[:1] + a[-2:]) for a, _ in CLI_CASES])
-def test_flags_out_of_range_are_one_line(tmp_path, args, field):
-    _one_line(_run(args, tmp_path), field)
+def test_flags_out_of_range_are_one_line(tmp_path, cli, args, field):
+    _one_line(cli(args, tmp_path), field)
     assert not any(tmp_path.iterdir()), "nothing is written before every check passes"
 
 
@@ -72,30 +74,29 @@ CONFIG_CASES = [
 
 
 @pytest.mark.parametrize("src,changes,field", CONFIG_CASES, ids=[f for _, _, f in CONFIG_CASES])
-def test_config_json_fields_are_checked(tmp_path, src, changes, field):
+def test_config_json_fields_are_checked(tmp_path, cli, src, changes, field):
     path = _mutated(tmp_path, src, **changes)
-    done = _run(["project", "--arch", "h200", "--model", str(path), "--tp", "8", "--dtype", "fp8"], tmp_path)
+    done = cli(["project", "--arch", "h200", "--model", str(path), "--tp", "8", "--dtype", "fp8"], tmp_path)
     _one_line(done, field)
     assert str(path) in done.stderr  # the file is named
 
 
-def test_a_config_with_a_key_twice_is_refused(tmp_path):
+def test_a_config_with_a_key_twice_is_refused(tmp_path, cli):
     path = tmp_path / "config.json"
     text = (CONFIGS / "Qwen--Qwen3-8B_config.json").read_text().replace('"hidden_size"', '"hidden_size": 8,\n  "hidden_size"', 1)
     path.write_text(text)
-    _one_line(_run(["project", "--arch", "h200", "--model", str(path)], tmp_path), "appears twice")
+    _one_line(cli(["project", "--arch", "h200", "--model", str(path)], tmp_path), "appears twice")
 
 
-def test_a_real_config_still_loads(tmp_path):
-    done = _run(["project", "--arch", "h200", "--model", str(CONFIGS / "Qwen--Qwen3-8B_config.json")], tmp_path)
+def test_a_real_config_still_loads(tmp_path, cli):
+    done = cli(["project", "--arch", "h200", "--model", str(CONFIGS / "Qwen--Qwen3-8B_config.json")], tmp_path)
     assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.parametrize("value", ["abc", "1e308", "0", "-5", "nan"])
-def test_host_cost_measurements_are_checked(tmp_path, value):
+def test_host_cost_measurements_are_checked(tmp_path, cli, monkeypatch, value):
     """$PERFMODEL_HOST_COSTS names a measurement folder: its figures are read checked, and a bad one is blamed on
     the file and column that hold it (it had been blamed on hardware/h200-sxm.yaml, or given a 300-digit TTFT)."""
-    import os
     import shutil
 
     folder = tmp_path / "hf"
@@ -112,9 +113,8 @@ def test_host_cost_measurements_are_checked(tmp_path, value):
             cells[col] = value
         out.append(",".join(cells))
     (folder / "host.csv").write_text("\n".join(out) + "\n")
-    env = {**os.environ, "PERFMODEL_HOST_COSTS": str(folder)}
-    done = subprocess.run([sys.executable, "-m", "perfmodel", "project", "--arch", "h200", "--model", "llama8b",
-                           "--engine", "hf"], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    monkeypatch.setenv("PERFMODEL_HOST_COSTS", str(folder))
+    done = cli(["project", "--arch", "h200", "--model", "llama8b", "--engine", "hf"], tmp_path)
     _one_line(done, "wall_us")
     assert "host.csv" in done.stderr and "h200-sxm.yaml" not in done.stderr
 
@@ -126,7 +126,7 @@ def test_an_output_never_replaces_a_file_of_an_input_folder(tmp_path):
     shutil.copytree(repo_root() / "calibration" / "h200", src, ignore=shutil.ignore_patterns("hf", "clock-course",
                                                                                              "launch-paths"))
     before = (src / "profile.json").read_bytes()
-    done = _run(["backtest", "--source", str(src), "--out", str(src / "profile.json")], tmp_path)
+    done = _process(["backtest", "--source", str(src), "--out", str(src / "profile.json")], tmp_path)
     _one_line(done, "--out")
     assert (src / "profile.json").read_bytes() == before
 
@@ -136,13 +136,13 @@ def test_a_training_parameter_of_zero_is_refused_at_load(tmp_path):
     prof["training"]["adamw_eta"] = 0
     (tmp_path / "p").mkdir()
     (tmp_path / "p" / "profile.json").write_text(json.dumps(prof))
-    done = _run(["train", "--arch", "h200", "--model", "llama8b", "--gpus", "8", "--global-batch", "8", "--seq", "4096",
-                 "--calibration", str(tmp_path / "p")], tmp_path)
+    done = _process(["train", "--arch", "h200", "--model", "llama8b", "--gpus", "8", "--global-batch", "8", "--seq",
+                     "4096", "--calibration", str(tmp_path / "p")], tmp_path)
     _one_line(done, "training.adamw_eta")
 
 
 @pytest.mark.parametrize("kind", ["newlines", "deep"])
-def test_sustained_caps_what_it_reads(tmp_path, kind):
+def test_sustained_caps_what_it_reads(tmp_path, cli, kind):
     """A 1.2 MB gzip of 1.2 GB of newlines ran for minutes; a row nested 100,000 deep raised RecursionError."""
     import gzip
     import shutil
@@ -158,7 +158,7 @@ def test_sustained_caps_what_it_reads(tmp_path, kind):
     else:
         (folder / "measurements.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
     t0 = time.perf_counter()
-    done = _run(["sustained", str(folder)], tmp_path)
+    done = cli(["sustained", str(folder)], tmp_path)
     assert time.perf_counter() - t0 < 60
     _one_line(done, "not a measurement file")
 
@@ -210,18 +210,18 @@ def test_imported_table_cells_are_checked_before_conversion():
     assert dropped == 1 and len(convert_nccl(nccl).rows) == 1
 
 
-def test_a_csv_field_over_the_csv_limit_is_one_line(tmp_path):
+def test_a_csv_field_over_the_csv_limit_is_one_line(tmp_path, cli):
     """A serve trace, a validation table, a host-cost CSV: a field over csv's 128 KiB limit had raised _csv.Error."""
     trace = tmp_path / "w.csv"
     trace.write_text("arrival_s,isl,osl\n0," + "1" * 200_000 + ",10\n")
-    _one_line(_run(["serve", "--arch", "h200", "--model", "llama8b", "--arrival", "trace", str(trace)], tmp_path),
+    _one_line(cli(["serve", "--arch", "h200", "--model", "llama8b", "--arrival", "trace", str(trace)], tmp_path),
               "not a CSV row")
     table = tmp_path / "v.csv"
     table.write_text("id,kind,model,hardware\n1,inference,llama8b," + "x" * 200_000 + "\n")
-    _one_line(_run(["validate", "--csv", str(table)], tmp_path), "not a CSV row")
+    _one_line(cli(["validate", "--csv", str(table)], tmp_path), "not a CSV row")
 
 
-def test_a_sidecar_that_does_not_match_its_trace_is_one_line(tmp_path):
+def test_a_sidecar_that_does_not_match_its_trace_is_one_line(tmp_path, cli):
     """`layers: 5000` in the sidecar of a two-layer trace had read 0.0 us a layer with exit 0."""
     import shutil
 
@@ -230,7 +230,7 @@ def test_a_sidecar_that_does_not_match_its_trace_is_one_line(tmp_path):
     side = json.loads((src / "synthetic_llama_prefill.sidecar.json").read_text())
     side["model"]["layers"] = 5000
     (tmp_path / "synthetic_llama_prefill.sidecar.json").write_text(json.dumps(side))
-    done = _run(["trace", "import", str(tmp_path / "synthetic_llama_prefill.json.gz"), "--arch", "h200"], tmp_path)
+    done = cli(["trace", "import", str(tmp_path / "synthetic_llama_prefill.json.gz"), "--arch", "h200"], tmp_path)
     _one_line(done, "model.layers")
     assert "sidecar.json" in done.stderr
 
@@ -243,7 +243,7 @@ def test_an_import_never_writes_into_another_calibration(tmp_path):
     held = tmp_path / "held"
     shutil.copytree(repo_root() / "calibration" / "h100-sxm-trtllm", held)
     before = sorted((p.name, p.stat().st_size) for p in held.iterdir())
-    done = _run(["import", "aiconfigurator", "--system", "h200_sxm", "--engine", "trtllm", "--out", str(held)],
+    done = _process(["import", "aiconfigurator", "--system", "h200_sxm", "--engine", "trtllm", "--out", str(held)],
                 tmp_path)
     if "pip install" in done.stderr:
         pytest.skip("aiconfigurator-core is not installed")

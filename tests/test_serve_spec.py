@@ -221,12 +221,12 @@ def test_speculation_metrics_share_a_steps_gap_among_its_tokens():
     assert got["itl_per_token_ms"]["p50"] == pytest.approx(5.0)
 
 
-def test_mtp_on_a_model_without_mtp_layers_is_refused_in_one_line(h200):
+def test_mtp_on_a_model_without_mtp_layers_is_refused_in_one_line(h200, cli):
     hw, prof = h200
     with pytest.raises(InputError, match="multi-token-prediction"):
         simulate(hw, resolve_model("llama8b"), Scenario(mtp=1, mtp_accept=0.7), prof, _reqs(5, 1.0))
-    bad = subprocess.run([sys.executable, "-m", "perfmodel", "serve", "--arch", "h200", "--model", "llama8b",
-                          "--mtp", "1", "--mtp-accept", "0.7", "--requests", "5", "--rate", "1"], capture_output=True, text=True)
+    bad = cli(["serve", "--arch", "h200", "--model", "llama8b", "--mtp", "1", "--mtp-accept", "0.7", "--requests", "5",
+               "--rate", "1"])
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "--mtp" in bad.stderr
 
 

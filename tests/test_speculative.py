@@ -82,19 +82,15 @@ def test_speculation_no_engine_runs_is_refused_in_one_line():
     assert e.value.field == "--draft"
 
 
-def test_the_cli_takes_one_rate_per_position(tmp_path):
+def test_the_cli_takes_one_rate_per_position(tmp_path, cli):
     import json
-    import subprocess
-    import sys
 
-    done = subprocess.run([sys.executable, "-m", "perfmodel", "project", "--arch", "h200", "--model", "qwen3-32b",
-                           "--mtp", "3", "--mtp-accept", "0.9,0.7,0.5", "--draft", "qwen3-0.6b", "--format", "json"],
-                          capture_output=True, text=True)
+    done = cli(["project", "--arch", "h200", "--model", "qwen3-32b", "--mtp", "3", "--mtp-accept", "0.9,0.7,0.5",
+                "--draft", "qwen3-0.6b", "--format", "json"])
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["scenario"]["mtp_accept"] == [0.9, 0.7, 0.5] and out["scenario"]["draft"] == "qwen3-0.6b"
-    bad = subprocess.run([sys.executable, "-m", "perfmodel", "project", "--arch", "h200", "--model", "qwen3-32b",
-                          "--mtp", "2", "--mtp-accept", "0.9,x"], capture_output=True, text=True)
+    bad = cli(["project", "--arch", "h200", "--model", "qwen3-32b", "--mtp", "2", "--mtp-accept", "0.9,x"])
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "--mtp-accept" in bad.stderr
 
 

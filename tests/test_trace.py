@@ -133,20 +133,21 @@ def test_nsys_sqlite_export(tmp_path):
     (b'{"traceEvents": []}', "no GPU kernel events"),
     (b'{"foo": 1}', "traceEvents"),
 ])
-def test_bad_traces_one_line_exit_2(tmp_path, content, field):
+def test_bad_traces_one_line_exit_2(tmp_path, cli, content, field):
     t = tmp_path / "t.json"
     t.write_bytes(content)
     (tmp_path / "t.sidecar.json").write_text((FIX / "synthetic_llama_prefill.sidecar.json").read_text())
-    r = _cli("trace", "import", str(t), "--calibration", "none")
+    r = cli(["trace", "import", str(t), "--calibration", "none"], ROOT)
     assert r.returncode == 2 and field in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
-def test_bad_sidecar_names_the_field(tmp_path):
+def test_bad_sidecar_names_the_field(tmp_path, cli):
     side = json.loads((FIX / "synthetic_llama_prefill.sidecar.json").read_text())
     side["model"]["heads"] = 0
     p = tmp_path / "s.json"
     p.write_text(json.dumps(side))
-    r = _cli("trace", "import", str(TRACE), "--sidecar", str(p), "--calibration", "none", "--out-dir", str(tmp_path))
+    r = cli(["trace", "import", str(TRACE), "--sidecar", str(p), "--calibration", "none", "--out-dir", str(tmp_path)],
+            ROOT)
     assert r.returncode == 2 and "model.heads" in r.stderr
-    r = _cli("trace", "import", str(tmp_path / "missing.json"), "--calibration", "none")
+    r = cli(["trace", "import", str(tmp_path / "missing.json"), "--calibration", "none"], ROOT)
     assert r.returncode == 2

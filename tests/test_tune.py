@@ -134,8 +134,8 @@ def test_cli_json_fields(capsys):
     (("tune", "attention", "--heads", "32", "--kv-heads", "5", "--seq-q", "64"), "--kv-heads"),
     (("tune", "evaluate", "/nonexistent-folder"), "nonexistent"),
 ])
-def test_bad_input_one_line_exit_2(args, field):
-    r = _cli(*args, "--calibration", "none")
+def test_bad_input_one_line_exit_2(cli, args, field):
+    r = cli([*args, "--calibration", "none"], ROOT)
     assert r.returncode == 2
     assert len(r.stderr.strip().splitlines()) == 1 and field in r.stderr and "Traceback" not in r.stderr
 

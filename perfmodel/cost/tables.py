@@ -59,7 +59,8 @@ op takes its ratio).
 **Judged per class.** A class's table stands for its shapes only where it reproduces the class's own held-out
 rows (the fit's share and seed, picked by shape: :meth:`.table_store.ClassRows.held_out`) at least as well as the
 fitted model does at the median (:func:`judge`, :data:`MIN_JUDGED_ROWS`): of two kinds of evidence from the same
-rows, the one measured to be better.
+rows, the one measured to be better. The verdict is kept on disk (:mod:`perfmodel.disk_cache`, keyed by the rows,
+the profile, the spec and the code: :func:`verdict_key`), so a fresh process does not judge a class again.
 
 **When a table applies.** The op's family must name the folder (``Profile.gemm_table``, ``attn_table``,
 ``gemm_grouped_table``: set by :func:`perfmodel.profile.load_profile` for an imported engine table, travelling with
@@ -91,6 +92,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import disk_cache
+from ..memo import typed_key
 from ..profile import TABLE_FIELDS
 from ..routing import skew_prefix
 from ..spec import lineage_rank
@@ -146,6 +149,8 @@ FAMILIES = ("gemm", "attention", "moe")
 TABLE_KINDS = ("gemm", "attention", "moe_permute", "swiglu")
 # the Profile field naming each family's table
 TABLE_FIELD = TABLE_FIELDS
+# the on-disk cache's namespace of the classes' verdicts (build_class)
+VERDICTS = "table-verdicts"
 
 
 # --- the interpolant ---------------------------------------------------------------------------------------
@@ -731,12 +736,35 @@ def build_class(cls: ClassRows, prof, hw, price, *, holdout: float = 0.25, seed:
     (:data:`MIN_JUDGED_ROWS`)."""
     if not len(cls):
         return None
+    key = verdict_key(cls, prof, hw, price, holdout, seed)
+    used = disk_cache.get(VERDICTS, key) if key is not None else None
+    if used is False:
+        return None
     fitted = fitted_times(cls, prof, hw, price)
     fit = module_fit(cls.key, cls.template, prof, hw, price)
-    verdict = judge(cls.key, cls.kernel, cls.held_out(holdout, seed), cls.dims, cls.times, fitted, fit)
-    if not verdict["used"]:
+    if used is not True:  # not cached (or not a verdict): judged, and kept for the next process
+        held = cls.held_out(holdout, seed)
+        used = bool(judge(cls.key, cls.kernel, held, cls.dims, cls.times, fitted, fit)["used"])
+        if key is not None:
+            disk_cache.put(VERDICTS, key, used)
+    if not used:
         return None
     return ClassTable.of(cls.key, cls.kernel, cls.dims, cls.times, fitted, fit)
+
+
+def verdict_key(cls: ClassRows, prof, hw, price, holdout: float, seed: int) -> str | None:
+    """The on-disk cache key of a class's verdict (:func:`build_class`): a digest of everything :func:`judge`
+    reads (the class's rows, the whole profile and spec, the pricing function, the split) and, through
+    :func:`perfmodel.disk_cache.code_stamp`, the code; None where the profile or spec holds a value no key
+    captures exactly, or ``price`` is not a function of the package (whose source the code stamp covers): then
+    the verdict is judged each time."""
+    name = f"{getattr(price, '__module__', '')}.{getattr(price, '__qualname__', '<')}"
+    values = [typed_key(v) for v in (prof, hw, cls.template, (holdout, seed))]
+    if not name.startswith("perfmodel.") or "<" in name or any(v is None for v in values):
+        return None
+    dims, times = np.ascontiguousarray(cls.dims, dtype=float), np.ascontiguousarray(cls.times, dtype=float)
+    return disk_cache.digest(disk_cache.code_stamp(), repr(cls.key), cls.kernel, *map(repr, values), name,
+                             repr(dims.shape), dims.tobytes(), times.tobytes())
 
 
 def judge(key: tuple, kernel: str, held: np.ndarray, dims, measured, fitted, fit) -> dict:
