@@ -139,9 +139,10 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
             "moe_exchange": "vLLM VLLM_ALL2ALL_BACKEND default allgather_reducescatter with data-parallel attention "
                             "and expert parallelism (vllm/envs.py, v0.11); DeepEP's kernels when asked "
                             "(--moe-exchange all_to_all); bf16 tokens (estimate for other versions)",
-            "moe_all_to_all": "vLLM's DeepEP backends (VLLM_ALL2ALL_BACKEND deepep_low_latency for decode); the "
-                              "message format is DeepEP's low-latency one, as the measured tables count it "
-                              "(docs/collectives.md)",
+            "moe_all_to_all": "estimate: vLLM runs one DeepEP backend for every step (VLLM_ALL2ALL_BACKEND "
+                              "deepep_low_latency or deepep_high_throughput); the preset takes the low-latency "
+                              "kernels for decode steps and the normal ones for prefill, as a disaggregated "
+                              "deployment's decode and prefill instances run them (docs/collectives.md)",
             "attention": "vLLM V1 FLASH_ATTN backend runs vllm-flash-attn's FA3 on Hopper (FA2 elsewhere); "
                          "FlashInfer on Blackwell (vLLM docs, attention backends)",
             "kernels": "vLLM custom ops fused_add_rms_norm and silu_and_mul; rotary_embedding is its own kernel "
@@ -170,9 +171,11 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
                             "are gathered before the MoE and its output scattered back (layers/dp_attention.py); "
                             "DeepEP (--moe-a2a-backend deepep) when asked (--moe-exchange all_to_all); estimate for "
                             "other versions",
-            "moe_all_to_all": "SGLang --deepep-mode auto: low-latency kernels for decode batches, normal ones for "
-                              "prefill; aiconfigurator-core times both with SGLang 0.5.12 (wideep_deepep_ll/normal "
-                              "tables; their message bytes in docs/collectives.md)",
+            "moe_all_to_all": "SGLang 0.5.8 --deepep-mode auto: normal kernels for a batch with prefill, low-latency "
+                              "ones otherwise (layers/moe/utils.py DeepEPMode.resolve); the low-latency dispatch in "
+                              "fp8 unless SGLANG_DEEPEP_BF16_DISPATCH (token_dispatcher/deepep.py; NVFP4 for "
+                              "experts with a global input scale, not modelled: sent as fp8); aiconfigurator-core "
+                              "times both kernels with SGLang 0.5.12 (message bytes in docs/collectives.md)",
             "attention": "SGLang docs (attention backends): FA3 is the default on Hopper; on Blackwell its trtllm_mha "
                          "backend (TensorRT-LLM's kernels), the one aiconfigurator-core's SGLang 0.5.14 tables measure "
                          "on B200 and B300",
