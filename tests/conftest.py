@@ -8,7 +8,8 @@ tier.
 A test is slow when it is marked ``@pytest.mark.slow`` in its file (the workbook recomputations, the browser, the
 wheel build, the pinned refit) or when it is listed in ``SLOW`` below: the tests that cost seconds each, marked
 here so their files need not change. Keep the list short: a test belongs in it when it takes about 4 s or more on
-two shared cores, and its line says what the time goes on.
+two shared cores, or 2 s or more to recompute a whole documented output (a faster test holds the code beside it),
+and its line says what the time goes on.
 """
 from __future__ import annotations
 
@@ -36,12 +37,18 @@ SLOW = {
     "test_train_calibrate.py::test_quick_suite_runs_on_cpu": "12 s: training suite measured on the CPU",
     "test_collectives.py::test_gloo_every_collective_at_every_world_size": "11 s: gloo worlds of 2..4 processes",
     "test_collectives.py::test_gloo_overlap_and_tp_layer_rows": "5 s: gloo processes started",
+    "test_hf_generate.py::test_tiny_model_on_cpu": "6 s: generate() of a tiny model measured on the CPU, three runs",
     # workbook recomputation by the formulas package (the rest of it is marked in tests/test_workbook.py)
     "test_engines.py::test_workbook_follows_an_overlap_method": "18 s: a whole workbook recomputed for one cell",
     # a real spreadsheet: LibreOffice headless recalculates two MoE workbooks (skipped without soffice)
     "test_workbook_libreoffice.py": "25 s: two workbooks exported and recalculated by LibreOffice",
     # the backtest carries and judges every calibrated family between two parts
     "test_next_generation.py::test_backtest_reports_every_family_and_the_own_profile": "4 s: full backtest",
+    # whole documented outputs recomputed (docs/tools/regenerate.py registers the docs/ blocks of this kind slow)
+    "test_next_generation.py::test_every_shipped_sustained_block_is_what_perfmodel_sustained_prints":
+        "4 s: every part's sustained ceilings measured again off its calibration folder",
+    "test_layouts.py::test_docs_speculative_table_is_regenerated": "2-3 s: docs/speculative.md's MTP table",
+    "test_tables.py::test_docs_tables_effect_is_regenerated": "2-3 s: docs/tables.md's ten parts, tables on and off",
 }
 
 

@@ -236,10 +236,14 @@ def test_a_band_contains_its_p50(part):
     assert np.isfinite(p.ttft_s)
 
 
-def test_docs_what_if_tables_are_regenerated(generated_block):
-    for tag, function in (("what-if-examples", "examples"), ("what-if-departures", "departures")):
-        doc, now = generated_block("what-if.md", tag, "what_if_table.py", function)
-        assert doc == now, f"run python docs/tools/what_if_table.py and paste it into docs/what-if.md ({tag})"
+@pytest.mark.parametrize("tag, function", [
+    ("what-if-examples", "examples"),
+    # the scan of every figure of every part (5-8 s), registered slow in docs/tools/regenerate.py
+    pytest.param("what-if-departures", "departures", marks=pytest.mark.slow),
+])
+def test_docs_what_if_tables_are_regenerated(generated_block, tag, function):
+    doc, now = generated_block("what-if.md", tag, "what_if_table.py", function)
+    assert doc == now, f"run python docs/tools/what_if_table.py and paste it into docs/what-if.md ({tag})"
 
 
 def test_the_bandwidth_allowance_covers_the_documented_worst_case():

@@ -220,6 +220,17 @@ def test_long_formulas_split_into_helper_cells_still_match(tmp_path, monkeypatch
     _check_against(calc, wb, project_resolved(hw, model, resolve_scenario(sc, hw), prof))
 
 
+@pytest.mark.parametrize("text", [
+    "((A1+MAX(B1,2))*(A1+MAX(B1,2))+(A1+MAX(B1,2)))/(C1*(A1+MAX(B1,2)))", "IF(A1>0,(B1,C1),x_1(D1))+(E1,F1)",
+    "Prefill!$B$5*(1+(a,(b)))", "", "(", ")(", "(a))((b)", "é(x,(y))", "SUM(A1:A9)*((1,2),3)",
+])
+def test_groups_by_arrays_are_the_scan_s(text):
+    """The array parse of a formula's groups (balanced text) gives the token scan's list, in its order."""
+    from perfmodel.outputs.workbook import _groups, _groups_scan
+
+    assert _groups(text) == _groups_scan(text)
+
+
 def test_hoist_keeps_meaning():
     """The helper-cell fallback for long formulas: substitution of repeated groups, evaluated."""
     expr = "((A1+MAX(B1,2))*(A1+MAX(B1,2))+(A1+MAX(B1,2)))/(C1*(A1+MAX(B1,2)))"
