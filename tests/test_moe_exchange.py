@@ -79,3 +79,43 @@ def test_training_experts_stay_one_kernel_in_their_training_format():
         assert len(experts) == 2
         assert all(op.params["groups"] > 1 and "weights" not in op.params for op in experts)
         assert not any(k in op.params for op in experts for k in SERVING_MOE_PARAMS)
+
+
+def test_training_waits_for_the_busiest_expert_rank():
+    """--moe-imbalance in training: the busiest EP rank's routed products, permutes and all-to-all grow by the
+    factor, the kernels keep the mean rank's shape (so the step is continuous at 1: no unaligned fractional rows),
+    the model FLOPs stay the useful work, the busiest rank keeps more permuted activations; at EP 1 there is no
+    busiest rank."""
+    from dataclasses import replace
+
+    from perfmodel.errors import InputError
+    from perfmodel.models import load_model
+    from perfmodel.train.graph import layer_ops
+    from perfmodel.train.scenario import TrainScenario
+
+    kw = dict(pp=8, ep=8, gpus=64, tp=1, global_batch=512, seq=4096)
+    base = project_train("h200-sxm", "deepseek-v3", **kw)
+    same = project_train("h200-sxm", "deepseek-v3", moe_imbalance=1.0, **kw)
+    near = project_train("h200-sxm", "deepseek-v3", moe_imbalance=1.0001, **kw)
+    skew = project_train("h200-sxm", "deepseek-v3", moe_imbalance=1.3, **kw)
+    assert same.step_time_s == base.step_time_s
+    assert near.step_time_s == pytest.approx(base.step_time_s, rel=1e-3)
+    assert base.step_time_s < skew.step_time_s < 1.3 * base.step_time_s
+    assert skew.model_flops == pytest.approx(base.model_flops)
+    assert skew.memory.activations > base.memory.activations
+
+    model = load_model("deepseek-v3")
+    ts = TrainScenario(**kw).validated(model)
+    ops = {t.name: t for t in layer_ops(model, ts)}
+    ops_skew = {t.name: t for t in layer_ops(model, replace(ts, moe_imbalance=1.3))}
+    for name in ("moe.gate_up", "moe.down", "moe.permute"):
+        assert ops_skew[name].op.count == pytest.approx(1.3 * ops[name].op.count)
+        assert ops_skew[name].op.params.get("m") == ops[name].op.params.get("m")
+    assert ops_skew["moe.dispatch"].op.bytes == pytest.approx(1.3 * ops["moe.dispatch"].op.bytes)
+    assert ops_skew["moe.gate_up"].model_flops * ops_skew["moe.gate_up"].op.count == pytest.approx(
+        ops["moe.gate_up"].model_flops * ops["moe.gate_up"].op.count)
+    one = dict(kw, ep=1)
+    assert project_train("h200-sxm", "deepseek-v3", moe_imbalance=1.3, **one).step_time_s == \
+        project_train("h200-sxm", "deepseek-v3", **one).step_time_s
+    with pytest.raises(InputError, match="busiest"):
+        TrainScenario(moe_imbalance=0.5).validated()

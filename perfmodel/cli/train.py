@@ -54,6 +54,8 @@ def register(sub) -> None:
     g.add_argument("--moe-a2a-overlap", choices=("on", "off"), default=None,
                    help="expert-parallel all-to-all hidden under another micro-batch's compute (DualPipe; "
                         "Megatron's --overlap-moe-expert-parallel-comm); default: on with --schedule dualpipe")
+    g.add_argument("--moe-imbalance", type=float, default=1.0,
+                   help="the busiest expert-parallel rank's routed tokens over the mean (default 1: uniform)")
     g.add_argument("--mtp-layers", type=int, default=None,
                    help="multi-token-prediction modules trained on the last stage (default: the model's own, "
                         "DeepSeek-V3's 1; 0 to train without)")
@@ -86,7 +88,7 @@ def train_scenario(args):
         dtype=args.dtype, fp8_recipe=args.fp8_recipe, optimizer=args.optimizer, grad_dtype=args.grad_dtype, attention=args.attention,
         attention_kernel=args.attention_kernel, dropout=args.dropout, kernels=args.kernels, dp_overlap=not args.no_dp_overlap, tp_overlap=args.tp_overlap,
         moe_a2a_overlap=None if args.moe_a2a_overlap is None else args.moe_a2a_overlap == "on",
-        mtp_layers=args.mtp_layers, mode=args.mode)
+        moe_imbalance=args.moe_imbalance, mtp_layers=args.mtp_layers, mode=args.mode)
 
 
 def cmd_train(args) -> int:

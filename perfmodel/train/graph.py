@@ -56,6 +56,8 @@ FLASH_BWD_FLOPS = 2.5  # backward / forward matmul work of a flash kernel (S rec
 ACTIVATION_GEMMS = ("attn.scores", "attn.context")  # batched products of two activations (no weight)
 # The routed experts' products (a grouped kernel over the local experts; shared experts are dense GEMMs)
 EXPERT_GEMMS = ("moe.gate_up", "moe.up", "moe.down")
+# the routed pairs' memory-bound ops (their work grows with the rank's pairs, as the products' does)
+ROUTED_ELEMENTWISE = ("moe.permute", "moe.unpermute", "moe.swiglu", "moe.gelu")
 
 
 @dataclass(frozen=True)
@@ -347,28 +349,35 @@ def _core_attention(model: Model, ts: TrainScenario, core: O.Op) -> list[TrainOp
 
 def _moe_expert_parallel(ops: list[TrainOp], model: Model, ts: TrainScenario, tokens, act: str) -> list[TrainOp]:
     """Spread the routed experts over ``ep`` data-parallel ranks: each rank computes its own tokens' top-k
-    pairs on num_experts / ep experts (uniform routing), after an all-to-all dispatch and before a combine."""
+    pairs on num_experts / ep experts, after an all-to-all dispatch and before a combine. The step waits for the
+    busiest rank, which gets ``moe_imbalance`` times the mean rank's pairs: its routed products and permutes run
+    that many times the mean's kernels (the kernels keep the mean's shape: a fractional row count would price an
+    unaligned product the padded kernels do not run) and its all-to-all moves that much more; the model FLOPs stay
+    the useful work, the uniform routing's."""
     moe = model.moe
     assert moe is not None
     if ts.ep == 1:
         return ops
     h = model.hidden
+    imbalance = ts.moe_imbalance
     pairs = tokens * moe.top_k
     local = moe.num_experts // ts.ep
     per_expert = pairs / local
     out: list[TrainOp] = []
-    a2a = pairs * h * _b(act)
+    a2a = pairs * h * _b(act) * imbalance
     for t in ops:
         op = t.op
         if op.name in EXPERT_GEMMS:
             p = op.params
             new = O.gemm(op.name, per_expert, p["n"], p["k"], p["dtype"], phase="prefill", groups=local,
-                         out_dtype=p["out_dtype"], weight_dtype=p.get("weights")).with_count(op.count)
+                         out_dtype=p["out_dtype"], weight_dtype=p.get("weights")).with_count(op.count * imbalance)
             # the kernel of EP 1 (_training_kernel): spreading the experts over ranks changes the groups only
             kept = {k: p[k] for k in ("scaling",) if k in p}
             new = O.Op(new.name, new.kind, new.phase, new.flops, new.bytes, {**new.params, **kept}, new.count,
                        new.scope)
-            t = replace(t, op=new, model_flops=float(new.flops))
+            t = replace(t, op=new, model_flops=float(new.flops) / imbalance)
+        elif op.name in ROUTED_ELEMENTWISE and imbalance != 1.0:
+            t = replace(t, op=op.with_count(op.count * imbalance))
         # overlapped (ts.a2a_hidden): exposed only where it exceeds its pass's compute, which another
         # micro-batch's chunk runs meanwhile (hide_under "*")
         hide = ("*",) if ts.a2a_hidden else ()

@@ -201,7 +201,7 @@ def layer_activation_bytes(model: Model, ts: TrainScenario, layer: int = -1, rec
     if is_moe_layer(model, layer if layer >= 0 else model.layers - 1):
         moe = model.moe
         f = _ceil_div(moe.expert_intermediate, t)
-        pairs = tokens * moe.top_k
+        pairs = tokens * moe.top_k * (ts.moe_imbalance if ts.ep > 1 else 1.0)  # the busiest expert rank's
         mlp += e * pairs * h  # permuted expert inputs
         mlp += e * pairs * f * (3.0 if model.mlp == "swiglu" else 2.0)
         mlp += 4.0 * tokens * moe.num_experts  # router probabilities (fp32)

@@ -61,6 +61,11 @@ class TrainScenario:
     # backward chunks (DeepSeek-V3 report, sec. 3.2.1), Megatron-Core's --overlap-moe-expert-parallel-comm (1F1B
     # with A2A overlap); None: on with --schedule dualpipe, off otherwise (Megatron's default)
     moe_a2a_overlap: bool | None = None
+    # expert load imbalance: the busiest expert-parallel rank's routed token-expert pairs over the mean (1: uniform
+    # routing, the default; inference's --moe-imbalance, the same meaning). The step waits for that rank: its
+    # routed products and permutes run that many times the mean rank's work, its all-to-all moves that much more,
+    # and it keeps that many more permuted activations
+    moe_imbalance: float = 1.0
     # multi-token-prediction modules trained with the model (DeepSeek-V3 report sec. 2.2; Megatron-Core's
     # --mtp-num-layers): each one decoder layer, a projection of [norm(h); norm(emb)] and the shared LM head and
     # loss again, on the last pipeline stage; None: the model's own (config num_nextn_predict_layers)
@@ -128,6 +133,10 @@ class TrainScenario:
             raise InputError(f"expected latency or sol, got {self.mode!r}", field="--mode")
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise InputError(f"expected 0, 1, 2 or 3, got {self.zero!r}", field="--zero")
+        if (isinstance(self.moe_imbalance, bool) or not isinstance(self.moe_imbalance, (int, float))
+                or not 1.0 <= self.moe_imbalance <= 1e3):
+            raise InputError(f"expected the busiest rank's load over the mean, >= 1, got {self.moe_imbalance!r}",
+                             field="--moe-imbalance")
         if not 0.0 <= self.tp_overlap <= 1.0:
             raise InputError(f"expected a fraction in [0, 1], got {self.tp_overlap!r}", field="--tp-overlap")
         if self.sequence_parallel and self.tp == 1:
