@@ -233,10 +233,7 @@ class Scenario:
                                  f"got {len(given)}", field="--mtp-accept")
         if self.draft is not None and not self.mtp:
             raise InputError("a draft model drafts tokens only with --mtp K (the draft tokens a step)", field="--draft")
-        if not (isinstance(self.moe_imbalance, (int, float)) and not isinstance(self.moe_imbalance, bool)
-                and 1.0 <= self.moe_imbalance <= 1e3):
-            raise InputError(f"expected the busiest rank's load over the mean, >= 1, got {self.moe_imbalance!r}",
-                             field="--moe-imbalance")
+        check_moe_imbalance(self.moe_imbalance)
         _choice(self.mode, ("latency", "sol"), "--mode")
         _choice(self.moe_exchange, ("gather", "all_to_all"), "--moe-exchange")
         _choice(self.moe_all_to_all, ("per_rank", "deepep"), "moe_all_to_all")
@@ -317,6 +314,13 @@ def parse_image_size(text: str) -> tuple[int, int]:
     if not (1 <= w <= MAX_IMAGE_SIDE and 1 <= h <= MAX_IMAGE_SIDE):
         raise InputError(f"expected each side 1 to {MAX_IMAGE_SIDE} pixels, got {text!r}", field="--image-size")
     return w, h
+
+
+def check_moe_imbalance(value) -> None:
+    """``--moe-imbalance`` (inference's and training's): the busiest expert rank's load over the mean, 1 to 1000."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1.0 <= value <= 1e3:
+        raise InputError(f"expected the busiest rank's load over the mean, >= 1, got {value!r}",
+                         field="--moe-imbalance")
 
 
 def _choice(value, choices, flag: str) -> None:

@@ -241,11 +241,8 @@ class _Serving:
         opts = None
         try:
             if sides is None:
-                sc = Scenario(isl=_int(row, "isl", where), osl=_int(row, "osl", where), batch="max",
-                              tp=_int(row, "tp", where), pp=_int(row, "pp", where),
-                              attention_dp=_optional_int(row, "attention_dp", where) or 1,
-                              ep=_optional_int(row, "moe_ep", where) or 1,
-                              dtype=row_format(row, model), engine=rec["engine"], mode=self.mode).validated()
+                sc = Scenario(batch="max", **row_layout(row, where, model), engine=rec["engine"],
+                              mode=self.mode).validated()
                 sc = sc.with_(batch=admission_cap(sc, hw))
             else:
                 sc, opts = disagg_scenario(row, where, sides, model, rec["engine"], self.mode)
@@ -417,6 +414,13 @@ def admission_cap(sc, hw) -> int | str:
     if sc.engine in ENGINES and ENGINES[sc.engine].admission == "no_evict":
         return "max"
     return int(resolve_scenario(sc, hw).max_batch)
+
+
+def row_layout(row: dict, where: str, model) -> dict:
+    """The Scenario fields an aggregated serving row records: lengths, TP, PP, attention DP, EP and format."""
+    return dict(isl=_int(row, "isl", where), osl=_int(row, "osl", where), tp=_int(row, "tp", where),
+                pp=_int(row, "pp", where), attention_dp=_optional_int(row, "attention_dp", where) or 1,
+                ep=_optional_int(row, "moe_ep", where) or 1, dtype=row_format(row, model))
 
 
 def _optional_int(row: dict, col: str, where: str) -> int | None:

@@ -31,10 +31,10 @@ TOKENS = (8, 64, 256, 1024)
 def measured(system: str):
     """The table's rows at DeepSeek-V3's MoE shape, by tokens per rank."""
     import pandas as pd
-    from aiconfigurator_core.sdk import common
 
-    path = (Path(common.__file__).parent.parent / "systems" / "data" / system / "comm" / "sglang" / "0.5.12"
-            / "wideep_deepep_ll_perf.parquet")
+    from perfmodel.imports.aiconfigurator import find_source
+
+    path = find_source().data / system / "comm" / "sglang" / "0.5.12" / "wideep_deepep_ll_perf.parquet"
     d = pd.read_parquet(path)
     d = d[(d.hidden_size == HIDDEN) & (d.num_experts == EXPERTS) & (d.num_topk == TOP_K) & (d.node_num == 1)]
     return {int(r.num_token): r for r in d.itertuples()}

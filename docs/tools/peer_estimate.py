@@ -58,10 +58,9 @@ class Row(NamedTuple):
 
 
 def _sample_rows() -> dict[int, dict]:
-    from aiconfigurator_core.sdk import common
+    from perfmodel.imports.aiconfigurator import find_source
 
-    path = Path(common.__file__).parent.parent / "systems" / "silicon_sample.csv"
-    with open(path, newline="") as f:
+    with open(find_source().systems / "silicon_sample.csv", newline="") as f:
         return {i: r for i, r in enumerate(csv.DictReader(f), start=2)}
 
 
@@ -106,27 +105,27 @@ def _aic_estimates(sample: dict[int, dict], lines: set[int]) -> dict[int, float]
 
 
 def _ours(rows: list[dict]) -> dict[str, tuple[float, object]]:
-    """perfmodel's static decode TPOT (ms) and model for each silicon row it projects."""
+    """perfmodel's static decode TPOT (ms) and model for each silicon row it projects (the validation's layout of
+    the row, :func:`perfmodel.validate.row_layout`, at the row's batch with static batching)."""
     from perfmodel.errors import InputError
     from perfmodel.projection import project_resolved
     from perfmodel.resolve import resolve_hardware, resolve_model, setup
     from perfmodel.scenario import Scenario
-    from perfmodel.validate import engine_of, row_format
+    from perfmodel.validate import engine_of, row_layout
 
     out: dict[str, tuple[float, object]] = {}
     profiles: dict[tuple, object] = {}
     for r in rows:
         try:
             hw, model = resolve_hardware(r["hardware"].strip()), resolve_model(r["model"].strip())
-            engine = (r.get("engine") or "").strip().lower() or engine_of(r, "auto")
+            engine = engine_of(r, "auto")
             if (hw.key, engine) not in profiles:
                 profiles[(hw.key, engine)] = setup(hw, engine=engine).profile
-            sc = Scenario(isl=int(r["isl"]), osl=int(r["osl"]), batch=int(r["batch"]), tp=int(r["tp"]),
-                          pp=int(r["pp"] or 1), attention_dp=int(r["attention_dp"] or 1), ep=int(r["moe_ep"] or 1),
-                          dtype=row_format(r, model), engine=engine, batching="static").validated()
+            sc = Scenario(batch=int(r["batch"]), **row_layout(r, str(SILICON), model), engine=engine,
+                          batching="static").validated()
             s = setup(hw, model, sc, profiles[(hw.key, engine)])
             out[r["id"]] = (project_resolved(s.hardware, s.model, s.scenario, s.profile).tpot_s * 1e3, model)
-        except (InputError, ValueError, KeyError):  # a layout or format the model refuses: not compared
+        except InputError:  # a layout or format the model refuses: not compared
             pass
     return out
 
@@ -186,26 +185,29 @@ def gap_table(data: list[Row]) -> str:
 
 
 def prologue_table(m: int = 8, k: int = 5120) -> str:
-    """Each engine folder's fitted input quantization of a linear module (what its table times inside the module)
-    beside the quantize op a projection adds before the same product, both alone in a stream."""
+    """Each imported engine folder's fitted input quantization of a linear module (what its table times inside the
+    module, its own profile) beside the quantize op a projection on that part and engine adds before the same
+    product (the composed profile a projection takes), both alone in a stream."""
     from perfmodel import ops as O
     from perfmodel.cost import time_op
     from perfmodel.cost.gemm import quant_prologue
+    from perfmodel.cost.tables import load_folder
+    from perfmodel.profile import load_profile
     from perfmodel.resolve import resolve_hardware, setup
 
-    lines = [f"| calibration folder | format | module's fitted quantization (us) | projection's quantize op (us) |",
+    lines = ["| calibration folder | format | module's fitted quantization (us) | projection's quantize op (us) |",
              "|---|---|---|---|"]
-    for folder in sorted((ROOT / "calibration").glob("*-*")):
-        try:
-            prof = setup(resolve_hardware(folder.name.rsplit("-", 1)[0]), calibration=folder).profile
-        except Exception:  # not an engine folder of a part in the library
+    for path in sorted(p for p in (ROOT / "calibration").iterdir() if p.is_dir()):
+        folder = load_folder(path)
+        if folder is None:  # not an imported engine folder
             continue
-        hw = resolve_hardware(folder.name.rsplit("-", 1)[0])
-        for fmt in sorted(prof.gemm_prologue_s):
+        hw, own = resolve_hardware(folder.part), load_profile(path)
+        projected = setup(hw, engine=folder.engine).profile
+        for fmt in sorted(own.gemm_prologue_s):
             dtype = "fp4" if fmt == "fp4" else "fp8"
-            fitted = quant_prologue(m, k, fmt, dtype, hw.hbm_bandwidth, prof)
-            op = time_op(O.quantize("q", m, k, dtype, phase="decode"), hw, prof).time
-            lines.append(f"| {folder.name} | {fmt} | {fitted * 1e6:.1f} | {op * 1e6:.1f} |")
+            fitted = quant_prologue(m, k, fmt, dtype, hw.hbm_bandwidth, own)
+            op = time_op(O.quantize("q", m, k, dtype, phase="decode"), hw, projected).time
+            lines.append(f"| {path.name} | {fmt} | {fitted * 1e6:.1f} | {op * 1e6:.1f} |")
     return "\n".join(lines)
 
 

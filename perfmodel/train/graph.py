@@ -376,7 +376,7 @@ def _moe_expert_parallel(ops: list[TrainOp], model: Model, ts: TrainScenario, to
             new = O.Op(new.name, new.kind, new.phase, new.flops, new.bytes, {**new.params, **kept}, new.count,
                        new.scope)
             t = replace(t, op=new, model_flops=float(new.flops) / imbalance)
-        elif op.name in ROUTED_ELEMENTWISE and imbalance != 1.0:
+        elif op.name in ROUTED_ELEMENTWISE:
             t = replace(t, op=op.with_count(op.count * imbalance))
         # overlapped (ts.a2a_hidden): exposed only where it exceeds its pass's compute, which another
         # micro-batch's chunk runs meanwhile (hide_under "*")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from ..dtypes import check_dtype
 from ..errors import InputError
+from ..scenario import check_moe_imbalance
 
 SCHEDULES = ("1f1b", "interleaved", "zero-bubble", "dualpipe")
 RECOMPUTE = ("none", "selective", "full", "auto")  # auto: the least that fits (train.memory.least_recompute)
@@ -133,10 +134,7 @@ class TrainScenario:
             raise InputError(f"expected latency or sol, got {self.mode!r}", field="--mode")
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise InputError(f"expected 0, 1, 2 or 3, got {self.zero!r}", field="--zero")
-        if (isinstance(self.moe_imbalance, bool) or not isinstance(self.moe_imbalance, (int, float))
-                or not 1.0 <= self.moe_imbalance <= 1e3):
-            raise InputError(f"expected the busiest rank's load over the mean, >= 1, got {self.moe_imbalance!r}",
-                             field="--moe-imbalance")
+        check_moe_imbalance(self.moe_imbalance)
         if not 0.0 <= self.tp_overlap <= 1.0:
             raise InputError(f"expected a fraction in [0, 1], got {self.tp_overlap!r}", field="--tp-overlap")
         if self.sequence_parallel and self.tp == 1:
