@@ -340,7 +340,8 @@ def _range_problem(key: str, v: float) -> str | None:
 # a positive finite number (a dict of them per backend or kind) in range; `adamw_eta: 0` had divided by zero.
 _TRAINING_RANGES = {"gemm_dgrad_scale": MAX_ETA * 5, "gemm_wgrad_scale": MAX_ETA * 5, "attn_bwd_ratio": 100.0,
                     "mem_bwd_scale": MAX_ETA * 5, "loss_scale": 100.0, "adamw_eta": MAX_FRACTION_OF_PEAK,
-                    "adamw_alpha_s": MAX_TIME_S, "grouped_gemm_eta": MAX_ETA, "grouped_gemm_rows0": MAX_OTHER}
+                    "adamw_alpha_s": MAX_TIME_S, "grouped_gemm_eta": MAX_ETA, "grouped_gemm_rows0": MAX_OTHER,
+                    "fp8_split_over_fast": 10.0}
 _TRAINING_MAY_BE_ZERO = ("grouped_gemm_rows0",)  # rows of per-expert cost: none is a fit's answer too
 
 

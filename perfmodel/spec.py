@@ -840,6 +840,17 @@ def list_specs() -> list[HardwareSpec]:
     return sorted((load_spec(p.resolve()) for p in _spec_files(hardware_dir())), key=lambda s: s.key)
 
 
+def library_aliases() -> dict[str, tuple[str, ...]]:
+    """Every spec of hardware/ by key, with the other names its file gives it (``aliases``)."""
+    out = {}
+    for p in _spec_files(hardware_dir()):
+        try:
+            out[p.stem] = tuple(_read_raw(p.resolve()).top.get("aliases", ()))
+        except InputError:
+            continue
+    return out
+
+
 def clear_cache() -> None:
     _RAW_CACHE.clear()
     _SPEC_CACHE.clear()

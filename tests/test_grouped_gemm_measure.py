@@ -31,7 +31,7 @@ def test_check_prices_the_three_passes_like_the_training_graph(tmp_path, docs_to
     # the weight gradient also reads and writes the fp32 main gradient: never cheaper than the data gradient
     assert prices[2] >= prices[1] * 0.99
     result = tool.compare(tmp_path)
-    assert result[("pass", "fwd", 1024)]["n"] == 1
+    assert result[("pass", "bf16", "fwd", 1024)]["n"] == 1
 
 
 def test_check_without_measurements_says_so_in_one_line(tmp_path, capsys, docs_tool):
@@ -160,7 +160,8 @@ def test_fit_training_keeps_the_grouped_efficiency_and_none_calibration_has_none
     ts = TrainScenario(gpus=8, ep=8, global_batch=8, seq=4096, dtype="bf16")
     model = resolve_model("qwen3-30b-a3b")
     assert any("dense GEMM model's rate: no grouped-gemm measurements" in a for a in assumptions(hw, model, ts, none))
-    assert any("grouped kernel's rate measured on" in a for a in assumptions(hw, model, ts, prof))
+    assert any("grouped kernel's rate relative to the dense GEMM model (per pass, bf16 measured on" in a
+               for a in assumptions(hw, model, ts, prof))
     _json.dumps(prof.training)  # stays a JSON document
 
 
@@ -200,3 +201,154 @@ def test_profile_rejects_a_negative_per_expert_cost(tmp_path):
     doc["training"]["grouped_gemm_rows0"]["bf16.wgrad"] = 0.0  # none is a fit's answer too
     (tmp_path / "profile.json").write_text(json.dumps(doc))
     load_profile(tmp_path / "profile.json")
+
+
+# --- fp8: the scaled grouped kernel's layouts, and the accumulation a fit takes per pass ------------------------
+
+def test_fp8_cases_measure_each_pass_both_ways_and_keep_the_bf16_ids():
+    from perfmodel.measure.store import make_id
+
+    cases = grouped_cases()
+    fp8 = [c for c in cases if c.params["dtype"] == "fp8"]
+    bf16 = [c for c in cases if c.params["dtype"] == "bf16"]
+    assert len(fp8) == 2 * len(bf16) > 0
+    assert {c.params["fast_accum"] for c in fp8} == {True, False}
+    # the bf16 rows measured before fp8 existed keep their ids (a --resume run does not measure them again)
+    assert all("fast_accum" not in c.params and c.id == make_id("grouped_gemm", c.params) for c in bf16)
+
+
+def test_fp8_operands_are_in_the_layouts_the_scaled_grouped_kernel_takes():
+    """Every fp8 case's operands pass ``torch._scaled_grouped_mm``'s own checks (its meta function, no GPU) and
+    give the output the pass writes: [M, N] forward, [M, K] data gradient, [E, K, N] weight gradient."""
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    from perfmodel.measure.grouped_gemm import fp8_operands
+
+    if not hasattr(torch, "_scaled_grouped_mm"):
+        pytest.skip("this torch has no _scaled_grouped_mm")
+    for c in grouped_cases(quick=True, formats=("fp8",)):
+        p = c.params
+        a, b, sa, sb, offs = fp8_operands(p, "meta")
+        out = torch._scaled_grouped_mm(a, b, sa, sb, offs=offs, out_dtype=torch.bfloat16,
+                                       use_fast_accum=p["fast_accum"])
+        m = p["experts"] * p["rows"]
+        want = {"fwd": [m, p["n"]], "dgrad": [m, p["k"]], "wgrad": [p["experts"], p["k"], p["n"]]}[p["pass"]]
+        assert list(out.shape) == want, p
+
+
+def test_fp8_fit_takes_fast_rows_and_prices_split_passes_by_the_dense_ratio():
+    """fp8 rows fit ``fp8.<pass>`` from their fast-accumulation rows, every pass (the stand-in kernel's own split
+    accumulation is not TransformerEngine's cuBLAS one); a pass the recipe splits then costs the dense products'
+    measured split-over-fast ratio more, the forward (fast) that ratio less than the split-fitted dense model."""
+    from perfmodel.fit.training import fit_grouped, grouped_usable
+    from perfmodel.profile import DEFAULTS
+    from perfmodel.spec import load_spec
+    from perfmodel.train.cost import accumulation_factor, grouped_factor, training_params
+    from perfmodel.train.graph import FP8_FAST_ACCUMULATION
+
+    c = 1.25
+    prof = DEFAULTS.with_(training={"fp8_split_over_fast": c})
+    eta = {"fwd": 0.85, "dgrad": 0.9, "wgrad": 0.8}
+    rows0 = {"fwd": 10.0, "dgrad": 0.0, "wgrad": 40.0}
+    rows = []
+    for r in _synthetic_rows(eta, rows0):  # bf16-priced rows as the known grouped kernel runs them
+        for fast in (True, False):
+            p = {**r["params"], "dtype": "fp8", "scaling": "row", "fast_accum": fast}
+            rows.append({**r, "params": p, "time_s": 1.0})
+    hw = load_spec("h200-sxm")
+    from perfmodel.fit.training import grouped_parts
+    parts = grouped_parts(rows, hw, prof, training_params(prof))
+    for row, (_, model_s, r) in zip(rows, parts):  # measured = the fast model's time at known parameters
+        p_ = row["params"]["pass"]
+        row["time_s"] = model_s / eta[p_] * (1.0 + rows0[p_] / r) * (1.0 if row["params"]["fast_accum"] else 3.0)
+    usable = grouped_usable(rows)
+    assert len(usable) == len(rows) // 2 and all(r["params"]["fast_accum"] for r in usable)
+    entries, _ = fit_grouped(rows, hw, prof)
+    for p_ in PASSES:
+        assert abs(entries["grouped_gemm_eta"][f"fp8.{p_}"] - eta[p_]) < 1e-3
+    # pricing: the forward fast (1 / c on the dense model), the gradients split (1)
+    ops = [t for t in _expert_and_dense_ops() if t.op.kind == "gemm"]
+    params = training_params(prof)
+    from dataclasses import replace as _replace
+    for t in ops:
+        fp8 = _replace(t, op=_replace(t.op, params={**t.op.params, "dtype": "fp8"}))
+        want = 1.0 / c if FP8_FAST_ACCUMULATION.get(t.role, False) else 1.0
+        assert accumulation_factor(fp8, params) == want, t.name
+        assert accumulation_factor(t, params) == 1.0  # bf16
+        block = _replace(fp8, op=_replace(fp8.op, params={**fp8.op.params, "scaling": "block"}))
+        assert accumulation_factor(block, params) == 1.0  # block scaling splits every pass
+    assert grouped_factor(ops[0], params) == 1.0  # no grouped parameters in this profile
+
+
+def test_check_reports_fp8_against_bf16_and_split_against_fast(tmp_path, docs_tool):
+    rows = []
+    for p_ in PASSES:
+        base = {"model": "gpt-oss-120b", "product": "gate_up", "pass": p_, "experts": 16, "rows": 1024, "k": 2880,
+                "n": 5760}
+        rows.append({"kind": "grouped_gemm", "params": {**base, "dtype": "bf16"}, "time_s": 2e-3})
+        rows.append({"kind": "grouped_gemm", "params": {**base, "dtype": "fp8", "scaling": "row", "fast_accum": True},
+                     "time_s": 1e-3})
+        rows.append({"kind": "grouped_gemm", "params": {**base, "dtype": "fp8", "scaling": "row", "fast_accum": False},
+                     "time_s": 1.2e-3})
+    (tmp_path / "measurements.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tool = docs_tool("grouped_gemm_check.py")
+    result = tool.compare(tmp_path)
+    ratios = result["ratios"]["h200-sxm"]  # rows that name no device: the profile's part
+    assert ratios["split_over_fast"] == {p: 1.2 for p in sorted(PASSES)}
+    assert ratios["fp8_over_bf16"] == {"dgrad": 0.6, "fwd": 0.5, "wgrad": 0.6}
+    assert result[("all", "fp8", "every product", "")]["n"] == 3
+    assert "fp8 split accumulation" in tool.table(result, True)
+
+
+def test_split_over_fast_is_the_compute_bound_median():
+    """fp8_split_over_fast: the median split/fast time over products whose fast run reaches half the part's fp8
+    rate; streaming-bound products (alike either way) are left out, unpaired ones too."""
+    from perfmodel.fit.training import fit_fp8_accumulation
+    from perfmodel.spec import load_spec
+
+    hw = load_spec("h100-sxm")
+    peak = hw.tensor_flops["fp8"]
+    rows = []
+    for i, ratio in enumerate((1.04, 1.06, 1.10)):  # compute-bound: fast at 0.6 of the peak
+        m = n = k = 4096 + 128 * i
+        fast = 2.0 * m * n * k / (0.6 * peak)
+        rows += [{"kind": "gemm", "params": {"m": m, "n": n, "k": k, "dtype": "fp8", "fast_accum": True}, "time_s": fast},
+                 {"kind": "gemm", "params": {"m": m, "n": n, "k": k, "dtype": "fp8", "fast_accum": False},
+                  "time_s": fast * ratio}]
+    slow = 2.0 * 4 * 8192 * 8192 / (0.01 * peak)  # a decode-sized product, streaming-bound
+    rows += [{"kind": "gemm", "params": {"m": 4, "n": 8192, "k": 8192, "dtype": "fp8", "fast_accum": f},
+              "time_s": slow * (1.5 if not f else 1.0)} for f in (True, False)]
+    rows.append({"kind": "gemm", "params": {"m": 64, "n": 64, "k": 64, "dtype": "fp8", "fast_accum": True}, "time_s": 1e-6})
+    entries, summary = fit_fp8_accumulation(rows, hw)
+    assert abs(entries["fp8_split_over_fast"] - 1.06) < 1e-12
+    assert summary["n"] == 3 and summary["pairs"] == 4
+    assert fit_fp8_accumulation(rows[-3:], hw) == ({}, {})
+
+
+def test_a_folder_measured_on_another_part_is_priced_there(tmp_path):
+    """grouped-gemm-<part>/ beside grouped-gemm/: its rows are priced on the part its environment names (nvidia-smi's
+    name for the H100 SXM resolves through the spec's alias), with the profile carried there; a format only it
+    measured is fitted from it."""
+    import shutil
+
+    from perfmodel.fit.directory import grouped_sources, match_spec
+    from perfmodel.paths import calibration_dir
+    from perfmodel.resolve import resolve_hardware
+    from perfmodel.profile import load_profile
+
+    assert match_spec({"device_name": "NVIDIA H100 80GB HBM3"}, None).key == "h100-sxm"
+    src = calibration_dir() / "h200"
+    for name in ("grouped-gemm", "grouped-gemm-h100"):
+        shutil.copytree(src / name, tmp_path / name)
+    hw = resolve_hardware("h200-sxm")
+    prof = load_profile(src / "profile.json")
+    own, elsewhere = grouped_sources(tmp_path, hw, prof)
+    assert own and len(elsewhere) == 1
+    other = elsewhere[0]
+    assert other.hw.key == "h100-sxm" and other.prof.carried_from == "h200-sxm"
+    from perfmodel.fit.training import fit_grouped
+    entries, summary = fit_grouped(own, hw, prof, elsewhere=elsewhere)
+    assert entries["grouped_gemm_measured_on"] == {"bf16": "NVIDIA H200", "fp8": "NVIDIA H100 80GB HBM3"}
+    assert "NVIDIA H100 80GB HBM3" in summary["bf16"]["other_parts"]  # the carry rule's check
+    assert summary["fp8"]["part"] == "h100-sxm"

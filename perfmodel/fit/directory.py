@@ -94,7 +94,7 @@ def _import_provenance(path: Path) -> dict:
 
 
 def match_spec(env: dict, arch: str | None) -> HardwareSpec:
-    from ..spec import list_specs, load_spec
+    from ..spec import library_aliases, list_specs, load_spec
 
     if arch:
         return load_spec(arch)
@@ -102,14 +102,61 @@ def match_spec(env: dict, arch: str | None) -> HardwareSpec:
         return load_spec(env["spec_key"])
     name = str(env.get("device_name", "")).lower()
     words = set(name.replace("nvidia", "").split())
-    best = None
+    best, best_size = None, 0
+    aliases = library_aliases()
     for s in list_specs():
-        sw = set(s.name.lower().replace("nvidia", "").split())
-        if words and words <= sw and (best is None or len(sw) < len(set(best.name.lower().split()))):
-            best = s
+        # the spec's name, or an alias spelling the name the driver reports ("h100-80gb-hbm3": nvidia-smi's
+        # "NVIDIA H100 80GB HBM3" for the SXM part)
+        for sw in [set(s.name.lower().replace("nvidia", "").split())] + [set(a.lower().split("-")) for a in aliases.get(s.key, ())]:
+            if words and words <= sw and (best is None or len(sw) < best_size):
+                best, best_size = s, len(sw)
     if best is None:
         raise InputError(f"no hardware spec matches device {env.get('device_name')!r}; pass --arch", field="--arch")
     return best
+
+
+ACCUMULATION_DIR = "fp8-accumulation"  # a folder's fp8 fast-against-split products (perfmodel.measure.fp8_accumulation)
+
+
+def _folder_rows(folder: Path) -> tuple[list[dict], HardwareSpec]:
+    """A measurement folder's rows and the part they were measured on (its environment, else the rows')."""
+    rows = read_rows(folder / MEASUREMENTS)
+    env = read_environment(folder / ENVIRONMENT) or next(
+        (r["env"] for r in rows if isinstance(r, dict) and isinstance(r.get("env"), dict)), {})
+    return rows, match_spec(env, None)
+
+
+def fit_accumulation_folders(d: Path, prof):
+    """``fp8_split_over_fast`` into ``prof.training`` from the first ``fp8-accumulation*/`` folder of ``d`` that
+    measured a compute-bound pair (:func:`perfmodel.fit.training.fit_fp8_accumulation`, on the folder's own
+    part: a ratio of two kernels on one part, carried unchanged). Returns (the profile, a summary or {})."""
+    from .training import fit_fp8_accumulation
+
+    for folder in sorted(p for p in d.glob(ACCUMULATION_DIR + "*") if (p / MEASUREMENTS).is_file()):
+        rows, part = _folder_rows(folder)
+        entries, summary = fit_fp8_accumulation(rows, part)
+        if entries:
+            return prof.with_(training={**(prof.training or {}), **entries}), {**summary, "folder": folder.name}
+    return prof, {}
+
+
+def grouped_sources(d: Path, hw: HardwareSpec, prof) -> tuple[list[dict], tuple]:
+    """The expert-product rows of a folder: ``grouped-gemm/`` and any ``grouped-gemm-<part>/`` beside it (a run on
+    another part, e.g. where the lent machine was not the folder's part). Returns (the rows measured on ``hw``,
+    the other parts' rows as :class:`perfmodel.fit.training.GroupedSource`, each with ``prof`` carried to its
+    part by the transfer rules)."""
+    from ..transfer import carry
+    from .training import GroupedSource
+
+    own: list[dict] = []
+    elsewhere = []
+    for folder in sorted(p for p in d.glob(GROUPED_DIR + "*") if (p / MEASUREMENTS).is_file()):
+        rows, part = _folder_rows(folder)
+        if part.key == hw.key:
+            own += rows
+        else:
+            elsewhere.append(GroupedSource(rows, part, carry(prof, hw, part)))
+    return own, tuple(elsewhere)
 
 
 def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, seed: int = 0) -> str:
@@ -156,9 +203,14 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
     # the MoE expert products measured beside the suite (python -m perfmodel.measure.grouped_gemm --out
     # DIR/grouped-gemm): the grouped kernel's rate relative to the dense GEMM model, training factors fitted last,
     # against the dense model as projections price it (the power-limited clock sets the rate a row was timed at)
-    grouped_path = d / GROUPED_DIR / MEASUREMENTS
-    if grouped_path.is_file():
-        prof, grouped = fit_grouped_profile(prof, read_rows(grouped_path), hw)
+    # what split accumulation costs a per-tensor fp8 product (python -m perfmodel.measure.fp8_accumulation --out
+    # DIR/fp8-accumulation[-<part>]), before the grouped fit, which prices its fp8 rows at their accumulation
+    prof, accumulation = fit_accumulation_folders(d, prof)
+    if accumulation:
+        training = {**training, "fp8_accumulation": accumulation}
+    own, elsewhere = grouped_sources(d, hw, prof)
+    if own or elsewhere:
+        prof, grouped = fit_grouped_profile(prof, own, hw, elsewhere=elsewhere)
         if grouped:
             training = {**training, "grouped_gemm": grouped}
     formats = sorted({c.params["dtype"] for c in cases if c.kind == "gemm"})

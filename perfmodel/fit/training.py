@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 
 from ..models import Model
 from ..ops import Op, bytes_per_element
@@ -40,7 +41,7 @@ from ..ops import swiglu as swiglu_op
 from ..profile import MAX_ETA, Profile
 from ..spec import HardwareSpec
 from ..train.cost import TRAIN_DEFAULTS, optimizer_time, time_train_op, training_params
-from ..train.graph import BWD_STREAMS, EXPERT_GEMMS, TrainOp, backward
+from ..train.graph import BWD_STREAMS, EXPERT_GEMMS, FP8_FAST_ACCUMULATION, TrainOp, backward
 from ..train.project import microbatch_time
 from ..train.scenario import TrainScenario
 
@@ -132,11 +133,46 @@ def _fit_adamw(rows: list[dict], hw: HardwareSpec) -> dict:
 # The scenario a measured expert product is built in: bf16, Megatron's fp32 main gradients (only the dtypes and
 # the recipe of a scenario reach a single product's backward)
 GROUPED_SCENARIO = TrainScenario(gpus=8, global_batch=8, seq=4096, dtype="bf16")
-GROUPED_KEYS = ("grouped_gemm_eta", "grouped_gemm_rows0", "grouped_gemm_rows")  # what fit_grouped writes into Profile.training
+GROUPED_KEYS = ("grouped_gemm_eta", "grouped_gemm_rows0", "grouped_gemm_rows", "grouped_gemm_measured_on",
+                "fp8_split_over_fast", "fp8_accumulation_measured_on")  # what fit_grouped, fit_fp8_accumulation write
 
 
 def grouped_usable(rows: list[dict]) -> list[dict]:
-    return [r for r in rows if r.get("kind") == "grouped_gemm" and _usable(r)]
+    """The ``grouped_gemm`` rows a fit takes: fp8 ones at fast accumulation only, every pass. The grouped kernel
+    stands in for TransformerEngine's grouped linear, which runs cuBLAS per expert on several streams
+    (``nvte_multi_tensor_gemm``); what split accumulation costs is cuBLAS's, measured on dense products
+    (:func:`fit_fp8_accumulation`), where the stand-in's own split-accumulation kernels pick configurations 2-3x
+    slower at a few hundred rows an expert of small experts. Its split rows stay evidence."""
+    return [r for r in rows if r.get("kind") == "grouped_gemm" and _usable(r) and r["params"].get("fast_accum", True)]
+
+
+# a dense product is compute-bound enough for the accumulation to show where its fast run reaches this share of
+# the part's dense fp8 rate (streaming-bound products run alike either way)
+ACCUMULATION_BOUND_SHARE = 0.5
+
+
+def fit_fp8_accumulation(rows: list[dict], hw: HardwareSpec) -> tuple[dict, dict]:
+    """``fp8_split_over_fast``: the median, over the per-tensor fp8 products measured both ways
+    (:mod:`perfmodel.measure.fp8_accumulation`, on ``hw``) whose fast run reaches ``ACCUMULATION_BOUND_SHARE`` of
+    ``hw``'s dense fp8 rate, of the split run's time over the fast run's. Returns (the training entries, a
+    summary); no such pair: ({}, {})."""
+    runs: dict[tuple, dict[bool, float]] = {}
+    for r in rows:
+        p = r.get("params") or {}
+        if (r.get("kind") == "gemm" and p.get("dtype") == "fp8" and "fast_accum" in p
+                and p.get("scaling", "tensor") == "tensor" and _usable(r)):
+            runs.setdefault((p["m"], p["n"], p["k"]), {})[bool(p["fast_accum"])] = float(r["time_s"])
+    peak = hw.tensor_flops.get("fp8", 0.0)
+    pairs = [(v[False] / v[True], 2.0 * m * n * k / v[True]) for (m, n, k), v in runs.items() if len(v) == 2]
+    bound = [ratio for ratio, rate in pairs if peak and rate >= ACCUMULATION_BOUND_SHARE * peak]
+    if not bound:
+        return {}, {}
+    device = next((str((r.get("env") or {}).get("device_name")) for r in rows if (r.get("env") or {}).get("device_name")),
+                  hw.name)
+    ratio = statistics.median(bound)
+    summary = {"n": len(bound), "pairs": len(pairs), "median_all": statistics.median(r for r, _ in pairs),
+               "fp8_split_over_fast": ratio, "measured_on": device, "part": hw.key}
+    return {"fp8_split_over_fast": ratio, "fp8_accumulation_measured_on": device}, summary
 
 
 def grouped_op(p: dict) -> TrainOp:
@@ -162,13 +198,18 @@ def grouped_op(p: dict) -> TrainOp:
 def grouped_parts(rows: list[dict], hw: HardwareSpec, prof: Profile, params: dict) -> list[tuple[float, float, float]]:
     """Per usable row (measured seconds, the dense model's seconds, rows an expert): the dense model as
     :func:`perfmodel.train.cost.time_train_op` prices the op standalone (as the measurement times it) with the
-    other training factors of ``params`` and no grouped efficiency."""
+    other training factors of ``params`` and no grouped efficiency, at the row's own accumulation (an fp8 row
+    timed fast is priced fast whatever its pass)."""
     base = {**params, "grouped_gemm_eta": {}, "grouped_gemm_rows0": {}}
+    c = float(base.get("fp8_split_over_fast", 1.0))
     out = []
     for r in rows:
-        t = grouped_op(r["params"])
+        p = r["params"]
+        t = grouped_op(p)
         model, _ = time_train_op(t, hw, prof, base, standalone=True)
-        out.append((float(r["time_s"]), float(model), float(r["params"]["rows"])))
+        if "fast_accum" in p and bool(p["fast_accum"]) != FP8_FAST_ACCUMULATION[p["pass"]]:
+            model = model / c if p["fast_accum"] else model * c
+        out.append((float(r["time_s"]), float(model), float(p["rows"])))
     return out
 
 
@@ -219,27 +260,52 @@ def fit_passes(parts: list[tuple[float, float, float]], passes: list[str]) -> di
     return {p: solve_grouped([x for x, q in zip(parts, passes) if q == p]) for p in sorted(set(passes))}
 
 
-def fit_grouped(rows: list[dict], hw: HardwareSpec, prof: Profile, params: dict | None = None) -> tuple[dict, dict]:
+@dataclass(frozen=True)
+class GroupedSource:
+    """Expert-product rows measured on one part, priced against the dense GEMM model of ``prof`` on that part (the
+    fitted profile itself on its own part, carried by the transfer rules to another)."""
+    rows: list[dict]
+    hw: HardwareSpec
+    prof: Profile
+
+
+def fit_grouped(rows: list[dict], hw: HardwareSpec, prof: Profile, params: dict | None = None, *,
+                elsewhere: tuple[GroupedSource, ...] = ()) -> tuple[dict, dict]:
     """Fit the expert products' grouped efficiency from ``grouped_gemm`` rows: per format and pass (forward, data
     gradient, weight gradient), the grouped kernel's rate relative to the dense GEMM model's (``eta``) and the
     rows of work each expert pays on top of its own (``rows0``), :func:`solve_grouped`. Returns (the training
-    entries to set: ``grouped_gemm_eta`` and ``grouped_gemm_rows0``, keyed ``<format>.<pass>``; a summary: the
-    dense model's and the fitted model's in-sample errors, and a leave-one-model-out check: the parameters fitted
-    without each model's shapes, priced on that model's). No usable rows: ({}, {})."""
-    usable = grouped_usable(rows)
-    if not usable:
+    entries to set: ``grouped_gemm_eta`` and ``grouped_gemm_rows0``, keyed ``<format>.<pass>``, and the device
+    each format was measured on, ``grouped_gemm_measured_on``; a summary per format: the dense model's and the
+    fitted model's in-sample errors, and a leave-one-model-out check: the parameters fitted without each model's
+    shapes, priced on that model's). No usable rows: ({}, {}).
+
+    ``rows`` were measured on ``hw``. ``elsewhere``: rows measured on other parts, each priced against the dense
+    model carried there. A format ``hw``'s rows measure is fitted from them alone; a format only another part
+    measured is fitted from that part's rows (the ratio is a part's grouped kernel against its own dense model, and
+    carries unchanged: the rule that carries it to every part); where both measured a format, the summary's
+    ``other_parts`` says how the ratio fitted here prices the other part's rows, a check of that rule."""
+    sources = [GroupedSource(rows, hw, prof), *elsewhere]
+    usable_by = [(src, grouped_usable(src.rows)) for src in sources]
+    usable_by = [(src, use) for src, use in usable_by if use]
+    if not usable_by:
         return {}, {}
-    params = params if params is not None else training_params(prof)
-    parts = grouped_parts(usable, hw, prof, params)
-    eta, rows0, summary = {}, {}, {}
-    for fmt in sorted({r["params"].get("dtype", "bf16") for r in usable}):
-        idx = [i for i, r in enumerate(usable) if r["params"].get("dtype", "bf16") == fmt]
-        sub = [parts[i] for i in idx]
-        passes = [usable[i]["params"]["pass"] for i in idx]
-        names = [usable[i]["params"].get("model", "") for i in idx]
+    priced = []  # (source index, row, parts)
+    for i, (src, use) in enumerate(usable_by):
+        base = params if (params is not None and src.hw.key == hw.key) else training_params(src.prof)
+        priced += [(i, r, x) for r, x in zip(use, grouped_parts(use, src.hw, src.prof, base))]
+    eta, rows0, measured_on, summary = {}, {}, {}, {}
+    for fmt in sorted({r["params"].get("dtype", "bf16") for _, r, _ in priced}):
+        of_fmt = [(i, r, x) for i, r, x in priced if r["params"].get("dtype", "bf16") == fmt]
+        first = min(i for i, _, _ in of_fmt)  # the fitted part's own rows where it measured the format
+        mine = [(r, x) for i, r, x in of_fmt if i == first]
+        sub = [x for _, x in mine]
+        passes = [r["params"]["pass"] for r, _ in mine]
+        names = [r["params"].get("model", "") for r, _ in mine]
         fitted = fit_passes(sub, passes)
         for p, (e, r0) in fitted.items():
             eta[f"{fmt}.{p}"], rows0[f"{fmt}.{p}"] = e, r0
+        src = usable_by[first][0]
+        measured_on[fmt] = _device_of(src)
         held = {}
         for m in sorted(set(names)) if len(set(names)) > 1 else ():
             train = [(x, p) for x, p, n in zip(sub, passes, names) if n != m]
@@ -247,21 +313,46 @@ def fit_grouped(rows: list[dict], hw: HardwareSpec, prof: Profile, params: dict 
             f_m = fit_passes([x for x, _ in train], [p for _, p in train])
             held[m] = {"fitted": {p: {"eta": e, "rows0": r0} for p, (e, r0) in f_m.items()},
                        **_error_summary(_errors([x for x, _ in test], f_m, [p for _, p in test]))}
+        others = {}
+        for j in sorted({i for i, _, _ in of_fmt if i != first}):
+            theirs = [(r, x) for i, r, x in of_fmt if i == j]
+            t_sub, t_passes = [x for _, x in theirs], [r["params"]["pass"] for r, _ in theirs]
+            own = fit_passes(t_sub, t_passes)
+            others[_device_of(usable_by[j][0])] = {
+                "n": len(theirs), "part": usable_by[j][0].hw.key,
+                "own_fit": {p: {"eta": e, "rows0": r0} for p, (e, r0) in own.items()},
+                "dense_model": _error_summary([x[1] / x[0] - 1.0 for x in t_sub]),
+                "carried_fit": _error_summary(_errors(t_sub, fitted, t_passes)),
+            }
         summary[fmt] = {
             "n": len(sub),
+            "measured_on": measured_on[fmt], "part": src.hw.key,
             "fitted_parameters": {p: {"eta": e, "rows0": r0} for p, (e, r0) in fitted.items()},
             "dense_model": _error_summary([x[1] / x[0] - 1.0 for x in sub]),
             "fitted": _error_summary(_errors(sub, fitted, passes)),
             "held_out_by_model": held,
+            **({"other_parts": others} if others else {}),
         }
-    return {"grouped_gemm_eta": eta, "grouped_gemm_rows0": rows0, "grouped_gemm_rows": float(len(usable))}, summary
+    n_fitted = sum(s["n"] for s in summary.values())
+    return {"grouped_gemm_eta": eta, "grouped_gemm_rows0": rows0, "grouped_gemm_rows": float(n_fitted),
+            "grouped_gemm_measured_on": measured_on}, summary
 
 
-def fit_grouped_profile(prof: Profile, rows: list[dict], hw: HardwareSpec) -> tuple[Profile, dict]:
+def _device_of(src: GroupedSource) -> str:
+    """The device a source's rows name (their ``env``), else its part's name."""
+    for r in src.rows:
+        name = (r.get("env") or {}).get("device_name")
+        if name:
+            return str(name)
+    return src.hw.name
+
+
+def fit_grouped_profile(prof: Profile, rows: list[dict], hw: HardwareSpec, *,
+                        elsewhere: tuple[GroupedSource, ...] = ()) -> tuple[Profile, dict]:
     """:func:`fit_grouped` into ``prof.training`` (its other entries kept), relative to the dense GEMM model of
     ``prof`` as a projection prices with it: fit it last, once every family (the power-limited clock included)
     is in ``prof``. No usable rows: ``prof`` unchanged and an empty summary."""
-    entries, summary = fit_grouped(rows, hw, prof)
+    entries, summary = fit_grouped(rows, hw, prof, elsewhere=elsewhere)
     if not entries:
         return prof, {}
     return prof.with_(training={**(prof.training or {}), **entries}), summary
@@ -391,7 +482,8 @@ def training_markdown(summary: dict) -> str:
         lines.append(f"\nWhole training steps: median |error| {s['median_abs_error']:.1%} over {s['n']} "
                      f"(max {s['max_abs_error']:.1%}).")
     for fmt, g in (summary.get("grouped_gemm") or {}).items():
-        lines += ["", f"MoE expert products ({fmt}, `grouped-gemm/`): per pass the grouped kernel's rate over the dense "
+        where = f"measured on the {g['measured_on']}" if g.get("measured_on") else "`grouped-gemm/`"
+        lines += ["", f"MoE expert products ({fmt}, {where}): per pass the grouped kernel's rate over the dense "
                   "GEMM model's and the rows each expert pays on top of its own: "
                   + ", ".join(f"{p} {v['eta']:.3f} and {v['rows0']:.1f}" for p, v in g["fitted_parameters"].items())
                   + ".", "",
@@ -402,4 +494,13 @@ def training_markdown(summary: dict) -> str:
                            for m, v in g["held_out_by_model"].items())):
             lines.append(f"| {label} | {e['n']} | {e['signed_median']:+.1%} | {e['median_abs_error']:.1%} | "
                          f"{e['p90_abs_error']:.1%} |")
+        for device, o in (g.get("other_parts") or {}).items():
+            lines.append(f"| measured on the {device}, priced by this fit carried there | {o['n']} | "
+                         f"{o['carried_fit']['signed_median']:+.1%} | {o['carried_fit']['median_abs_error']:.1%} | "
+                         f"{o['carried_fit']['p90_abs_error']:.1%} |")
+    acc = summary.get("fp8_accumulation")
+    if acc:
+        lines += ["", f"fp8 split accumulation over fast (`{acc['folder']}/`, measured on the {acc['measured_on']}): "
+                  f"{acc['fp8_split_over_fast']:.3f}, the median of {acc['n']} compute-bound products of {acc['pairs']} "
+                  f"timed both ways ({acc['median_all']:.3f} over all)."]
     return "\n".join(lines) + "\n"

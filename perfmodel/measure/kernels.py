@@ -190,15 +190,17 @@ def run_gemm(case: Case, ctx: Context) -> dict[str, Any]:
         b = ctx.randn(n, k, dtype=torch.bfloat16).to(f8).t()  # k x n, column-major
         scaling = p.get("scaling", "tensor")
         scale_a, scale_b = fp8_scales(m, n, scaling, ctx.device)
+        # split (higher-precision) accumulation is _scaled_mm's default; a case may ask for fast accumulation
+        fast = bool(p.get("fast_accum", False))
 
         def fn():
-            return torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16)
+            return torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, use_fast_accum=fast)
 
-        impl = f"torch._scaled_mm(e4m3 x e4m3 -> bf16, {scaling} scales)"
+        impl = f"torch._scaled_mm(e4m3 x e4m3 -> bf16, {scaling} scales{', fast accumulation' if fast else ''})"
         out = fn()
         if isinstance(out, tuple):  # torch < 2.5 returned (out, amax)
             def fn():  # noqa: F811
-                return torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16)[0]
+                return torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, use_fast_accum=fast)[0]
             out = out[0]
         set_tf32(False)
         ref = (a[:rows].to(rdt) * 0.5) @ (b[:, :cols].to(rdt) * 2.0)  # every scale is 0.5 (a) and 2.0 (b)

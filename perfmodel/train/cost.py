@@ -19,7 +19,11 @@ inference). On top, ``Profile.training`` (fitted by :mod:`perfmodel.fit.training
   over ``eta`` (the grouped kernel's rate relative to the dense model's) times ``1 + rows0 / rows`` (each expert
   pays ``rows0`` rows of work beyond its own ``rows``: per-expert scheduling and tile set-up; for the weight
   gradient, whose reduction runs over the expert's rows, its K-loop's fill and the write of a whole expert's
-  weights). Empty (no grouped rows measured): factor 1, the dense GEMM model alone.
+  weights). Empty (no grouped rows measured): factor 1, the dense GEMM model alone;
+- ``fp8_split_over_fast`` (fitted by :func:`perfmodel.fit.training.fit_fp8_accumulation` from a folder's
+  ``fp8-accumulation*/`` rows, :mod:`perfmodel.measure.fp8_accumulation`): a per-tensor fp8 product's time with
+  split accumulation over fast; the passes a recipe accumulates fast (the forward) take the dense model's time
+  over it (:func:`accumulation_factor`).
 
 Collectives run over a group whose neighbours sit ``stride`` ranks apart in Megatron's order (TP fastest):
 as many of its ranks share a scale-up domain as the domain holds strides, the rest cross the scale-out
@@ -35,7 +39,7 @@ from ..ops import COMPUTE_KINDS
 from ..profile import Profile
 from ..spec import HardwareSpec
 from ..step_accounting import host_cost
-from .graph import TrainOp, expert_pass
+from .graph import FP8_FAST_ACCUMULATION, TrainOp, expert_pass
 
 # Documented defaults, each an estimate with its reason; a fitted profile's ``training`` dict overrides them.
 TRAIN_DEFAULTS: dict = {
@@ -56,6 +60,10 @@ TRAIN_DEFAULTS: dict = {
     # the routed experts' grouped kernel at the dense GEMM model's rate (no grouped-gemm rows measured: factor 1)
     "grouped_gemm_eta": {},
     "grouped_gemm_rows0": {},
+    # a per-tensor fp8 product's time with split accumulation over its time with fast accumulation: the dense GEMM
+    # model is fitted to split-accumulation rows (torch._scaled_mm's default), and the recipes run the forward fast
+    # (perfmodel.train.graph.FP8_FAST_ACCUMULATION); 1 = no measurement, the forward priced as measured split
+    "fp8_split_over_fast": 1.0,
 }
 
 
@@ -102,6 +110,16 @@ def grouped_factor(t: TrainOp, params: dict) -> float:
             rows = float(p["k"] if step == "wgrad" else p["m"])
             return (1.0 + rows0.get(f"{key}.{step}", 0.0) / max(rows, 1.0)) / eta[f"{key}.{step}"]
     return 1.0
+
+
+def accumulation_factor(t: TrainOp, params: dict) -> float:
+    """The factor on the dense GEMM model's time for how the recipe accumulates a per-tensor fp8 product: 1 /
+    ``fp8_split_over_fast`` for a pass the recipe runs with fast accumulation (the forward), 1 for a split one (the
+    model's own, measured so) and for every other product (bf16; block-scaled fp8, which splits every pass)."""
+    p = t.op.params
+    if t.op.kind != "gemm" or p.get("dtype") != "fp8" or gemm_format("fp8", p.get("scaling")) != "fp8":
+        return 1.0
+    return 1.0 / params["fp8_split_over_fast"] if FP8_FAST_ACCUMULATION.get(t.role, False) else 1.0
 
 
 def bwd_ratio(params: dict, backend: str) -> float:
@@ -153,7 +171,7 @@ def time_train_op(t: TrainOp, hw: HardwareSpec, prof: Profile, params: dict, *, 
         r = time_op(op, hw, prof, mode=mode, sustained=sus, standalone=standalone)
         time = float(r.time)
     if not sol:
-        time *= grouped_factor(t, params)
+        time *= grouped_factor(t, params) * accumulation_factor(t, params)
         if t.role == "dgrad":
             time *= params["gemm_dgrad_scale"]
         elif t.role == "wgrad":

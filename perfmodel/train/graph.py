@@ -143,6 +143,14 @@ RECIPE_PASSES = {"delayed": (1.5, 1.5), "tensorwise": (2.0, 2.0), "block": (1.5,
                  "nvfp4": (2.5, 2.5)}
 
 
+# Whether a per-tensor fp8 recipe accumulates each pass's product fast (in the tensor core's accumulator) or split
+# (partial sums promoted to fp32 every few K steps, slower): TransformerEngine 2.8's delayed and current scaling
+# run the forward fast and both gradients split (transformer_engine/pytorch/module/base.py: _2X_ACC_FPROP = False,
+# _2X_ACC_DGRAD = _2X_ACC_WGRAD = True; common/recipe: Float8CurrentScaling's fp8_gemm_* the same). Block scaling
+# splits all three.
+FP8_FAST_ACCUMULATION = {"fwd": True, "dgrad": False, "wgrad": False}
+
+
 def recipe(ts: TrainScenario) -> str:
     return "nvfp4" if ts.dtype == "fp4" else ts.fp8_recipe
 

@@ -538,10 +538,13 @@ def _grouped_note(prof: Profile) -> str:
     eta = (prof.training or {}).get("grouped_gemm_eta")
     if not eta:
         return " at the dense GEMM model's rate: no grouped-gemm measurements in this profile (factor 1)"
-    where = prof.device or prof.name
-    return (f", at the grouped kernel's rate measured on {where} relative to the dense GEMM model (per pass "
-            + ", ".join(f"{k.split('.')[-1]} {v:.2f}" for k, v in sorted(eta.items()) if k.startswith("bf16."))
-            + ") plus a per-expert cost in rows")
+    on = (prof.training or {}).get("grouped_gemm_measured_on") or {}
+    formats = sorted({k.rsplit(".", 1)[0] for k in eta})
+    per = "; ".join(f"{fmt} measured on {on.get(fmt) or prof.device or prof.name}: "
+                    + ", ".join(f"{k.split('.')[-1]} {v:.2f}" for k, v in sorted(eta.items()) if k.startswith(fmt + "."))
+                    for fmt in formats)
+    return (f", at the grouped kernel's rate relative to the dense GEMM model (per pass, {per}) plus a per-expert "
+            "cost in rows")
 
 
 def assumptions(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Profile,
@@ -565,6 +568,11 @@ def assumptions(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Profile
 
         out.append(f"{ts.dtype} GEMMs in the {recipe(ts)} recipe: the quantization passes over each GEMM input, forward "
                    "and backward, are counted (perfmodel/train/graph.py RECIPE_PASSES, estimates)")
+        split = float((prof.training or {}).get("fp8_split_over_fast", 1.0))
+        if ts.dtype == "fp8" and recipe(ts) in ("delayed", "tensorwise") and split != 1.0:
+            on = (prof.training or {}).get("fp8_accumulation_measured_on") or "the calibrated part"
+            out.append(f"fp8 forward products with fast accumulation at 1/{split:.3f} of the dense model (fitted to "
+                       f"split accumulation; the ratio measured on {on}), the gradients split (TransformerEngine)")
     out.append(f"MFU against the dense {ts.dtype.upper() if ts.dtype in ('fp8', 'fp4') else 'BF16'} peak "
                f"({matmul_rate(hw, ts.dtype, DEFAULTS)[0] / 1e12:.0f} TFLOP/s)")
     out.append(f"attention: {'FlashAttention-style fused kernel' if ts.attention == 'flash' else 'unfused (scores in HBM)'}"
