@@ -80,8 +80,6 @@ def run_case(case: Case, ctx) -> dict[str, Any]:
         return run_fp8_case(case, ctx)
     import torch
 
-    from .timing import timing_fields
-
     p = case.params
     e, r, k, n = p["experts"], p["rows"], p["k"], p["n"]
     m = e * r
@@ -105,12 +103,19 @@ def run_case(case: Case, ctx) -> dict[str, Any]:
         a = a.contiguous()
         layout = "weights made column-major"
         out = fn()
+    return _timed(fn, out, p, ctx, impl="torch._grouped_mm bf16", layout=layout)
+
+
+def _timed(fn, out, p: dict[str, Any], ctx, *, impl: str, layout: str) -> dict[str, Any]:
+    """The row of one product whose first run gave ``out``: its timing, FLOPs, rate and how it ran."""
+    from .timing import timing_fields
+
     shape = list(out.shape)
     del out
     t = ctx.timer.time(fn)
     tflops = flops(p) / t.median_s / 1e12 if t.median_s else None
-    return {**timing_fields(t), "flops": flops(p), "out_shape": shape, "tflops": tflops,
-            "impl": "torch._grouped_mm bf16", "layout": layout}
+    return {**timing_fields(t), "flops": flops(p), "out_shape": shape, "tflops": tflops, "impl": impl,
+            "layout": layout}
 
 
 def fp8_operands(p: dict[str, Any], device: str = "cuda", randn=None):
@@ -151,8 +156,6 @@ def run_fp8_case(case: Case, ctx) -> dict[str, Any]:
     """One pass of one grouped product in fp8 (:func:`fp8_operands`), bf16 out."""
     import torch
 
-    from .timing import timing_fields
-
     p = case.params
     if not ctx.fp8_ok or not hasattr(torch, "_scaled_grouped_mm"):
         raise RuntimeError("fp8 grouped products need a CUDA device of capability >= 9.0 and torch._scaled_grouped_mm")
@@ -162,14 +165,8 @@ def run_fp8_case(case: Case, ctx) -> dict[str, Any]:
     def fn():
         return torch._scaled_grouped_mm(a, b, sa, sb, offs=offs, out_dtype=torch.bfloat16, use_fast_accum=fast)
 
-    out = fn()
-    shape = list(out.shape)
-    del out
-    t = ctx.timer.time(fn)
-    tflops = flops(p) / t.median_s / 1e12 if t.median_s else None
-    return {**timing_fields(t), "flops": flops(p), "out_shape": shape, "tflops": tflops,
-            "impl": f"torch._scaled_grouped_mm e4m3 row-wise scales, {'fast' if fast else 'split'} accumulation",
-            "layout": "left row-major, right column-major"}
+    return _timed(fn, fn(), p, ctx, layout="left row-major, right column-major",
+                  impl=f"torch._scaled_grouped_mm e4m3 row-wise scales, {'fast' if fast else 'split'} accumulation")
 
 
 def _describe(case: Case, row: dict) -> str:
