@@ -70,6 +70,26 @@ class Engine:
     admission_source: str = ""  # the engine's documentation or source for ``admission``
     # the words a benchmark row's source or notes name the engine by (perfmodel.validate.engine_of), lower case
     words: tuple[str, ...] = ()
+    # the engine's own host work a step against the sequences it runs (scheduling, KV-block bookkeeping, output
+    # processing): max(0, a + b x sequences) seconds, (a, b) per scheduling mode, "sync" (the host work runs
+    # between the device's steps: the step takes their sum) and "async" (the next step is scheduled while the
+    # device runs this one: the step takes the longer); empty: not measured, no cost. ``async_scheduling``: the
+    # mode the preset's release runs by default (:func:`async_scheduling_for` gives another release's)
+    scheduler_host: dict[str, tuple[float, float]] = field(default_factory=dict)
+    async_scheduling: bool = False
+
+    def scheduler_host_s(self, seqs, async_scheduling: bool, xp=None):
+        """The engine's host seconds for a step of ``seqs`` sequences in the given mode (``xp``: a math backend,
+        :mod:`perfmodel.cost.backend`, for arrays or spreadsheet formulas); 0 where not measured."""
+        a, b = self.scheduler_host.get("async" if async_scheduling else "sync", (0.0, 0.0))
+        if not b and not a:
+            return 0.0
+        t = a + b * seqs
+        if isinstance(t, (int, float)):
+            return max(0.0, t)
+        if xp is None:
+            from .cost.backend import NP as xp
+        return xp.maximum(0.0, t)  # an array of sequences (a sweep) or a spreadsheet cell
 
     def attention_for(self, generation: str) -> str:
         return self.attention.get(generation, self.attention["*"])
@@ -81,6 +101,39 @@ class Engine:
         if isinstance(self.mem_fraction, dict):
             return self.mem_fraction[max(k for k in self.mem_fraction if k <= tp)]
         return self.mem_fraction
+
+
+# vLLM V1's engine-core host work a decode step, measured without a GPU on this project's development machine
+# (calibration/engine-host/vllm: vLLM 0.34.0's real Scheduler and output handling driven with a fake model
+# output, B = 1 to 2,048 running sequences, a 2-vCPU AMD EPYC VM at load 0.7-1.8): least squares of the medians,
+# seconds = a + b x sequences (tests/test_engine_host.py refits them from the committed results)
+VLLM_SCHEDULER_HOST = {"sync": (-0.913e-3, 15.39e-6), "async": (-1.139e-3, 17.16e-6)}
+VLLM_SCHEDULER_SOURCE = (
+    "measured: vLLM 0.34.0's Scheduler.schedule, update_from_output, the model runner's CPU-only batch gathering "
+    "and the output serialisation, per decode step, on a 2-vCPU AMD EPYC VM without a GPU "
+    "(calibration/engine-host/vllm, REPORT.md): 15.4 us a running sequence synchronous, 17.2 asynchronous; the "
+    "model runner's work that needs CUDA (block tables, input and metadata preparation, launches) and the API "
+    "server's process (a separate process, 9.8 us a sequence, overlapped) are not in it; a datacenter host's "
+    "faster cores would take less (not measured)")
+VLLM_ASYNC_SOURCE = (
+    "vLLM 0.13.0 and earlier: SchedulerConfig.async_scheduling = False; from 0.14.0 its default None is resolved "
+    "to True by VllmConfig unless an option is incompatible (pipeline parallelism before 0.16, some speculative "
+    "methods) (vllm/config/scheduler.py and vllm/config/vllm.py of the 0.12.0, 0.13.0, 0.14.0, 0.16.0 and 0.19.0 "
+    "wheels, read offline; 0.34.0 the same); the preset follows the releases since 0.14: asynchronous "
+    "(--scheduling sync for earlier ones)")
+
+
+def async_scheduling_for(engine: str, version: str) -> bool | None:
+    """Whether release ``version`` of ``engine`` schedules asynchronously by default (:attr:`Engine.
+    async_scheduling`); None where the release or the engine's rule is not known (the preset's then)."""
+    if engine != "vllm":
+        return None
+    parts = version.split(".")
+    try:
+        major, minor = int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None  # "nightly-...": no release number
+    return (major, minor) >= (0, 14)
 
 
 _RESERVE_NOTE = ("estimate: about 0.5 GiB of CUDA context plus cuBLAS/attention workspaces and captured CUDA "
@@ -129,8 +182,10 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         kernels="fused", rotary="kernel", launch="auto", fp8_kv=False, fp8_attention=False,
         prefill_chunk=8192, max_batch=1024, mem_policy="total", mem_fraction=0.9, mem_reserve=2 * GiB,
         moe_exchange="gather", moe_quantized_exchange=False, moe_all_to_all="deepep",
-        version="vLLM 0.11 defaults (V1 engine); kernel tables measured with 0.24.0",
+        version="vLLM 0.11 defaults (V1 engine), asynchronous scheduling as from 0.14; kernel tables measured with "
+                "0.24.0",
         near=("vllm", "sglang", "trtllm", "torch", "hf"), admission="preempt", words=("vllm",),
+        scheduler_host=VLLM_SCHEDULER_HOST, async_scheduling=True,
         near_source="vLLM and SGLang share FlashInfer and CUTLASS kernels; TensorRT-LLM's next; plain PyTorch's "
                     "bf16 linear is the very call vLLM times for bf16",
         admission_source="vLLM V1 scheduler: admits while free KV blocks hold the prompt (max_num_seqs caps the "
@@ -154,6 +209,8 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
                              "GPUs (vllm/engine/arg_utils.py); estimate: it depends on the version and GPU",
             "mem_fraction": "vLLM gpu_memory_utilization default 0.9 of the device's memory",
             "mem_reserve": _RESERVE_NOTE,
+            "scheduler_host": VLLM_SCHEDULER_SOURCE,
+            "async_scheduling": VLLM_ASYNC_SOURCE,
         }),
     Engine(
         "sglang", "SGLang",

@@ -39,7 +39,7 @@ from .scenario import Scenario, require_resolved
 from .spec import HardwareSpec
 from .speculative import check_draft, draft_model, draft_scenario
 from .speculative import describe as describe_speculation
-from .step_accounting import Rules, StepAccount, account, step_time
+from .step_accounting import Rules, StepAccount, account, scheduler_rules, step_time
 from .step_accounting import host_cost  # noqa: F401  (for the callers that import it from here)
 from .vision import describe as describe_images
 from .vision import with_images
@@ -126,9 +126,10 @@ def evaluate_steps(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, 
 
 
 def _phase(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, step: Step, times: list[OpTime]) -> Phase:
-    acc = account(times, Rules.of(sc, step.phase, **host_rules(sc, prof)), prof, hw=hw, world=sc.gpus)
+    rules = Rules.of(sc, step.phase, **host_rules(sc, prof), **scheduler_rules(sc, step.batch))
+    acc = account(times, rules, prof, hw=hw, world=sc.gpus)
     sums = acc.sums()
-    return Phase(step.phase, step.batch, step.seq, step.context, times, step_time(sums, acc.serial_s), sums["gaps"],
+    return Phase(step.phase, step.batch, step.seq, step.context, times, acc.time_s, sums["gaps"],
                  model.layers, acc)
 
 
@@ -404,6 +405,21 @@ def _bands(prof, prefill, decode, ttft, tpot, thr, hw, sc):
     }
 
 
+def _scheduler_text(sc: Scenario) -> str:
+    """How the engine's own host work a step joins it (perfmodel.engines.Engine.scheduler_host), or ''."""
+    from .engines import ENGINES
+
+    eng = ENGINES.get(sc.engine)
+    if eng is None or not eng.scheduler_host:
+        return ""
+    overlapped = eng.async_scheduling if sc.async_scheduling is None else bool(sc.async_scheduling)
+    a, b = eng.scheduler_host["async" if overlapped else "sync"]
+    return (f"{eng.name}'s host work a step (scheduling, KV-block bookkeeping, output handling) "
+            f"max(0, {a * 1e3:.2f} ms + {b * 1e6:.1f} us x sequences), measured on a development VM's CPU "
+            + ("while the device runs the previous step (asynchronous scheduling): the step takes the longer"
+               if overlapped else "between the device's steps (synchronous scheduling): added to each step"))
+
+
 def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> list[str]:
     out = []
     if sc.mode == "sol":
@@ -443,6 +459,9 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
         host = _host_text(sc, prof)
         if host:
             out.append(host)
+        scheduler = _scheduler_text(sc)
+        if scheduler:
+            out.append(scheduler)
     if sc.attention_dp > 1:
         out.append(f"attention data parallel: {sc.attention_dp} groups of TP {sc.tp} run attention and dense layers "
                    f"on their own sequences; the MoE layers spread over all {sc.moe_group} GPUs (EP {sc.ep}"

@@ -75,6 +75,9 @@ class Scenario:
     moe_exchange: str | None = None
     moe_quantized_exchange: bool | None = None
     moe_all_to_all: str | None = None  # per_rank | deepep: the kernels of an all_to_all exchange (engine's)
+    # whether the engine schedules the next step while the device runs this one (its host work a step then hides
+    # behind the device's, perfmodel.engines.Engine.scheduler_host); None: the engine's release default
+    async_scheduling: bool | None = None
     # the format a MoE of weight-only experts (gpt-oss's MXFP4) runs its products in: bf16, or fp8 (MXFP8
     # activations: TensorRT-LLM on Blackwell); None: the engine's for the part (perfmodel.engines)
     weight_only_moe_act: str | None = None
@@ -178,6 +181,7 @@ class Scenario:
             "moe_exchange": eng.moe_exchange,
             "moe_quantized_exchange": eng.moe_quantized_exchange,
             "moe_all_to_all": eng.moe_all_to_all,
+            "async_scheduling": eng.async_scheduling,
         }
         filled = {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in preset.items()}
         if eng.static_cache_launch and self.launch is None and filled["kv_cache"] == "static":

@@ -46,12 +46,39 @@ PARTS = {"busy": "operators: time after collective overlap, at least the host di
          "gaps": "launch gaps between kernels: of a CUDA graph replay, or of a stream launched one by one (x count)"}
 
 
-def step_time(sums: dict, serial=0.0):
+def step_time(sums: dict, serial=0.0, scheduler=0.0, overlapped: bool = False, xp=NP):
     """The step's time from its parts summed over its ops (or over any selection of them), plus ``serial``:
     host work the step runs outside its ops (:attr:`StepAccount.serial_s`, zero but for an eager framework's
-    own per-step work)."""
+    own per-step work); then the serving engine's own host work for the step, ``scheduler``
+    (:attr:`StepAccount.scheduler_s`): :func:`with_scheduler`."""
     t = sums["busy"] + sums["gaps"]
-    return t + serial if not isinstance(serial, (int, float)) or serial else t
+    t = t + serial if not isinstance(serial, (int, float)) or serial else t
+    return with_scheduler(t, scheduler, overlapped, xp)
+
+
+def with_scheduler(device_s, scheduler=0.0, overlapped: bool = False, xp=NP):
+    """A step of ``device_s`` with the engine's host work ``scheduler`` (scheduling, bookkeeping and output
+    handling of the step's sequences, :meth:`perfmodel.engines.Engine.scheduler_host_s`): run between steps
+    (synchronous scheduling) it adds to the step; scheduled while the device runs the previous step
+    (``overlapped``) the step takes the longer of the two."""
+    if isinstance(scheduler, (int, float)) and not scheduler:
+        return device_s
+    if not overlapped:
+        return device_s + scheduler
+    return max(device_s, scheduler) if xp.numeric and isinstance(device_s, (int, float)) else xp.maximum(device_s, scheduler)
+
+
+def scheduler_rules(sc, seqs, xp=NP) -> dict:
+    """The :class:`Rules` fields of the serving engine's host work for a step of ``seqs`` sequences under ``sc``
+    (none under speed of light, or for an engine without a measured cost); ``seqs`` a number, or a cell of the
+    workbook with ``xp`` its backend."""
+    from .engines import ENGINES
+
+    eng = ENGINES.get(sc.engine)
+    if eng is None or not eng.scheduler_host or sc.mode == "sol":
+        return {}
+    overlapped = eng.async_scheduling if sc.async_scheduling is None else bool(sc.async_scheduling)
+    return {"scheduler_s": eng.scheduler_host_s(seqs, overlapped, xp), "scheduler_overlap": overlapped}
 
 
 def host_cost(op, prof, xp=NP):
@@ -81,6 +108,10 @@ class Rules:
     # the same framework's per-step host work when its step is replayed from a CUDA graph (transformers'
     # compiled decode: generate()'s own launches and the graph's input copies, eager around the replay)
     host_graph_step_s: Any = 0.0
+    # the serving engine's own host work for the step's sequences (scheduler_rules) and whether it overlaps the
+    # device's step (asynchronous scheduling)
+    scheduler_s: Any = 0.0
+    scheduler_overlap: bool = False
 
     @classmethod
     def of(cls, sc, phase: str = "prefill", **kw) -> "Rules":
@@ -167,6 +198,8 @@ class StepAccount:
 
     ops: list  # OpShare, in the step's order
     serial_s: Any = 0.0  # host work the step adds outside its ops (Rules.host_step_s, eager only)
+    scheduler_s: Any = 0.0  # the serving engine's host work for the step (Rules.scheduler_s)
+    scheduler_overlap: bool = False  # ... overlapping the device's step (asynchronous scheduling)
 
     def sums(self, keep=None) -> dict:
         """Each of :data:`PARTS` summed over the ops (``keep``: a flag per op, default all)."""
@@ -176,7 +209,7 @@ class StepAccount:
     @property
     def time_s(self):
         """The step's time."""
-        return step_time(self.sums(), self.serial_s)
+        return step_time(self.sums(), self.serial_s, self.scheduler_s, self.scheduler_overlap)
 
     @property
     def gaps_s(self):
@@ -230,4 +263,4 @@ def account(times, rules: Rules, prof, *, hw=None, world: int = 1, xp=NP) -> Ste
         elif rules.eager:
             run = xp.maximum(run, host(t.op) - gaps)  # the host cannot issue it faster
         out.append(OpShare(t.op, t.time, run, gaps, c))
-    return StepAccount(out, rules.serial_s)
+    return StepAccount(out, rules.serial_s, 0.0 if rules.sol else rules.scheduler_s, rules.scheduler_overlap)

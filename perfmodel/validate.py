@@ -242,7 +242,7 @@ class _Serving:
         try:
             if sides is None:
                 sc = Scenario(batch="max", **row_layout(row, where, model), engine=rec["engine"],
-                              mode=self.mode).validated()
+                              async_scheduling=release_scheduling(row, rec["engine"]), mode=self.mode).validated()
                 sc = sc.with_(batch=admission_cap(sc, hw))
             else:
                 sc, opts = disagg_scenario(row, where, sides, model, rec["engine"], self.mode)
@@ -347,7 +347,8 @@ def disagg_scenario(row: dict, where: str, sides: dict, model, engine: str, mode
 
     p, d = sides["P"], sides["D"]
     sc = Scenario(isl=_int(row, "isl", where), osl=_int(row, "osl", where), batch="max", tp=d["tp"],
-                  dtype=row_format(row, model), engine=engine, mode=mode, **dict(_side_layout(d))).validated()
+                  dtype=row_format(row, model), engine=engine, mode=mode,
+                  async_scheduling=release_scheduling(row, engine), **dict(_side_layout(d))).validated()
     opts = ServeOptions(disagg=(p["workers"], d["workers"]), prefill_tp=p["tp"], decode_tp=d["tp"],
                         prefill_layout=_side_layout(p), decode_layout=_side_layout(d))
     return sc, opts
@@ -421,6 +422,14 @@ def row_layout(row: dict, where: str, model) -> dict:
     return dict(isl=_int(row, "isl", where), osl=_int(row, "osl", where), tp=_int(row, "tp", where),
                 pp=_int(row, "pp", where), attention_dp=_optional_int(row, "attention_dp", where) or 1,
                 ep=_optional_int(row, "moe_ep", where) or 1, dtype=row_format(row, model))
+
+
+def release_scheduling(row: dict, engine: str) -> bool | None:
+    """Whether the engine release the row records schedules asynchronously by default
+    (:func:`perfmodel.engines.async_scheduling_for`); None: the preset's."""
+    from .engines import async_scheduling_for
+
+    return async_scheduling_for(engine, (row.get("engine_version") or "").strip())
 
 
 def _optional_int(row: dict, col: str, where: str) -> int | None:

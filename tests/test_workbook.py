@@ -30,6 +30,8 @@ CASES = {
     "moe-tp2": ("h100-sxm", "mixtral", Scenario(batch=16, tp=2, isl=512, osl=64)),
     # transformers' generate(): the host floor per kernel, the per-step host work and the request's setup
     "hf": ("h200", "llama-3.1-8b", Scenario(engine="hf", batch=4, isl=128, osl=16)),
+    # a serving engine's own host work a step, synchronous: max(0, a + b x the step's sequences) added to it
+    "vllm-sync": ("h200", "gpt-oss-20b", Scenario(engine="vllm", async_scheduling=False, batch=1024, isl=256, osl=32)),
 }
 
 

@@ -28,6 +28,14 @@ def _memory(e) -> str:
     return "the whole device" if e.mem_fraction == 1.0 else f"{e.mem_fraction:.0%} of the device in all"
 
 
+def _scheduler(e) -> str:
+    mode = "async" if e.async_scheduling else "sync"
+    if not e.scheduler_host:
+        return "not measured (none)"
+    a, b = e.scheduler_host[mode]
+    return f"{b * 1e6:.1f} us a sequence ({a * 1e3:+.2f} ms), {mode}: measured"
+
+
 def table() -> str:
     from perfmodel.engines import ENGINES
 
@@ -56,6 +64,7 @@ def table() -> str:
         "--moe-exchange all_to_all runs": [_est(e, "moe_all_to_all", {
             "deepep": "DeepEP (low-latency for decode)", "per_rank": "once per rank"}[e.moe_all_to_all])
             for e in engines],
+        "engine's host work a step (--scheduling)": [_scheduler(e) for e in engines],
     }
     lines = ["| | " + " | ".join(f"`{e.key}`" for e in engines) + " |", "|---" * (len(engines) + 1) + "|"]
     lines += [f"| {name} | " + " | ".join(cells) + " |" for name, cells in rows.items()]

@@ -85,6 +85,10 @@ def scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True, images: 
                    help="how MoE layers meet other attention-DP ranks' tokens: gather (all-gather before, "
                         "reduce-scatter after) or all_to_all (DeepEP-style dispatch and combine); default: the "
                         "engine's")
+    g.add_argument("--scheduling", choices=("async", "sync"), default=None,
+                   help="whether the engine schedules the next step while the device runs this one (async: its host "
+                        "work a step hides behind the device's) or between steps (sync: added to each); default: "
+                        "the engine's (docs/engines.md)")
     g.add_argument("--moe-routing", choices=ROUTINGS, default=None,
                    help="how unevenly the router spreads tokens over experts, as the engines' measured MoE tables "
                         "time it (power-law token counts; balanced: what EPLB aims at); default: the model's "
@@ -150,6 +154,10 @@ def overlap_arg(text: str) -> float | str:
         return text.strip().lower()
 
 
+def _scheduling(flag: str | None) -> bool | None:
+    return None if flag is None else flag == "async"
+
+
 def scenario_from_args(args, batch=None):
     """The validated :class:`~perfmodel.scenario.Scenario` of :func:`scenario_flags`' values."""
     from ..scenario import Scenario, parse_batch
@@ -159,7 +167,8 @@ def scenario_from_args(args, batch=None):
               launch=args.launch, overlap=args.overlap, kernels=args.kernels, engine=args.engine,
               attention_kernel=args.attention_kernel, mem_fraction=args.mem_fraction,
               kv_cache=getattr(args, "kv_cache", None), moe_exchange=getattr(args, "moe_exchange", None),
-              moe_routing=getattr(args, "moe_routing", None), sampling=getattr(args, "sampling", "greedy"))
+              moe_routing=getattr(args, "moe_routing", None), sampling=getattr(args, "sampling", "greedy"),
+              async_scheduling=_scheduling(getattr(args, "scheduling", None)))
     if hasattr(args, "isl"):
         kw.update(isl=args.isl, osl=args.osl, batch=parse_batch(str(args.batch)) if batch is None else batch,
                   batching=args.batching, prefill_chunk=args.prefill_chunk)

@@ -60,7 +60,7 @@ from ..graph import Step, build_ops
 from ..ops import COMPUTE_KINDS
 from ..host_costs import host_rules
 from ..memo import Bounded, typed_key, value_key
-from ..step_accounting import Rules, account
+from ..step_accounting import Rules, account, scheduler_rules, with_scheduler
 
 
 def _key_list(ops) -> list[tuple[str, int]]:
@@ -283,6 +283,9 @@ class StepModel:
         # host work each step runs outside its ops (an eager framework's own per-step work; zero for engines)
         self.serial = {launch: Rules.of(sc, launch=launch, **host_rules(sc, prof)).serial_s
                        for launch in {self.mixed_launch, self.decode_launch}}
+        # the serving engine's own host work a step, by the step's sequences (perfmodel.engines.Engine.scheduler_host)
+        self.scheduler = scheduler_rules(sc, 1)
+        self.overlapped = bool(self.scheduler.get("scheduler_overlap"))
         self._build(piece_hint)
         # what the simulator asks again and again, remembered (the comment of the queries section)
         self._steps: dict = {}  # (n_dec, ctx_mean, pieces) -> step()
@@ -482,25 +485,33 @@ class StepModel:
             acc = _add_fields(acc, self._pieces_total(tuple(pieces)))
             if self.mtp_draft is not None:
                 acc = _add_fields(acc, self._mtp_prefill(pieces))
+        seqs = n_dec + len(pieces)  # a micro-batch's, as the scheduler hands one to the device
         if not self.spec:
-            return self._finish(acc, launch)
+            return self._finish(acc, launch, seqs)
         t, e = self._finish(acc, launch)
         dt, de = self._drafts(n_all, ctx_mean, pieces)
-        t += dt
+        t = self._scheduled(t + dt, seqs)
         return t, min(e + de, self.headroom * t)
 
     def _total(self, parts: list, launch: str) -> tuple[float, float]:
         """(seconds, joules) of a step from its parts' :data:`FIELDS`."""
         return self._finish(_sum_fields(parts), launch)
 
-    def _finish(self, sums: tuple, launch: str) -> tuple[float, float]:
-        """(seconds, joules) of a step from its parts' :data:`FIELDS` summed."""
+    def _finish(self, sums: tuple, launch: str, seqs: int = 0) -> tuple[float, float]:
+        """(seconds, joules) of a step from its parts' :data:`FIELDS` summed, the engine's host work for ``seqs``
+        sequences joined (:meth:`_scheduled`)."""
         t0, dt, e, num, den = sums
         # the step's power-limited clock, from its summed demand (REF_DEMAND's comment)
         demand = num / max(den, 1e-12)
         share = (float(steady_stretch(demand, self.alpha)) - 1.0) / self.ref_extra
-        t = t0 + dt * share + self.serial[launch]
+        t = self._scheduled(t0 + dt * share + self.serial[launch], seqs)
         return t, min(e, self.headroom * t)  # the power limit holds over the step
+
+    def _scheduled(self, device_s: float, seqs: int) -> float:
+        """A step of ``device_s`` with the engine's host work for ``seqs`` sequences (:func:`with_scheduler`)."""
+        if not self.scheduler or not seqs:
+            return device_s
+        return with_scheduler(device_s, scheduler_rules(self.sc, seqs)["scheduler_s"], self.overlapped)
 
     def decode_span(self, n: int, ctx0: float, k: int, ctx1: float | None = None) -> tuple[float, float, float, float]:
         """k pure-decode steps of n sequences whose mean context starts at ``ctx0`` and grows by one a step (or is
@@ -526,7 +537,7 @@ class StepModel:
         launch = self.decode_launch
         fixed, i, fx = self._decode_fixed.get(m) or self._fixed_rows(m)
         acc = _blend_onto(fixed, self.dec[launch], i, fx, self.dec_c, ctx) if m else fixed
-        return _remember(self._decode_steps, (m, ctx), self._finish(acc, launch))
+        return _remember(self._decode_steps, (m, ctx), self._finish(acc, launch, m))
 
     def _fixed_rows(self, m: int) -> tuple:
         """A decode micro-batch of ``m`` sequences: its token and sequence rows summed (as :func:`_sum_fields`) and
@@ -588,7 +599,13 @@ def exact_step(model, hw, sc, prof, n_dec: int, ctx_mean: float, pieces: list[tu
         take(Step("prefill", 1, p, x), c.prefill_attn)
     times = time_ops(parts, hw, prof, mode=sc.mode, world=sc.gpus)
     rules = Rules.of(sc, launch=launch, **host_rules(sc, prof))
-    return float(account(times, rules, prof, hw=hw, world=sc.gpus).total()) + rules.serial_s
+    device = float(account(times, rules, prof, hw=hw, world=sc.gpus).total()) + rules.serial_s
+    return float(with_scheduler(device, **_scheduler_args(sc, rows)))
+
+
+def _scheduler_args(sc, seqs: int) -> dict:
+    r = scheduler_rules(sc, seqs)
+    return {"scheduler": r["scheduler_s"], "overlapped": r["scheduler_overlap"]} if r else {}
 
 
 def kv_pool_blocks(model, hw, sc, max_seqs: int, block_size: int, mean_len: float | None = None) -> int:
