@@ -60,7 +60,11 @@ op takes its ratio).
 rows (the fit's share and seed, picked by shape: :meth:`.table_store.ClassRows.held_out`) at least as well as the
 fitted model does at the median (:func:`judge`, :data:`MIN_JUDGED_ROWS`): of two kinds of evidence from the same
 rows, the one measured to be better. The verdict is kept on disk (:mod:`perfmodel.disk_cache`, keyed by the rows,
-the profile, the spec and the code: :func:`verdict_key`), so a fresh process does not judge a class again.
+the profile, the spec and the code: :func:`verdict_key`), so a fresh process does not judge a class again; with it
+the table's measured range, and under the same key the table's lines along the first dim as they are interpolated
+(:meth:`ClassTable._lines`), so a fresh process that finds the lines it needs prices none of the class's rows and
+never builds the local plane (whose scipy.spatial took 0.15-0.3 s of a cold ``perfmodel project``). Values are
+kept bit for bit; a projection is the same with the cache warm, cold or off.
 
 **When a table applies.** The op's family must name the folder (``Profile.gemm_table``, ``attn_table``,
 ``gemm_grouped_table``: set by :func:`perfmodel.profile.load_profile` for an imported engine table, travelling with
@@ -87,6 +91,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -149,8 +154,12 @@ FAMILIES = ("gemm", "attention", "moe")
 TABLE_KINDS = ("gemm", "attention", "moe_permute", "swiglu")
 # the Profile field naming each family's table
 TABLE_FIELD = TABLE_FIELDS
-# the on-disk cache's namespace of the classes' verdicts (build_class)
+# the on-disk cache's namespaces of the classes' verdicts (build_class) and of their tables' lines along the first
+# dim (ClassTable._lines), the newest LINES_KEPT of them kept: a projection asks a dozen, plan about 400; each is
+# about 1 KB of the file every process that prices a table reads
 VERDICTS = "table-verdicts"
+LINES = "table-lines"
+LINES_KEPT = 2048
 
 
 # --- the interpolant ---------------------------------------------------------------------------------------
@@ -499,30 +508,49 @@ def reach_share(raw: np.ndarray, clamped: np.ndarray, lo: np.ndarray) -> np.ndar
     return share.max(axis=1)
 
 
+def residual_interpolant(dims: np.ndarray, measured: np.ndarray, fitted: np.ndarray) -> Interpolant:
+    """log(measured / fitted) over log2 of the shape dims, at the rows the fit prices (finite and positive)."""
+    good = np.isfinite(fitted) & (fitted > 0)
+    return Interpolant(_log2(dims[good]), np.log(measured[good] / fitted[good]))
+
+
 @dataclass
 class ClassTable:
     """One class of one folder: its rows' residuals against the folder's fit, interpolated, and the fit of its
-    module (to make the table's time non-decreasing along the class's first dim: :meth:`ratio`)."""
+    module (to make the table's time non-decreasing along the class's first dim: :meth:`ratio`).
+
+    The residuals are built when a line along the first dim is first needed (:attr:`interpolant`): a table whose
+    lines a process finds on disk (``stored``: their key, :meth:`_lines`) never prices its rows, nor imports
+    scipy.spatial for the local plane."""
 
     key: tuple
     kernel: str
-    interpolant: Interpolant  # of log(measured / fitted), over log2 of the shape dims
+    residuals: Callable[[], Interpolant]  # -> the interpolant of log(measured / fitted) over log2 of the dims
     raw_lo: np.ndarray  # the measured range per dim (shape dims, not logs)
     raw_hi: np.ndarray
     ladder: np.ndarray  # the measured values of the first dim (GEMM m, attention batch, MoE tokens), ascending
     fit: object  # shape dims (n, d) -> the fitted model's time of the module there
+    stored: str | None = None  # the on-disk key of the table's lines (:func:`build_class`); None: not kept
     cache: dict = field(default_factory=dict)  # scalar shape -> ratio
     lines: dict = field(default_factory=dict)  # other dims -> log table times along the first dim
     fits: dict = field(default_factory=dict)  # other dims -> (first-dim values, fitted module times there)
+    _interpolant: Interpolant | None = field(default=None, repr=False)
 
     @classmethod
-    def of(cls, key: tuple, kernel: str, dims: np.ndarray, measured: np.ndarray, fitted: np.ndarray, fit):
+    def of(cls, key: tuple, kernel: str, dims: np.ndarray, measured: np.ndarray, fitted: np.ndarray, fit,
+           stored: str | None = None):
         good = np.isfinite(fitted) & (fitted > 0)
         if not good.any():
             return None
         d = dims[good]
-        return cls(key, kernel, Interpolant(_log2(d), np.log(measured[good] / fitted[good])), d.min(axis=0),
-                   d.max(axis=0), np.unique(d[:, 0]), fit)
+        interpolant = residual_interpolant(dims, measured, fitted)
+        return cls(key, kernel, lambda: interpolant, d.min(axis=0), d.max(axis=0), np.unique(d[:, 0]), fit, stored)
+
+    @property
+    def interpolant(self) -> Interpolant:
+        if self._interpolant is None:
+            self._interpolant = self.residuals()
+        return self._interpolant
 
     def ratio(self, dims: list) -> np.ndarray:
         """t_table / t_fit_alone at the shapes ``dims`` (clamped into the range), NaN beyond the reach."""
@@ -605,14 +633,31 @@ class ClassTable:
         if len(self.lines) + len(keys) > LINE_CACHE:
             self.lines.clear()
         todo = [k for k in dict.fromkeys(keys) if len(self.lines.get(k, ())) < upto]
+        todo = [k for k in todo if not self._line_from_disk(k, upto)]
         if todo:
             ladder = self.ladder[:upto]
             at = np.repeat(np.array(todo, dtype=float).reshape(len(todo), 1, -1), upto, axis=1)
             at = np.concatenate([np.broadcast_to(ladder[None, :, None], (len(todo), upto, 1)), at], axis=2)
             at = at.reshape(len(todo) * upto, -1)
             table = self.fit(at) * np.exp(self.interpolant.at(_log2(at)))
-            self.lines.update(zip(todo, np.log(envelope(monotone(table.reshape(len(todo), upto))))))
+            for k, line in zip(todo, np.log(envelope(monotone(table.reshape(len(todo), upto))))):
+                self.lines[k] = line
+                if self.stored is not None:
+                    disk_cache.put_later(LINES, self._line_key(k, upto), disk_cache.pack(line), keep=LINES_KEPT)
         return np.array([self.lines[k][:upto] for k in keys]).reshape(len(keys), upto)
+
+    def _line_key(self, others: tuple, upto: int) -> str:
+        return disk_cache.digest(self.stored, str(upto), np.array(others, dtype=float).tobytes())
+
+    def _line_from_disk(self, others: tuple, upto: int) -> bool:
+        """Whether the line at ``others`` was on disk (an earlier process computed it): then remembered."""
+        if self.stored is None:
+            return False
+        line = disk_cache.unpack(disk_cache.get(LINES, self._line_key(others, upto)))
+        if line is None or len(line) != upto:
+            return False
+        self.lines[others] = line
+        return True
 
 
 @dataclass
@@ -737,19 +782,36 @@ def build_class(cls: ClassRows, prof, hw, price, *, holdout: float = 0.25, seed:
     if not len(cls):
         return None
     key = verdict_key(cls, prof, hw, price, holdout, seed)
-    used = disk_cache.get(VERDICTS, key) if key is not None else None
-    if used is False:
-        return None
-    fitted = fitted_times(cls, prof, hw, price)
     fit = module_fit(cls.key, cls.template, prof, hw, price)
-    if used is not True:  # not cached (or not a verdict): judged, and kept for the next process
-        held = cls.held_out(holdout, seed)
-        used = bool(judge(cls.key, cls.kernel, held, cls.dims, cls.times, fitted, fit)["used"])
-        if key is not None:
-            disk_cache.put(VERDICTS, key, used)
-    if not used:
+    known = _verdict(disk_cache.get(VERDICTS, key)) if key is not None else None
+    if known is False:
         return None
-    return ClassTable.of(cls.key, cls.kernel, cls.dims, cls.times, fitted, fit)
+    if known is not None:  # judged by an earlier process: its rows are priced only when a line is not on disk
+        lo, hi, ladder = known
+        return ClassTable(cls.key, cls.kernel,
+                          lambda: residual_interpolant(cls.dims, cls.times, fitted_times(cls, prof, hw, price)),
+                          lo, hi, ladder, fit, key)
+    fitted = fitted_times(cls, prof, hw, price)
+    used = judge(cls.key, cls.kernel, cls.held_out(holdout, seed), cls.dims, cls.times, fitted, fit)["used"]
+    table = ClassTable.of(cls.key, cls.kernel, cls.dims, cls.times, fitted, fit, key) if used else None
+    if key is not None:  # kept for the next process
+        disk_cache.put(VERDICTS, key, False if table is None else
+                       {"lo": disk_cache.pack(table.raw_lo), "hi": disk_cache.pack(table.raw_hi),
+                        "ladder": disk_cache.pack(table.ladder)})
+    return table
+
+
+def _verdict(entry) -> bool | tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """A verdict as :func:`build_class` keeps it: False (no table), the table's measured range (low and high
+    per dim, the first dim's measured values), or None where ``entry`` is no such value (a miss)."""
+    if entry is False:
+        return False
+    if not isinstance(entry, dict):
+        return None
+    lo, hi, ladder = (disk_cache.unpack(entry.get(k)) for k in ("lo", "hi", "ladder"))
+    if lo is None or hi is None or ladder is None or len(lo) != len(hi) or not len(lo) or not len(ladder):
+        return None
+    return lo, hi, ladder
 
 
 def verdict_key(cls: ClassRows, prof, hw, price, holdout: float, seed: int) -> str | None:
