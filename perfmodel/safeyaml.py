@@ -19,10 +19,20 @@ hard limits.
 file and the line, before anything is built, and never echoes the offending value. Its limits are far
 above what a real spec or descriptor needs (the shipped ones are under 3 KB, four levels deep, with no
 anchors), so they only ever stop hostile or broken files.
+
+A document read with ``cached=True`` (the specs and model descriptors: a cold ``perfmodel project`` reads some
+fifty, 0.1 s of parsing) is kept on disk once parsed (:mod:`perfmodel.disk_cache`), keyed by its text and the
+limits, under a stamp of this module's source, PyYAML's and Python's: the next process takes the value the parse
+gave instead of parsing again. Only a document that parsed is kept, and only one made of what JSON gives back
+exactly (mappings with text keys, lists, text, integers, finite floats, booleans, null): a date, a set or a
+binary value is parsed each time.
 """
 from __future__ import annotations
 
+import json
+import math
 import re
+import sys
 from pathlib import Path
 
 import yaml
@@ -35,6 +45,7 @@ from yaml.reader import Reader
 from yaml.resolver import Resolver
 from yaml.scanner import Scanner
 
+from . import disk_cache
 from .errors import InputError
 
 MAX_BYTES = 256 * 1024  # a file; the shipped specs and descriptors are under 3 KB
@@ -42,6 +53,10 @@ MAX_DEPTH = 32  # nested mappings/sequences; a spec is four deep
 MAX_NODES = 100_000  # nodes after alias expansion: what walking the loaded value costs
 MAX_ALIASES = 100  # alias uses in one file
 MAX_SCALAR = 64 * 1024  # characters in one value
+# the on-disk cache of parsed documents (load's cached=True), the newest PARSED_KEPT kept: the library's specs and
+# model descriptors are about seventy, 2-3 KB each
+PARSED = "yaml-parsed"
+PARSED_KEPT = 256
 
 
 # C0 controls but tab and newline, DEL, C1 controls, line/paragraph separators, bidirectional overrides and
@@ -207,12 +222,12 @@ def read_limited(path: Path, *, what: str, max_bytes: int = MAX_BYTES) -> bytes:
 
 def load(data: bytes | str, *, file: str, what: str = "YAML file", max_depth: int = MAX_DEPTH,
          max_nodes: int = MAX_NODES, max_aliases: int = MAX_ALIASES, max_scalar: int = MAX_SCALAR,
-         max_bytes: int = MAX_BYTES):
+         max_bytes: int = MAX_BYTES, cached: bool = False):
     """Parse one YAML document from ``data`` with the limits above (see the module doc).
 
     Returns plain dicts, lists and scalars, as ``yaml.safe_load``. Errors are one-line InputErrors
     naming ``file`` and, where known, the line; they never contain the document's values beyond a
-    short key.
+    short key. ``cached``: the value kept on disk, parsed once (module doc).
     """
     if isinstance(data, bytes):
         if len(data) > max_bytes:
@@ -231,6 +246,22 @@ def load(data: bytes | str, *, file: str, what: str = "YAML file", max_depth: in
         column = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
         raise InputError(control_message(m.group()), file=file, field=f"line {line}, column {column}")
     limits = {"max_depth": max_depth, "max_nodes": max_nodes, "max_aliases": max_aliases, "max_scalar": max_scalar}
+    if not cached:
+        return _parse(text, limits, file, what)
+    key = disk_cache.digest(text.encode("utf-8", "surrogatepass"), repr(sorted(limits.items())))
+    kept = disk_cache.get(PARSED, key, stamp=_parser_stamp())
+    if isinstance(kept, str):
+        try:
+            return json.loads(kept)  # a fresh value each time: a caller may change what it is given
+        except ValueError:
+            pass  # not what this module wrote: parsed again
+    value = _parse(text, limits, file, what)
+    if _json_exact(value):
+        disk_cache.put_later(PARSED, key, json.dumps(value), keep=PARSED_KEPT, stamp=_parser_stamp())
+    return value
+
+
+def _parse(text: str, limits: dict, file: str, what: str):
     loader = _Loader(text, limits)
     try:
         return loader.get_single_data()
@@ -243,6 +274,29 @@ def load(data: bytes | str, *, file: str, what: str = "YAML file", max_depth: in
         raise InputError(_yaml_message(e), file=file, field=_yaml_where(e)) from None
     finally:
         loader.dispose()
+
+
+_STAMP: list[str] = []
+
+
+def _parser_stamp() -> str:
+    """What a parsed value depends on besides its text and limits: this module's source, PyYAML's version and
+    place, Python's version."""
+    if not _STAMP:
+        source = Path(__file__).read_bytes()
+        _STAMP.append(disk_cache.digest(source, yaml.__version__, yaml.__file__, sys.version))
+    return _STAMP[0]
+
+
+def _json_exact(value) -> bool:
+    """Whether JSON gives ``value`` back exactly, types included (module doc)."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _json_exact(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_json_exact(v) for v in value)
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return value is None or isinstance(value, (str, int))  # bool is an int
 
 
 def _yaml_where(e) -> str | None:
@@ -266,8 +320,6 @@ def load_json(data: bytes | str, *, file: str, what: str = "JSON file", max_byte
     """Parse a JSON document (a Hugging Face ``config.json``) with the same promises as :func:`load`: a size
     limit, one-line errors naming the line, no RecursionError on deep nesting, and no NaN or Infinity
     (which Python's json module accepts and no JSON file should hold)."""
-    import json
-
     if isinstance(data, bytes):
         if len(data) > max_bytes:
             raise InputError(f"larger than {max_bytes // 1024} KiB; a {what} is a few KB", file=file)
