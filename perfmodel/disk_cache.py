@@ -5,8 +5,8 @@ interpolates along its first dim, :class:`perfmodel.cost.tables.ClassTable`, who
 prices every row of the class and imports scipy.spatial: 0.2-0.4 s).
 
 An entry is keyed by a digest of everything its value is computed from: the caller's inputs (:func:`digest`) and
-:func:`code_stamp` (the package's source, Python's, numpy's and scipy's versions, the CPU's features), so a hit is the value the
-computation gives. The entries of a namespace and code stamp are one small JSON file in :func:`cache_dir`, written
+:func:`code_stamp` (the package's source, Python's, numpy's and scipy's versions, the CPU's features; a namespace
+may name a narrower stamp of its own), so a hit is the value the computation gives. The entries of a namespace and code stamp are one small JSON file in :func:`cache_dir`, written
 whole and atomically (a temporary file renamed over it): at once (:func:`put`), or once as the process exits
 (:func:`put_later`: a namespace that gains entries all through a run, written once, its oldest entries dropped
 beyond a bound). A cache that cannot be read or written (missing, corrupt, read-only) is a miss, never an error,

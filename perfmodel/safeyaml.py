@@ -35,16 +35,6 @@ import re
 import sys
 from pathlib import Path
 
-import yaml
-from yaml.composer import Composer
-from yaml.constructor import SafeConstructor
-from yaml.events import AliasEvent, MappingStartEvent, ScalarEvent, SequenceStartEvent
-from yaml.nodes import ScalarNode
-from yaml.parser import Parser
-from yaml.reader import Reader
-from yaml.resolver import Resolver
-from yaml.scanner import Scanner
-
 from . import disk_cache
 from .errors import InputError
 
@@ -120,84 +110,105 @@ def _line(mark) -> int | None:
     return mark.line + 1 if mark is not None else None
 
 
-class _Composer(Composer):
-    """The standard composer, counting depth, nodes (an alias counts as the size of what it names),
-    aliases and scalar sizes, and refusing recursive aliases and duplicate keys."""
+_LOADER: list[type] = []
 
-    def __init__(self, limits: dict):
-        super().__init__()
-        self._limits = limits
-        self._depth = 0
-        self._nodes = 0
-        self._aliases = 0
-        self._sizes: dict[int, int] = {}  # id(node) -> expanded node count, once the node is complete
 
-    def _count(self, n: int, mark) -> None:
-        self._nodes += n
-        if self._nodes > self._limits["max_nodes"]:
-            raise _Refused(f"more than {self._limits['max_nodes']:,} values (after expanding aliases); "
-                           f"a spec or model file needs a few hundred", _line(mark))
+def _loader_class() -> type:
+    """PyYAML's safe loader with the limits: the standard composer, counting depth, nodes (an alias counts as the
+    size of what it names), aliases and scalar sizes, and refusing recursive aliases and duplicate keys. Built when
+    a document is first parsed: importing PyYAML takes 10 ms of a start that finds every document it reads kept on
+    disk (module doc)."""
+    if _LOADER:
+        return _LOADER[0]
+    from yaml.composer import Composer
+    from yaml.constructor import SafeConstructor
+    from yaml.events import AliasEvent, MappingStartEvent, ScalarEvent, SequenceStartEvent
+    from yaml.nodes import ScalarNode
+    from yaml.parser import Parser
+    from yaml.reader import Reader
+    from yaml.resolver import Resolver
+    from yaml.scanner import Scanner
 
-    def compose_node(self, parent, index):
-        if self.check_event(AliasEvent):
+    class LimitedComposer(Composer):
+        """The standard composer, counting depth, nodes (an alias counts as the size of what it names),
+        aliases and scalar sizes, and refusing recursive aliases and duplicate keys."""
+
+        def __init__(self, limits: dict):
+            super().__init__()
+            self._limits = limits
+            self._depth = 0
+            self._nodes = 0
+            self._aliases = 0
+            self._sizes: dict[int, int] = {}  # id(node) -> expanded node count, once the node is complete
+
+        def _count(self, n: int, mark) -> None:
+            self._nodes += n
+            if self._nodes > self._limits["max_nodes"]:
+                raise _Refused(f"more than {self._limits['max_nodes']:,} values (after expanding aliases); "
+                               f"a spec or model file needs a few hundred", _line(mark))
+
+        def compose_node(self, parent, index):
+            if self.check_event(AliasEvent):
+                event = self.peek_event()
+                self._aliases += 1
+                if self._aliases > self._limits["max_aliases"]:
+                    raise _Refused(f"more than {self._limits['max_aliases']} aliases (*name); write the values out",
+                                   _line(event.start_mark))
+                anchor = event.anchor
+                if anchor in self.anchors:
+                    node = self.anchors[anchor]
+                    size = self._sizes.get(id(node))
+                    if size is None:
+                        raise _Refused(f"alias *{_short(anchor)} refers to a value that contains it (a recursive "
+                                       f"value)", _line(event.start_mark))
+                    self._count(size, event.start_mark)
+                # an undefined alias: the standard composer raises its own error
+                return super().compose_node(parent, index)
             event = self.peek_event()
-            self._aliases += 1
-            if self._aliases > self._limits["max_aliases"]:
-                raise _Refused(f"more than {self._limits['max_aliases']} aliases (*name); write the values out",
+            if isinstance(event, (SequenceStartEvent, MappingStartEvent)):
+                self._depth += 1
+                if self._depth > self._limits["max_depth"]:
+                    raise _Refused(f"nested more than {self._limits['max_depth']} levels deep", _line(event.start_mark))
+            before = self._nodes
+            node = super().compose_node(parent, index)
+            if isinstance(event, (SequenceStartEvent, MappingStartEvent)):
+                self._depth -= 1
+            self._count(1, event.start_mark)
+            self._sizes[id(node)] = self._nodes - before
+            return node
+
+        def compose_scalar_node(self, anchor):
+            event = self.peek_event()
+            if isinstance(event, ScalarEvent) and len(event.value) > self._limits["max_scalar"]:
+                raise _Refused(f"a value of {len(event.value):,} characters (limit {self._limits['max_scalar']:,})",
                                _line(event.start_mark))
-            anchor = event.anchor
-            if anchor in self.anchors:
-                node = self.anchors[anchor]
-                size = self._sizes.get(id(node))
-                if size is None:
-                    raise _Refused(f"alias *{_short(anchor)} refers to a value that contains it (a recursive "
-                                   f"value)", _line(event.start_mark))
-                self._count(size, event.start_mark)
-            # an undefined alias: the standard composer raises its own error
-            return super().compose_node(parent, index)
-        event = self.peek_event()
-        if isinstance(event, (SequenceStartEvent, MappingStartEvent)):
-            self._depth += 1
-            if self._depth > self._limits["max_depth"]:
-                raise _Refused(f"nested more than {self._limits['max_depth']} levels deep", _line(event.start_mark))
-        before = self._nodes
-        node = super().compose_node(parent, index)
-        if isinstance(event, (SequenceStartEvent, MappingStartEvent)):
-            self._depth -= 1
-        self._count(1, event.start_mark)
-        self._sizes[id(node)] = self._nodes - before
-        return node
+            if isinstance(event, ScalarEvent) and (m := CONTROL.search(event.value)):
+                raise _Refused(control_message(m.group()), _line(event.start_mark))
+            return super().compose_scalar_node(anchor)
 
-    def compose_scalar_node(self, anchor):
-        event = self.peek_event()
-        if isinstance(event, ScalarEvent) and len(event.value) > self._limits["max_scalar"]:
-            raise _Refused(f"a value of {len(event.value):,} characters (limit {self._limits['max_scalar']:,})",
-                           _line(event.start_mark))
-        if isinstance(event, ScalarEvent) and (m := CONTROL.search(event.value)):
-            raise _Refused(control_message(m.group()), _line(event.start_mark))
-        return super().compose_scalar_node(anchor)
+        def compose_mapping_node(self, anchor):
+            node = super().compose_mapping_node(anchor)
+            seen: dict = {}
+            for key, _ in node.value:
+                if isinstance(key, ScalarNode):
+                    k = (key.tag, key.value)
+                    if k in seen:
+                        raise _Refused(f"key {_short(key.value)!r} given twice in one mapping (first at line "
+                                       f"{seen[k]})", _line(key.start_mark))
+                    seen[k] = _line(key.start_mark)
+            return node
 
-    def compose_mapping_node(self, anchor):
-        node = super().compose_mapping_node(anchor)
-        seen: dict = {}
-        for key, _ in node.value:
-            if isinstance(key, ScalarNode):
-                k = (key.tag, key.value)
-                if k in seen:
-                    raise _Refused(f"key {_short(key.value)!r} given twice in one mapping (first at line "
-                                   f"{seen[k]})", _line(key.start_mark))
-                seen[k] = _line(key.start_mark)
-        return node
+    class Loader(Reader, Scanner, Parser, LimitedComposer, SafeConstructor, Resolver):
+        def __init__(self, stream, limits: dict):
+            Reader.__init__(self, stream)
+            Scanner.__init__(self)
+            Parser.__init__(self)
+            LimitedComposer.__init__(self, limits)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
 
-
-class _Loader(Reader, Scanner, Parser, _Composer, SafeConstructor, Resolver):
-    def __init__(self, stream, limits: dict):
-        Reader.__init__(self, stream)
-        Scanner.__init__(self)
-        Parser.__init__(self)
-        _Composer.__init__(self, limits)
-        SafeConstructor.__init__(self)
-        Resolver.__init__(self)
+    _LOADER.append(Loader)
+    return Loader
 
 
 def _short(text, limit: int = 40) -> str:
@@ -262,7 +273,9 @@ def load(data: bytes | str, *, file: str, what: str = "YAML file", max_depth: in
 
 
 def _parse(text: str, limits: dict, file: str, what: str):
-    loader = _Loader(text, limits)
+    import yaml
+
+    loader = _loader_class()(text, limits)
     try:
         return loader.get_single_data()
     except _Refused as e:
@@ -280,11 +293,18 @@ _STAMP: list[str] = []
 
 
 def _parser_stamp() -> str:
-    """What a parsed value depends on besides its text and limits: this module's source, PyYAML's version and
-    place, Python's version."""
+    """What a parsed value depends on besides its text and limits: this module's source, PyYAML's place and its
+    ``__init__.py`` (which holds its version; read, not imported), Python's version."""
     if not _STAMP:
-        source = Path(__file__).read_bytes()
-        _STAMP.append(disk_cache.digest(source, yaml.__version__, yaml.__file__, sys.version))
+        import importlib.util
+
+        spec = importlib.util.find_spec("yaml")
+        origin = (spec.origin or "") if spec is not None else ""
+        try:
+            pyyaml = Path(origin).read_bytes()
+        except OSError:
+            pyyaml = b""
+        _STAMP.append(disk_cache.digest(Path(__file__).read_bytes(), origin, pyyaml, sys.version))
     return _STAMP[0]
 
 
