@@ -31,7 +31,8 @@ def gemm_class():
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("PERFMODEL_CACHE_DIR", str(tmp_path / "cache"))
-    return tmp_path / "cache"
+    yield tmp_path / "cache"
+    disk_cache.flush()  # what the test left for exit goes to its own folder
 
 
 @pytest.fixture
