@@ -116,11 +116,10 @@ def put_later(namespace: str, key: str, value, keep: int | None = None, stamp: s
     if file not in _READ:
         _READ[file] = _read(file)
     _READ[file][key] = value
-    if not _LATER:
-        atexit.register(flush)
     _LATER.setdefault(file, (namespace, {}, keep))[1][key] = value
 
 
+@atexit.register
 def flush() -> None:
     """Write what :func:`put_later` holds (once per file; run at exit)."""
     while _LATER:
