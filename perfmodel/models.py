@@ -792,10 +792,12 @@ MODEL_WHAT = "model descriptor"
 
 
 def _read_yaml(path: Path):
-    # size, nesting, aliases and duplicate keys are limited by the safe loader (perfmodel.safeyaml)
+    # size, nesting, aliases and duplicate keys are limited by the safe loader (perfmodel.safeyaml), which keeps
+    # the parsed value on disk for the next process
     from . import safeyaml
 
-    return safeyaml.load(safeyaml.read_limited(path, what=MODEL_WHAT), file=str(path), what=MODEL_WHAT)
+    return safeyaml.load(safeyaml.read_limited(path, what=MODEL_WHAT), file=str(path), what=MODEL_WHAT,
+                         cached=True)
 
 
 # ---- Hugging Face config.json ---------------------------------------------------------------------

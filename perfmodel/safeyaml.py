@@ -19,22 +19,23 @@ hard limits.
 file and the line, before anything is built, and never echoes the offending value. Its limits are far
 above what a real spec or descriptor needs (the shipped ones are under 3 KB, four levels deep, with no
 anchors), so they only ever stop hostile or broken files.
+
+A document read with ``cached=True`` (the specs and model descriptors: a cold ``perfmodel project`` reads some
+fifty, 0.1 s of parsing) is kept on disk once parsed (:mod:`perfmodel.disk_cache`), keyed by its text and the
+limits, under a stamp of this module's source, PyYAML's and Python's: the next process takes the value the parse
+gave instead of parsing again. Only a document that parsed is kept, and only one made of what JSON gives back
+exactly (mappings with text keys, lists, text, integers, finite floats, booleans, null): a date, a set or a
+binary value is parsed each time.
 """
 from __future__ import annotations
 
+import json
+import math
 import re
+import sys
 from pathlib import Path
 
-import yaml
-from yaml.composer import Composer
-from yaml.constructor import SafeConstructor
-from yaml.events import AliasEvent, MappingStartEvent, ScalarEvent, SequenceStartEvent
-from yaml.nodes import ScalarNode
-from yaml.parser import Parser
-from yaml.reader import Reader
-from yaml.resolver import Resolver
-from yaml.scanner import Scanner
-
+from . import disk_cache
 from .errors import InputError
 
 MAX_BYTES = 256 * 1024  # a file; the shipped specs and descriptors are under 3 KB
@@ -42,6 +43,10 @@ MAX_DEPTH = 32  # nested mappings/sequences; a spec is four deep
 MAX_NODES = 100_000  # nodes after alias expansion: what walking the loaded value costs
 MAX_ALIASES = 100  # alias uses in one file
 MAX_SCALAR = 64 * 1024  # characters in one value
+# the on-disk cache of parsed documents (load's cached=True), the newest PARSED_KEPT kept: the library's specs and
+# model descriptors are about seventy, 2-3 KB each
+PARSED = "yaml-parsed"
+PARSED_KEPT = 256
 
 
 # C0 controls but tab and newline, DEL, C1 controls, line/paragraph separators, bidirectional overrides and
@@ -105,84 +110,105 @@ def _line(mark) -> int | None:
     return mark.line + 1 if mark is not None else None
 
 
-class _Composer(Composer):
-    """The standard composer, counting depth, nodes (an alias counts as the size of what it names),
-    aliases and scalar sizes, and refusing recursive aliases and duplicate keys."""
+_LOADER: list[type] = []
 
-    def __init__(self, limits: dict):
-        super().__init__()
-        self._limits = limits
-        self._depth = 0
-        self._nodes = 0
-        self._aliases = 0
-        self._sizes: dict[int, int] = {}  # id(node) -> expanded node count, once the node is complete
 
-    def _count(self, n: int, mark) -> None:
-        self._nodes += n
-        if self._nodes > self._limits["max_nodes"]:
-            raise _Refused(f"more than {self._limits['max_nodes']:,} values (after expanding aliases); "
-                           f"a spec or model file needs a few hundred", _line(mark))
+def _loader_class() -> type:
+    """PyYAML's safe loader with the limits: the standard composer, counting depth, nodes (an alias counts as the
+    size of what it names), aliases and scalar sizes, and refusing recursive aliases and duplicate keys. Built when
+    a document is first parsed: importing PyYAML takes 10 ms of a start that finds every document it reads kept on
+    disk (module doc)."""
+    if _LOADER:
+        return _LOADER[0]
+    from yaml.composer import Composer
+    from yaml.constructor import SafeConstructor
+    from yaml.events import AliasEvent, MappingStartEvent, ScalarEvent, SequenceStartEvent
+    from yaml.nodes import ScalarNode
+    from yaml.parser import Parser
+    from yaml.reader import Reader
+    from yaml.resolver import Resolver
+    from yaml.scanner import Scanner
 
-    def compose_node(self, parent, index):
-        if self.check_event(AliasEvent):
+    class LimitedComposer(Composer):
+        """The standard composer, counting depth, nodes (an alias counts as the size of what it names),
+        aliases and scalar sizes, and refusing recursive aliases and duplicate keys."""
+
+        def __init__(self, limits: dict):
+            super().__init__()
+            self._limits = limits
+            self._depth = 0
+            self._nodes = 0
+            self._aliases = 0
+            self._sizes: dict[int, int] = {}  # id(node) -> expanded node count, once the node is complete
+
+        def _count(self, n: int, mark) -> None:
+            self._nodes += n
+            if self._nodes > self._limits["max_nodes"]:
+                raise _Refused(f"more than {self._limits['max_nodes']:,} values (after expanding aliases); "
+                               f"a spec or model file needs a few hundred", _line(mark))
+
+        def compose_node(self, parent, index):
+            if self.check_event(AliasEvent):
+                event = self.peek_event()
+                self._aliases += 1
+                if self._aliases > self._limits["max_aliases"]:
+                    raise _Refused(f"more than {self._limits['max_aliases']} aliases (*name); write the values out",
+                                   _line(event.start_mark))
+                anchor = event.anchor
+                if anchor in self.anchors:
+                    node = self.anchors[anchor]
+                    size = self._sizes.get(id(node))
+                    if size is None:
+                        raise _Refused(f"alias *{_short(anchor)} refers to a value that contains it (a recursive "
+                                       f"value)", _line(event.start_mark))
+                    self._count(size, event.start_mark)
+                # an undefined alias: the standard composer raises its own error
+                return super().compose_node(parent, index)
             event = self.peek_event()
-            self._aliases += 1
-            if self._aliases > self._limits["max_aliases"]:
-                raise _Refused(f"more than {self._limits['max_aliases']} aliases (*name); write the values out",
+            if isinstance(event, (SequenceStartEvent, MappingStartEvent)):
+                self._depth += 1
+                if self._depth > self._limits["max_depth"]:
+                    raise _Refused(f"nested more than {self._limits['max_depth']} levels deep", _line(event.start_mark))
+            before = self._nodes
+            node = super().compose_node(parent, index)
+            if isinstance(event, (SequenceStartEvent, MappingStartEvent)):
+                self._depth -= 1
+            self._count(1, event.start_mark)
+            self._sizes[id(node)] = self._nodes - before
+            return node
+
+        def compose_scalar_node(self, anchor):
+            event = self.peek_event()
+            if isinstance(event, ScalarEvent) and len(event.value) > self._limits["max_scalar"]:
+                raise _Refused(f"a value of {len(event.value):,} characters (limit {self._limits['max_scalar']:,})",
                                _line(event.start_mark))
-            anchor = event.anchor
-            if anchor in self.anchors:
-                node = self.anchors[anchor]
-                size = self._sizes.get(id(node))
-                if size is None:
-                    raise _Refused(f"alias *{_short(anchor)} refers to a value that contains it (a recursive "
-                                   f"value)", _line(event.start_mark))
-                self._count(size, event.start_mark)
-            # an undefined alias: the standard composer raises its own error
-            return super().compose_node(parent, index)
-        event = self.peek_event()
-        if isinstance(event, (SequenceStartEvent, MappingStartEvent)):
-            self._depth += 1
-            if self._depth > self._limits["max_depth"]:
-                raise _Refused(f"nested more than {self._limits['max_depth']} levels deep", _line(event.start_mark))
-        before = self._nodes
-        node = super().compose_node(parent, index)
-        if isinstance(event, (SequenceStartEvent, MappingStartEvent)):
-            self._depth -= 1
-        self._count(1, event.start_mark)
-        self._sizes[id(node)] = self._nodes - before
-        return node
+            if isinstance(event, ScalarEvent) and (m := CONTROL.search(event.value)):
+                raise _Refused(control_message(m.group()), _line(event.start_mark))
+            return super().compose_scalar_node(anchor)
 
-    def compose_scalar_node(self, anchor):
-        event = self.peek_event()
-        if isinstance(event, ScalarEvent) and len(event.value) > self._limits["max_scalar"]:
-            raise _Refused(f"a value of {len(event.value):,} characters (limit {self._limits['max_scalar']:,})",
-                           _line(event.start_mark))
-        if isinstance(event, ScalarEvent) and (m := CONTROL.search(event.value)):
-            raise _Refused(control_message(m.group()), _line(event.start_mark))
-        return super().compose_scalar_node(anchor)
+        def compose_mapping_node(self, anchor):
+            node = super().compose_mapping_node(anchor)
+            seen: dict = {}
+            for key, _ in node.value:
+                if isinstance(key, ScalarNode):
+                    k = (key.tag, key.value)
+                    if k in seen:
+                        raise _Refused(f"key {_short(key.value)!r} given twice in one mapping (first at line "
+                                       f"{seen[k]})", _line(key.start_mark))
+                    seen[k] = _line(key.start_mark)
+            return node
 
-    def compose_mapping_node(self, anchor):
-        node = super().compose_mapping_node(anchor)
-        seen: dict = {}
-        for key, _ in node.value:
-            if isinstance(key, ScalarNode):
-                k = (key.tag, key.value)
-                if k in seen:
-                    raise _Refused(f"key {_short(key.value)!r} given twice in one mapping (first at line "
-                                   f"{seen[k]})", _line(key.start_mark))
-                seen[k] = _line(key.start_mark)
-        return node
+    class Loader(Reader, Scanner, Parser, LimitedComposer, SafeConstructor, Resolver):
+        def __init__(self, stream, limits: dict):
+            Reader.__init__(self, stream)
+            Scanner.__init__(self)
+            Parser.__init__(self)
+            LimitedComposer.__init__(self, limits)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
 
-
-class _Loader(Reader, Scanner, Parser, _Composer, SafeConstructor, Resolver):
-    def __init__(self, stream, limits: dict):
-        Reader.__init__(self, stream)
-        Scanner.__init__(self)
-        Parser.__init__(self)
-        _Composer.__init__(self, limits)
-        SafeConstructor.__init__(self)
-        Resolver.__init__(self)
+    _LOADER.append(Loader)
+    return Loader
 
 
 def _short(text, limit: int = 40) -> str:
@@ -207,12 +233,12 @@ def read_limited(path: Path, *, what: str, max_bytes: int = MAX_BYTES) -> bytes:
 
 def load(data: bytes | str, *, file: str, what: str = "YAML file", max_depth: int = MAX_DEPTH,
          max_nodes: int = MAX_NODES, max_aliases: int = MAX_ALIASES, max_scalar: int = MAX_SCALAR,
-         max_bytes: int = MAX_BYTES):
+         max_bytes: int = MAX_BYTES, cached: bool = False):
     """Parse one YAML document from ``data`` with the limits above (see the module doc).
 
     Returns plain dicts, lists and scalars, as ``yaml.safe_load``. Errors are one-line InputErrors
     naming ``file`` and, where known, the line; they never contain the document's values beyond a
-    short key.
+    short key. ``cached``: the value kept on disk, parsed once (module doc).
     """
     if isinstance(data, bytes):
         if len(data) > max_bytes:
@@ -231,7 +257,25 @@ def load(data: bytes | str, *, file: str, what: str = "YAML file", max_depth: in
         column = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
         raise InputError(control_message(m.group()), file=file, field=f"line {line}, column {column}")
     limits = {"max_depth": max_depth, "max_nodes": max_nodes, "max_aliases": max_aliases, "max_scalar": max_scalar}
-    loader = _Loader(text, limits)
+    if not cached:
+        return _parse(text, limits, file, what)
+    key = disk_cache.digest(text.encode("utf-8", "surrogatepass"), repr(sorted(limits.items())))
+    kept = disk_cache.get(PARSED, key, stamp=_parser_stamp())
+    if isinstance(kept, str):
+        try:
+            return json.loads(kept)  # a fresh value each time: a caller may change what it is given
+        except ValueError:
+            pass  # not what this module wrote: parsed again
+    value = _parse(text, limits, file, what)
+    if _json_exact(value):
+        disk_cache.put_later(PARSED, key, json.dumps(value), keep=PARSED_KEPT, stamp=_parser_stamp())
+    return value
+
+
+def _parse(text: str, limits: dict, file: str, what: str):
+    import yaml
+
+    loader = _loader_class()(text, limits)
     try:
         return loader.get_single_data()
     except _Refused as e:
@@ -243,6 +287,36 @@ def load(data: bytes | str, *, file: str, what: str = "YAML file", max_depth: in
         raise InputError(_yaml_message(e), file=file, field=_yaml_where(e)) from None
     finally:
         loader.dispose()
+
+
+_STAMP: list[str] = []
+
+
+def _parser_stamp() -> str:
+    """What a parsed value depends on besides its text and limits: this module's source, PyYAML's place and its
+    ``__init__.py`` (which holds its version; read, not imported), Python's version."""
+    if not _STAMP:
+        import importlib.util
+
+        spec = importlib.util.find_spec("yaml")
+        origin = (spec.origin or "") if spec is not None else ""
+        try:
+            pyyaml = Path(origin).read_bytes()
+        except OSError:
+            pyyaml = b""
+        _STAMP.append(disk_cache.digest(Path(__file__).read_bytes(), origin, pyyaml, sys.version))
+    return _STAMP[0]
+
+
+def _json_exact(value) -> bool:
+    """Whether JSON gives ``value`` back exactly, types included (module doc)."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _json_exact(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_json_exact(v) for v in value)
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return value is None or isinstance(value, (str, int))  # bool is an int
 
 
 def _yaml_where(e) -> str | None:
@@ -266,8 +340,6 @@ def load_json(data: bytes | str, *, file: str, what: str = "JSON file", max_byte
     """Parse a JSON document (a Hugging Face ``config.json``) with the same promises as :func:`load`: a size
     limit, one-line errors naming the line, no RecursionError on deep nesting, and no NaN or Infinity
     (which Python's json module accepts and no JSON file should hold)."""
-    import json
-
     if isinstance(data, bytes):
         if len(data) > max_bytes:
             raise InputError(f"larger than {max_bytes // 1024} KiB; a {what} is a few KB", file=file)

@@ -318,9 +318,10 @@ def _read_raw(path: Path) -> _Raw:
     hit = _RAW_CACHE.get(path)
     if hit and hit[0] == st.st_mtime_ns:
         return hit[1]
-    # size, nesting, aliases and duplicate keys are limited by the safe loader (perfmodel.safeyaml)
+    # size, nesting, aliases and duplicate keys are limited by the safe loader (perfmodel.safeyaml), which keeps
+    # the parsed value on disk for the next process
     data = safeyaml.read_limited(path, what=SPEC_WHAT)
-    doc = safeyaml.load(data, file=str(path), what=SPEC_WHAT)
+    doc = safeyaml.load(data, file=str(path), what=SPEC_WHAT, cached=True)
     if not isinstance(doc, dict):
         kind = "empty" if doc is None else f"a {type(doc).__name__}"
         raise _err(f"expected a mapping of spec fields (name:, compute:, memory:, ...), the file is {kind}",

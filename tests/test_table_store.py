@@ -1,12 +1,16 @@
 """The whole measured tables as compact arrays (perfmodel.cost.table_store): exact shapes, times within the stated
-quantization, the same bytes for the same tables, a held-out split by shape, and one-line errors for a bad file."""
+quantization, the same bytes for the same tables, a held-out split by shape, one-line errors for a bad file, and a
+projection's lazy reading (each class decoded when first asked for) the same as reading them all."""
 from __future__ import annotations
+
+import io
+import zipfile
 
 import numpy as np
 import pytest
 
 from perfmodel.cost import tables as T
-from perfmodel.cost.table_store import FILE, ClassRows, decode, encode, quantization_error
+from perfmodel.cost.table_store import FILE, ClassRows, decode, decode_lazily, encode, quantization_error
 from perfmodel.errors import InputError
 
 
@@ -66,3 +70,43 @@ def test_a_class_measured_twice_at_one_shape_is_refused():
     twice = ClassRows(c.key, c.kernel, c.template, np.vstack([c.dims, c.dims[:1]]), np.append(c.times, 1e-5))
     with pytest.raises(ValueError, match="measured twice"):
         encode([twice])
+
+
+def test_lazy_reading_gives_every_class_as_reading_them_all(tmp_path):
+    classes = _classes()
+    classes.append(ClassRows(classes[0].key, "other_kernel", classes[0].template, classes[0].dims,
+                             classes[0].times * 2, main=False))
+    (tmp_path / FILE).write_bytes(encode(classes, {"source": "test"}))
+    eager, provenance = decode(tmp_path / FILE)
+    lazy, lazy_provenance = decode_lazily(tmp_path / FILE)
+    assert lazy_provenance == provenance and sorted(lazy) == sorted({c.key for c in eager})
+    assert lazy[classes[0].key].main == ["torch_flow"] and list(lazy[classes[0].key]) == ["torch_flow", "other_kernel"]
+    for c in eager:
+        got = lazy[c.key][c.kernel]
+        assert (got.key, got.kernel, got.template, got.main) == (c.key, c.kernel, c.template, c.main)
+        assert np.array_equal(got.dims, c.dims) and np.array_equal(got.times, c.times)
+        assert lazy[c.key][c.kernel] is got, "decoded once"
+
+
+def test_a_bad_class_read_lazily_is_one_line_naming_the_file_when_asked_for(tmp_path):
+    data = encode(_classes())
+    src, out = zipfile.ZipFile(io.BytesIO(data)), io.BytesIO()
+    with zipfile.ZipFile(out, "w") as dst:  # the second class's times cut short
+        for name in src.namelist():
+            dst.writestr(name, src.read(name)[:-6] if name == "c1_time.npy" else src.read(name))
+    (tmp_path / FILE).write_bytes(out.getvalue())
+    lazy, _ = decode_lazily(tmp_path / FILE)
+    first = _classes()[0]
+    assert np.array_equal(lazy[first.key][first.kernel].times, decode(data)[0][0].times)
+    second = _classes()[1]
+    with pytest.raises(InputError) as e:
+        lazy[second.key][second.kernel]
+    assert FILE in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("bad", [b"", b"not a zip", b"PK\x03\x04garbage"])
+def test_a_bad_file_read_lazily_is_one_line_naming_it(tmp_path, bad):
+    (tmp_path / FILE).write_bytes(bad)
+    with pytest.raises(InputError) as e:
+        decode_lazily(tmp_path / FILE)
+    assert FILE in str(e.value) and "\n" not in str(e.value)

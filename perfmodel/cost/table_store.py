@@ -26,6 +26,7 @@ import math
 import os
 import zipfile
 import zlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,36 +133,110 @@ def _deterministic_zip(data: bytes) -> bytes:
     return out.getvalue()
 
 
+# what reading a table that is not one raises (turned into a ValueError naming the file)
+_UNREADABLE = (KeyError, IndexError, TypeError, ValueError, json.JSONDecodeError, UnicodeDecodeError, OSError,
+               EOFError, zipfile.BadZipFile)
+
+
 def decode(data: bytes | Path) -> tuple[list[ClassRows], dict]:
     """(the classes, the header's provenance) of ``tables.npz`` bytes or a path to them. ValueError where the
     file is not such a table."""
     source = io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data
     try:
         with np.load(source, allow_pickle=False) as z:
-            header = json.loads(bytes(z["header"]).decode("utf-8"))
-            if header.get("format") != FORMAT:
-                raise ValueError(f"expected format {FORMAT}, found {header.get('format')!r}")
-            step = float(header["log2_step"])
-            out = []
-            for i, c in enumerate(header["classes"]):
-                sizes = [int(n) for n in c["axes"]]
-                flat_axes = z[f"c{i}_axes"]
-                cuts = np.cumsum([0] + sizes)
-                axes = [flat_axes[cuts[j]:cuts[j + 1]] for j in range(len(sizes))]
-                flat = np.cumsum(z[f"c{i}_cells"].astype(np.int64)) - 1
-                index = np.unravel_index(flat, sizes)
-                dims = np.stack([axes[j][index[j]] for j in range(len(sizes))], axis=1)
-                planes = z[f"c{i}_time"]
-                delta = planes.T.copy().view(np.int16).reshape(-1).astype(np.int64)
-                steps = int(c["first_step"]) + np.concatenate([[0], np.cumsum(delta)])
-                if len(steps) != int(c["rows"]) or len(flat) != int(c["rows"]):
-                    raise ValueError(f"class {i}: {c['rows']} rows expected")
-                out.append(ClassRows(_tuple(c["key"]), str(c["kernel"]), dict(c["template"]), dims,
-                                     np.exp2(steps * step), bool(c.get("main", True))))
-    except (KeyError, IndexError, TypeError, json.JSONDecodeError, UnicodeDecodeError, OSError, EOFError,
-            zipfile.BadZipFile) as e:
-        raise ValueError(f"not a readable {FILE} ({type(e).__name__}: {e})") from None
+            header = _header(z)
+            out = [_class_rows(z, header, i) for i in range(len(header["classes"]))]
+    except _UNREADABLE as e:
+        raise _unreadable(e) from None
     return out, header.get("provenance", {})
+
+
+def decode_lazily(path: Path) -> tuple[dict[tuple, KernelRows], dict]:
+    """The classes of a ``tables.npz`` file per class key (:class:`KernelRows`: per kernel, each decoded when
+    first asked for: a projection uses three or four of a folder's fifty; decoding all took 25 ms of a cold
+    ``perfmodel project``), and the header's provenance. An InputError naming the file where it is not such a
+    table, at once or when a class is decoded."""
+    from ..errors import InputError
+
+    try:
+        z = np.load(io.BytesIO(Path(path).read_bytes()), allow_pickle=False)
+        header = _header(z)
+        kernels: dict[tuple, dict[str, int]] = {}
+        for i, c in enumerate(header["classes"]):
+            kernels.setdefault(_tuple(c["key"]), {})[str(c["kernel"])] = i
+    except _UNREADABLE as e:
+        raise InputError(str(_unreadable(e)), file=str(path)) from None
+
+    def loader(i: int) -> Callable[[], ClassRows]:
+        def load() -> ClassRows:
+            try:
+                return _class_rows(z, header, i)
+            except _UNREADABLE as e:
+                raise InputError(str(_unreadable(e)), file=str(path)) from None
+
+        return load
+
+    classes = header["classes"]
+    return ({key: KernelRows({k: loader(i) for k, i in held.items()},
+                             [k for k, i in held.items() if classes[i].get("main", True)])
+             for key, held in kernels.items()}, header.get("provenance", {}))
+
+
+class KernelRows(Mapping):
+    """A class key's rows per kernel (kernel -> :class:`ClassRows`), each decoded when first asked for
+    (:func:`decode_lazily`), and which of the kernels the import took for the engine's main path
+    (:attr:`ClassRows.main`, known without decoding any)."""
+
+    def __init__(self, loaders: dict[str, Callable[[], ClassRows]], main: list[str]):
+        self._loaders, self._rows, self.main = loaders, {}, main
+
+    @classmethod
+    def of(cls, classes: list[ClassRows]) -> KernelRows:
+        """Classes of one key, decoded already."""
+        return cls({c.kernel: (lambda c=c: c) for c in classes}, [c.kernel for c in classes if c.main])
+
+    def __getitem__(self, kernel: str) -> ClassRows:
+        if kernel not in self._rows:
+            self._rows[kernel] = self._loaders[kernel]()
+        return self._rows[kernel]
+
+    def __iter__(self):
+        return iter(self._loaders)
+
+    def __len__(self) -> int:
+        return len(self._loaders)
+
+
+def _header(z) -> dict:
+    header = json.loads(bytes(z["header"]).decode("utf-8"))
+    if header.get("format") != FORMAT:
+        raise ValueError(f"expected format {FORMAT}, found {header.get('format')!r}")
+    return header
+
+
+def _class_rows(z, header: dict, i: int) -> ClassRows:
+    """Class ``i`` of an open ``tables.npz`` (module doc: the encoding)."""
+    c, step = header["classes"][i], float(header["log2_step"])
+    sizes = [int(n) for n in c["axes"]]
+    flat_axes = z[f"c{i}_axes"]
+    cuts = np.cumsum([0] + sizes)
+    axes = [flat_axes[cuts[j]:cuts[j + 1]] for j in range(len(sizes))]
+    flat = np.cumsum(z[f"c{i}_cells"].astype(np.int64)) - 1
+    index = np.unravel_index(flat, sizes)
+    dims = np.stack([axes[j][index[j]] for j in range(len(sizes))], axis=1)
+    planes = z[f"c{i}_time"]
+    delta = planes.T.copy().view(np.int16).reshape(-1).astype(np.int64)
+    steps = int(c["first_step"]) + np.concatenate([[0], np.cumsum(delta)])
+    if len(steps) != int(c["rows"]) or len(flat) != int(c["rows"]):
+        raise ValueError(f"class {i}: {c['rows']} rows expected")
+    return ClassRows(_tuple(c["key"]), str(c["kernel"]), dict(c["template"]), dims, np.exp2(steps * step),
+                     bool(c.get("main", True)))
+
+
+def _unreadable(e: Exception) -> ValueError:
+    if isinstance(e, ValueError) and not isinstance(e, (json.JSONDecodeError, UnicodeDecodeError)):
+        return e  # already says what is wrong (the format, a class's row count)
+    return ValueError(f"not a readable {FILE} ({type(e).__name__}: {e})")
 
 
 _HEADERS: dict = {}  # (path, modification time, size) -> header: a projection's assumptions look at every sibling

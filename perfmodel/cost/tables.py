@@ -60,7 +60,11 @@ op takes its ratio).
 rows (the fit's share and seed, picked by shape: :meth:`.table_store.ClassRows.held_out`) at least as well as the
 fitted model does at the median (:func:`judge`, :data:`MIN_JUDGED_ROWS`): of two kinds of evidence from the same
 rows, the one measured to be better. The verdict is kept on disk (:mod:`perfmodel.disk_cache`, keyed by the rows,
-the profile, the spec and the code: :func:`verdict_key`), so a fresh process does not judge a class again.
+the profile, the spec and the code: :func:`verdict_key`), so a fresh process does not judge a class again; with it
+the table's measured range, and under the same key the table's lines along the first dim as they are interpolated
+(:meth:`ClassTable._lines`), so a fresh process that finds the lines it needs prices none of the class's rows and
+never builds the local plane (whose scipy.spatial took 0.15-0.3 s of a cold ``perfmodel project``). Values are
+kept bit for bit; a projection is the same with the cache warm, cold or off.
 
 **When a table applies.** The op's family must name the folder (``Profile.gemm_table``, ``attn_table``,
 ``gemm_grouped_table``: set by :func:`perfmodel.profile.load_profile` for an imported engine table, travelling with
@@ -87,6 +91,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,7 +104,7 @@ from ..routing import skew_prefix
 from ..spec import lineage_rank
 from .gemm import gemm_format
 from .table_store import FILE as DENSE_FILE
-from .table_store import ClassRows
+from .table_store import ClassRows, KernelRows
 
 # A shape may lie this factor beyond its class's measured range in each dim and still be anchored on the table
 # (clamped to the range). The tables' grids step by up to a factor of 2 (batch and sequence lengths are powers of
@@ -149,8 +154,12 @@ FAMILIES = ("gemm", "attention", "moe")
 TABLE_KINDS = ("gemm", "attention", "moe_permute", "swiglu")
 # the Profile field naming each family's table
 TABLE_FIELD = TABLE_FIELDS
-# the on-disk cache's namespace of the classes' verdicts (build_class)
+# the on-disk cache's namespaces of the classes' verdicts (build_class) and of their tables' lines along the first
+# dim (ClassTable._lines), the newest LINES_KEPT of them kept: a projection asks a dozen, plan about 400; each is
+# about 1 KB of the file every process that prices a table reads (1,000 of them in 1.2 ms)
 VERDICTS = "table-verdicts"
+LINES = "table-lines"
+LINES_KEPT = 1024
 
 
 # --- the interpolant ---------------------------------------------------------------------------------------
@@ -499,30 +508,49 @@ def reach_share(raw: np.ndarray, clamped: np.ndarray, lo: np.ndarray) -> np.ndar
     return share.max(axis=1)
 
 
+def residual_interpolant(dims: np.ndarray, measured: np.ndarray, fitted: np.ndarray) -> Interpolant:
+    """log(measured / fitted) over log2 of the shape dims, at the rows the fit prices (finite and positive)."""
+    good = np.isfinite(fitted) & (fitted > 0)
+    return Interpolant(_log2(dims[good]), np.log(measured[good] / fitted[good]))
+
+
 @dataclass
 class ClassTable:
     """One class of one folder: its rows' residuals against the folder's fit, interpolated, and the fit of its
-    module (to make the table's time non-decreasing along the class's first dim: :meth:`ratio`)."""
+    module (to make the table's time non-decreasing along the class's first dim: :meth:`ratio`).
+
+    The residuals are built when a line along the first dim is first needed (:attr:`interpolant`): a table whose
+    lines a process finds on disk (``stored``: their key, :meth:`_lines`) never prices its rows, nor imports
+    scipy.spatial for the local plane."""
 
     key: tuple
     kernel: str
-    interpolant: Interpolant  # of log(measured / fitted), over log2 of the shape dims
+    residuals: Callable[[], Interpolant]  # -> the interpolant of log(measured / fitted) over log2 of the dims
     raw_lo: np.ndarray  # the measured range per dim (shape dims, not logs)
     raw_hi: np.ndarray
     ladder: np.ndarray  # the measured values of the first dim (GEMM m, attention batch, MoE tokens), ascending
     fit: object  # shape dims (n, d) -> the fitted model's time of the module there
+    stored: str | None = None  # the on-disk key of the table's lines (:func:`build_class`); None: not kept
     cache: dict = field(default_factory=dict)  # scalar shape -> ratio
     lines: dict = field(default_factory=dict)  # other dims -> log table times along the first dim
     fits: dict = field(default_factory=dict)  # other dims -> (first-dim values, fitted module times there)
+    _interpolant: Interpolant | None = field(default=None, repr=False)
 
     @classmethod
-    def of(cls, key: tuple, kernel: str, dims: np.ndarray, measured: np.ndarray, fitted: np.ndarray, fit):
+    def of(cls, key: tuple, kernel: str, dims: np.ndarray, measured: np.ndarray, fitted: np.ndarray, fit,
+           stored: str | None = None):
         good = np.isfinite(fitted) & (fitted > 0)
         if not good.any():
             return None
         d = dims[good]
-        return cls(key, kernel, Interpolant(_log2(d), np.log(measured[good] / fitted[good])), d.min(axis=0),
-                   d.max(axis=0), np.unique(d[:, 0]), fit)
+        interpolant = residual_interpolant(dims, measured, fitted)
+        return cls(key, kernel, lambda: interpolant, d.min(axis=0), d.max(axis=0), np.unique(d[:, 0]), fit, stored)
+
+    @property
+    def interpolant(self) -> Interpolant:
+        if self._interpolant is None:
+            self._interpolant = self.residuals()
+        return self._interpolant
 
     def ratio(self, dims: list) -> np.ndarray:
         """t_table / t_fit_alone at the shapes ``dims`` (clamped into the range), NaN beyond the reach."""
@@ -605,14 +633,31 @@ class ClassTable:
         if len(self.lines) + len(keys) > LINE_CACHE:
             self.lines.clear()
         todo = [k for k in dict.fromkeys(keys) if len(self.lines.get(k, ())) < upto]
+        todo = [k for k in todo if not self._line_from_disk(k, upto)]
         if todo:
             ladder = self.ladder[:upto]
             at = np.repeat(np.array(todo, dtype=float).reshape(len(todo), 1, -1), upto, axis=1)
             at = np.concatenate([np.broadcast_to(ladder[None, :, None], (len(todo), upto, 1)), at], axis=2)
             at = at.reshape(len(todo) * upto, -1)
             table = self.fit(at) * np.exp(self.interpolant.at(_log2(at)))
-            self.lines.update(zip(todo, np.log(envelope(monotone(table.reshape(len(todo), upto))))))
+            for k, line in zip(todo, np.log(envelope(monotone(table.reshape(len(todo), upto))))):
+                self.lines[k] = line
+                if self.stored is not None:
+                    disk_cache.put_later(LINES, self._line_key(k, upto), disk_cache.pack(line), keep=LINES_KEPT)
         return np.array([self.lines[k][:upto] for k in keys]).reshape(len(keys), upto)
+
+    def _line_key(self, others: tuple, upto: int) -> str:
+        return disk_cache.digest(self.stored, str(upto), np.array(others, dtype=float).tobytes())
+
+    def _line_from_disk(self, others: tuple, upto: int) -> bool:
+        """Whether the line at ``others`` was on disk (an earlier process computed it): then remembered."""
+        if self.stored is None:
+            return False
+        line = disk_cache.unpack(disk_cache.get(LINES, self._line_key(others, upto)))
+        if line is None or len(line) != upto:
+            return False
+        self.lines[others] = line
+        return True
 
 
 @dataclass
@@ -622,13 +667,13 @@ class FolderTables:
     path: Path
     part: str  # the spec key the folder was measured on
     engine: str
-    rows: dict[tuple, dict[str, ClassRows]]  # class key -> kernel -> its rows
+    rows: dict[tuple, KernelRows]  # class key -> kernel -> its rows (each decoded when first asked for)
     _built: dict = field(default_factory=dict)
 
     def kernel_for(self, family: str, key: tuple) -> str | None:
         """The kernel of ``key`` the engine runs, or None when the table does not hold it (module doc)."""
-        kernels = self.rows.get(key) or {}
-        return engine_kernel(self.engine, key, list(kernels), [k for k, c in kernels.items() if c.main])
+        kernels = self.rows.get(key) or KernelRows({}, [])
+        return engine_kernel(self.engine, key, list(kernels), kernels.main)
 
     def table(self, key: tuple, kernel: str, price) -> "ClassTable | CarriedKernel | None":
         """The class's table of ``kernel``, or, where ``kernel`` is None (the table lacks the kernel the engine
@@ -683,8 +728,8 @@ def kernel_sibling(folder: FolderTables, key: tuple) -> tuple[FolderTables, str,
     from ..spec import load_spec
     from .table_store import read_header
 
-    held = folder.rows.get(key) or {}
-    kernels = [k for k, c in held.items() if c.main] or list(held)
+    held = folder.rows.get(key) or KernelRows({}, [])
+    kernels = held.main or list(held)
     wanted = ENGINE_MOE_KERNELS.get((folder.engine, key[1])) if key[0] == "moe" else None
     if wanted is None or len(kernels) != 1 or kernels[0] == wanted:
         return None
@@ -737,19 +782,36 @@ def build_class(cls: ClassRows, prof, hw, price, *, holdout: float = 0.25, seed:
     if not len(cls):
         return None
     key = verdict_key(cls, prof, hw, price, holdout, seed)
-    used = disk_cache.get(VERDICTS, key) if key is not None else None
-    if used is False:
-        return None
-    fitted = fitted_times(cls, prof, hw, price)
     fit = module_fit(cls.key, cls.template, prof, hw, price)
-    if used is not True:  # not cached (or not a verdict): judged, and kept for the next process
-        held = cls.held_out(holdout, seed)
-        used = bool(judge(cls.key, cls.kernel, held, cls.dims, cls.times, fitted, fit)["used"])
-        if key is not None:
-            disk_cache.put(VERDICTS, key, used)
-    if not used:
+    known = _verdict(disk_cache.get(VERDICTS, key)) if key is not None else None
+    if known is False:
         return None
-    return ClassTable.of(cls.key, cls.kernel, cls.dims, cls.times, fitted, fit)
+    if known is not None:  # judged by an earlier process: its rows are priced only when a line is not on disk
+        lo, hi, ladder = known
+        return ClassTable(cls.key, cls.kernel,
+                          lambda: residual_interpolant(cls.dims, cls.times, fitted_times(cls, prof, hw, price)),
+                          lo, hi, ladder, fit, key)
+    fitted = fitted_times(cls, prof, hw, price)
+    used = judge(cls.key, cls.kernel, cls.held_out(holdout, seed), cls.dims, cls.times, fitted, fit)["used"]
+    table = ClassTable.of(cls.key, cls.kernel, cls.dims, cls.times, fitted, fit, key) if used else None
+    if key is not None:  # kept for the next process
+        disk_cache.put(VERDICTS, key, False if table is None else
+                       {"lo": disk_cache.pack(table.raw_lo), "hi": disk_cache.pack(table.raw_hi),
+                        "ladder": disk_cache.pack(table.ladder)})
+    return table
+
+
+def _verdict(entry) -> bool | tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """A verdict as :func:`build_class` keeps it: False (no table), the table's measured range (low and high
+    per dim, the first dim's measured values), or None where ``entry`` is no such value (a miss)."""
+    if entry is False:
+        return False
+    if not isinstance(entry, dict):
+        return None
+    lo, hi, ladder = (disk_cache.unpack(entry.get(k)) for k in ("lo", "hi", "ladder"))
+    if lo is None or hi is None or ladder is None or len(lo) != len(hi) or not len(lo) or not len(ladder):
+        return None
+    return lo, hi, ladder
 
 
 def verdict_key(cls: ClassRows, prof, hw, price, holdout: float, seed: int) -> str | None:
@@ -873,14 +935,19 @@ def clear_cache() -> None:
 
 def _read_folder(path: Path) -> FolderTables | None:
     from ..profile import load_profile
+    from .table_store import decode_lazily
 
     if not (path / "profile.json").is_file():
         return None
-    classes = folder_classes(path)
-    if classes is None:
-        return None
+    if (path / DENSE_FILE).is_file():  # the whole tables: a class decoded when a projection first asks for it
+        rows = decode_lazily(path / DENSE_FILE)[0]
+    else:
+        classes = folder_classes(path)
+        if classes is None:
+            return None
+        rows = by_key(classes)
     prof = load_profile(path)
-    return FolderTables(path, prof.spec_key, prof.engine, by_key(classes))
+    return FolderTables(path, prof.spec_key, prof.engine, rows)
 
 
 def folder_classes(path: Path) -> list[ClassRows] | None:
@@ -918,12 +985,12 @@ def classes_of(rows) -> list[ClassRows]:
             for (key, kernel), members in grouped.items()]
 
 
-def by_key(classes: list[ClassRows]) -> dict[tuple, dict[str, ClassRows]]:
+def by_key(classes: list[ClassRows]) -> dict[tuple, KernelRows]:
     """Classes per key and kernel."""
-    out: dict[tuple, dict[str, ClassRows]] = {}
+    out: dict[tuple, list[ClassRows]] = {}
     for c in classes:
-        out.setdefault(c.key, {})[c.kernel] = c
-    return out
+        out.setdefault(c.key, []).append(c)
+    return {key: KernelRows.of(held) for key, held in out.items()}
 
 
 # --- pricing ----------------------------------------------------------------------------------------------------
