@@ -87,9 +87,11 @@ class Engine:
         t = a + b * seqs
         if isinstance(t, (int, float)):
             return max(0.0, t)
-        if xp is None:
-            from .cost.backend import NP as xp
-        return xp.maximum(0.0, t)  # an array of sequences (a sweep) or a spreadsheet cell
+        if xp is None:  # an array of sequences (a sweep)
+            import numpy as np
+
+            return np.maximum(0.0, t)
+        return xp.maximum(0.0, t)  # an array or a spreadsheet cell, in its backend
 
     def attention_for(self, generation: str) -> str:
         return self.attention.get(generation, self.attention["*"])
@@ -119,8 +121,24 @@ VLLM_ASYNC_SOURCE = (
     "vLLM 0.13.0 and earlier: SchedulerConfig.async_scheduling = False; from 0.14.0 its default None is resolved "
     "to True by VllmConfig unless an option is incompatible (pipeline parallelism before 0.16, some speculative "
     "methods) (vllm/config/scheduler.py and vllm/config/vllm.py of the 0.12.0, 0.13.0, 0.14.0, 0.16.0 and 0.19.0 "
-    "wheels, read offline; 0.34.0 the same); the preset follows the releases since 0.14: asynchronous "
-    "(--scheduling sync for earlier ones)")
+    "wheels, read offline; 0.34.0 the same); the preset follows 0.11, as its launch files do (perfmodel deploy): "
+    "synchronous (--scheduling async for 0.14 and later)")
+
+
+# SGLang's scheduler thread a decode step, measured the same way (calibration/engine-host/sglang: SGLang 0.5.23's
+# filter_batch, update_running_batch with prepare_for_decode, the batch copy and process_batch_result_decode with
+# stream_output, the forward faked; the same VM at load 2.0-2.5): "async" its default overlap scheduler, "sync"
+# --disable-overlap-schedule
+SGLANG_SCHEDULER_HOST = {"sync": (-0.626e-3, 19.74e-6), "async": (-1.927e-3, 22.16e-6)}
+SGLANG_SCHEDULER_SOURCE = (
+    "measured: SGLang 0.5.23's scheduler-thread work a decode step (batch filtering, prepare_for_decode with the CPU "
+    "KV allocator and radix cache, the batch copy, process_batch_result_decode and stream_output's pickling) on the "
+    "2-vCPU AMD EPYC development VM at load 2.0-2.5, the forward faked (calibration/engine-host/sglang, REPORT.md): "
+    "22.2 us a running sequence with the overlap scheduler, 19.7 without; ForwardBatch set-up and launches, and the "
+    "detokenizer and tokenizer-manager processes (separate, overlapped) are not in it")
+SGLANG_ASYNC_SOURCE = (
+    "SGLang server_args.py: disable_overlap_schedule = False (0.5.9 and 0.5.23, read offline): the overlap "
+    "scheduler prepares the next batch while the device runs this one (scheduler.py event_loop_overlap)")
 
 
 def async_scheduling_for(engine: str, version: str) -> bool | None:
@@ -182,10 +200,9 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         kernels="fused", rotary="kernel", launch="auto", fp8_kv=False, fp8_attention=False,
         prefill_chunk=8192, max_batch=1024, mem_policy="total", mem_fraction=0.9, mem_reserve=2 * GiB,
         moe_exchange="gather", moe_quantized_exchange=False, moe_all_to_all="deepep",
-        version="vLLM 0.11 defaults (V1 engine), asynchronous scheduling as from 0.14; kernel tables measured with "
-                "0.24.0",
+        version="vLLM 0.11 defaults (V1 engine); kernel tables measured with 0.24.0",
         near=("vllm", "sglang", "trtllm", "torch", "hf"), admission="preempt", words=("vllm",),
-        scheduler_host=VLLM_SCHEDULER_HOST, async_scheduling=True,
+        scheduler_host=VLLM_SCHEDULER_HOST, async_scheduling=False,
         near_source="vLLM and SGLang share FlashInfer and CUTLASS kernels; TensorRT-LLM's next; plain PyTorch's "
                     "bf16 linear is the very call vLLM times for bf16",
         admission_source="vLLM V1 scheduler: admits while free KV blocks hold the prompt (max_num_seqs caps the "
@@ -220,6 +237,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         mem_reserve=2 * GiB, moe_exchange="gather", moe_quantized_exchange=False, moe_all_to_all="deepep",
         version="SGLang 0.4-0.5 defaults (server_args.py); kernel tables measured with 0.5.14",
         near=("sglang", "vllm", "trtllm", "torch", "hf"), admission="preempt", words=("sglang",),
+        scheduler_host=SGLANG_SCHEDULER_HOST, async_scheduling=True,
         near_source="SGLang and vLLM share FlashInfer and CUTLASS kernels (sgl-kernel); TensorRT-LLM's next",
         admission_source="SGLang's scheduler admits while the KV pool holds the prompt (max_running_requests caps "
                          "the running sequences) and retracts requests when decode runs out (scheduler.py)",
@@ -244,6 +262,8 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
             "mem_fraction": "SGLang mem_fraction_static default by TP size: 0.88 (tp 1), 0.87 (2), 0.85 (4), "
                             "0.81 (8+) (server_args.py, v0.4); estimate for other versions",
             "mem_reserve": _RESERVE_NOTE,
+            "scheduler_host": SGLANG_SCHEDULER_SOURCE,
+            "async_scheduling": SGLANG_ASYNC_SOURCE,
         }),
     Engine(
         "torch", "plain PyTorch",

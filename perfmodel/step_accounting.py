@@ -78,7 +78,9 @@ def scheduler_rules(sc, seqs, xp=NP) -> dict:
     if eng is None or not eng.scheduler_host or sc.mode == "sol":
         return {}
     overlapped = eng.async_scheduling if sc.async_scheduling is None else bool(sc.async_scheduling)
-    return {"scheduler_s": eng.scheduler_host_s(seqs, overlapped, xp), "scheduler_overlap": overlapped}
+    # each attention-data-parallel rank runs a scheduler of its own over its share of the sequences
+    share = seqs / sc.attention_dp if sc.attention_dp > 1 else seqs
+    return {"scheduler_s": eng.scheduler_host_s(share, overlapped, xp), "scheduler_overlap": overlapped}
 
 
 def host_cost(op, prof, xp=NP):

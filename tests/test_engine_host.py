@@ -7,11 +7,17 @@ import json
 import numpy as np
 import pytest
 
-from perfmodel.engines import ENGINES, VLLM_SCHEDULER_HOST, async_scheduling_for
+from perfmodel.engines import ENGINES, SGLANG_SCHEDULER_HOST, VLLM_SCHEDULER_HOST, async_scheduling_for
 from perfmodel.paths import calibration_dir
 from perfmodel.step_accounting import scheduler_rules, with_scheduler
 
 RESULTS = calibration_dir() / "engine-host" / "vllm" / "results.json"
+SGLANG_RESULTS = calibration_dir() / "engine-host" / "sglang" / "results.json"
+
+
+def _line(seqs, seconds) -> tuple[float, float]:
+    a, b = np.linalg.lstsq(np.vstack([np.ones(len(seqs)), np.array(seqs, float)]).T, np.array(seconds), rcond=None)[0]
+    return float(a), float(b)
 
 
 def test_the_preset_is_the_fit_of_the_committed_measurement():
@@ -22,12 +28,33 @@ def test_the_preset_is_the_fit_of_the_committed_measurement():
     for mode in ("sync", "async"):
         pooled = doc["pooled"][mode]
         seqs = sorted(int(b) for b in pooled)
-        y = np.array([pooled[str(b)]["engine_core_sum"]["wall_median_s"] for b in seqs])
-        a, b = np.linalg.lstsq(np.vstack([np.ones(len(seqs)), np.array(seqs, float)]).T, y, rcond=None)[0]
+        a, b = _line(seqs, [pooled[str(n)]["engine_core_sum"]["wall_median_s"] for n in seqs])
         want_a, want_b = VLLM_SCHEDULER_HOST[mode]
         assert abs(a - want_a) < 5e-7 and abs(b - want_b) < 5e-9, (mode, a, b)
     assert ENGINES["vllm"].scheduler_host == VLLM_SCHEDULER_HOST
     assert "calibration/engine-host/vllm" in ENGINES["vllm"].sources["scheduler_host"]
+
+
+def test_the_sglang_preset_is_the_fit_of_its_measurement():
+    """SGLang's scheduler thread: the line of its per-step medians, overlap scheduler (async, the default) and
+    --disable-overlap-schedule (sync)."""
+    doc = json.loads(SGLANG_RESULTS.read_text())
+    assert doc["sglang_version"].startswith("0.5.23 ")
+    for mode, key in (("async", "main_overlap_default"), ("sync", "normal_disable_overlap_schedule")):
+        table = doc[key]["table"]
+        seqs = sorted(int(b) for b in table)
+        a, b = _line(seqs, [table[str(n)]["scheduler_sum"]["median_ms"] * 1e-3 for n in seqs])
+        want_a, want_b = SGLANG_SCHEDULER_HOST[mode]
+        assert abs(a - want_a) < 5e-7 and abs(b - want_b) < 5e-9, (mode, a, b)
+    assert ENGINES["sglang"].scheduler_host == SGLANG_SCHEDULER_HOST and ENGINES["sglang"].async_scheduling
+
+
+def test_each_attention_dp_rank_schedules_its_share():
+    from perfmodel.scenario import Scenario
+
+    one = scheduler_rules(Scenario(engine="sglang"), 2048)["scheduler_s"]
+    four = scheduler_rules(Scenario(engine="sglang", tp=1, attention_dp=4), 2048)["scheduler_s"]
+    assert four == pytest.approx(ENGINES["sglang"].scheduler_host_s(512, True)) and four < one
 
 
 def test_sync_adds_async_takes_the_longer_and_none_changes_nothing():
@@ -45,7 +72,7 @@ def test_host_work_is_never_negative_and_grows_with_sequences():
     assert eng.scheduler_host_s(1, False) == 0.0  # the fit's intercept is negative: clamped
     assert 25e-3 < eng.scheduler_host_s(2048, False) < 35e-3
     assert eng.scheduler_host_s(2048, True) > eng.scheduler_host_s(2048, False)  # async's update caches blocks too
-    assert all(ENGINES[k].scheduler_host_s(2048, True) == 0.0 for k in ("trtllm", "sglang", "torch"))
+    assert all(ENGINES[k].scheduler_host_s(2048, True) == 0.0 for k in ("trtllm", "torch", "hf"))
 
 
 def test_release_default_scheduling():
@@ -57,7 +84,7 @@ def test_release_default_scheduling():
     assert async_scheduling_for("vllm", "0.19.0") is True
     assert async_scheduling_for("vllm", "nightly-5b8c30d62b754b57") is None
     assert async_scheduling_for("sglang", "0.5.9") is None
-    assert ENGINES["vllm"].async_scheduling is True
+    assert ENGINES["vllm"].async_scheduling is False  # the preset's release, 0.11
 
 
 def test_projection_takes_the_host_work_as_the_scheduling_mode_says():
