@@ -285,6 +285,9 @@ def _parse(text: str, limits: dict, file: str, what: str):
         raise InputError(f"nested too deeply; expected a {what}", file=file) from None
     except yaml.YAMLError as e:
         raise InputError(_yaml_message(e), file=file, field=_yaml_where(e)) from None
+    except (ValueError, TypeError, OverflowError):  # an explicit tag whose text it cannot build (!!int x)
+        raise InputError(f"a value whose explicit tag (!!int, !!float, !!timestamp, !!binary...) does not fit its "
+                         f"text; expected a {what}", file=file) from None
     finally:
         loader.dispose()
 

@@ -118,3 +118,16 @@ def test_not_cached_unless_asked(cache, parses):
     safeyaml.load(SPEC, file="spec.yaml")
     disk_cache.flush()
     assert len(parses) == 2 and not cache.exists()
+
+
+@pytest.mark.parametrize("value", ["!!int x", "!!float abc", "!!timestamp 2020-99-99", "!!int 1.5"])
+def test_an_explicit_tag_its_text_does_not_fit_is_one_line(value):
+    """An explicit tag PyYAML's constructor cannot build from the text (it raised a bare ValueError, a traceback
+    at the command line) is a one-line InputError naming the file, without the value."""
+    from perfmodel.errors import InputError
+    from perfmodel.safeyaml import load
+
+    with pytest.raises(InputError) as e:
+        load(f"a: {{value: {value}}}\n", file="spec.yaml", what="hardware spec file")
+    text = str(e.value)
+    assert "spec.yaml" in text and "explicit tag" in text and "\n" not in text
