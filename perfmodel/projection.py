@@ -39,7 +39,7 @@ from .scenario import Scenario, require_resolved
 from .spec import HardwareSpec
 from .speculative import check_draft, draft_model, draft_scenario
 from .speculative import describe as describe_speculation
-from .step_accounting import Rules, StepAccount, account, scheduler_rules, step_time
+from .step_accounting import Rules, StepAccount, account, engine_scheduling, scheduler_rules, step_time
 from .step_accounting import host_cost  # noqa: F401  (for the callers that import it from here)
 from .vision import describe as describe_images
 from .vision import with_images
@@ -407,15 +407,14 @@ def _bands(prof, prefill, decode, ttft, tpot, thr, hw, sc):
 
 def _scheduler_text(sc: Scenario) -> str:
     """How the engine's own host work a step joins it (perfmodel.engines.Engine.scheduler_host), or ''."""
-    from .engines import ENGINES
-
-    eng = ENGINES.get(sc.engine)
-    if eng is None or not eng.scheduler_host:
+    found = engine_scheduling(sc)
+    if found is None:
         return ""
-    overlapped = eng.async_scheduling if sc.async_scheduling is None else bool(sc.async_scheduling)
+    eng, overlapped = found
     a, b = eng.scheduler_host["async" if overlapped else "sync"]
+    rank = " (an attention-DP rank's share)" if sc.attention_dp > 1 else ""
     return (f"{eng.name}'s host work a step (scheduling, KV-block bookkeeping, output handling) "
-            f"max(0, {a * 1e3:.2f} ms + {b * 1e6:.1f} us x sequences), measured on a development VM's CPU "
+            f"max(0, {a * 1e3:.2f} ms + {b * 1e6:.1f} us x sequences{rank}), measured on a development VM's CPU "
             + ("while the device runs the previous step (asynchronous scheduling): the step takes the longer"
                if overlapped else "between the device's steps (synchronous scheduling): added to each step"))
 

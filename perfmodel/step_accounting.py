@@ -68,16 +68,25 @@ def with_scheduler(device_s, scheduler=0.0, overlapped: bool = False, xp=NP):
     return max(device_s, scheduler) if xp.numeric and isinstance(device_s, (int, float)) else xp.maximum(device_s, scheduler)
 
 
+def engine_scheduling(sc):
+    """(the scenario's engine preset, whether it schedules asynchronously: the scenario's choice, else the
+    preset's), or None where the engine has no measured host work a step."""
+    from .engines import ENGINES
+
+    eng = ENGINES.get(sc.engine)
+    if eng is None or not eng.scheduler_host:
+        return None
+    return eng, eng.async_scheduling if sc.async_scheduling is None else bool(sc.async_scheduling)
+
+
 def scheduler_rules(sc, seqs, xp=NP) -> dict:
     """The :class:`Rules` fields of the serving engine's host work for a step of ``seqs`` sequences under ``sc``
     (none under speed of light, or for an engine without a measured cost); ``seqs`` a number, or a cell of the
     workbook with ``xp`` its backend."""
-    from .engines import ENGINES
-
-    eng = ENGINES.get(sc.engine)
-    if eng is None or not eng.scheduler_host or sc.mode == "sol":
+    found = engine_scheduling(sc)
+    if found is None or sc.mode == "sol":
         return {}
-    overlapped = eng.async_scheduling if sc.async_scheduling is None else bool(sc.async_scheduling)
+    eng, overlapped = found
     # each attention-data-parallel rank runs a scheduler of its own over its share of the sequences
     share = seqs / sc.attention_dp if sc.attention_dp > 1 else seqs
     return {"scheduler_s": eng.scheduler_host_s(share, overlapped, xp), "scheduler_overlap": overlapped}

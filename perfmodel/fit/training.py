@@ -167,8 +167,7 @@ def fit_fp8_accumulation(rows: list[dict], hw: HardwareSpec) -> tuple[dict, dict
     bound = [ratio for ratio, rate in pairs if peak and rate >= ACCUMULATION_BOUND_SHARE * peak]
     if not bound:
         return {}, {}
-    device = next((str((r.get("env") or {}).get("device_name")) for r in rows if (r.get("env") or {}).get("device_name")),
-                  hw.name)
+    device = device_of(rows, hw)
     ratio = statistics.median(bound)
     summary = {"n": len(bound), "pairs": len(pairs), "median_all": statistics.median(r for r, _ in pairs),
                "fp8_split_over_fast": ratio, "measured_on": device, "part": hw.key}
@@ -305,7 +304,7 @@ def fit_grouped(rows: list[dict], hw: HardwareSpec, prof: Profile, params: dict 
         for p, (e, r0) in fitted.items():
             eta[f"{fmt}.{p}"], rows0[f"{fmt}.{p}"] = e, r0
         src = usable_by[first][0]
-        measured_on[fmt] = _device_of(src)
+        measured_on[fmt] = device_of(src.rows, src.hw)
         held = {}
         for m in sorted(set(names)) if len(set(names)) > 1 else ():
             train = [(x, p) for x, p, n in zip(sub, passes, names) if n != m]
@@ -318,7 +317,7 @@ def fit_grouped(rows: list[dict], hw: HardwareSpec, prof: Profile, params: dict 
             theirs = [(r, x) for i, r, x in of_fmt if i == j]
             t_sub, t_passes = [x for _, x in theirs], [r["params"]["pass"] for r, _ in theirs]
             own = fit_passes(t_sub, t_passes)
-            others[_device_of(usable_by[j][0])] = {
+            others[device_of(usable_by[j][0].rows, usable_by[j][0].hw)] = {
                 "n": len(theirs), "part": usable_by[j][0].hw.key,
                 "own_fit": {p: {"eta": e, "rows0": r0} for p, (e, r0) in own.items()},
                 "dense_model": _error_summary([x[1] / x[0] - 1.0 for x in t_sub]),
@@ -338,13 +337,13 @@ def fit_grouped(rows: list[dict], hw: HardwareSpec, prof: Profile, params: dict 
             "grouped_gemm_measured_on": measured_on}, summary
 
 
-def _device_of(src: GroupedSource) -> str:
-    """The device a source's rows name (their ``env``), else its part's name."""
-    for r in src.rows:
+def device_of(rows: list[dict], hw: HardwareSpec) -> str:
+    """The device measured rows name (their ``env``), else the part's name."""
+    for r in rows:
         name = (r.get("env") or {}).get("device_name")
         if name:
             return str(name)
-    return src.hw.name
+    return hw.name
 
 
 def fit_grouped_profile(prof: Profile, rows: list[dict], hw: HardwareSpec, *,
