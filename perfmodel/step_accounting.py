@@ -79,6 +79,13 @@ def engine_scheduling(sc):
     return eng, eng.async_scheduling if sc.async_scheduling is None else bool(sc.async_scheduling)
 
 
+def scheduled_step(device_s, sc, seqs, xp=NP):
+    """A step of ``device_s`` under ``sc`` with its engine's host work for ``seqs`` sequences joined
+    (:func:`scheduler_rules`, :func:`with_scheduler`)."""
+    r = scheduler_rules(sc, seqs, xp)
+    return with_scheduler(device_s, r["scheduler_s"], r["scheduler_overlap"], xp) if r else device_s
+
+
 def scheduler_rules(sc, seqs, xp=NP) -> dict:
     """The :class:`Rules` fields of the serving engine's host work for a step of ``seqs`` sequences under ``sc``
     (none under speed of light, or for an engine without a measured cost); ``seqs`` a number, or a cell of the

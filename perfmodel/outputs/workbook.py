@@ -51,7 +51,7 @@ from ..projection import batch_cap, decode_mean, draft_time, project_resolved, s
 from ..resolve import resolve_scenario
 from ..scenario import Scenario
 from ..spec import SPEC_FIELDS, HardwareSpec, spec_value
-from ..step_accounting import PARTS, Rules, account, scheduler_rules, step_time
+from ..step_accounting import PARTS, Rules, account, scheduled_step, step_time
 from .common import command_line, field_unit, set_text, spec_files
 
 MAX_FORMULA = 8000  # Excel's limit is 8192 characters; keep a margin
@@ -849,9 +849,7 @@ def _step_sheet(wb, st: StepSheet, model, hw, sc_r, hw_view, prof_view, rules, p
             ws.cell(row=r, column=cc).number_format = "0.000E+00"
     sums = {p: Expr(f"SUM({_col(c)}{first}:{_col(c)}{last})") for p, c in c_part.items()}
     # + an eager framework's own host work a step, and the serving engine's for the step's sequences (B2)
-    sched = scheduler_rules(sc_r, Expr("$B$2"), xp=XL)
-    ws["B5"] = formula(step_time(sums, acc.serial_s, sched.get("scheduler_s", 0.0),
-                                 sched.get("scheduler_overlap", False), xp=XL))
+    ws["B5"] = formula(scheduled_step(step_time(sums, acc.serial_s), sc_r, Expr("$B$2"), XL))
     ws["B6"] = formula(sums["gaps"])
     ws["B7"] = (f"=SUMPRODUCT({_col(c_comp)}{first}:{_col(c_comp)}{last},D{first}:D{last})"
                 f"/MAX(SUMPRODUCT({_col(c_est)}{first}:{_col(c_est)}{last},D{first}:D{last}),1E-12)")

@@ -60,7 +60,7 @@ from ..graph import Step, build_ops
 from ..ops import COMPUTE_KINDS
 from ..host_costs import host_rules
 from ..memo import Bounded, typed_key, value_key
-from ..step_accounting import Rules, account, scheduler_rules, with_scheduler
+from ..step_accounting import Rules, account, scheduled_step, scheduler_rules
 
 
 def _key_list(ops) -> list[tuple[str, int]]:
@@ -284,8 +284,7 @@ class StepModel:
         self.serial = {launch: Rules.of(sc, launch=launch, **host_rules(sc, prof)).serial_s
                        for launch in {self.mixed_launch, self.decode_launch}}
         # the serving engine's own host work a step, by the step's sequences (perfmodel.engines.Engine.scheduler_host)
-        self.scheduler = scheduler_rules(sc, 1)
-        self.overlapped = bool(self.scheduler.get("scheduler_overlap"))
+        self.scheduled = bool(scheduler_rules(sc, 1))
         self._build(piece_hint)
         # what the simulator asks again and again, remembered (the comment of the queries section)
         self._steps: dict = {}  # (n_dec, ctx_mean, pieces) -> step()
@@ -508,10 +507,9 @@ class StepModel:
         return t, min(e, self.headroom * t)  # the power limit holds over the step
 
     def _scheduled(self, device_s: float, seqs: int) -> float:
-        """A step of ``device_s`` with the engine's host work for ``seqs`` sequences (:func:`with_scheduler`)."""
-        if not self.scheduler or not seqs:
-            return device_s
-        return with_scheduler(device_s, scheduler_rules(self.sc, seqs)["scheduler_s"], self.overlapped)
+        """A step of ``device_s`` with the engine's host work for ``seqs`` sequences joined
+        (:func:`perfmodel.step_accounting.scheduled_step`)."""
+        return scheduled_step(device_s, self.sc, seqs) if self.scheduled and seqs else device_s
 
     def decode_span(self, n: int, ctx0: float, k: int, ctx1: float | None = None) -> tuple[float, float, float, float]:
         """k pure-decode steps of n sequences whose mean context starts at ``ctx0`` and grows by one a step (or is
@@ -600,12 +598,7 @@ def exact_step(model, hw, sc, prof, n_dec: int, ctx_mean: float, pieces: list[tu
     times = time_ops(parts, hw, prof, mode=sc.mode, world=sc.gpus)
     rules = Rules.of(sc, launch=launch, **host_rules(sc, prof))
     device = float(account(times, rules, prof, hw=hw, world=sc.gpus).total()) + rules.serial_s
-    return float(with_scheduler(device, **_scheduler_args(sc, rows)))
-
-
-def _scheduler_args(sc, seqs: int) -> dict:
-    r = scheduler_rules(sc, seqs)
-    return {"scheduler": r["scheduler_s"], "overlapped": r["scheduler_overlap"]} if r else {}
+    return float(scheduled_step(device, sc, rows))
 
 
 def kv_pool_blocks(model, hw, sc, max_seqs: int, block_size: int, mean_len: float | None = None) -> int:
