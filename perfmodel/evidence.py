@@ -63,11 +63,12 @@ FAMILY_FIELDS: dict[str, tuple[str, ...]] = {
     "comm": ("comm_alpha_s", "comm_eta", "comm_base_s", "scaleup_eta", "scaleout_eta", "overlap"),
     "training": ("training",),
     "power": ("power",),
+    "deltanet": ("deltanet_scan",),
 }
-ENGINE_FAMILIES = ("gemm", "attention", "comm", "moe")
+ENGINE_FAMILIES = ("gemm", "attention", "comm", "moe", "deltanet")
 # Families whose modules differ from one serving engine to another: the engine's own tables from a part of the
 # target's instruction family rank before another engine's tables on the part (module doc).
-ENGINE_FIRST_FAMILIES = ("gemm", "moe")
+ENGINE_FIRST_FAMILIES = ("gemm", "moe", "deltanet")
 # An engine's attention module includes writing the new K and V into the cache: that kernel's parameters travel
 # with the attention family when the attention source fitted them.
 ATTENTION_MEMORY_KINDS = ("kv_write",)

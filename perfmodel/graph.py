@@ -352,9 +352,8 @@ def _linear_attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.
 
     The delta rule keeps a key_head_dim x value_head_dim state per value head. A decode step reads and writes
     it (memory-bound: the state replaces the KV cache and does not grow with the context). Prefill runs the
-    chunked form (chunks of DELTANET_CHUNK tokens): per token and value head about 2 C (2 dk + 2 dv) FLOPs
-    inside its chunk and 6 dk dv against the state, timed as a product on the tensor cores (estimate), reading
-    the state once per sequence."""
+    chunked form (chunks of DELTANET_CHUNK tokens), a scan whose state pass walks a sequence's chunks in turn
+    (:mod:`perfmodel.cost.scan`, its constants fitted to measured kernels)."""
     la = model.linear_attention
     ph, act, w = step.phase, sc.act_dtype, sc.dtype
     kh, vh = _ceil_div(la.key_heads, sc.tp), _ceil_div(la.value_heads, sc.tp)
@@ -371,11 +370,8 @@ def _linear_attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.
         ops.append(O.elementwise("linear.core", "copy", reads=1, writes=1, flops_per_elem=6.0 * step.seq,
                                  elems=step.batch * vh * dk * dv, dtype=la.state_dtype, phase=ph, extra_bytes=io))
     else:
-        c = DELTANET_CHUNK
-        per_token = 2.0 * c * (2 * dk + 2 * dv) + 6.0 * dk * dv  # FLOPs per token per value head
-        k_eff = per_token / (2.0 * dv)
-        ops.append(O.Op("linear.core", "gemm", ph, 2.0 * tokens * v * k_eff, io + 2.0 * state,
-                        {"m": tokens, "n": v, "k": k_eff, "dtype": act, "groups": 1, "out_dtype": act}))
+        ops.append(O.scan("linear.core", step.batch, tokens, vh, kh, dk, dv, act, chunk=DELTANET_CHUNK,
+                          state_bytes=state, phase=ph))
     ops.append(_act_op(O.elementwise("linear.norm", "rmsnorm", reads=2, writes=1, flops_per_elem=6.0,
                                      elems=tokens * v, dtype=act, phase=ph,
                                      params={"tokens": tokens * vh, "hidden": dv}), sc))

@@ -16,7 +16,7 @@ from .dtypes import bytes_per_element
 from .sampling import SAMPLING_KINDS
 
 # Operator kinds and the cost family that times them.
-COMPUTE_KINDS = ("gemm", "attention")
+COMPUTE_KINDS = ("gemm", "attention", "scan")
 MEMORY_KINDS = ("rmsnorm", "layernorm", "swiglu", "gelu", "rotary", "residual", "embedding", "kv_write", "quantize",
                 "moe_permute", "topk", "copy", "reduce") + SAMPLING_KINDS
 COMM_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
@@ -128,6 +128,21 @@ def quantize(name: str, tokens, hidden, dtype: str, *, phase: str = "standalone"
     nbytes = tokens * hidden * (bytes_per_element("bf16") + bytes_per_element(dtype))
     return Op(name, "quantize", phase, 2.0 * tokens * hidden, nbytes, {"tokens": tokens, "hidden": hidden,
                                                                         "dtype": dtype}, count, scope)
+
+
+def scan(name: str, sequences, tokens, value_heads: int, key_heads: int, head_dim_k: int, head_dim_v: int,
+         dtype: str, *, chunk: int, state_bytes, phase: str = "prefill", count: float = 1.0) -> Op:
+    """Gated DeltaNet's chunked recurrence over ``tokens`` new tokens of ``sequences`` sequences
+    (:mod:`perfmodel.cost.scan` times it). Per token and value head about 2 chunk (2 dk + 2 dv) FLOPs inside
+    its chunk and 6 dk dv against the state; it reads q, k, v and the gates, writes the output, and reads and
+    writes every sequence's state once (``state_bytes``)."""
+    b = bytes_per_element(dtype)
+    qk, v = key_heads * head_dim_k, value_heads * head_dim_v
+    per_token = 2.0 * chunk * (2 * head_dim_k + 2 * head_dim_v) + 6.0 * head_dim_k * head_dim_v
+    io = tokens * (2 * qk + 2 * v + 2 * value_heads) * b
+    params = {"sequences": sequences, "tokens": tokens, "value_heads": value_heads, "key_heads": key_heads,
+              "head_dim_k": head_dim_k, "head_dim_v": head_dim_v, "dtype": dtype}
+    return Op(name, "scan", phase, per_token * tokens * value_heads, io + 2.0 * state_bytes, params, count)
 
 
 def elementwise(name: str, kind: str, *, reads, writes, flops_per_elem: float, elems, dtype: str,

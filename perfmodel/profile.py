@@ -182,6 +182,14 @@ class Profile:
     flush_writeback: float = 0.5  # share of one L2 of dirty lines written back during a standalone op (estimate)
     host_floor_s: dict[str, float] = field(default_factory=dict)
 
+    # Gated DeltaNet's chunked prefill (perfmodel.cost.scan): a call's fixed time, one step of its state pass over
+    # the chunks, and its parallel work per token and value head. Defaults: fitted (perfmodel.fit.deltanet) to
+    # aiconfigurator-core 0.12.0's h200_sxm SGLang 0.5.14 gdn_perf table, flash-linear-attention's
+    # chunk_gated_delta_rule under CUDA graphs (1,946 shapes; 22% median |error|); a fitted profile's own
+    # measurements or an engine's table replace them.
+    deltanet_scan: dict[str, float] = field(default_factory=lambda: {
+        "fixed_s": 2.37e-05, "chunk_s": 2.34e-06, "token_s": 3.37e-09})
+
     # Fused attention, per SDPA backend (perfmodel.attention_kernels): a flash-style block walk whose
     # (block_q x block_k) blocks run at attn_eta of the dense peak; decode streams the KV cache at
     # attn_dec_eta of HBM bandwidth. Defaults (estimates): FlashAttention-2 reaches about 35% of H100's
@@ -288,7 +296,7 @@ _NUMBER_DICTS = ("gemm_eta", "gemm_tile_c_fmt", "gemm_mem_eta_scale", "gemm_prol
                  "gemm_grouped_eta", "gemm_grouped_mem", "gemm_grouped_skew", "moe_pair_s",
                  "attn_sfu_cycles", "attn_sfu_p", "attn_cta_cycles", "attn_mem_ctas", "mem_eta", "mem_alpha_s", "row_s", "host_floor_s", "attn_eta", "attn_dec_eta",
                  "attn_overhead_s", "attn_cta_blocks", "attn_tail", "attn_softness", "attn_block_q", "attn_block_k",
-                 "token_return_s")
+                 "token_return_s", "deltanet_scan")
 _MAY_BE_ZERO = ("gemm_grouped_overhead_s",)  # a cost that may be absent
 _FREE_DICTS = ("validation", "provenance", "training", "power", "host")  # checked by their own users
 # Per-collective fitted parameters, keyed "<collective>:<world size>" (perfmodel.cost.comm)

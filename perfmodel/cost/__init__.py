@@ -19,6 +19,7 @@ from ..spec import HardwareSpec
 from .attention import attention_time
 from .comm import collective_time
 from .gemm import gemm_format, gemm_time, mem_scale, quant_prologue
+from .scan import scan_time
 from .backend import NP, STACKED
 from .memory import memory_time
 from .memory import standalone as standalone_time
@@ -141,6 +142,10 @@ def _time_parts(op: Op, hw, prof: Profile, *, mode: str, world: int, xp, sustain
         if sol:
             t_c, t_m = op.flops / peak, op.bytes / bw
             return xp.maximum(t_c, t_m), t_c, t_m
+        if k == "scan":  # Gated DeltaNet's chunked prefill: a latency-bound walk over chunks (.scan)
+            t = scan_time(shape(p["sequences"]), shape(p["tokens"]), p["value_heads"], p["head_dim_v"], hw.sm_count,
+                          prof.deltanet_scan, xp)
+            return t, ideal_compute(op, hw, prof), op.bytes / bw
         if k == "gemm":
             fmt = gemm_format(p["dtype"], p.get("scaling"))
             stream = mem_scale(prof, fmt)

@@ -19,6 +19,8 @@ from ..spec import HardwareSpec
 from .clock import CLOCK_COURSE_DIR, fit_clock
 from .clock import report_text as clock_text
 from .collectives import fit_collectives
+from .deltanet import DELTANET_DIR, fit_deltanet
+from .deltanet import report_text as deltanet_text
 from .latency import dispatch_defaults, fit_launch, fit_profile, load_cases, residual_quantiles, validate_cases
 from .layers import validate_layers
 from .host import fit_host
@@ -208,6 +210,10 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
     prof, accumulation = fit_accumulation_folders(d, prof)
     if accumulation:
         training = {**training, "fp8_accumulation": accumulation}
+    # Gated DeltaNet's chunked prefill: an engine's imported calls, or this project's (deltanet*/ on the part)
+    subfolders = [(f.name, rows_) for f in sorted(p for p in d.glob(DELTANET_DIR + "*") if (p / MEASUREMENTS).is_file())
+                  for rows_, part in [_folder_rows(f)] if part.key == hw.key]
+    prof, deltanet = fit_deltanet(prof, rows, hw, subfolders)
     own, elsewhere = grouped_sources(d, hw, prof)
     if own or elsewhere:
         prof, grouped = fit_grouped_profile(prof, own, hw, elsewhere=elsewhere)
@@ -232,7 +238,9 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
                     "measured_formats": formats, "collectives": comm_info, "fit_seconds": round(time.time() - started, 2),
                     "attention_dispatch": dispatch_seen,
                     **({"sampling": sampling} if sampling else {}),
-                    "measured_families": _families_measured(cases, launches, comm_info, training, power),
+                    "measured_families": _families_measured(cases, launches, comm_info, training, power)
+                    + (["deltanet"] if deltanet else []),
+                    **({"deltanet": {k: v for k, v in deltanet.items() if k != "scan"}} if deltanet else {}),
                     "module_kernels": sorted({"kv_write" for c in cases if c.params.get("includes") == "kv_write"}
                                              | {"quantize" for c in cases if c.kind == "quantize"}),
                     "attention_backends": sorted({c.backend for c in cases if c.kind == "attention"}),
@@ -260,6 +268,8 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
         text += "\n## Host costs (transformers' generate())\n\n```\n" + host_text(host) + "\n```\n"
     if sampling is not None:
         text += "\n## Sampling (python -m perfmodel.measure.sampling)\n\n" + sampling_text(sampling)
+    if deltanet is not None:
+        text += "\n## Gated DeltaNet (chunked prefill)\n\n" + deltanet_text(deltanet)
     if clock is not None:
         text += "\n## Power-limited clock\n\n```\n" + clock_text(clock[1]) + "\n```\n"
     if tables["classes"]:

@@ -58,7 +58,7 @@ SYSTEMS: dict[str, str] = {
     "gb300": "gb300", "a100_sxm": "a100-sxm-80gb", "l40s": "l40s", "rtx_pro_6000_server": "rtx-pro-6000",
 }
 ENGINES = ("trtllm", "vllm", "sglang")
-FAMILIES = ("gemm", "attention", "comm", "moe")
+FAMILIES = ("gemm", "attention", "comm", "moe", "deltanet")
 
 # table dtype names -> (this project's dtype, scaling)
 GEMM_FORMATS: dict[str, tuple[str, str]] = {
@@ -281,10 +281,11 @@ REQUIRED_COLUMNS = {
     "context_mla_perf": ("batch_size", "num_heads", "isl"), "generation_mla_perf": ("batch_size", "num_heads", "step"),
     "custom_allreduce_perf": ("num_gpus", "message_size"), "nccl_perf": ("num_gpus", "message_size"),
     "moe_perf": ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"),
+    "gdn_perf": ("batch_size", "seq_len", "num_k_heads", "head_k_dim", "num_v_heads", "head_v_dim"),
 }
 TEXT_COLUMNS = frozenset({"kernel_source", "gemm_dtype", "attn_dtype", "kv_cache_dtype", "mla_dtype", "op_name",
                           "nccl_dtype", "allreduce_dtype", "implementation", "backend", "moe_dtype", "distribution",
-                          "quant_dtype"})
+                          "quant_dtype", "phase"})
 MAY_BE_ZERO = frozenset({"step", "window_size", "isl"})
 MAX_CELL = 2**40  # a size, a count or a latency in ms: past it no table row is a measurement
 MAX_TEXT = 200
@@ -568,6 +569,36 @@ def convert_quantize(cols: dict[str, list]) -> Converted:
     return out
 
 
+def convert_gdn(cols: dict[str, list]) -> Converted:
+    """``gdn_perf``: Gated DeltaNet's recurrence as the engine runs it, the chunked form over a prefill's
+    sequences (phase context: ``batch`` sequences of ``tokens`` each) and the one-token recurrent step of a
+    decode (phase generation), per TP rank's key and value heads. The causal convolution beside it is priced by
+    the memory model and not imported. Rows of models of the same heads are the same shape (the first kept)."""
+    out = Converted()
+    for r in _rows(cols):
+        out.read += 1
+        t = _latency_s(r.get("latency"))
+        source = str(r.get("kernel_source", ""))
+        if t is None:
+            out.skip("no positive latency")
+            continue
+        if "conv1d" in source:
+            out.skip("the causal convolution (priced by the memory model)")
+            continue
+        op = "chunk" if source.startswith("chunk") else "recurrent" if "recurrent" in source else None
+        if op is None:
+            out.skip(f"kernel source {source} not mapped")
+            continue
+        params = {"op": op, "phase": "prefill" if str(r.get("phase")) == "context" else "decode",
+                  "batch": int(r["batch_size"]), "tokens": int(r["seq_len"]), "key_heads": int(r["num_k_heads"]),
+                  "value_heads": int(r["num_v_heads"]), "dk": int(r["head_k_dim"]), "dv": int(r["head_v_dim"]),
+                  "launch": "graph", "kernel": source}
+        out.rows.append({"id": _row_id("deltanet", params), "kind": "deltanet", "params": params, "time_s": t})
+    return out
+
+
+GDN_COLUMNS = ("kernel_source", "phase", "batch_size", "seq_len", "num_k_heads", "head_k_dim", "num_v_heads",
+               "head_v_dim", "latency")
 QUANT_COLUMNS = ("m", "k", "quant_dtype", "latency")
 GEMM_COLUMNS = ("kernel_source", "gemm_dtype", "m", "n", "k", "latency")
 ATTN_COLUMNS = ("kernel_source", "batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "window_size",
@@ -663,6 +694,7 @@ def plans(engine: str) -> list[TablePlan]:
         TablePlan("comm", "custom_allreduce_perf", CUSTOM_AR_COLUMNS, lambda c: convert_custom_allreduce(c, engine),
                   None),
         TablePlan("moe", "moe_perf", MOE_COLUMNS, convert_moe, _moe_stratum),
+        TablePlan("deltanet", "gdn_perf", GDN_COLUMNS, convert_gdn, None, folder="linear_attention"),
     ]
 
 

@@ -14,6 +14,11 @@ both with the gates in log space, the betas given, q and k L2-normalised inside 
 over TP 1, 2, 4 and 8 (a TP rank runs its share of the heads). Rows go through :mod:`.store` as they are measured.
 Evidence for the docs (``docs/tools/deltanet_check.py`` prices the same steps as the graph does).
 
+``launch``: ``eager`` times each call through fla's Python wrappers (a small call is bound by them: 40-180 us on
+an H100); ``graph`` captures :data:`GRAPH_CALLS` calls in one CUDA graph and times its replay per call, as an
+engine's decode graph runs them (the first run, on an H100, had eager rows only). Prefill rows cover several
+sequences a call (``batch``) as a chunked prefill batches them.
+
     python -m perfmodel.measure.deltanet --out DIR [--quick] [--resume]
 """
 from __future__ import annotations
@@ -28,18 +33,33 @@ MODELS = (("qwen3-next-80b-a3b", 16, 32, 128, 128), ("qwen3.5-397b-a17b", 16, 64
 TPS = (1, 2, 4, 8)
 DECODE_BATCH = (1, 8, 32, 128, 512)
 PREFILL_TOKENS = (1024, 4096, 16384)
+# the CUDA-graph rows: decode batches to 1,024, prefills of (sequences, tokens each) from one short prompt to 64k
+# tokens a call (the grid aiconfigurator-core's gdn tables use, thinned)
+GRAPH_DECODE_BATCH = (1, 4, 16, 64, 256, 1024)
+GRAPH_PREFILL = ((1, 64), (1, 256), (1, 1024), (1, 4096), (1, 16384), (4, 1024), (4, 4096), (16, 1024),
+                 (16, 4096))
+GRAPH_CALLS = 10  # calls captured in one graph, its replay timed and divided
 
 
 def deltanet_cases(quick: bool = False) -> list[Case]:
+    """The CUDA-graph rows first (what a killed run should keep), then the eager ones."""
     cases = Cases()
     models = MODELS[:1] if quick else MODELS
-    for model, kh, vh, dk, dv in models:
-        for tp in (TPS[-1:] if quick else TPS):
-            heads = {"model": model, "tp": tp, "key_heads": kh // tp, "value_heads": vh // tp, "dk": dk, "dv": dv}
-            for b in (DECODE_BATCH[:2] if quick else DECODE_BATCH):
-                cases.add("deltanet", {**heads, "phase": "decode", "batch": b, "tokens": 1}, f"deltanet-{model}")
-            for t in (PREFILL_TOKENS[:1] if quick else PREFILL_TOKENS):
-                cases.add("deltanet", {**heads, "phase": "prefill", "batch": 1, "tokens": t}, f"deltanet-{model}")
+    layouts = [(model, tp, {"model": model, "tp": tp, "key_heads": kh // tp, "value_heads": vh // tp, "dk": dk,
+                            "dv": dv})
+               for model, kh, vh, dk, dv in models for tp in (TPS[-1:] if quick else TPS)]
+    for model, tp, heads in layouts:
+        for b in (GRAPH_DECODE_BATCH[:2] if quick else GRAPH_DECODE_BATCH):
+            cases.add("deltanet", {**heads, "phase": "decode", "batch": b, "tokens": 1, "launch": "graph"},
+                      f"deltanet-{model}")
+        for b, t in (GRAPH_PREFILL[:2] if quick else GRAPH_PREFILL):
+            cases.add("deltanet", {**heads, "phase": "prefill", "batch": b, "tokens": t, "launch": "graph"},
+                      f"deltanet-{model}")
+    for model, tp, heads in layouts:
+        for b in (DECODE_BATCH[:2] if quick else DECODE_BATCH):
+            cases.add("deltanet", {**heads, "phase": "decode", "batch": b, "tokens": 1}, f"deltanet-{model}")
+        for t in (PREFILL_TOKENS[:1] if quick else PREFILL_TOKENS):
+            cases.add("deltanet", {**heads, "phase": "prefill", "batch": 1, "tokens": t}, f"deltanet-{model}")
     return cases.items
 
 
@@ -69,14 +89,32 @@ def run_case(case: Case, ctx) -> dict[str, Any]:
                       use_qk_l2norm_in_kernel=True)
 
     fn()
-    t_ = ctx.timer.time(fn)
-    return {**timing_fields(t_), "impl": f"fla {kernel.__name__}", "state_bytes": b * hv * dk * dv * 4}
+    impl = f"fla {kernel.__name__}"
+    if p.get("launch", "eager") == "graph":
+        if not ctx.is_cuda:
+            raise RuntimeError("graph launches need CUDA")
+        from .timing import Timing, capture_graph
+
+        def calls():
+            for _ in range(GRAPH_CALLS):
+                fn()
+
+        graph, _ = capture_graph(calls, warmup=1)
+        whole = ctx.timer.time(graph.replay)
+        t_ = Timing(whole.median_s / GRAPH_CALLS, whole.p10_s / GRAPH_CALLS, whole.p90_s / GRAPH_CALLS, whole.reps,
+                    [x / GRAPH_CALLS for x in whole.samples])
+        impl += f", {GRAPH_CALLS} calls in one CUDA graph, replayed"
+        del graph
+    else:
+        t_ = ctx.timer.time(fn)
+    return {**timing_fields(t_), "impl": impl, "state_bytes": b * hv * dk * dv * 4}
 
 
 def _describe(case: Case, row: dict) -> str:
     p = case.params
     msg = f"{row['time_s'] * 1e6:9.1f} us" if row.get("time_s") else f"error {row.get('error')}"
-    return f"{p['model']} TP{p['tp']} {p['phase']:7s} batch {p['batch']:<4d} tokens {p['tokens']:<6d}: {msg}"
+    return (f"{p['model']} TP{p['tp']} {p['phase']:7s} {p.get('launch', 'eager'):5s} batch {p['batch']:<4d} "
+            f"tokens {p['tokens']:<6d}: {msg}")
 
 
 def main(argv: list[str] | None = None) -> int:

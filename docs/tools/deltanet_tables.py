@@ -1,0 +1,90 @@
+"""Gated DeltaNet's chunked prefill: the scan model fitted to each engine's measured kernel, beside the product
+estimate it replaced.
+
+Every imported calibration folder whose engine table times the chunked gated delta rule (aiconfigurator-core's
+``gdn_perf``: flash-linear-attention's ``chunk_gated_delta_rule`` in SGLang, FlashInfer's port in vLLM,
+TensorRT-LLM's own, each under CUDA graphs; :mod:`perfmodel.imports.aiconfigurator`) carries the three constants
+``perfmodel fit`` fitted to those calls (:mod:`perfmodel.fit.deltanet`, :mod:`perfmodel.cost.scan`). This prints,
+per folder, the calls, the constants, the fit's median |error| in-sample and on a quarter of the shapes held out,
+and the median |error| on the same calls of what the graph priced before: the chunked form's FLOPs as one
+tensor-core product on the folder's fitted GEMM model, the state read and written once.
+
+    python docs/tools/deltanet_tables.py
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def product_estimate(p: dict, hw, prof) -> float:
+    """Seconds the graph priced a chunked call at before the scan: its FLOPs as one product at the tensor cores."""
+    from perfmodel.cost import time_op
+    from perfmodel.ops import Op
+
+    chunk, dk, dv = 64, p["dk"], p["dv"]
+    tokens = p["batch"] * p["tokens"]
+    v = p["value_heads"] * dv
+    k_eff = (2.0 * chunk * (2 * dk + 2 * dv) + 6.0 * dk * dv) / (2.0 * dv)
+    io = tokens * (2 * p["key_heads"] * dk + 2 * v + 2 * p["value_heads"]) * 2
+    state = p["batch"] * p["value_heads"] * dk * dv * 4
+    op = Op("linear.core", "gemm", "prefill", 2.0 * tokens * v * k_eff, io + 2.0 * state,
+            {"m": tokens, "n": v, "k": k_eff, "dtype": "bf16", "groups": 1, "out_dtype": "bf16"})
+    return float(time_op(op, hw, prof).time)
+
+
+def rows() -> list[dict]:
+    from perfmodel.fit.deltanet import scan_rows
+    from perfmodel.measure.store import read_rows
+    from perfmodel.paths import calibration_dir
+    from perfmodel.profile import load_profile
+    from perfmodel.spec import load_spec
+
+    out = []
+    for folder in sorted(p for p in calibration_dir().iterdir() if (p / "profile.json").is_file()):
+        prof = load_profile(folder / "profile.json")
+        found = prof.provenance.get("deltanet")
+        if not found:
+            continue
+        path = folder / "measurements.jsonl.gz"
+        calls = scan_rows(read_rows(path if path.is_file() else folder / "measurements.jsonl"))
+        if not calls:
+            calls = [r for sub in sorted(folder.glob("deltanet*")) if (sub / "measurements.jsonl").is_file()
+                     for r in scan_rows(read_rows(sub / "measurements.jsonl"))]
+        hw = load_spec(prof.spec_key)
+        before = statistics.median(abs(product_estimate(r["params"], hw, prof) / r["time_s"] - 1) for r in calls)
+        out.append({"folder": folder.name, "engine": prof.engine, "kernels": ", ".join(found["kernels"]),
+                    "rows": found["rows"], "scan": prof.deltanet_scan, "fit": found["median_abs_error"],
+                    "held": found["held_out_median_abs_error"], "before": before})
+    return out
+
+
+def markdown() -> str:
+    lines = ["| folder | kernel | calls | fixed (us) | a chunk step (us) | a token and head (ns) | median \\|error\\| "
+             "in-sample | held out | the product estimate before |", "|---|---|---|---|---|---|---|---|---|"]
+    found = rows()
+    for r in found:
+        s = r["scan"]
+        held = "-" if r["held"] is None else f"{r['held']:.1%}"
+        lines.append(f"| {r['folder']} | {r['kernels']} | {r['rows']:,} | {s['fixed_s'] * 1e6:.1f} | "
+                     f"{s['chunk_s'] * 1e6:.2f} | {s['token_s'] * 1e9:.2f} | {r['fit']:.1%} | {held} | "
+                     f"{r['before']:.1%} |")
+    if found:
+        lines += ["", f"Median over the {len(found)} folders: the scan {statistics.median(r['fit'] for r in found):.1%} "
+                      f"in-sample, {statistics.median(r['held'] for r in found if r['held'] is not None):.1%} held "
+                      f"out; the product estimate {statistics.median(r['before'] for r in found):.1%}."]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    print(markdown())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
