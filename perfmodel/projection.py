@@ -203,11 +203,12 @@ def serving_times(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, b
     draft_s = None
     if drafter is not None:  # a separate draft model: its own decode step per draft token, its prefill in TTFT
         sc_d = draft_scenario(sc)
-        draft_s = evaluate_step(drafter, hw, sc_d, prof, plan.draft).time_s
+        draft_s = drafting_time(sc, *(evaluate_step(drafter, hw, sc_d, prof, s).time_s if s is not None else None
+                                      for s in (plan.draft, plan.draft_wide)))
         ttft = ttft + evaluate_step(drafter, hw, sc_d, prof, plan.prefill).time_s
     elif plan.draft is not None:  # the model's own MTP module: one decoder layer and the LM head
-        draft = evaluate_step(model, hw, sc, prof, plan.draft)
-        draft_s = draft_time(draft.times, draft.layers)
+        draft_s = drafting_time(sc, *(draft_time(d.times, d.layers) if d is not None else None for d in (
+            evaluate_step(model, hw, sc, prof, s) if s is not None else None for s in (plan.draft, plan.draft_wide))))
     if decode:
         tpot = decode_mean(sc, *(d.time_s for d in decode), draft_s=draft_s)
     else:
@@ -242,12 +243,15 @@ class ServingSteps:
     prefill: Step
     decode: tuple = ()  # (first, middle, last) decode steps; empty when osl == 1
     draft: Step | None = None
+    # a token tree's later draft steps: each expands the spec_topk best candidates of a sequence (None: a chain)
+    draft_wide: Step | None = None
 
 
 def serving_steps(sc: Scenario, batch, xp=NP, *, decode: bool | None = None) -> ServingSteps:
     """The steps of a serving scenario (module doc). With speculative decoding (``sc.mtp`` draft tokens) a decode
-    step verifies 1 + mtp tokens per sequence; the draft token's step is at the middle context. ``decode``:
-    whether there are decode steps (default: more than one output token; given where ``osl`` is a formula)."""
+    step verifies ``sc.verify_tokens`` per sequence (1 + mtp for a chain, a tree's nodes); the draft steps are at
+    the middle context, a tree's after the first at ``spec_topk`` tokens a sequence. ``decode``: whether there
+    are decode steps (default: more than one output token; given where ``osl`` is a formula)."""
     n_pre = prefill_requests(sc, batch, xp)
     micro = batch / sc.pp if sc.pp > 1 else batch
     prefill = Step("prefill", n_pre, sc.prompt, 0)
@@ -255,8 +259,9 @@ def serving_steps(sc: Scenario, batch, xp=NP, *, decode: bool | None = None) -> 
         return ServingSteps(n_pre, micro, prefill)
     lo, hi = sc.prompt, sc.prompt + xp.maximum(sc.osl - 2, 0)
     mid = (lo + hi) / 2.0
-    decode = tuple(Step("decode", micro, 1 + sc.mtp, c) for c in (lo, mid, hi))
-    return ServingSteps(n_pre, micro, prefill, decode, Step("decode", micro, 1, mid) if sc.mtp else None)
+    decode = tuple(Step("decode", micro, sc.verify_tokens, c) for c in (lo, mid, hi))
+    wide = Step("decode", micro, sc.spec_topk, mid) if sc.mtp > 1 and sc.spec_topk > 1 else None
+    return ServingSteps(n_pre, micro, prefill, decode, Step("decode", micro, 1, mid) if sc.mtp else None, wide)
 
 
 def layer_time(times, layers: int):
@@ -270,13 +275,21 @@ def draft_time(times, layers: int):
     return layer_time(times, layers) + sum(t.time * t.op.count for t in times if t.op.name == "lm_head")
 
 
+def drafting_time(sc: Scenario, first, wide=None):
+    """The drafting of one verify step's tokens from one draft step's time: ``mtp`` steps of one token a sequence
+    for a chain; a tree's first step at one token and the rest at ``wide`` (``spec_topk`` tokens a sequence)."""
+    if wide is None:
+        return sc.mtp * first
+    return first + (sc.mtp - 1) * wide
+
+
 def decode_mean(sc: Scenario, first, middle, last, *, draft_s=None):
     """TPOT from the times of the first, middle and last decode :func:`serving_steps`: their mean over the
-    generation by Simpson's rule; with speculative decoding the draft tokens' time (``draft_s`` each) added and
-    the sum shared by the tokens a step emits (``sc.tokens_per_step``)."""
+    generation by Simpson's rule; with speculative decoding the drafting of a step's tokens (``draft_s``,
+    :func:`drafting_time`) added and the sum shared by the tokens a step emits (``sc.tokens_per_step``)."""
     mean = (first + 4.0 * middle + last) / 6.0
     if sc.mtp:
-        mean = (mean + sc.mtp * draft_s) / sc.tokens_per_step
+        mean = (mean + draft_s) / sc.tokens_per_step
     return mean
 
 

@@ -37,6 +37,12 @@ class Scenario:
     mtp: int = 0
     mtp_accept: float | tuple[float, ...] | None = None
     draft: str | None = None
+    # a token tree (EAGLE-2/3 and SGLang's --speculative-eagle-topk): each draft step after the first expands the
+    # spec_topk best candidates of a sequence, and the verify step checks spec_verify tree nodes a sequence (the
+    # verified token included; None: every node the drafts expand, 1 + mtp x spec_topk, a chain at spec_topk 1);
+    # mtp_accept is then the acceptance of the tree's accepted path at each depth, as an engine measures it
+    spec_topk: int = 1
+    spec_verify: int | None = None
     dtype: str = "bf16"  # weights and GEMM operands
     kv_dtype: str | None = None  # KV cache; None: the engine's rule (fp8 with fp8/fp4 weights where it does that)
     act_dtype: str = "bf16"  # activations between kernels
@@ -125,6 +131,20 @@ class Scenario:
         return (*out, reach)
 
     @property
+    def verify_tokens(self) -> int:
+        """Tokens a verify step carries a sequence: the verified token and the nodes the drafts keep (a chain:
+        1 + mtp; a tree: ``spec_verify``, by default every node the drafts expand, 1 + mtp x spec_topk); 1
+        without speculation."""
+        if not self.mtp:
+            return 1
+        return int(self.spec_verify) if self.spec_verify else 1 + self.mtp * self.spec_topk
+
+    @property
+    def tree(self) -> bool:
+        """Whether the drafts form a tree (candidates beside each other at a depth) rather than one chain."""
+        return bool(self.mtp) and (self.spec_topk > 1 or self.verify_tokens != 1 + self.mtp)
+
+    @property
     def tokens_per_step(self) -> float:
         """Tokens a decode step emits per sequence: 1 without speculation; with k draft tokens accepted in turn
         (position i with probability a_i given the ones before), the expected run plus the verified token,
@@ -132,6 +152,21 @@ class Scenario:
         if not self.mtp:
             return 1.0
         return sum((n + 1) * p for n, p in enumerate(self.accepted_run))
+
+    def _check_tree(self) -> None:
+        """A token tree: its width and verified nodes fit the drafts (``spec_topk``, ``spec_verify``)."""
+        w, n = self.spec_topk, self.spec_verify
+        if not isinstance(w, int) or isinstance(w, bool) or not 1 <= w <= 16:
+            raise InputError(f"expected 1 to 16 candidates a draft step, got {w!r}", field="--spec-topk")
+        if n is not None and (not isinstance(n, int) or isinstance(n, bool) or not 2 <= n <= 256):
+            raise InputError(f"expected 2 to 256 tokens a verify step, got {n!r}", field="--spec-verify")
+        if (w > 1 or n is not None) and not self.mtp:
+            raise InputError("a token tree drafts only with --mtp K (its depth: the draft steps)",
+                             field="--spec-topk" if w > 1 else "--spec-verify")
+        if n is not None and not 1 + self.mtp <= n <= 1 + self.mtp * w:
+            raise InputError(f"a tree of {self.mtp} draft steps of {w} candidates verifies {1 + self.mtp} to "
+                             f"{1 + self.mtp * w} tokens a sequence (the root and the nodes it keeps), got {n}",
+                             field="--spec-verify")
 
     @property
     def moe_group(self) -> int:
@@ -237,6 +272,7 @@ class Scenario:
                                  f"got {len(given)}", field="--mtp-accept")
         if self.draft is not None and not self.mtp:
             raise InputError("a draft model drafts tokens only with --mtp K (the draft tokens a step)", field="--draft")
+        self._check_tree()
         check_moe_imbalance(self.moe_imbalance)
         _choice(self.mode, ("latency", "sol"), "--mode")
         _choice(self.moe_exchange, ("gather", "all_to_all"), "--moe-exchange")

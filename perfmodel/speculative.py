@@ -1,7 +1,9 @@
 """Where a speculative decode's draft tokens come from, and what drafting them costs.
 
 A decode step with speculation verifies 1 + K tokens a sequence (``Scenario.mtp`` = K; the verify step is an
-ordinary decode step of 1 + K query rows, :mod:`perfmodel.projection`). The K draft tokens come from
+ordinary decode step of that many query rows, :mod:`perfmodel.projection`), or a token tree's nodes
+(``Scenario.verify_tokens``: each draft step after the first expands ``spec_topk`` candidates a sequence). The
+K draft tokens come from
 
 - the model's own multi-token-prediction modules (DeepSeek-V3's MTP: one decoder layer and the shared LM head
   per draft token; the model's ``mtp_layers``), or
@@ -78,6 +80,9 @@ def describe(model: Model, sc: Scenario) -> str:
               "in TTFT, its weights and KV cache in memory)" if drafter is not None else
               "the model's own multi-token-prediction layer (one decoder layer and the LM head each)")
     run = ", ".join(f"{p:.2f}" for p in sc.accepted_run)
-    return (f"speculative decoding: {sc.mtp} draft tokens a step from {source}, accepted with probability {rates} "
-            f"given the ones before: a verify step of {1 + sc.mtp} tokens emits 1..{1 + sc.mtp} with probability "
-            f"{run}, {sc.tokens_per_step:.2f} on average; TPOT is the time per emitted token")
+    tree = (f"; a token tree: each draft step after the first expands the {sc.spec_topk} best candidates of a "
+            f"sequence ({sc.spec_topk} tokens a sequence a step) and the verify step checks {sc.verify_tokens} of "
+            "its nodes, the acceptance being the tree's accepted path at each depth" if sc.tree else "")
+    return (f"speculative decoding: {sc.mtp} draft tokens a step from {source}{tree}, accepted with probability "
+            f"{rates} given the ones before: a verify step of {sc.verify_tokens} tokens emits 1..{1 + sc.mtp} with "
+            f"probability {run}, {sc.tokens_per_step:.2f} on average; TPOT is the time per emitted token")

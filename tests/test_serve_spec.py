@@ -51,27 +51,33 @@ def _sc(hw, **kw):
 
 
 def _reference(model, hw, sc, prof, n, ctx):
-    """`project`'s verify step at ``n`` sequences and context ``ctx`` plus its K drafts (perfmodel.projection)."""
-    verify = evaluate_step(model, hw, sc, prof, Step("decode", n, 1 + sc.mtp, ctx)).time_s
+    """`project`'s verify step at ``n`` sequences and context ``ctx`` plus its K drafts (perfmodel.projection): a
+    chain's K steps of one token a sequence; a tree's first at one token and the rest at its width."""
+    verify = evaluate_step(model, hw, sc, prof, Step("decode", n, sc.verify_tokens, ctx)).time_s
     drafter = draft_model(sc)
-    if drafter is None:
-        ph = evaluate_step(model, hw, sc, prof, Step("decode", n, 1, ctx))
-        one = draft_time(ph.times, ph.layers)
-    else:
-        one = evaluate_step(drafter, hw, draft_scenario(sc), prof, Step("decode", n, 1, ctx)).time_s
-    return verify + sc.mtp * one
+
+    def one(rows):
+        if drafter is None:
+            ph = evaluate_step(model, hw, sc, prof, Step("decode", n, rows, ctx))
+            return draft_time(ph.times, ph.layers)
+        return evaluate_step(drafter, hw, draft_scenario(sc), prof, Step("decode", n, rows, ctx)).time_s
+
+    return verify + one(1) + (sc.mtp - 1) * one(sc.spec_topk)
 
 
 @pytest.mark.parametrize("name,kw", [
     ("deepseek-v3", dict(tp=8, dtype="fp8", mtp=1, mtp_accept=0.8)),
     ("llama70b", dict(tp=4, mtp=2, mtp_accept=0.7, draft="llama8b")),
+    ("deepseek-v3", dict(tp=8, dtype="fp8", mtp=3, mtp_accept=0.8, spec_topk=2, spec_verify=6)),
+    ("llama70b", dict(tp=4, mtp=3, mtp_accept=0.7, draft="llama8b", spec_topk=4, spec_verify=8)),
 ])
 def test_a_verify_step_and_its_drafts_cost_what_project_says(h200, name, kw):
     hw, prof = h200
     model = resolve_model(name)
     sc = _sc(hw, **kw)
     sm = StepModel(model, hw, sc, prof, max_tokens=2048, max_seqs=256, max_context=3000)
-    base = StepModel(model, hw, _sc(hw, **{k: v for k, v in kw.items() if k not in ("mtp", "mtp_accept", "draft")}),
+    spec = ("mtp", "mtp_accept", "draft", "spec_topk", "spec_verify")
+    base = StepModel(model, hw, _sc(hw, **{k: v for k, v in kw.items() if k not in spec}),
                      prof, max_tokens=2048, max_seqs=256, max_context=3000)
     for n in (1, 7, 64, 200):
         for ctx in (1024.0, 2500.0):

@@ -76,7 +76,49 @@ def draft_table() -> str:
     return "\n".join(lines)
 
 
+TREE_ACCEPT = 0.7  # the chain's flat acceptance the trees are set against
+TREES = ((2, 6), (4, 8), (4, 13))  # (candidates a draft step, nodes verified) of three draft steps
+
+
+def _break_even(tpot_at, target: float) -> float | None:
+    """The flat acceptance at which ``tpot_at(a)`` falls to ``target`` (bisection; TPOT falls as acceptance grows),
+    or None where even 0.99 does not reach it."""
+    lo, hi = 0.0, 0.99
+    if tpot_at(hi) > target:
+        return None
+    for _ in range(30):
+        mid = (lo + hi) / 2.0
+        lo, hi = (mid, hi) if tpot_at(mid) > target else (lo, mid)
+    return hi
+
+
+def tree_table() -> str:
+    """Llama-3.1-70B drafted by Llama-3.1-8B, three draft steps: a chain at flat 0.7 against token trees of the
+    same depth, their TPOT at the same acceptance and the acceptance each must reach to match the chain."""
+    from perfmodel import project
+
+    lines = ["| draft tokens verified | candidates a step | " +
+             " | ".join(f"TPOT at batch {b} (ms), same acceptance | break-even acceptance at batch {b}"
+                        for b in DRAFT_BATCHES) + " |",
+             "|---|---|" + "---|---|" * len(DRAFT_BATCHES)]
+    kw = dict(tp=4, mtp=3, draft="llama8b")
+    chain = {b: project("h200-sxm", "llama70b", batch=b, mtp_accept=TREE_ACCEPT, **kw).tpot_s for b in DRAFT_BATCHES}
+    lines.append("| 4 (a chain) | 1 | " + " | ".join(f"{chain[b] * 1e3:.2f} | {TREE_ACCEPT:.2f}" for b in DRAFT_BATCHES)
+                 + " |")
+    for w, n in TREES:
+        cells = []
+        for b in DRAFT_BATCHES:
+            def tpot_at(a, b=b):
+                return project("h200-sxm", "llama70b", batch=b, mtp_accept=a, spec_topk=w, spec_verify=n, **kw).tpot_s
+            even = _break_even(tpot_at, chain[b])
+            cells.append(f"{tpot_at(TREE_ACCEPT) * 1e3:.2f} | " + ("above 0.99" if even is None else f"{even:.2f}"))
+        lines.append(f"| {n} | {w} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     print(table())
     print()
     print(draft_table())
+    print()
+    print(tree_table())

@@ -50,6 +50,7 @@ BLOCKS = (
     Block("power-clock.md", "power-clock-tables", "power_clock_table.py", "tables"),
     Block("speculative.md", "mtp-table", "mtp_table.py", "table"),
     Block("speculative.md", "draft-table", "mtp_table.py", "draft_table"),
+    Block("speculative.md", "tree-table", "mtp_table.py", "tree_table"),
     Block("speculative.md", "verify-attention", "verify_attention_check.py", "markdown"),
     Block("training.md", "grouped-gemm", "grouped_gemm_check.py", "markdown"),
     Block("model.md", "deltanet", "deltanet_check.py", "markdown"),

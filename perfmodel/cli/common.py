@@ -81,6 +81,12 @@ def scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True, images: 
     g.add_argument("--draft", default=None, metavar="MODEL",
                    help="with --mtp: a separate draft model (name or file) sharing the model's vocabulary, for "
                         "models without MTP layers")
+    g.add_argument("--spec-topk", type=int, default=1, metavar="W",
+                   help="with --mtp: a token tree, each draft step after the first expanding the W best candidates "
+                        "of a sequence (EAGLE-2/3; SGLang's --speculative-eagle-topk); default 1, a chain")
+    g.add_argument("--spec-verify", type=int, default=None, metavar="N",
+                   help="with --mtp: tree nodes a verify step checks a sequence, the verified token included "
+                        "(SGLang's --speculative-num-draft-tokens); default every node the drafts expand, 1 + --mtp x W")
     g.add_argument("--moe-exchange", choices=("gather", "all_to_all"), default=None,
                    help="how MoE layers meet other attention-DP ranks' tokens: gather (all-gather before, "
                         "reduce-scatter after) or all_to_all (DeepEP-style dispatch and combine); default: the "
@@ -163,7 +169,8 @@ def scenario_from_args(args, batch=None):
     from ..scenario import Scenario, parse_batch
 
     kw = dict(tp=args.tp, pp=args.pp, ep=args.ep, attention_dp=args.attention_dp, moe_imbalance=args.moe_imbalance,
-              mtp=args.mtp, mtp_accept=args.mtp_accept, draft=args.draft, dtype=args.dtype, kv_dtype=args.kv_dtype, mode=args.mode,
+              mtp=args.mtp, mtp_accept=args.mtp_accept, draft=args.draft,
+              spec_topk=args.spec_topk, spec_verify=args.spec_verify, dtype=args.dtype, kv_dtype=args.kv_dtype, mode=args.mode,
               launch=args.launch, overlap=args.overlap, kernels=args.kernels, engine=args.engine,
               attention_kernel=args.attention_kernel, mem_fraction=args.mem_fraction,
               kv_cache=getattr(args, "kv_cache", None), moe_exchange=getattr(args, "moe_exchange", None),

@@ -334,6 +334,9 @@ def _search_options(args) -> tuple:
 
 
 def cmd_plan(args) -> int:
+    if args.spec_topk != 1 or args.spec_verify is not None:  # a plan's deploy launches a chain (perfmodel/deploy)
+        raise InputError("perfmodel plan sizes a chain of draft tokens, not a token tree (project and serve price "
+                         "both)", field="--spec-topk" if args.spec_topk != 1 else "--spec-verify")
     if args.gpus is None:
         return cmd_capacity(args)
     for flag, value in (("--rate", args.rate), ("--arrival", args.arrival), ("--max-gpus", None if args.max_gpus == "4096"

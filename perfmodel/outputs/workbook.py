@@ -47,7 +47,8 @@ from ..host_costs import host_rules, request_overhead_s
 from ..models import Model
 from ..ops import COMM_KINDS, COMPUTE_KINDS
 from ..profile import Profile
-from ..projection import batch_cap, decode_mean, draft_time, project_resolved, serving_rates, serving_steps
+from ..projection import (batch_cap, decode_mean, draft_time, drafting_time, project_resolved, serving_rates,
+                          serving_steps)
 from ..resolve import resolve_scenario
 from ..scenario import Scenario
 from ..spec import SPEC_FIELDS, HardwareSpec, spec_value
@@ -514,6 +515,9 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
     if sc_r.draft is not None:
         raise InputError("the workbook prices speculation with the model's own MTP layers only, not a separate "
                          "draft model (perfmodel project prices both)", field="--draft")
+    if sc_r.tree:
+        raise InputError("the workbook prices a chain of draft tokens, not a token tree (perfmodel project prices "
+                         "both)", field="--spec-topk" if sc_r.spec_topk > 1 else "--spec-verify")
     seq = 1 + sc_r.mtp  # a decode step verifies the draft tokens too
     steps = [
         StepSheet("prefill", "Prefill", "prefill", Expr(""), Expr(""), 0),
@@ -627,8 +631,9 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
     if plan.decode:
         draft_s = None
         if sc_r.mtp:
-            draft_s = srow("draft_s", "draft token: a decoder layer and the LM head", draft_time(
+            one = srow("draft_s", "draft token: a decoder layer and the LM head", draft_time(
                 timed_by_key["draft"], model.layers), "s", None, f"{sc_r.mtp} a step, before the verify step")
+            draft_s = drafting_time(sc_r, one)
         tpot = decode_mean(sc_view, S["step_decode_lo"], S["step_decode_mid"], S["step_decode_hi"], draft_s=draft_s)
         tpot_note = "(first + 4 x middle + last) / 6" + (
             f"; with the draft tokens' time, per {sc_r.tokens_per_step:.3f} tokens a step" if sc_r.mtp else "")

@@ -223,7 +223,7 @@ class Planner:
         ctx = self.isl + self.osl / 2
         # speculative decoding: a step is a verify step of 1 + K tokens a sequence that emits tokens_per_step of
         # them on average, so TPOT is the step over that and a step finishes that many times the requests
-        tps, q = float(sc.tokens_per_step), 1 + int(sc.mtp or 0)
+        tps, q = float(sc.tokens_per_step), sc.verify_tokens
         decode = {b: steps.step(b, ctx, ())[0] / tps for b in caps}
         budget = inst.cfg.token_budget
         isl = max(int(round(self.isl)), 1)

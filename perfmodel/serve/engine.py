@@ -66,8 +66,15 @@ class EngineConfig:
     prefix_caching: bool = False
     role: str = "mixed"  # mixed | prefill | decode
     spec: int = 0  # speculative decoding: K draft tokens a verify step carries a sequence (module doc)
+    verify: int = 0  # with spec, a token tree: the nodes a verify step carries a sequence (0: a chain, 1 + K)
     accepted_run: tuple = ()  # with spec: P(a verify step emits 1), ..., P(K + 1) (Scenario.accepted_run)
     seed: int = 0  # with spec: the seed of the runs an instance draws itself (simulate_instance)
+    @property
+    def spec_tokens(self) -> int:
+        """Cache slots a decoding sequence's verify step writes beyond the verified token: a chain's K draft tokens
+        or a tree's other nodes (its accepted runs still emit 1 to K + 1)."""
+        return max(int(self.verify) - 1, int(self.spec)) if self.spec else 0
+
     # host time between a request's arrival and its being schedulable (an eager framework's own setup,
     # perfmodel.host_costs.request_overhead_s): the scheduler sees it that much later, latencies count from
     # the arrival
@@ -129,7 +136,7 @@ class InstanceResult:
 
 def check_fits(reqs, cfg: EngineConfig) -> None:
     """Every request must fit the KV pool on its own, or it could never run."""
-    longest = int((reqs.isl + reqs.osl).max()) + cfg.spec
+    longest = int((reqs.isl + reqs.osl).max()) + cfg.spec_tokens
     need = -(-longest // cfg.block_size)
     if need > cfg.kv_blocks:
         raise InputError(f"a request of {longest} tokens needs {need} KV blocks of {cfg.block_size} tokens but "
@@ -160,7 +167,9 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
     pool = cfg.kv_blocks
     watermark = int(WATERMARK * pool)
     m = max(int(cfg.max_seqs), 1)
-    spec = int(cfg.spec) if role != "prefill" else 0  # a prefill instance's requests leave at their first token
+    # the cache slots a verify step writes beyond the verified token (a prefill instance's requests leave at their
+    # first token): the draft chain's K, or a token tree's other nodes
+    spec = cfg.spec_tokens if role != "prefill" else 0
     q = 1 + spec  # tokens a decoding sequence carries a step
     if spec and runs is None:  # a caller that draws none (a plan's rate search): the instance's own, seeded
         runs = AcceptedRuns.draw(reqs.osl, cfg.accepted_run, np.random.default_rng([cfg.seed, SPEC_STREAM]))

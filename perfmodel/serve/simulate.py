@@ -105,7 +105,7 @@ def step_budget(sc, max_seqs: int, reqs) -> int:
     """Tokens a step may carry: the engine's chunk, or, for an engine that does not chunk (torch), as many
     as ``max_seqs`` mean prompts, the step ``--batch max`` was sized for (perfmodel.capacity)."""
     mean_isl = max(int(np.ceil(float(reqs.isl.mean()))), 1)
-    q = 1 + (getattr(sc, "mtp", 0) or 0)  # a verify step's tokens a sequence
+    q = sc.verify_tokens  # a verify step's tokens a sequence
     return int(max(min(sc.prefill_chunk, max_seqs * mean_isl), max_seqs * q, 1))
 
 
@@ -130,7 +130,8 @@ def build_instance(hw, model, sc, prof, reqs, role: str, opts: ServeOptions, pow
         capacity.check_fits(model, sc, hw, 0)
     cfg = EngineConfig(max_seqs=max_seqs, token_budget=sc.prefill_chunk, kv_blocks=blocks,
                        block_size=opts.block_size, prefix_caching=opts.prefix_caching, role=role,
-                       spec=int(getattr(sc, "mtp", 0) or 0), seed=opts.seed,
+                       spec=int(getattr(sc, "mtp", 0) or 0), verify=sc.verify_tokens if sc.tree else 0,
+                       seed=opts.seed,
                        accepted_run=tuple(sc.accepted_run) if getattr(sc, "mtp", 0) else (), request_s=request_overhead_s(sc, hw, model, prof) if role != "decode" else 0.0)
     check_fits(reqs, cfg)
     if steps is None or steps.max_seqs < max_seqs:

@@ -266,7 +266,7 @@ class StepModel:
     :mod:`perfmodel.energy` (None: no energy)."""
 
     def __init__(self, model, hw, sc, prof, *, max_tokens: int, max_seqs: int, max_context: int,
-                 piece_hint=(), power: dict | None = None):
+                 piece_hint=(), power: dict | None = None, rows_per_seq: int | None = None):
         self.model, self.hw, self.sc, self.prof = model, hw, sc, prof
         self.pp = sc.pp
         self.max_tokens = int(max(max_tokens, max_seqs, 1))
@@ -276,7 +276,9 @@ class StepModel:
         self.headroom = max(limit_w(power, hw) - power["static_w"], 0.0) if power else 0.0
         self.classes = classify_ops(model, sc)
         self.spec = int(getattr(sc, "mtp", 0) or 0)  # draft tokens a verify step carries (0: no speculation)
-        self.q = 1 + self.spec  # query rows a decoding sequence carries
+        # query rows a decoding sequence carries: a verify step's tokens (1 + K, or a token tree's nodes); a tree's
+        # drafter takes its later steps' candidates a sequence (rows_per_seq)
+        self.q = int(rows_per_seq or sc.verify_tokens)
         self.max_tokens = max(self.max_tokens, self.max_seqs * self.q)
         self.mixed_launch = sc.launch_for("prefill")
         self.decode_launch = sc.launch_for("decode")
@@ -363,19 +365,33 @@ class StepModel:
     def _build_drafts(self, n_grid, c_grid) -> None:
         """The drafting of a speculative step (module doc): a draft :class:`StepModel`, or the MTP module's table
         of (seconds, joules) over (sequences, context)."""
-        self.drafter = self.mtp_draft = None
+        self.drafter = self.mtp_draft = self.drafter_wide = self.mtp_draft_wide = None
         if not self.spec:
             return
         from ..speculative import draft_model, draft_scenario
 
+        # a token tree's draft steps after the first expand spec_topk candidates a sequence
+        wide = self.sc.spec_topk if self.spec > 1 and self.sc.spec_topk > 1 else 0
         drafter = draft_model(self.sc)
         if drafter is not None:
-            self.drafter = StepModel(drafter, self.hw, draft_scenario(self.sc), self.prof, max_tokens=self.max_tokens,
-                                     max_seqs=self.max_seqs, max_context=self.max_context, power=self.power)
+            kw = dict(max_tokens=self.max_tokens, max_seqs=self.max_seqs, max_context=self.max_context,
+                      power=self.power)
+            self.drafter = StepModel(drafter, self.hw, draft_scenario(self.sc), self.prof, **kw)
+            if wide:
+                self.drafter_wide = StepModel(drafter, self.hw, draft_scenario(self.sc), self.prof, rows_per_seq=wide,
+                                              **kw)
             return
+        self.mtp_draft = self._mtp_draft_table(n_grid, c_grid, 1)
+        if wide:
+            self.mtp_draft_wide = self._mtp_draft_table(n_grid, c_grid, wide)
+
+    def _mtp_draft_table(self, n_grid, c_grid, rows: int) -> list:
+        """The MTP module's (seconds, joules) of one draft step of ``rows`` tokens a sequence over (sequences,
+        context): a mean decoder layer and the LM head, as :func:`perfmodel.projection.draft_time`."""
         from ..projection import draft_time, evaluate_step
 
-        ph = evaluate_step(self.model, self.hw, self.sc, self.prof, Step("decode", n_grid[:, None], 1, c_grid[None, :]))
+        ph = evaluate_step(self.model, self.hw, self.sc, self.prof,
+                           Step("decode", n_grid[:, None], rows, c_grid[None, :]))
         t = np.broadcast_to(draft_time(ph.times, ph.layers), (len(n_grid), len(c_grid)))
         e = np.zeros_like(t)
         if self.power is not None:  # the same ops' dynamic joules: a mean layer and the LM head
@@ -385,8 +401,8 @@ class StepModel:
                 elif x.op.name == "lm_head":
                     e = e + op_energy(x.op, self.power) * x.op.count
         # two fields a point, as :func:`_blend` reads them
-        self.mtp_draft = [list(zip(np.asarray(t)[i].tolist(), np.broadcast_to(e, t.shape)[i].tolist()))
-                          for i in range(len(n_grid))]
+        return [list(zip(np.asarray(t)[i].tolist(), np.broadcast_to(e, t.shape)[i].tolist()))
+                for i in range(len(n_grid))]
 
     def _mtp_prefill(self, pieces: list) -> tuple:
         """The MTP module's pass over the step's prefill pieces: the mean layer's share of their token ops and
@@ -404,7 +420,7 @@ class StepModel:
             d = self.drafter
             t, e = d.step(n_dec, ctx, pieces) if (n_dec or pieces) else (0.0, 0.0)
             if n_dec and self.spec > 1:
-                t1, e1 = d.step(n_dec, ctx, [])
+                t1, e1 = (self.drafter_wide or d).step(n_dec, ctx, [])
                 t, e = t + (self.spec - 1) * t1, e + (self.spec - 1) * e1
             return t, e
         if not n_dec:
@@ -412,7 +428,10 @@ class StepModel:
         if self.pp > 1:
             n_dec = -(-n_dec // self.pp)
         t, e = _interp2(self.dec_n, self.dec_c, self.mtp_draft, n_dec, ctx)
-        return self.spec * t, self.spec * e
+        if self.mtp_draft_wide is None:
+            return self.spec * t, self.spec * e
+        tw, ew = _interp2(self.dec_n, self.dec_c, self.mtp_draft_wide, n_dec, ctx)
+        return t + (self.spec - 1) * tw, e + (self.spec - 1) * ew
 
     # -- queries -----------------------------------------------------------------------------------
     # A plan's simulations ask for ~270,000 steps; what repeats is remembered: a piece (the same requests' prompts at
