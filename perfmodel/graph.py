@@ -361,10 +361,16 @@ def _linear_attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.
     qk, v = kh * dk, vh * dv
     conv = 2 * qk + v
     state = step.batch * vh * dk * dv * _b(la.state_dtype)  # every sequence's recurrent state on this GPU
-    ops = [O.gemm("linear.in_proj", tokens, 2 * qk + 2 * v + 2 * vh, model.hidden, w, phase=ph),
+    # two input products, as the engines merge the checkpoint's projections (q, k, v and the output gate z; the
+    # per-head gates b and a: Qwen3-Next's in_proj_qkvz and in_proj_ba, Qwen3.5's four folded the same way), the
+    # causal convolution, and the gates' one fused kernel (decay g = -exp(A) softplus(a + dt), beta = sigmoid(b))
+    ops = [O.gemm("linear.in_proj", tokens, 2 * qk + 2 * v, model.hidden, w, phase=ph),
+           O.gemm("linear.in_proj_ba", tokens, 2 * vh, model.hidden, w, phase=ph),
            O.elementwise("linear.conv", "copy", reads=1, writes=1, flops_per_elem=2.0 * la.conv_kernel,
                          elems=tokens * conv, dtype=act, phase=ph,
-                         extra_bytes=2.0 * step.batch * conv * (la.conv_kernel - 1) * _b(act))]
+                         extra_bytes=2.0 * step.batch * conv * (la.conv_kernel - 1) * _b(act)),
+           _act_op(O.elementwise("linear.gating", "copy", reads=1, writes=1, flops_per_elem=8.0,
+                                 elems=tokens * 2 * vh, dtype=act, phase=ph), sc)]
     io = tokens * (conv + 2 * vh + v) * _b(act)  # q, k, v and the gates in, the output out
     if step.phase == "decode":
         ops.append(O.elementwise("linear.core", "copy", reads=1, writes=1, flops_per_elem=6.0 * step.seq,
@@ -713,6 +719,9 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
     if moe.num_shared_experts:
         ops += _dense_ffn(model, ph, sc, tokens, w, act, prefix="moe.shared",
                           width=moe.num_shared_experts * moe.shared_intermediate, allreduce=False, residual=False)
+        if moe.shared_expert_gate:  # Qwen2-MoE, Qwen3-Next, Qwen3.5: sigmoid(x W_g) scales the shared output
+            ops += [O.gemm("moe.shared.gate", tokens, 1, h, act, phase=ph),
+                    _act_op(O.residual("moe.shared.scale", tokens, h, act, phase=ph), sc)]
     if exchange == "all_reduce":
         ops.append(O.collective("moe.allreduce", "all_reduce", tokens * h * _b(act), sc.moe_group, phase=ph))
     if sc.kernels != "fused":
