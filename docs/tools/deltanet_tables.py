@@ -7,7 +7,8 @@ TensorRT-LLM's own, each under CUDA graphs; :mod:`perfmodel.imports.aiconfigurat
 ``perfmodel fit`` fitted to those calls (:mod:`perfmodel.fit.deltanet`, :mod:`perfmodel.cost.scan`). This prints,
 per folder, the calls, the constants, the fit's median |error| in-sample and on a quarter of the shapes held out,
 and the median |error| on the same calls of what the graph priced before: the chunked form's FLOPs as one
-tensor-core product on the folder's fitted GEMM model, the state read and written once.
+tensor-core product on the folder's fitted GEMM model, the state read and written once. Beside them, the decode
+step: the tables' one-token recurrent kernel against the graph's (the fp32 state streamed by the memory model).
 
     python docs/tools/deltanet_tables.py
 """
@@ -38,6 +39,19 @@ def product_estimate(p: dict, hw, prof) -> float:
     return float(time_op(op, hw, prof).time)
 
 
+def decode_estimate(p: dict, hw, prof) -> float:
+    """Seconds of the graph's decode ``linear.core`` for a one-token call (perfmodel/graph.py: _linear_attention):
+    each sequence's fp32 state read and written, q, k, v and the gates in, the output out."""
+    from perfmodel.cost import time_op
+    from perfmodel.ops import elementwise
+
+    b, vh, kh, dk, dv = p["batch"], p["value_heads"], p["key_heads"], p["dk"], p["dv"]
+    io = b * (2 * kh * dk + vh * dv + 2 * vh + vh * dv) * 2
+    op = elementwise("linear.core", "copy", reads=1, writes=1, flops_per_elem=6.0, elems=b * vh * dk * dv,
+                     dtype="fp32", phase="decode", extra_bytes=io)
+    return float(time_op(op, hw, prof).time)
+
+
 def rows() -> list[dict]:
     from perfmodel.fit.deltanet import scan_rows
     from perfmodel.measure.store import read_rows
@@ -58,22 +72,29 @@ def rows() -> list[dict]:
                      for r in scan_rows(read_rows(sub / "measurements.jsonl"))]
         hw = load_spec(prof.spec_key)
         before = statistics.median(abs(product_estimate(r["params"], hw, prof) / r["time_s"] - 1) for r in calls)
+        steps = [r for r in read_rows(path if path.is_file() else folder / "measurements.jsonl")
+                 if r.get("kind") == "deltanet" and (r.get("params") or {}).get("phase") == "decode" and r.get("time_s")]
+        dec = [decode_estimate(r["params"], hw, prof) / r["time_s"] - 1 for r in steps]
         out.append({"folder": folder.name, "engine": prof.engine, "kernels": ", ".join(found["kernels"]),
                     "rows": found["rows"], "scan": prof.deltanet_scan, "fit": found["median_abs_error"],
-                    "held": found["held_out_median_abs_error"], "before": before})
+                    "held": found["held_out_median_abs_error"], "before": before,
+                    "decode": (len(dec), statistics.median(abs(e) for e in dec), statistics.median(dec)) if dec else None})
     return out
 
 
 def markdown() -> str:
     lines = ["| folder | kernel | calls | fixed (us) | a chunk step (us) | a token and head (ns) | median \\|error\\| "
-             "in-sample | held out | the product estimate before |", "|---|---|---|---|---|---|---|---|---|"]
+             "in-sample | held out | the product estimate before | decode steps: calls, graph's median \\|error\\| "
+             "(signed) |", "|---|---|---|---|---|---|---|---|---|---|"]
     found = rows()
     for r in found:
         s = r["scan"]
         held = "-" if r["held"] is None else f"{r['held']:.1%}"
         lines.append(f"| {r['folder']} | {r['kernels']} | {r['rows']:,} | {s['fixed_s'] * 1e6:.1f} | "
                      f"{s['chunk_s'] * 1e6:.2f} | {s['token_s'] * 1e9:.2f} | {r['fit']:.1%} | {held} | "
-                     f"{r['before']:.1%} |")
+                     f"{r['before']:.1%} | " + ("-" if r["decode"] is None else
+                                                 f"{r['decode'][0]:,}, {r['decode'][1]:.1%} ({r['decode'][2]:+.1%})")
+                     + " |")
     if found:
         lines += ["", f"Median over the {len(found)} folders: the scan {statistics.median(r['fit'] for r in found):.1%} "
                       f"in-sample, {statistics.median(r['held'] for r in found if r['held'] is not None):.1%} held "
