@@ -477,8 +477,15 @@ def _indexer_ops(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]:
     hi, di = a.index_heads, a.index_head_dim
     keys = step.context + step.seq
     causal = step.phase == "prefill"
+    # the key's LayerNorm, the decoupled rotary on the index queries and key (its rope part, as the MLA's own), and
+    # the queries cast to the logits kernel's fp8 (the key's cast is its cache write): three small kernels the
+    # engines run beside the products (DeepSeek-V3.2's reference indexer and SGLang's and vLLM's ports)
+    rope = min(a.qk_rope_head_dim, di)
     ops = [O.gemm("attn.indexer.q", tokens, hi * di, a.q_lora_rank or model.hidden, w, phase=ph),
            O.gemm("attn.indexer.k", tokens, di + hi, model.hidden, w, phase=ph),
+           _act_op(O.layernorm("attn.indexer.k_norm", tokens, di, act, phase=ph), sc),
+           _act_op(O.rotary("attn.indexer.rotary", tokens, hi + 1, rope, act, phase=ph), sc),
+           O.quantize("attn.indexer.q_cast", tokens, hi * di, INDEXER_FORMAT, phase=ph),
            O.Op("attn.indexer.k_write", "kv_write", ph, 0.0, tokens * di * (_b(act) + _b(INDEXER_FORMAT)),
                 {"tokens": tokens, "elems": tokens * di, "dtype": INDEXER_FORMAT})]
     # every query head against every earlier key: DeepGEMM's fp8 MQA-logits kernel is an attention kernel with
