@@ -114,3 +114,25 @@ def test_engine_tables_that_timed_the_kernel_stand_for_it():
         fam = prof.provenance["families"]["deltanet"]
         assert fam.get("profile") == f"h200-sxm-{engine}", (engine, fam)
         assert prof.deltanet_scan != DEFAULTS.deltanet_scan
+
+
+def test_a_folders_own_runs_on_its_part_fit_it_and_another_parts_do_not(tmp_path):
+    import json
+
+    from perfmodel.fit.deltanet import fit_deltanet
+    from perfmodel.fit.directory import deltanet_sources
+    from perfmodel.spec import load_spec
+
+    h200 = load_spec("h200-sxm")
+    for name, device, scan in (("deltanet-h200", "NVIDIA H200", SCAN),
+                               ("deltanet-h100", "NVIDIA H100 80GB HBM3", {k: 3 * v for k, v in SCAN.items()})):
+        (tmp_path / name).mkdir()
+        rows = [{**r, "env": {"device_name": device}} for r in _rows(scan, 132)]
+        (tmp_path / name / "measurements.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    sources = deltanet_sources(tmp_path, h200)
+    assert [name for name, _ in sources] == ["deltanet-h200"]
+    prof, found = fit_deltanet(Profile(), [], h200, sources)
+    assert found["source"] == "deltanet-h200/"
+    for k, v in SCAN.items():
+        assert prof.deltanet_scan[k] == pytest.approx(v, rel=0.02), k
+    assert fit_deltanet(Profile(), [], h200, [])[1] is None  # nothing measured: the profile as it was

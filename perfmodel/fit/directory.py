@@ -161,6 +161,17 @@ def grouped_sources(d: Path, hw: HardwareSpec, prof) -> tuple[list[dict], tuple]
     return own, tuple(elsewhere)
 
 
+def deltanet_sources(d: Path, hw: HardwareSpec) -> list[tuple[str, list[dict]]]:
+    """(folder name, rows) of each ``deltanet*/`` measurement beside the suite that was measured on ``hw`` (a run on
+    another part is evidence for the docs, not for this part's fit)."""
+    out = []
+    for folder in sorted(p for p in d.glob(DELTANET_DIR + "*") if (p / MEASUREMENTS).is_file()):
+        rows, part = _folder_rows(folder)
+        if part.key == hw.key:
+            out.append((folder.name, rows))
+    return out
+
+
 def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, seed: int = 0) -> str:
     d = Path(directory)
     path = d / MEASUREMENTS
@@ -211,9 +222,7 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
     if accumulation:
         training = {**training, "fp8_accumulation": accumulation}
     # Gated DeltaNet's chunked prefill: an engine's imported calls, or this project's (deltanet*/ on the part)
-    subfolders = [(f.name, rows_) for f in sorted(p for p in d.glob(DELTANET_DIR + "*") if (p / MEASUREMENTS).is_file())
-                  for rows_, part in [_folder_rows(f)] if part.key == hw.key]
-    prof, deltanet = fit_deltanet(prof, rows, hw, subfolders)
+    prof, deltanet = fit_deltanet(prof, rows, hw, deltanet_sources(d, hw))
     own, elsewhere = grouped_sources(d, hw, prof)
     if own or elsewhere:
         prof, grouped = fit_grouped_profile(prof, own, hw, elsewhere=elsewhere)
