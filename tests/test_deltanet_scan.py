@@ -136,3 +136,13 @@ def test_a_folders_own_runs_on_its_part_fit_it_and_another_parts_do_not(tmp_path
     for k, v in SCAN.items():
         assert prof.deltanet_scan[k] == pytest.approx(v, rel=0.02), k
     assert fit_deltanet(Profile(), [], h200, [])[1] is None  # nothing measured: the profile as it was
+
+
+def test_training_walks_the_chunks_twice_backward():
+    from perfmodel.train import project_train
+
+    p = project_train("h200-sxm", "qwen3-next-80b-a3b", gpus=8, tp=1, ep=8, global_batch=64, seq=4096)
+    ops = {t.top.op.name: t for t in p.ops if t.top.op.name.startswith("linear.core")}
+    fwd, bwd = ops["linear.core"], ops["linear.core.bwd"]
+    assert fwd.top.op.kind == bwd.top.op.kind == "scan" and bwd.top.role == "scan_bwd"
+    assert bwd.total == pytest.approx(2 * fwd.total, rel=1e-9)

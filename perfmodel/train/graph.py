@@ -19,7 +19,9 @@ tokens (one TP shard, one CP shard), changed where training differs from serving
 Every forward operator has its backward: a weight GEMM ``X[m,k] W[k,n]`` a data-gradient GEMM ``dY W^T``
 (m x k x n) and a weight-gradient GEMM ``X^T dY`` (k x n x m) accumulating into fp32 main gradients; fused
 attention a backward of 2.5x its FLOPs (five block matmuls against two: FlashAttention-2, Dao 2023) over
-twice its bytes; a memory-bound kernel a backward moving the streams its gradient needs (:data:`BWD_STREAMS`);
+twice its bytes; Gated DeltaNet's chunked recurrence (:mod:`perfmodel.cost.scan`) two scans of its shape (the
+states recomputed forward, their gradients walked back; estimate); a memory-bound kernel a backward moving the
+streams its gradient needs (:data:`BWD_STREAMS`);
 a collective its conjugate (all-reduce <-> all-reduce, all-gather <-> reduce-scatter; with sequence
 parallelism one more all-gather of the block input for the weight gradient, overlapped with the
 data-gradient GEMM, Korthikanti et al. 2022 section 4.2.2).
@@ -66,7 +68,7 @@ class TrainOp:
 
     op: O.Op  # shapes, FLOPs, bytes; count: runs per layer (layer_ops) or per micro-batch (a stage)
     pass_: str  # forward | backward | recompute | step (once per optimizer step)
-    role: str  # fwd | dgrad | wgrad | attn_bwd | mem_bwd | loss | loss_bwd | comm | optimizer
+    role: str  # fwd | dgrad | wgrad | attn_bwd | scan_bwd | mem_bwd | loss | loss_bwd | comm | optimizer
     model_flops: float = 0.0  # per run, Megatron definition (0 for recompute: see hardware FLOPs)
     tp_comm: bool = False  # a tensor-parallel collective (TrainScenario.tp_overlap may hide it)
     hide_under: tuple[str, ...] = ()  # a collective that overlaps these ops of its pass (exposed: the excess)
@@ -234,6 +236,9 @@ def layer_ops(model: Model, ts: TrainScenario) -> list[TrainOp]:
             continue
         if op.kind == "quantize":
             out.append(_fwd(_quantize_passes(op, ts, "forward")))
+            continue
+        if op.kind == "scan":  # Gated DeltaNet's chunked recurrence: its products are model FLOPs, in bf16 always
+            out.append(_fwd(op, float(op.flops)))
             continue
         out.append(_fwd(op))
     if model.moe is not None:
@@ -517,6 +522,10 @@ def backward(fwd: list[TrainOp], ts: TrainScenario) -> list[TrainOp]:
             elems = op.params["tokens"] * op.params["hidden"]
             nb = elems * (_b(act_dtype(ts)) + 8.0)
             out.append(TrainOp(replace(bw, bytes=nb), "backward", "mem_bwd"))
+        elif op.kind == "scan":
+            # flash-linear-attention's backward recomputes the chunk states forward and walks the chunks back for
+            # their gradients: two scans of the forward's shape (estimate), twice its products
+            out.append(TrainOp(replace(bw, count=2.0 * op.count), "backward", "scan_bwd", t.model_flops, fwd=op))
         elif op.kind == "quantize":  # the incoming gradient quantized for the backward GEMMs
             base = replace(bw, bytes=op.bytes / RECIPE_PASSES[recipe(ts)][0], flops=op.flops / RECIPE_PASSES[recipe(ts)][0])
             out.append(TrainOp(_quantize_passes(base, ts, "backward"), "backward", "mem_bwd"))
