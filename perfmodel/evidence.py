@@ -72,6 +72,22 @@ ENGINE_FIRST_FAMILIES = ("gemm", "moe", "deltanet")
 # An engine's attention module includes writing the new K and V into the cache: that kernel's parameters travel
 # with the attention family when the attention source fitted them.
 ATTENTION_MEMORY_KINDS = ("kv_write",)
+# Gated DeltaNet's chunked kernel each engine runs (perfmodel.fit.deltanet records the kernels a profile fitted):
+# vLLM FlashInfer's port; SGLang, TensorRT-LLM and plain PyTorch (transformers) flash-linear-attention's
+# chunk_gated_delta_rule. A profile that fitted another kernel ranks after one that fitted the engine's.
+DELTANET_KERNELS = {"vllm": "chunk_gated_delta_rule_flashinfer"}
+DELTANET_DEFAULT_KERNEL = "chunk_gated_delta_rule"
+
+
+def deltanet_kernel_miss(engine: str, prof: Profile) -> int:
+    """0 where ``prof`` fitted the chunked kernel ``engine`` runs (or recorded none), else 1."""
+    fitted = (prof.provenance.get("deltanet") or {}).get("kernels") or []
+    if not fitted:
+        return 0
+    want = DELTANET_KERNELS.get(engine, DELTANET_DEFAULT_KERNEL)
+    return 0 if any(k.split(",")[0].split(" ")[-1] == want for k in fitted) else 1
+
+
 # the suite's SDPA backends: what a profile fitted before ``attention_backends`` was recorded measured
 SDPA_BACKENDS = ("flash", "cudnn", "efficient")
 
@@ -151,7 +167,8 @@ def _rank(hw: HardwareSpec, engine: str, family: str, prof: Profile, source: Har
     else:
         gen = _generation_distance(source.generation, ref.generation)
         bw = abs(source.hbm_bandwidth - ref.hbm_bandwidth) / ref.hbm_bandwidth
-    return (not own_kernels, distance, engine_miss, gen, bw, prof.name)
+    kernel_miss = deltanet_kernel_miss(engine, prof) if family == "deltanet" else 0
+    return (not own_kernels, distance, kernel_miss, engine_miss, gen, bw, prof.name)
 
 
 def _usable(hw: HardwareSpec, prof: Profile, source: HardwareSpec | None) -> bool:

@@ -59,6 +59,7 @@ def test_fit_recovers_the_constants_it_was_made_from():
 def test_fit_takes_only_graph_timed_prefill_calls():
     rows = _rows(SCAN, 132)[:20]
     eager = [{**r, "params": {**r["params"], "launch": "eager"}} for r in rows]
+    eager += [{**r, "params": {k: v for k, v in r["params"].items() if k != "launch"}} for r in rows]  # the first run's
     decode = [{**r, "params": {**r["params"], "phase": "decode"}} for r in rows]
     broken = [{**rows[0], "time_s": None}, {**rows[1], "error": "boom"}, {"kind": "gemm", "time_s": 1.0}]
     assert scan_rows(rows + eager + decode + broken) == rows
@@ -114,6 +115,9 @@ def test_engine_tables_that_timed_the_kernel_stand_for_it():
         fam = prof.provenance["families"]["deltanet"]
         assert fam.get("profile") == f"h200-sxm-{engine}", (engine, fam)
         assert prof.deltanet_scan != DEFAULTS.deltanet_scan
+    # plain PyTorch runs flash-linear-attention's kernel: the table that timed it (SGLang's), not vLLM's FlashInfer port
+    for engine in ("torch", "hf"):
+        assert resolve_profile(None, hw, engine).provenance["families"]["deltanet"]["profile"] == "h200-sxm-sglang"
 
 
 def test_a_folders_own_runs_on_its_part_fit_it_and_another_parts_do_not(tmp_path):

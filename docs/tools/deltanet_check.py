@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-FOLDER = ROOT / "calibration" / "h200" / "deltanet-h100"
+FOLDER = ROOT / "calibration" / "h200" / "deltanet-h100-graph"
 
 
 def measured(folder: Path) -> tuple[list[dict], dict]:
@@ -51,7 +51,7 @@ def priced(row: dict, hw, prof) -> float:
     model = replace(model, linear_attention=replace(model.linear_attention, state_dtype="fp32"))
     sc = Scenario(tp=p["tp"], engine="torch", batch=p["batch"]).validated().for_hardware(hw)
     step = (Step("decode", p["batch"], 1, 1024) if p["phase"] == "decode"
-            else Step("prefill", p["batch"], p["batch"] * p["tokens"], 0))  # the row's tokens: per sequence
+            else Step("prefill", p["batch"], p["tokens"], 0))  # the row's tokens are per sequence, as a Step's
     op = next(o for o in build_ops(model, step, sc) if o.name == "linear.core")
     return float(time_op(op, hw, prof, standalone=True).time)
 

@@ -82,6 +82,34 @@ def rows() -> list[dict]:
     return out
 
 
+OWN = "h200/deltanet-h100-graph"  # this project's run under CUDA graphs (python -m perfmodel.measure.deltanet)
+
+
+def own_run() -> dict | None:
+    """The scan fitted to this project's own CUDA-graph rows, and the same part's SGLang table (the same
+    flash-linear-attention kernels) on them."""
+    import numpy as np
+
+    from perfmodel.fit.deltanet import fit_scan, predict, scan_rows
+    from perfmodel.fit.directory import match_spec
+    from perfmodel.measure.store import read_rows
+    from perfmodel.paths import calibration_dir
+    from perfmodel.profile import load_profile
+
+    path = calibration_dir() / OWN / "measurements.jsonl"
+    if not path.is_file():
+        return None
+    rows = read_rows(path)
+    hw = match_spec(next((r["env"] for r in rows if r.get("env")), {}), None)
+    found = fit_scan(rows, hw, OWN)
+    calls = scan_rows(rows)
+    t = np.array([r["time_s"] for r in calls])
+    table = load_profile(calibration_dir() / f"{hw.key}-sglang" / "profile.json").deltanet_scan
+    e = predict(calls, table, hw.sm_count) / t - 1
+    return {**found, "device": hw.name, "part": hw.key, "table_abs": float(np.median(np.abs(e))),
+            "table_signed": float(np.median(e))}
+
+
 def markdown() -> str:
     lines = ["| folder | kernel | calls | fixed (us) | a chunk step (us) | a token and head (ns) | median \\|error\\| "
              "in-sample | held out | the product estimate before | decode steps: calls, graph's median \\|error\\| "
@@ -99,6 +127,15 @@ def markdown() -> str:
         lines += ["", f"Median over the {len(found)} folders: the scan {statistics.median(r['fit'] for r in found):.1%} "
                       f"in-sample, {statistics.median(r['held'] for r in found if r['held'] is not None):.1%} held "
                       f"out; the product estimate {statistics.median(r['before'] for r in found):.1%}."]
+    own = own_run()
+    if own is not None:
+        s = own["scan"]
+        lines += ["", f"This project's own run ({own['device']}, `calibration/{OWN}/`, {own['rows']} prefill calls under "
+                      f"CUDA graphs): fixed {s['fixed_s'] * 1e6:.1f} us, {s['chunk_s'] * 1e6:.2f} us a chunk step, "
+                      f"{s['token_s'] * 1e9:.2f} ns a token and head; median |error| {own['median_abs_error']:.1%} "
+                      f"in-sample, {own['held_out_median_abs_error']:.1%} held out. The {own['part']}-sglang table's "
+                      f"constants (the same kernels) price these calls at {own['table_abs']:.1%} median |error| "
+                      f"({own['table_signed']:+.1%} signed)."]
     return "\n".join(lines)
 
 

@@ -36,7 +36,7 @@ def scan_rows(rows: list[dict]) -> list[dict]:
         if not isinstance(r, dict) or r.get("kind") != "deltanet" or r.get("error"):
             continue
         p, t = r.get("params") or {}, r.get("time_s")
-        if p.get("phase") != "prefill" or p.get("launch", "graph") != "graph":
+        if p.get("phase") != "prefill" or p.get("launch") != "graph":  # a row without it was launched eagerly
             continue
         if not (isinstance(t, (int, float)) and math.isfinite(t) and t > 0):
             continue
