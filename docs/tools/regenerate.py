@@ -54,7 +54,7 @@ BLOCKS = (
     Block("speculative.md", "verify-attention", "verify_attention_check.py", "markdown"),
     Block("training.md", "grouped-gemm", "grouped_gemm_check.py", "markdown"),
     Block("model.md", "deltanet", "deltanet_check.py", "markdown"),
-    Block("model.md", "deltanet-tables", "deltanet_tables.py", "markdown"),
+    Block("model.md", "deltanet-tables", "deltanet_tables.py", "markdown", slow=True),  # 9 s: 14 folders
     Block("model.md", "routing-table", "routing_table.py", "table", slow=True),
     Block("tables.md", "tables-table", "tables_table.py", "tables"),
     Block("tables.md", "tables-effect", "tables_effect.py", "table"),
