@@ -72,7 +72,7 @@ ENGINE_FIRST_FAMILIES = ("gemm", "moe", "deltanet")
 # An engine's attention module includes writing the new K and V into the cache: that kernel's parameters travel
 # with the attention family when the attention source fitted them.
 ATTENTION_MEMORY_KINDS = ("kv_write",)
-# Gated DeltaNet's chunked kernel each engine runs (perfmodel.fit.deltanet records the kernels a profile fitted):
+# Gated DeltaNet's chunked kernel each engine runs (perfmodel.fit.deltanet.kernel_name: the kernels a profile fitted):
 # vLLM FlashInfer's port; SGLang, TensorRT-LLM and plain PyTorch (transformers) flash-linear-attention's
 # chunk_gated_delta_rule. A profile that fitted another kernel ranks after one that fitted the engine's.
 DELTANET_KERNELS = {"vllm": "chunk_gated_delta_rule_flashinfer"}
@@ -85,7 +85,7 @@ def deltanet_kernel_miss(engine: str, prof: Profile) -> int:
     if not fitted:
         return 0
     want = DELTANET_KERNELS.get(engine, DELTANET_DEFAULT_KERNEL)
-    return 0 if any(k.split(",")[0].split(" ")[-1] == want for k in fitted) else 1
+    return 0 if want in fitted else 1
 
 
 # the suite's SDPA backends: what a profile fitted before ``attention_backends`` was recorded measured

@@ -342,7 +342,6 @@ def _attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]:
     return ops
 
 
-DELTANET_CHUNK = 64  # tokens per chunk of the chunked gated delta rule (flash-linear-attention's kernels)
 
 
 def _linear_attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]:
@@ -352,7 +351,7 @@ def _linear_attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.
 
     The delta rule keeps a key_head_dim x value_head_dim state per value head. A decode step reads and writes
     it (memory-bound: the state replaces the KV cache and does not grow with the context). Prefill runs the
-    chunked form (chunks of DELTANET_CHUNK tokens), a scan whose state pass walks a sequence's chunks in turn
+    chunked form (chunks of ops.SCAN_CHUNK tokens), a scan whose state pass walks a sequence's chunks in turn
     (:mod:`perfmodel.cost.scan`, its constants fitted to measured kernels)."""
     la = model.linear_attention
     ph, act, w = step.phase, sc.act_dtype, sc.dtype
@@ -376,7 +375,7 @@ def _linear_attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.
         ops.append(O.elementwise("linear.core", "copy", reads=1, writes=1, flops_per_elem=6.0 * step.seq,
                                  elems=step.batch * vh * dk * dv, dtype=la.state_dtype, phase=ph, extra_bytes=io))
     else:
-        ops.append(O.scan("linear.core", step.batch, tokens, vh, kh, dk, dv, act, chunk=DELTANET_CHUNK,
+        ops.append(O.scan("linear.core", step.batch, tokens, vh, kh, dk, dv, act, chunk=O.SCAN_CHUNK,
                           state_bytes=state, phase=ph))
     ops.append(_act_op(O.elementwise("linear.norm", "rmsnorm", reads=2, writes=1, flops_per_elem=6.0,
                                      elems=tokens * v, dtype=act, phase=ph,

@@ -20,6 +20,7 @@ COMPUTE_KINDS = ("gemm", "attention", "scan")
 MEMORY_KINDS = ("rmsnorm", "layernorm", "swiglu", "gelu", "rotary", "residual", "embedding", "kv_write", "quantize",
                 "moe_permute", "topk", "copy", "reduce") + SAMPLING_KINDS
 COMM_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
+SCAN_CHUNK = 64  # tokens a chunk of Gated DeltaNet's chunked recurrence (flash-linear-attention's BT)
 KINDS = COMPUTE_KINDS + MEMORY_KINDS + COMM_KINDS
 
 

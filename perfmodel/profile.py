@@ -183,12 +183,12 @@ class Profile:
     host_floor_s: dict[str, float] = field(default_factory=dict)
 
     # Gated DeltaNet's chunked prefill (perfmodel.cost.scan): a call's fixed time, one step of its state pass over
-    # the chunks, and its parallel work per token and value head. Defaults: fitted (perfmodel.fit.deltanet) to
-    # aiconfigurator-core 0.12.0's h200_sxm SGLang 0.5.14 gdn_perf table, flash-linear-attention's
-    # chunk_gated_delta_rule under CUDA graphs (1,946 shapes; 22% median |error|); a fitted profile's own
-    # measurements or an engine's table replace them.
+    # the chunks, and its parallel work per token and value head. Defaults: calibration/h200-sxm-sglang's fit
+    # (perfmodel.fit.deltanet) to aiconfigurator-core 0.12.0's SGLang 0.5.14 gdn_perf table on the H200,
+    # flash-linear-attention's chunk_gated_delta_rule under CUDA graphs (1,946 shapes; median |error| 22.8%
+    # in-sample, 23.4% held out); a fitted profile's own measurements or an engine's table replace them.
     deltanet_scan: dict[str, float] = field(default_factory=lambda: {
-        "fixed_s": 2.37e-05, "chunk_s": 2.34e-06, "token_s": 3.37e-09})
+        "fixed_s": 2.381e-05, "chunk_s": 2.315e-06, "token_s": 3.16e-09})
 
     # Fused attention, per SDPA backend (perfmodel.attention_kernels): a flash-style block walk whose
     # (block_q x block_k) blocks run at attn_eta of the dense peak; decode streams the KV cache at

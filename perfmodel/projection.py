@@ -203,12 +203,20 @@ def serving_times(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, b
     draft_s = None
     if drafter is not None:  # a separate draft model: its own decode step per draft token, its prefill in TTFT
         sc_d = draft_scenario(sc)
-        draft_s = drafting_time(sc, *(evaluate_step(drafter, hw, sc_d, prof, s).time_s if s is not None else None
-                                      for s in (plan.draft, plan.draft_wide)))
+
+        def one_draft(step):
+            return evaluate_step(drafter, hw, sc_d, prof, step).time_s
+
         ttft = ttft + evaluate_step(drafter, hw, sc_d, prof, plan.prefill).time_s
-    elif plan.draft is not None:  # the model's own MTP module: one decoder layer and the LM head
-        draft_s = drafting_time(sc, *(draft_time(d.times, d.layers) if d is not None else None for d in (
-            evaluate_step(model, hw, sc, prof, s) if s is not None else None for s in (plan.draft, plan.draft_wide))))
+    else:  # the model's own MTP module: one decoder layer and the LM head
+
+        def one_draft(step):
+            phase = evaluate_step(model, hw, sc, prof, step)
+            return draft_time(phase.times, phase.layers)
+
+    if plan.draft is not None:
+        draft_s = drafting_time(sc, one_draft(plan.draft),
+                                None if plan.draft_wide is None else one_draft(plan.draft_wide))
     if decode:
         tpot = decode_mean(sc, *(d.time_s for d in decode), draft_s=draft_s)
     else:

@@ -106,6 +106,8 @@ def test_a_deltanet_prefill_is_priced_as_a_scan_and_a_decode_as_streaming():
 
 
 def test_engine_tables_that_timed_the_kernel_stand_for_it():
+    from perfmodel.paths import calibration_dir
+    from perfmodel.profile import load_profile
     from perfmodel.resolve import resolve_profile
     from perfmodel.spec import load_spec
 
@@ -114,7 +116,9 @@ def test_engine_tables_that_timed_the_kernel_stand_for_it():
         prof = resolve_profile(None, hw, engine)
         fam = prof.provenance["families"]["deltanet"]
         assert fam.get("profile") == f"h200-sxm-{engine}", (engine, fam)
-        assert prof.deltanet_scan != DEFAULTS.deltanet_scan
+        own = load_profile(calibration_dir() / f"h200-sxm-{engine}" / "profile.json").deltanet_scan
+        assert prof.deltanet_scan == own  # the folder's own fit, not the defaults
+    assert load_profile(calibration_dir() / "h200-sxm-trtllm" / "profile.json").deltanet_scan != DEFAULTS.deltanet_scan
     # plain PyTorch runs flash-linear-attention's kernel: the table that timed it (SGLang's), not vLLM's FlashInfer port
     for engine in ("torch", "hf"):
         assert resolve_profile(None, hw, engine).provenance["families"]["deltanet"]["profile"] == "h200-sxm-sglang"

@@ -6,8 +6,8 @@ chunk's key products, the triangular solve, the output), but the state pass walk
 after another: one CTA per (sequence, value head, :data:`BLOCK_V` columns of the value dim) carries the
 ``key_dim x BLOCK_V`` state from chunk to chunk. With a few sequences of a few heads (a TP rank's share of one
 prompt) that is a few dozen CTAs on a hundred-odd SMs, each step a chain of small products: the time grows with
-the chunks of the longest sequence, not with the FLOPs (priced as a tensor-core product it came out 25x short
-of the measured kernel at 8,192 tokens over 8 heads on the H200).
+the chunks of the longest sequence, not with the FLOPs (priced as a tensor-core product it missed the engines'
+measured calls by 50-90%: ``python docs/tools/deltanet_tables.py``).
 
 The time of one call, from three fitted constants (``Profile.deltanet_scan``, :mod:`perfmodel.fit.deltanet`):
 
@@ -19,8 +19,8 @@ value head. A chunked prefill's sequences differ in length; a step prices their 
 """
 from __future__ import annotations
 
-CHUNK = 64  # tokens a chunk (the kernels' BT)
-BLOCK_V = 64  # value columns one CTA of the state pass carries (the kernels' BV on Hopper and Blackwell)
+from ..ops import SCAN_CHUNK as CHUNK  # tokens a chunk (the kernels' BT), the graph's too
+BLOCK_V = 64  # value columns one CTA of the state pass carries (estimate: the kernels autotune their BV)
 FIELDS = ("fixed_s", "chunk_s", "token_s")
 
 

@@ -45,6 +45,16 @@ def scan_rows(rows: list[dict]) -> list[dict]:
     return out
 
 
+def kernel_name(r: dict) -> str:
+    """The chunked kernel a row timed: an imported row's kernel source, this project's row's fla function
+    (its ``impl``: ``fla chunk_gated_delta_rule[, how it was launched]``)."""
+    named = r["params"].get("kernel")
+    if named:
+        return str(named)
+    impl = str(r.get("impl") or "").split(",")[0].split()
+    return impl[-1] if impl else ""
+
+
 def _arrays(rows: list[dict]) -> tuple[np.ndarray, ...]:
     p = [r["params"] for r in rows]
     seqs = np.array([q["batch"] for q in p], dtype=float)
@@ -102,7 +112,7 @@ def fit_scan(rows: list[dict], hw: HardwareSpec, source: str) -> dict | None:
     held_err = None
     if len(train) >= MIN_ROWS and held:
         held_err = round(_median_abs(held, fit_constants(train, hw.sm_count), hw.sm_count), 4)
-    kernels = sorted({str(r["params"].get("kernel") or r.get("impl") or "") for r in usable} - {""})
+    kernels = sorted({kernel_name(r) for r in usable} - {""})
     return {"scan": scan, "rows": len(usable), "source": source, "kernels": kernels,
             "median_abs_error": round(_median_abs(usable, scan, hw.sm_count), 4),
             "held_out_median_abs_error": held_err}
