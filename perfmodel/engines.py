@@ -77,6 +77,13 @@ class Engine:
     # mode the preset's release runs by default (:func:`async_scheduling_for` gives another release's)
     scheduler_host: dict[str, tuple[float, float]] = field(default_factory=dict)
     async_scheduling: bool = False
+    # when a MoE layer's shared experts run on a second CUDA stream beside its router and routed experts (the two
+    # paths then take the longer of the two, perfmodel.step_accounting): "graph" (steps replayed from a CUDA
+    # graph), "small" (steps of at most SHARED_STREAM_TOKENS tokens a rank), "never"; ``sources["shared_stream"]``
+    shared_stream: str = "never"
+    # the engine folds a DeepSeek-V3 layout's one shared expert into the routed experts' module, as one more
+    # expert every token picks, where the experts are not split by expert parallelism
+    fused_shared_expert: bool = False
 
     def scheduler_host_s(self, seqs, async_scheduling: bool, xp=None):
         """The engine's host seconds for a step of ``seqs`` sequences in the given mode (``xp``: a math backend,
@@ -136,22 +143,52 @@ SGLANG_SCHEDULER_SOURCE = (
     "2-vCPU AMD EPYC development VM at load 2.0-2.5, the forward faked (calibration/engine-host/sglang, REPORT.md): "
     "22.2 us a running sequence with the overlap scheduler, 19.7 without; ForwardBatch set-up and launches, and the "
     "detokenizer and tokenizer-manager processes (separate, overlapped) are not in it")
+VLLM_SHARED_STREAM_SOURCE = (
+    "vLLM from 0.12.0 runs a MoE layer's shared experts on a separate CUDA stream, started before the router, in "
+    "steps of at most VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD = 256 tokens (fused_moe/layer.py "
+    "_maybe_setup_shared_experts_stream and vllm/envs.py of the 0.12.0 and 0.19.0 wheels; not in 0.11.0, read "
+    "offline); the preset follows 0.11: never (--shared-stream small for 0.12 and later)")
+SGLANG_SHARED_STREAM_SOURCE = (
+    "SGLang 0.5.9 (read offline): DeepseekV2MoE, Qwen2MoeSparseMoeBlock (Qwen3.5) and Glm4MoeSparseMoeBlock run the "
+    "router and routed experts on alt_stream beside the shared experts while a CUDA graph is captured "
+    "(forward_normal_dual_stream under get_is_capture_mode(): decode steps); Qwen3-Next below 1,024 tokens; the "
+    "DeepEP path always (forward_deepep, not modelled apart)")
+SGLANG_FUSED_SHARED_SOURCE = (
+    "SGLang 0.5.9 DeepseekV2ForCausalLM.determine_num_fused_shared_experts: DeepSeek-V3/R1's layout (256 routed "
+    "experts, one shared) on CUDA without expert parallelism or DeepEP fuses the shared expert into the routed "
+    "experts' module (num_fused_shared_experts = 1, top-k + 1: one more expert every token picks)")
 SGLANG_ASYNC_SOURCE = (
     "SGLang server_args.py: disable_overlap_schedule = False (0.5.9 and 0.5.23, read offline): the overlap "
     "scheduler prepares the next batch while the device runs this one (scheduler.py event_loop_overlap)")
 
 
+SHARED_STREAMS = ("graph", "small", "never")
+# vLLM's VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD default (vllm/envs.py, 0.12.0 to 0.19.0)
+SHARED_STREAM_TOKENS = 256
+
+
+def _release(version: str) -> tuple[int, int] | None:
+    parts = version.split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None  # "nightly-...": no release number
+
+
+def shared_stream_for(engine: str, version: str) -> str | None:
+    """When release ``version`` of ``engine`` runs the shared experts on a second stream (:attr:`Engine.
+    shared_stream`); None where the release or the engine's rule is not known (the preset's then)."""
+    release = _release(version) if engine == "vllm" else None
+    if release is None:
+        return None
+    return "small" if release >= (0, 12) else "never"
+
+
 def async_scheduling_for(engine: str, version: str) -> bool | None:
     """Whether release ``version`` of ``engine`` schedules asynchronously by default (:attr:`Engine.
     async_scheduling`); None where the release or the engine's rule is not known (the preset's then)."""
-    if engine != "vllm":
-        return None
-    parts = version.split(".")
-    try:
-        major, minor = int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
-        return None  # "nightly-...": no release number
-    return (major, minor) >= (0, 14)
+    release = _release(version) if engine == "vllm" else None
+    return None if release is None else release >= (0, 14)
 
 
 _RESERVE_NOTE = ("estimate: about 0.5 GiB of CUDA context plus cuBLAS/attention workspaces and captured CUDA "
@@ -171,8 +208,13 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
                     "tables are the nearest measurement of a serving engine's modules, plain PyTorch's last",
         admission_source="TensorRT-LLM's default capacity scheduler policy GUARANTEED_NO_EVICT (SchedulerConfig): a "
                          "request starts only when the KV cache can hold it to its last token",
-        words=("tensorrt-llm", "trt-llm", "trtllm"),
+        words=("tensorrt-llm", "trt-llm", "trtllm"), shared_stream="graph",
         sources={
+            "shared_stream": "TensorRT-LLM's DeepSeek-V3 and Llama 4 MoE modules run the shared experts and the "
+                             "routed ones through maybe_execute_in_parallel on an auxiliary stream, in parallel only "
+                             "while a CUDA graph is captured (do_multi_stream): decode steps; aiconfigurator-core "
+                             "0.12.0 composes its TensorRT-LLM decode the same way (sdk/models/deepseek.py, "
+                             "generation_moe_overlap: the longer of the two paths)",
             "weight_only_moe": "TensorRT-LLM's gpt-oss deployment: on Blackwell its TRTLLM-gen MoE runs the MXFP4 "
                                "experts with MXFP8 activations (quant algo W4A8_MXFP4_MXFP8), on Hopper the "
                                "Triton W4A16 MXFP4 kernels; aiconfigurator-core times both formats per part "
@@ -202,7 +244,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         moe_exchange="gather", moe_quantized_exchange=False, moe_all_to_all="deepep",
         version="vLLM 0.11 defaults (V1 engine); kernel tables measured with 0.24.0",
         near=("vllm", "sglang", "trtllm", "torch", "hf"), admission="preempt", words=("vllm",),
-        scheduler_host=VLLM_SCHEDULER_HOST, async_scheduling=False,
+        scheduler_host=VLLM_SCHEDULER_HOST, async_scheduling=False, shared_stream="never",
         near_source="vLLM and SGLang share FlashInfer and CUTLASS kernels; TensorRT-LLM's next; plain PyTorch's "
                     "bf16 linear is the very call vLLM times for bf16",
         admission_source="vLLM V1 scheduler: admits while free KV blocks hold the prompt (max_num_seqs caps the "
@@ -228,6 +270,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
             "mem_reserve": _RESERVE_NOTE,
             "scheduler_host": VLLM_SCHEDULER_SOURCE,
             "async_scheduling": VLLM_ASYNC_SOURCE,
+            "shared_stream": VLLM_SHARED_STREAM_SOURCE,
         }),
     Engine(
         "sglang", "SGLang",
@@ -237,7 +280,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         mem_reserve=2 * GiB, moe_exchange="gather", moe_quantized_exchange=False, moe_all_to_all="deepep",
         version="SGLang 0.4-0.5 defaults (server_args.py); kernel tables measured with 0.5.14",
         near=("sglang", "vllm", "trtllm", "torch", "hf"), admission="preempt", words=("sglang",),
-        scheduler_host=SGLANG_SCHEDULER_HOST, async_scheduling=True,
+        scheduler_host=SGLANG_SCHEDULER_HOST, async_scheduling=True, shared_stream="graph", fused_shared_expert=True,
         near_source="SGLang and vLLM share FlashInfer and CUTLASS kernels (sgl-kernel); TensorRT-LLM's next",
         admission_source="SGLang's scheduler admits while the KV pool holds the prompt (max_running_requests caps "
                          "the running sequences) and retracts requests when decode runs out (scheduler.py)",
@@ -264,6 +307,8 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
             "mem_reserve": _RESERVE_NOTE,
             "scheduler_host": SGLANG_SCHEDULER_SOURCE,
             "async_scheduling": SGLANG_ASYNC_SOURCE,
+            "shared_stream": SGLANG_SHARED_STREAM_SOURCE,
+            "fused_shared_expert": SGLANG_FUSED_SHARED_SOURCE,
         }),
     Engine(
         "torch", "plain PyTorch",

@@ -294,6 +294,8 @@ def _quantized(op: O.Op, model: Model, sc: Scenario) -> list[O.Op]:
     rows = op.params["m"] * op.params["groups"]
     q = O.quantize(f"{op.name}.quant", rows, op.params["k"], op.params["dtype"], phase=op.phase, count=op.count,
                    scope=op.scope)
+    if O.STREAM in op.params:  # the quantization runs on the product's stream
+        q = O.on_stream(q, op.params[O.STREAM], op.params[O.STREAM_ON])
     return [q, gemm]
 
 
@@ -659,6 +661,31 @@ def _eagle_fusion(model: Model, sc: Scenario, tokens, w: str, ph: str) -> list[O
     return ops
 
 
+def fuses_shared_expert(model: Model, sc: Scenario) -> bool:
+    """Whether the engine folds the model's shared expert into the routed experts' module (:attr:`Scenario.
+    fused_shared_expert`: SGLang, for DeepSeek-V3's layout of 256 routed experts and one shared, with the
+    experts not split by expert parallelism and no all-to-all)."""
+    moe = model.moe
+    return bool(sc.fused_shared_expert and moe is not None and model.family == "deepseek_v3"
+                and moe.num_experts == 256 and moe.num_shared_experts == 1 and sc.ep == 1)
+
+
+def shared_stream_on(sc: Scenario, ph: str, tokens):
+    """Whether a step's shared experts run on a second stream beside the routed ones (:attr:`Scenario.shared_stream`):
+    None where they never do; otherwise 1.0 or 0.0, or where the rule reads the step's tokens (vLLM's "small"
+    steps) and they are an array or a spreadsheet cell, the same as an array or a formula."""
+    rule = sc.shared_stream or "never"
+    if rule == "graph":
+        return 1.0 if sc.launch_for(ph) == "graph" and ph == "decode" else None
+    if rule == "small":
+        from .engines import SHARED_STREAM_TOKENS
+
+        if isinstance(tokens, (int, float)):
+            return 1.0 if tokens <= SHARED_STREAM_TOKENS else None
+        return O.backend_of(tokens).where(tokens <= SHARED_STREAM_TOKENS, 1.0, 0.0)
+    return None
+
+
 def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> list[O.Op]:
     """Routed experts (uniform routing assumed), shared experts, and the collectives EP or TP adds.
 
@@ -704,7 +731,11 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
         ops.append(O.collective("moe.gather", "all_gather", group_tokens * h * sent, sc.moe_group, phase=ph))
     stored = expert_format(model, sc)
     w_experts = expert_product_format(model, sc)
-    experts = moe_expert_ops(group_tokens, h, width, moe.top_k, moe.num_experts, ep, w_experts, act, ph,
+    fused_shared = fuses_shared_expert(model, sc)
+    # a shared expert folded into the module is one more expert each token picks: priced as the routed module
+    # at (top_k + 1) / top_k as many tokens (the same token-expert pairs; it keeps the engine's measured module)
+    module_tokens = group_tokens * (moe.top_k + 1) / moe.top_k if fused_shared else group_tokens
+    experts = moe_expert_ops(module_tokens, h, width, moe.top_k, moe.num_experts, ep, w_experts, act, ph,
                              gated=model.mlp == "swiglu", fused=sc.kernels == "fused", imbalance=sc.moe_imbalance,
                              weight_dtype=stored, delivered=exchange == "all_to_all")
     if model.mlp == "swiglu" and sc.kernels == "fused":
@@ -712,7 +743,7 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
         # experts included (their own class)
         fmt = _gemm_format(w_experts, model, stored)
         routing = sc.moe_routing or default_routing(model.family)
-        experts = [_in_module(op, group_tokens, h, width, moe.top_k, moe.num_experts, ep, fmt, routing)
+        experts = [_in_module(op, module_tokens, h, width, moe.top_k, moe.num_experts, ep, fmt, routing)
                    for op in experts]
     ops += experts
     if exchange == "all_to_all":
@@ -722,12 +753,17 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
     elif exchange == "gather":  # every rank's partial outputs summed and each DP rank's own tokens scattered back
         ops.append(O.collective("moe.reduce_scatter", "reduce_scatter", group_tokens * h * _b(act), sc.moe_group,
                                 phase=ph))
-    if moe.num_shared_experts:
-        ops += _dense_ffn(model, ph, sc, tokens, w, act, prefix="moe.shared",
-                          width=moe.num_shared_experts * moe.shared_intermediate, allreduce=False, residual=False)
+    if moe.num_shared_experts and not fused_shared:
+        shared = _dense_ffn(model, ph, sc, tokens, w, act, prefix="moe.shared",
+                            width=moe.num_shared_experts * moe.shared_intermediate, allreduce=False, residual=False)
         if moe.shared_expert_gate:  # Qwen2-MoE, Qwen3-Next, Qwen3.5: sigmoid(x W_g) scales the shared output
-            ops += [O.gemm("moe.shared.gate", tokens, 1, h, act, phase=ph),
-                    _act_op(O.residual("moe.shared.scale", tokens, h, act, phase=ph), sc)]
+            shared += [O.gemm("moe.shared.gate", tokens, 1, h, act, phase=ph),
+                       _act_op(O.residual("moe.shared.scale", tokens, h, act, phase=ph), sc)]
+        on = shared_stream_on(sc, ph, tokens)
+        if on is not None:  # the shared experts on a second stream beside the router and the routed experts
+            ops = [O.on_stream(op, "main", on) for op in ops]
+            shared = [O.on_stream(op, "side", on) for op in shared]
+        ops += shared
     if exchange == "all_reduce":
         ops.append(O.collective("moe.allreduce", "all_reduce", tokens * h * _b(act), sc.moe_group, phase=ph))
     if sc.kernels != "fused":

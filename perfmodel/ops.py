@@ -67,6 +67,18 @@ def causal_pairs(seq_q, seq_kv, causal):
     return tri if causal else full
 
 
+# Two CUDA streams inside a step: an op's params name its stream (STREAM: "main" or "side") in a region of one MoE
+# layer, and whether the side stream is used (STREAM_ON: 1.0 or 0.0, or an array or formula of them); the step's
+# accounting takes the longer of the two paths (perfmodel.step_accounting.stream_regions)
+STREAM, STREAM_ON = "stream", "stream_on"
+
+
+def on_stream(op: Op, stream: str, on) -> Op:
+    """``op`` on ``stream`` ("main" or "side") of its MoE layer's two-stream region, the side stream used where
+    ``on`` is 1."""
+    return replace(op, params={**op.params, STREAM: stream, STREAM_ON: on})
+
+
 def backend_of(*values):
     """The math backend of shape values: Excel for formulas (the what-if workbook's cells), numpy otherwise."""
     from .cost.backend import NP, XL, Expr  # imported here: perfmodel.cost imports this module

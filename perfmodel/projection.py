@@ -515,6 +515,9 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
         narrow = expert_format(model, sc)
         if narrow != sc.dtype:
             out.append(_weight_only_text(model, narrow, sc, hw, prof))
+        shared = _shared_expert_text(model, sc)
+        if shared:
+            out.append(shared)
     if model.kv_heads < sc.tp and model.mla is None:
         out.append(f"{model.kv_heads} KV heads over TP {sc.tp}: each rank keeps a replica of one KV head")
     if model.mla is not None:
@@ -526,6 +529,24 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
                "of a decode step" + (f" (1 + {sc.mtp} in a verify step)" if sc.mtp else "")
                + f"; the next tokens sampled {sc.sampling} over the fp32 logits (--sampling)")
     return out
+
+
+def _shared_expert_text(model: Model, sc: Scenario) -> str:
+    """How the engine runs the MoE layers' shared experts beside the routed ones (docs/engines.md), or ''."""
+    from .graph import fuses_shared_expert
+    from .step_accounting import STREAM_HIDDEN
+
+    if not model.moe.num_shared_experts:
+        return ""
+    if fuses_shared_expert(model, sc):
+        return ("shared expert folded into the routed experts' module as one more expert every token picks "
+                "(SGLang without expert parallelism; --shared-stream does not apply)")
+    rule = sc.shared_stream or "never"
+    if rule == "never" or sc.mode == "sol":
+        return "shared experts on the routed experts' stream, one after the other (--shared-stream)"
+    when = "decode steps replayed from CUDA graphs" if rule == "graph" else "steps of at most 256 tokens a rank"
+    return (f"shared experts on a second stream beside the router and routed experts in {when}: the two paths "
+            f"take the longer and {1 - STREAM_HIDDEN:.2f} of the shorter (measured, docs/engines.md; --shared-stream)")
 
 
 def _host_text(sc: Scenario, prof: Profile) -> str:

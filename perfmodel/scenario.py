@@ -84,6 +84,11 @@ class Scenario:
     # whether the engine schedules the next step while the device runs this one (its host work a step then hides
     # behind the device's, perfmodel.engines.Engine.scheduler_host); None: the engine's release default
     async_scheduling: bool | None = None
+    # when a MoE layer's shared experts run on a second CUDA stream beside the routed ones: graph (decode steps
+    # replayed from a CUDA graph) | small (steps of at most 256 tokens a rank) | never; and whether a DeepSeek-V3
+    # layout's shared expert is folded into the routed experts' module; None: the engine's (perfmodel.engines)
+    shared_stream: str | None = None
+    fused_shared_expert: bool | None = None
     # the format a MoE of weight-only experts (gpt-oss's MXFP4) runs its products in: bf16, or fp8 (MXFP8
     # activations: TensorRT-LLM on Blackwell); None: the engine's for the part (perfmodel.engines)
     weight_only_moe_act: str | None = None
@@ -217,6 +222,8 @@ class Scenario:
             "moe_quantized_exchange": eng.moe_quantized_exchange,
             "moe_all_to_all": eng.moe_all_to_all,
             "async_scheduling": eng.async_scheduling,
+            "shared_stream": eng.shared_stream,
+            "fused_shared_expert": eng.fused_shared_expert,
         }
         filled = {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in preset.items()}
         if eng.static_cache_launch and self.launch is None and filled["kv_cache"] == "static":
@@ -277,6 +284,8 @@ class Scenario:
         _choice(self.mode, ("latency", "sol"), "--mode")
         _choice(self.moe_exchange, ("gather", "all_to_all"), "--moe-exchange")
         _choice(self.moe_all_to_all, ("per_rank", "deepep"), "moe_all_to_all")
+        from .engines import SHARED_STREAMS
+        _choice(self.shared_stream, SHARED_STREAMS, "--shared-stream")
         from .routing import ROUTINGS
         _choice(self.moe_routing, ROUTINGS, "--moe-routing")
         from .sampling import SAMPLING_METHODS

@@ -15,6 +15,8 @@ The cost model (:mod:`perfmodel.cost`) times each operator alone. A step is more
   floor unless :attr:`Rules.host_floor_collectives` says otherwise;
 - **CUDA-graph launch gaps** (``launch == "graph"``): every kernel of a replayed graph adds
   ``Profile.launch_graph_s``;
+- **two streams** (:func:`stream_regions`): a MoE layer's shared experts on a second stream beside its router and
+  routed experts (the engine's ``shared_stream``) add only what the shorter path does not hide;
 - **speed of light** (``mode == "sol"``): neither floor nor gaps.
 
 :func:`account` applies these rules to a step's timed ops (anything with ``.op`` and ``.time``) and returns
@@ -37,7 +39,7 @@ from typing import Any
 from .cost import mem_kind
 from .cost.backend import NP
 from .cost.overlap import exposed_runs, resolve_method
-from .ops import COMM_KINDS
+from .ops import COMM_KINDS, STREAM, STREAM_ON
 
 # The parts a step's time is made of, each summed over the step's ops (all their runs): "busy", the time the
 # ops keep the stream busy (collectives after overlap, an eager op at least its host cost); "gaps", the
@@ -163,6 +165,9 @@ class OpShare:
     run: Any
     gap: Any = 0.0
     comm: Any = None  # a collective's run after overlap; None for other ops
+    # an op on a side stream: the share of its device time the step sees beside the main stream's path
+    # (:func:`stream_regions`); None for other ops
+    exposed: Any = None
 
     @property
     def count(self) -> float:
@@ -192,7 +197,9 @@ class OpShare:
         return (self.run - self._device()) * self.count
 
     def _device(self):
-        return self.comm if self.collective else self.time
+        if self.collective:
+            return self.comm
+        return self.time if self.exposed is None else self.time * self.exposed
 
     @property
     def gaps_s(self):
@@ -281,4 +288,62 @@ def account(times, rules: Rules, prof, *, hw=None, world: int = 1, xp=NP) -> Ste
         elif rules.eager:
             run = xp.maximum(run, host(t.op) - gaps)  # the host cannot issue it faster
         out.append(OpShare(t.op, t.time, run, gaps, c))
+    out = stream_regions(out, hw, host if rules.eager else None, xp)
     return StepAccount(out, rules.serial_s, 0.0 if rules.sol else rules.scheduler_s, rules.scheduler_overlap)
+
+
+# The share of the shorter path a second stream hides behind the longer one. Measured: a decode layer's shared
+# expert beside its router and routed experts at the shapes of DeepSeek-V3, Qwen3.5-397B, GLM-5 and Llama 4
+# Maverick (TP 4 and 8, batch 1 to 256), both paths in one CUDA graph on one stream and on two, on a lent H100
+# (calibration/h200/streams-h100 and its repeat, perfmodel.measure.streams): (serial - two streams) / shared path,
+# median 0.65 over 60 rows (0.04 to 1.03; the two runs agree within 0.07 a layout). Not all of the shorter path
+# (1.0, the longer path alone, as aiconfigurator-core composes it): likely because the routed path's large kernels
+# hold the SMs for part of the time (not measured apart).
+STREAM_HIDDEN = 0.65
+
+
+def stream_regions(shares: list, hw=None, host=None, xp=NP) -> list:
+    """The shares with each two-stream region joined (an MoE layer's shared experts on a side stream beside its
+    router and routed experts, :func:`perfmodel.ops.on_stream`): the region takes the longer of its two paths
+    (each op's time and launch gaps) and :data:`STREAM_HIDDEN` less than all of the shorter one, and no less than
+    the HBM traffic of both at the part's datasheet bandwidth (two streams share one memory); what the side path
+    adds beyond the main one is spread over the side ops in proportion to their time (``exposed``). Where the
+    side stream is off (``STREAM_ON`` 0) the ops run one after the other. ``host``: eager launch, the host's
+    cost to issue an op (the host issues both streams' kernels one by one: a side op still takes at least
+    that)."""
+    regions: dict[tuple, dict[str, list[int]]] = {}
+    for i, s in enumerate(shares):
+        stream = s.op.params.get(STREAM)
+        if stream is not None:
+            regions.setdefault((s.op.count, s.op.scope), {"main": [], "side": []})[stream].append(i)
+    out = list(shares)
+    for region in regions.values():
+        side_ops, main_ops = region["side"], region["main"]
+        if not side_ops:
+            continue
+        main = _fold(shares[i].run + shares[i].gap for i in main_ops)
+        side = _fold(shares[i].time + shares[i].gap for i in side_ops)
+        together = main + side - STREAM_HIDDEN * _min(main, side, xp)
+        if hw is not None:
+            together = _max(together, _fold(shares[i].op.bytes for i in main_ops + side_ops) / hw.hbm_bandwidth, xp)
+        on = shares[side_ops[0]].op.params[STREAM_ON]
+        exposed = on * (together - main) / side + (1.0 - on)
+        for i in side_ops:
+            s = shares[i]
+            run = s.time * exposed
+            if host is not None:
+                run = xp.maximum(run, host(s.op) - s.gap * exposed)
+            out[i] = replace(s, run=run, gap=s.gap * exposed, exposed=exposed)
+    return out
+
+
+def _min(a, b, xp):
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return min(a, b)
+    return xp.minimum(a, b)
+
+
+def _max(a, b, xp):
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return max(a, b)
+    return xp.maximum(a, b)

@@ -242,7 +242,8 @@ class _Serving:
         try:
             if sides is None:
                 sc = Scenario(batch="max", **row_layout(row, where, model), engine=rec["engine"],
-                              async_scheduling=release_scheduling(row, rec["engine"]), mode=self.mode).validated()
+                              async_scheduling=release_scheduling(row, rec["engine"]),
+                              shared_stream=release_shared_stream(row, rec["engine"]), mode=self.mode).validated()
                 sc = sc.with_(batch=admission_cap(sc, hw))
             else:
                 sc, opts = disagg_scenario(row, where, sides, model, rec["engine"], self.mode)
@@ -348,7 +349,8 @@ def disagg_scenario(row: dict, where: str, sides: dict, model, engine: str, mode
     p, d = sides["P"], sides["D"]
     sc = Scenario(isl=_int(row, "isl", where), osl=_int(row, "osl", where), batch="max", tp=d["tp"],
                   dtype=row_format(row, model), engine=engine, mode=mode,
-                  async_scheduling=release_scheduling(row, engine), **dict(_side_layout(d))).validated()
+                  async_scheduling=release_scheduling(row, engine),
+                  shared_stream=release_shared_stream(row, engine), **dict(_side_layout(d))).validated()
     opts = ServeOptions(disagg=(p["workers"], d["workers"]), prefill_tp=p["tp"], decode_tp=d["tp"],
                         prefill_layout=_side_layout(p), decode_layout=_side_layout(d))
     return sc, opts
@@ -422,6 +424,14 @@ def row_layout(row: dict, where: str, model) -> dict:
     return dict(isl=_int(row, "isl", where), osl=_int(row, "osl", where), tp=_int(row, "tp", where),
                 pp=_int(row, "pp", where), attention_dp=_optional_int(row, "attention_dp", where) or 1,
                 ep=_optional_int(row, "moe_ep", where) or 1, dtype=row_format(row, model))
+
+
+def release_shared_stream(row: dict, engine: str) -> str | None:
+    """When the engine release the row records runs the shared experts on a second stream
+    (:func:`perfmodel.engines.shared_stream_for`); None: the preset's."""
+    from .engines import shared_stream_for
+
+    return shared_stream_for(engine, (row.get("engine_version") or "").strip())
 
 
 def release_scheduling(row: dict, engine: str) -> bool | None:

@@ -36,6 +36,12 @@ def _scheduler(e) -> str:
     return f"{b * 1e6:.1f} us a sequence ({a * 1e3:+.2f} ms), {mode}: measured"
 
 
+def _shared(e) -> str:
+    stream = {"graph": "second stream in CUDA-graph decode", "small": "second stream in steps of <= 256 tokens",
+              "never": "same stream"}[e.shared_stream]
+    return stream + ("; DeepSeek-V3's folded into the routed experts without EP" if e.fused_shared_expert else "")
+
+
 def table() -> str:
     from perfmodel.engines import ENGINES
 
@@ -65,6 +71,7 @@ def table() -> str:
             "deepep": "DeepEP (low-latency for decode)", "per_rank": "once per rank"}[e.moe_all_to_all])
             for e in engines],
         "engine's host work a step (--scheduling)": [_scheduler(e) for e in engines],
+        "MoE shared experts (--shared-stream)": [_shared(e) for e in engines],
     }
     lines = ["| | " + " | ".join(f"`{e.key}`" for e in engines) + " |", "|---" * (len(engines) + 1) + "|"]
     lines += [f"| {name} | " + " | ".join(cells) + " |" for name, cells in rows.items()]

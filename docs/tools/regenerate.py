@@ -62,6 +62,7 @@ BLOCKS = (
     Block("what-if.md", "what-if-departures", "what_if_table.py", "departures", slow=True),
     Block("models.md", "models-projections", "models_table.py", "projections", slow=True),
     Block("engines.md", "engine-presets", "engines_table.py", "table"),
+    Block("engines.md", "shared-streams", "streams_check.py", "markdown", slow=True),  # 2 s: eight projections
     Block("training.md", "moe-layouts", "moe_layout_table.py", "table"),
     Block("vision.md", "vision-encoders", "vision_table.py", "encoders"),
     Block("vision.md", "vision-projections", "vision_table.py", "projections"),

@@ -95,6 +95,11 @@ def scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True, images: 
                    help="whether the engine schedules the next step while the device runs this one (async: its host "
                         "work a step hides behind the device's) or between steps (sync: added to each); default: "
                         "the engine's (docs/engines.md)")
+    g.add_argument("--shared-stream", choices=("graph", "small", "never"), default=None,
+                   help="when a MoE layer's shared experts run on a second CUDA stream beside the routed ones (the "
+                        "two paths then take the longer): graph (decode steps from CUDA graphs: TensorRT-LLM, "
+                        "SGLang), small (steps of at most 256 tokens a rank: vLLM 0.12 and later), never; default: "
+                        "the engine's (docs/engines.md)")
     g.add_argument("--moe-routing", choices=ROUTINGS, default=None,
                    help="how unevenly the router spreads tokens over experts, as the engines' measured MoE tables "
                         "time it (power-law token counts; balanced: what EPLB aims at); default: the model's "
@@ -175,7 +180,8 @@ def scenario_from_args(args, batch=None):
               attention_kernel=args.attention_kernel, mem_fraction=args.mem_fraction,
               kv_cache=getattr(args, "kv_cache", None), moe_exchange=getattr(args, "moe_exchange", None),
               moe_routing=getattr(args, "moe_routing", None), sampling=getattr(args, "sampling", "greedy"),
-              async_scheduling=_scheduling(getattr(args, "scheduling", None)))
+              async_scheduling=_scheduling(getattr(args, "scheduling", None)),
+              shared_stream=getattr(args, "shared_stream", None))
     if hasattr(args, "isl"):
         kw.update(isl=args.isl, osl=args.osl, batch=parse_batch(str(args.batch)) if batch is None else batch,
                   batching=args.batching, prefill_chunk=args.prefill_chunk)
