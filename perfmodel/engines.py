@@ -84,6 +84,13 @@ class Engine:
     # the engine folds a DeepSeek-V3 layout's one shared expert into the routed experts' module, as one more
     # expert every token picks, where the experts are not split by expert parallelism
     fused_shared_expert: bool = False
+    # MLA with a query latent: the hidden state projected into the query latent and the KV latent by one product
+    fused_latent_proj: bool = False
+    # the model families whose TP all-reduce the engine folds into the residual add and RMSNorm after it (one
+    # kernel), on the NVIDIA generations listed, in steps of at most ALLREDUCE_NORM_TOKENS tokens without attention
+    # data parallelism; ``sources["allreduce_norm"]``
+    allreduce_norm: tuple[str, ...] = ()
+    allreduce_norm_generations: tuple[str, ...] = ()
 
     def scheduler_host_s(self, seqs, async_scheduling: bool, xp=None):
         """The engine's host seconds for a step of ``seqs`` sequences in the given mode (``xp``: a math backend,
@@ -157,12 +164,21 @@ SGLANG_FUSED_SHARED_SOURCE = (
     "SGLang 0.5.9 DeepseekV2ForCausalLM.determine_num_fused_shared_experts: DeepSeek-V3/R1's layout (256 routed "
     "experts, one shared) on CUDA without expert parallelism or DeepEP fuses the shared expert into the routed "
     "experts' module (num_fused_shared_experts = 1, top-k + 1: one more expert every token picks)")
+SGLANG_ALLREDUCE_NORM_SOURCE = (
+    "SGLang 0.5.9 server_args.py turns enable_flashinfer_allreduce_fusion on for DeepseekV3ForCausalLM (DeepSeek-V3, "
+    "Kimi K2), KimiK25ForConditionalGeneration, GptOssForCausalLM, Glm4MoeForCausalLM and Qwen3MoeForCausalLM on "
+    "SM90 and SM100 without DP attention, on one node, without an all-to-all backend; layers/communicator.py then "
+    "runs each TP all-reduce with the residual add and RMSNorm after it as one kernel (forward_with_allreduce_fusion, "
+    "FlashInfer's TensorRT-LLM all-reduce fusion) in steps of at most FUSE_ALLREDUCE_MAX_BATCH_SIZE = 2048 tokens "
+    "(read offline); priced as the all-reduce alone (the norm's work inside it: estimate)")
 SGLANG_ASYNC_SOURCE = (
     "SGLang server_args.py: disable_overlap_schedule = False (0.5.9 and 0.5.23, read offline): the overlap "
     "scheduler prepares the next batch while the device runs this one (scheduler.py event_loop_overlap)")
 
 
 SHARED_STREAMS = ("graph", "small", "never")
+# SGLang's FUSE_ALLREDUCE_MAX_BATCH_SIZE (layers/communicator.py, 0.5.9): the most tokens a step folds its all-reduce
+ALLREDUCE_NORM_TOKENS = 2048
 # vLLM's VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD default (vllm/envs.py, 0.12.0 to 0.19.0)
 SHARED_STREAM_TOKENS = 256
 
@@ -208,8 +224,11 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
                     "tables are the nearest measurement of a serving engine's modules, plain PyTorch's last",
         admission_source="TensorRT-LLM's default capacity scheduler policy GUARANTEED_NO_EVICT (SchedulerConfig): a "
                          "request starts only when the KV cache can hold it to its last token",
-        words=("tensorrt-llm", "trt-llm", "trtllm"), shared_stream="graph",
+        words=("tensorrt-llm", "trt-llm", "trtllm"), shared_stream="graph", fused_latent_proj=True,
         sources={
+            "fused_latent_proj": "TensorRT-LLM's DeepSeek-V3 attention projects the query and KV latents with one "
+                                 "product (fused_a); aiconfigurator-core 0.12.0 composes its decode with the same "
+                                 "2,112-wide product (sdk/models/deepseek.py, generation_downscale_gemm)",
             "shared_stream": "TensorRT-LLM's DeepSeek-V3 and Llama 4 MoE modules run the shared experts and the "
                              "routed ones through maybe_execute_in_parallel on an auxiliary stream, in parallel only "
                              "while a CUDA graph is captured (do_multi_stream): decode steps; aiconfigurator-core "
@@ -244,7 +263,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         moe_exchange="gather", moe_quantized_exchange=False, moe_all_to_all="deepep",
         version="vLLM 0.11 defaults (V1 engine); kernel tables measured with 0.24.0",
         near=("vllm", "sglang", "trtllm", "torch", "hf"), admission="preempt", words=("vllm",),
-        scheduler_host=VLLM_SCHEDULER_HOST, async_scheduling=False, shared_stream="never",
+        scheduler_host=VLLM_SCHEDULER_HOST, async_scheduling=False, shared_stream="never", fused_latent_proj=True,
         near_source="vLLM and SGLang share FlashInfer and CUTLASS kernels; TensorRT-LLM's next; plain PyTorch's "
                     "bf16 linear is the very call vLLM times for bf16",
         admission_source="vLLM V1 scheduler: admits while free KV blocks hold the prompt (max_num_seqs caps the "
@@ -271,6 +290,8 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
             "scheduler_host": VLLM_SCHEDULER_SOURCE,
             "async_scheduling": VLLM_ASYNC_SOURCE,
             "shared_stream": VLLM_SHARED_STREAM_SOURCE,
+            "fused_latent_proj": "vLLM's DeepseekV2MLAAttention: fused_qkv_a_proj, one MergedColumnParallelLinear "
+                                 "of q_a_proj and kv_a_proj_with_mqa (models/deepseek_v2.py, 0.12.0, read offline)",
         }),
     Engine(
         "sglang", "SGLang",
@@ -281,6 +302,9 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         version="SGLang 0.4-0.5 defaults (server_args.py); kernel tables measured with 0.5.14",
         near=("sglang", "vllm", "trtllm", "torch", "hf"), admission="preempt", words=("sglang",),
         scheduler_host=SGLANG_SCHEDULER_HOST, async_scheduling=True, shared_stream="graph", fused_shared_expert=True,
+        fused_latent_proj=True,
+        allreduce_norm=("deepseek_v3", "gpt_oss", "glm4_moe", "qwen3_moe"),
+        allreduce_norm_generations=("hopper", "blackwell", "blackwell-ultra"),
         near_source="SGLang and vLLM share FlashInfer and CUTLASS kernels (sgl-kernel); TensorRT-LLM's next",
         admission_source="SGLang's scheduler admits while the KV pool holds the prompt (max_running_requests caps "
                          "the running sequences) and retracts requests when decode runs out (scheduler.py)",
@@ -309,6 +333,10 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
             "async_scheduling": SGLANG_ASYNC_SOURCE,
             "shared_stream": SGLANG_SHARED_STREAM_SOURCE,
             "fused_shared_expert": SGLANG_FUSED_SHARED_SOURCE,
+            "allreduce_norm": SGLANG_ALLREDUCE_NORM_SOURCE,
+            "fused_latent_proj": "SGLang's DeepseekV2AttentionMLA: fused_qkv_a_proj_with_mqa, one ReplicatedLinear of "
+                                 "q_lora_rank + kv_lora_rank + qk_rope_head_dim outputs (models/deepseek_v2.py, "
+                                 "0.5.9, read offline)",
         }),
     Engine(
         "torch", "plain PyTorch",

@@ -100,6 +100,22 @@ def layer_counts(model: Model) -> dict[str, int]:
     return {"dense": model.layers - moe, "moe": moe}
 
 
+def allreduce_folds_norm(model: Model, sc: Scenario, ph: str, tokens) -> bool:
+    """Whether the engine runs each TP all-reduce with the residual add and RMSNorm after it as one kernel
+    (:attr:`Scenario.allreduce_norm`: SGLang's FlashInfer all-reduce fusion for some families): with TP, without
+    attention data parallelism or an all-to-all, in steps of at most ALLREDUCE_NORM_TOKENS tokens. A step whose
+    tokens are an array or a spreadsheet cell is taken as folded when it decodes (its batch at most the limit)."""
+    from .engines import ALLREDUCE_NORM_TOKENS
+
+    if model.family not in (sc.allreduce_norm or ()) or sc.tp < 2 or sc.attention_dp > 1 or sc.kernels != "fused":
+        return False
+    if sc.moe_exchange == "all_to_all" and sc.ep > 1:
+        return False
+    if isinstance(tokens, (int, float)):
+        return tokens <= ALLREDUCE_NORM_TOKENS
+    return ph == "decode"
+
+
 def build_ops(model: Model, step: Step, sc: Scenario) -> list[O.Op]:
     """Every operator of one forward step on one GPU (all pipeline stages counted; see module doc).
 
@@ -126,7 +142,10 @@ def build_ops(model: Model, step: Step, sc: Scenario) -> list[O.Op]:
     if not fused:  # fused kernels add the residual inside the next norm
         block_end.append(O.residual("attn.residual", tokens, model.hidden, act, phase=ph))
     norm = _norm(model, fused)
-    out.append(norm("attn.norm", tokens, model.hidden, act, phase=ph).with_count(model.layers))
+    # folded: each norm runs inside the all-reduce before it (the first layer's input norm neglected)
+    folded = allreduce_folds_norm(model, sc, ph, tokens)
+    if not folded:
+        out.append(norm("attn.norm", tokens, model.hidden, act, phase=ph).with_count(model.layers))
     if n_linear:
         out += [op.with_count(n_linear) for op in _linear_attention(model, step, sc, tokens)]
     for op in attn_ops:
@@ -142,8 +161,8 @@ def build_ops(model: Model, step: Step, sc: Scenario) -> list[O.Op]:
 
     out += [op.with_count(model.layers) for op in block_end]  # after the mixer, whichever the layer runs
 
-    ffn_norm = norm("ffn.norm", tokens, model.hidden, act, phase=ph).with_count(model.layers)
-    out.append(ffn_norm)
+    if not folded:
+        out.append(norm("ffn.norm", tokens, model.hidden, act, phase=ph).with_count(model.layers))
     if getattr(model, "sandwich_norm", False):  # Gemma 2/3 also normalise each block's output: two more a layer
         post = O.rmsnorm("post.norm", tokens, model.hidden, act, phase=ph)
         out.append(_act_op(post, sc).with_count(2 * model.layers))
@@ -429,14 +448,22 @@ def _mla_attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]
     hq = _ceil_div(model.heads, sc.tp)
     qk = a.qk_nope_head_dim + a.qk_rope_head_dim
     ops: list[O.Op] = []
+    latent = a.kv_lora_rank + a.qk_rope_head_dim
+    # the serving engines project the query latent and the KV latent with one product (TensorRT-LLM's fused_a,
+    # SGLang's fused_qkv_a_proj_with_mqa, vLLM's fused_qkv_a_proj: Scenario.fused_latent_proj); transformers'
+    # layer and a training step run the two apart
+    fused_a = bool(a.q_lora_rank) and bool(sc.fused_latent_proj)
+    if fused_a:
+        ops.append(O.gemm("attn.qkv_a", tokens, a.q_lora_rank + latent, model.hidden, w, phase=ph))
     if a.q_lora_rank:
-        ops.append(O.gemm("attn.q_a", tokens, a.q_lora_rank, model.hidden, w, phase=ph))
+        if not fused_a:
+            ops.append(O.gemm("attn.q_a", tokens, a.q_lora_rank, model.hidden, w, phase=ph))
         ops.append(_act_op(O.rmsnorm("attn.q_a_norm", tokens, a.q_lora_rank, act, phase=ph), sc))
         ops.append(O.gemm("attn.q_b", tokens, hq * qk, a.q_lora_rank, w, phase=ph))
     else:
         ops.append(O.gemm("attn.q", tokens, hq * qk, model.hidden, w, phase=ph))
-    latent = a.kv_lora_rank + a.qk_rope_head_dim
-    ops.append(O.gemm("attn.kv_a", tokens, latent, model.hidden, w, phase=ph))
+    if not fused_a:
+        ops.append(O.gemm("attn.kv_a", tokens, latent, model.hidden, w, phase=ph))
     ops.append(_act_op(O.rmsnorm("attn.kv_a_norm", tokens, a.kv_lora_rank, act, phase=ph), sc))
     ops += _rotary_ops(sc, tokens, hq, 1, a.qk_rope_head_dim, act, ph)
     ops.append(O.Op("attn.kv_write", "kv_write", ph, 0.0, tokens * latent * (_b(act) + _b(sc.kv)),

@@ -518,6 +518,9 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
         shared = _shared_expert_text(model, sc)
         if shared:
             out.append(shared)
+    if model.family in (sc.allreduce_norm or ()) and sc.tp > 1 and sc.mode != "sol":
+        out.append(f"{sc.engine}: each TP all-reduce runs with the residual add and the RMSNorm after it as one kernel "
+                   "in steps of at most 2,048 tokens without attention data parallelism (docs/engines.md)")
     if model.kv_heads < sc.tp and model.mla is None:
         out.append(f"{model.kv_heads} KV heads over TP {sc.tp}: each rank keeps a replica of one KV head")
     if model.mla is not None:

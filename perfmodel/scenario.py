@@ -89,6 +89,11 @@ class Scenario:
     # layout's shared expert is folded into the routed experts' module; None: the engine's (perfmodel.engines)
     shared_stream: str | None = None
     fused_shared_expert: bool | None = None
+    # MLA's query and KV latents projected by one product (perfmodel.engines: fused_latent_proj); None: the engine's
+    fused_latent_proj: bool | None = None
+    # the model families whose TP all-reduce the engine folds into the residual add and RMSNorm after it on this part
+    # (perfmodel.engines: allreduce_norm); None: the engine's
+    allreduce_norm: tuple[str, ...] | None = None
     # the format a MoE of weight-only experts (gpt-oss's MXFP4) runs its products in: bf16, or fp8 (MXFP8
     # activations: TensorRT-LLM on Blackwell); None: the engine's for the part (perfmodel.engines)
     weight_only_moe_act: str | None = None
@@ -224,6 +229,9 @@ class Scenario:
             "async_scheduling": eng.async_scheduling,
             "shared_stream": eng.shared_stream,
             "fused_shared_expert": eng.fused_shared_expert,
+            "fused_latent_proj": eng.fused_latent_proj,
+            "allreduce_norm": (eng.allreduce_norm if getattr(hw, "vendor", "nvidia") == "nvidia"
+                               and getattr(hw, "generation", "") in eng.allreduce_norm_generations else ()),
         }
         filled = {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in preset.items()}
         if eng.static_cache_launch and self.launch is None and filled["kv_cache"] == "static":

@@ -42,6 +42,13 @@ def _shared(e) -> str:
     return stream + ("; DeepSeek-V3's folded into the routed experts without EP" if e.fused_shared_expert else "")
 
 
+def _allreduce_norm(e) -> str:
+    if not e.allreduce_norm:
+        return "two kernels"
+    return (f"one kernel for {', '.join(e.allreduce_norm)} on {', '.join(e.allreduce_norm_generations)} (steps of "
+            "at most 2,048 tokens, no attention DP)")
+
+
 def table() -> str:
     from perfmodel.engines import ENGINES
 
@@ -72,6 +79,7 @@ def table() -> str:
             for e in engines],
         "engine's host work a step (--scheduling)": [_scheduler(e) for e in engines],
         "MoE shared experts (--shared-stream)": [_shared(e) for e in engines],
+        "TP all-reduce and the next RMSNorm": [_allreduce_norm(e) for e in engines],
     }
     lines = ["| | " + " | ".join(f"`{e.key}`" for e in engines) + " |", "|---" * (len(engines) + 1) + "|"]
     lines += [f"| {name} | " + " | ".join(cells) + " |" for name, cells in rows.items()]

@@ -29,15 +29,10 @@ def _rows() -> list[dict]:
 
 
 def _times(rows) -> dict[tuple, dict[str, float]]:
-    out: dict[tuple, dict[str, float]] = {}
-    for r in rows:
-        p = r["params"]
-        key = (p["model"], p["tp"], p["batch"])
-        run = 0
-        while p["path"] in out.get(key + (run,), {}):
-            run += 1
-        out.setdefault(key + (run,), {})[p["path"]] = r["time_s"] * 1e6
-    return out
+    """Each layout's microseconds per path, keyed (model, TP, batch, run)."""
+    from perfmodel.measure.streams import layer_times
+
+    return {k: {p: t * 1e6 for p, t in v.items()} for k, v in layer_times(rows).items()}
 
 
 def measured_table() -> str:

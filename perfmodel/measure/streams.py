@@ -139,10 +139,9 @@ def run_case(case: Case, ctx) -> dict[str, Any]:
                                         "layers in one CUDA graph, replayed"}
 
 
-def hidden_fractions(rows) -> dict[tuple, float]:
-    """Per measured layout (model, TP, batch), the share of the side path's time the second stream hides: (serial -
-    streams) / side, the same kernels in the same graph with and without the second stream. Rows of several runs
-    are kept apart by the order they come in (a layout measured twice gives two values, keyed with a run index)."""
+def layer_times(rows) -> dict[tuple, dict[str, float]]:
+    """Each measured layout's seconds per path, keyed (model, TP, batch, run): rows of several runs are kept apart by
+    the order they come in (a layout measured twice gives runs 0 and 1)."""
     times: dict[tuple, dict[str, float]] = {}
     for r in rows:
         p = r.get("params") or {}
@@ -153,7 +152,13 @@ def hidden_fractions(rows) -> dict[tuple, float]:
         while p["path"] in times.get(key + (run,), {}):
             run += 1
         times.setdefault(key + (run,), {})[p["path"]] = float(r["time_s"])
-    return {k: (t["serial"] - t["streams"]) / t["side"] for k, t in times.items() if len(t) == len(PATHS)}
+    return {k: t for k, t in times.items() if len(t) == len(PATHS)}
+
+
+def hidden_fractions(rows) -> dict[tuple, float]:
+    """Per measured layout and run (:func:`layer_times`), the share of the side path's time the second stream hides:
+    (serial - streams) / side, the same kernels in the same graph with and without the second stream."""
+    return {k: (t["serial"] - t["streams"]) / t["side"] for k, t in layer_times(rows).items()}
 
 
 def _describe(case: Case, row: dict) -> str:

@@ -113,6 +113,8 @@ def inference_scenario(ts: TrainScenario) -> Scenario:
         kw["rotary"] = "kernel" if ts.kernels == "fused" else "eager"
     if "attention_kernel" in have:
         kw["attention_kernel"] = ts.attention_kernel
+    if "fused_latent_proj" in have:  # Megatron-Core's MLA: linear_q_down_proj and linear_kv_down_proj (estimate)
+        kw["fused_latent_proj"] = False
     # resolved for no particular part, as before the part is known (the kernels and launch are set above)
     return resolve_scenario(Scenario(**kw).validated(), None)
 

@@ -1,5 +1,6 @@
-"""Shared experts on a second CUDA stream, and SGLang's shared expert folded into the routed module
-(perfmodel.engines shared_stream / fused_shared_expert, perfmodel.graph, perfmodel.step_accounting.stream_regions)."""
+"""What the serving engines run together that the graph would otherwise price apart: shared experts on a second CUDA
+stream, SGLang's shared expert folded into the routed module, the query and KV latents in one product, SGLang's
+all-reduce with the RMSNorm after it (perfmodel.engines, perfmodel.graph, perfmodel.step_accounting.stream_regions)."""
 from __future__ import annotations
 
 import json
@@ -145,3 +146,32 @@ def test_bad_flag(capsys):
         main(["project", "--arch", "b200", "--model", "deepseek-v3", "--shared-stream", "sometimes"])
     assert e.value.code == 2
 
+
+def test_engines_project_both_latents_with_one_product():
+    """TensorRT-LLM's fused_a, SGLang's fused_qkv_a_proj_with_mqa, vLLM's fused_qkv_a_proj: one product of the hidden
+    state into the query latent and the KV latent; transformers' layer keeps q_a_proj and kv_a_proj_with_mqa apart."""
+    model = resolve_model("deepseek-v3")
+    mla = model.mla
+    for engine in ("trtllm", "sglang", "vllm"):
+        names = {op.name: op for op in _ops("deepseek-v3", "decode", 4, tp=8, engine=engine)}
+        assert "attn.q_a" not in names and "attn.kv_a" not in names
+        fused = names["attn.qkv_a"]
+        assert fused.params["n"] == mla.q_lora_rank + mla.kv_lora_rank + mla.qk_rope_head_dim == 2112
+    plain = {op.name for op in _ops("deepseek-v3", "decode", 4, tp=8, engine="hf")}
+    assert {"attn.q_a", "attn.kv_a"} <= plain and "attn.qkv_a" not in plain
+
+
+def test_sglang_folds_the_norm_into_the_all_reduce():
+    def norms(model, batch=4, **kw):
+        ops = _ops(model, "decode", batch, tp=8, engine="sglang", **kw)
+        return {op.name for op in ops if op.name in ("attn.norm", "ffn.norm")}
+
+    assert norms("qwen3-235b-a22b-fp8") == set()  # a listed family, on Blackwell, TP 8
+    assert norms("qwen3.5-397b-a17b") == {"attn.norm", "ffn.norm"}  # not listed
+    assert norms("qwen3-235b-a22b-fp8", batch=4096) == {"attn.norm", "ffn.norm"}  # beyond 2,048 tokens
+    assert norms("qwen3-235b-a22b-fp8", attention_dp=2, ep=16) == {"attn.norm", "ffn.norm"}
+    trt = {op.name for op in _ops("qwen3-235b-a22b-fp8", "decode", 4, tp=8, engine="trtllm")}
+    assert {"attn.norm", "ffn.norm"} <= trt  # not sourced for TensorRT-LLM: kept
+    hopper = Scenario(batch=4, tp=8, engine="sglang").validated().for_hardware(resolve_hardware("h200-sxm"))
+    ampere = Scenario(batch=4, tp=8, engine="sglang").validated().for_hardware(resolve_hardware("a100-sxm-80gb"))
+    assert "qwen3_moe" in hopper.allreduce_norm and ampere.allreduce_norm == ()
