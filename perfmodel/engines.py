@@ -78,8 +78,8 @@ class Engine:
     scheduler_host: dict[str, tuple[float, float]] = field(default_factory=dict)
     async_scheduling: bool = False
     # when a MoE layer's shared experts run on a second CUDA stream beside its router and routed experts (the two
-    # paths then take the longer of the two, perfmodel.step_accounting): "graph" (steps replayed from a CUDA
-    # graph), "small" (steps of at most SHARED_STREAM_TOKENS tokens a rank), "never"; ``sources["shared_stream"]``
+    # paths then overlap, perfmodel.step_accounting.stream_regions): "graph" (steps replayed from a CUDA graph),
+    # "small" (steps of at most SHARED_STREAM_TOKENS tokens a rank), "never"; ``sources["shared_stream"]``
     shared_stream: str = "never"
     # the engine folds a DeepSeek-V3 layout's one shared expert into the routed experts' module, as one more
     # expert every token picks, where the experts are not split by expert parallelism
@@ -229,11 +229,11 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
             "fused_latent_proj": "TensorRT-LLM's DeepSeek-V3 attention projects the query and KV latents with one "
                                  "product (fused_a); aiconfigurator-core 0.12.0 composes its decode with the same "
                                  "2,112-wide product (sdk/models/deepseek.py, generation_downscale_gemm)",
-            "shared_stream": "TensorRT-LLM's DeepSeek-V3 and Llama 4 MoE modules run the shared experts and the "
-                             "routed ones through maybe_execute_in_parallel on an auxiliary stream, in parallel only "
-                             "while a CUDA graph is captured (do_multi_stream): decode steps; aiconfigurator-core "
-                             "0.12.0 composes its TensorRT-LLM decode the same way (sdk/models/deepseek.py, "
-                             "generation_moe_overlap: the longer of the two paths)",
+            "shared_stream": "aiconfigurator-core 0.12.0 (sdk/models/deepseek.py, generation_moe_overlap): "
+                             "TensorRT-LLM's DeepSeek-V3 MoE runs the shared experts and the routed ones on "
+                             "different CUDA streams (maybe_execute_in_parallel) when CUDA graphs are enabled, which "
+                             "it composes as the longer of the two paths: decode steps; its other MoE models with "
+                             "shared experts alike (estimate: TensorRT-LLM's source could not be read here)",
             "weight_only_moe": "TensorRT-LLM's gpt-oss deployment: on Blackwell its TRTLLM-gen MoE runs the MXFP4 "
                                "experts with MXFP8 activations (quant algo W4A8_MXFP4_MXFP8), on Hopper the "
                                "Triton W4A16 MXFP4 kernels; aiconfigurator-core times both formats per part "
