@@ -34,6 +34,9 @@ CASES = {
     "vllm-sync": ("h200", "gpt-oss-20b", Scenario(engine="vllm", async_scheduling=False, batch=1024, isl=256, osl=32)),
     # Gated DeltaNet: the chunked prefill's scan (perfmodel.cost.scan) and the shared expert's gate as formulas
     "deltanet": ("h200", "qwen3-next-80b-a3b", Scenario(batch=4, tp=2, isl=2048, osl=32)),
+    # shared experts on a second stream in steps of at most 256 tokens (vLLM 0.12+): the rule a formula of the batch
+    "shared-stream": ("h200", "qwen2-57b-a14b", Scenario(engine="vllm", shared_stream="small", batch=64, tp=2,
+                                                        isl=512, osl=64)),
 }
 
 
