@@ -100,6 +100,14 @@ def layer_counts(model: Model) -> dict[str, int]:
     return {"dense": model.layers - moe, "moe": moe}
 
 
+def allreduce_norm_layout(model: Model, sc: Scenario) -> bool:
+    """Whether the engine folds the model's RMSNorms into its TP all-reduces in this layout, whatever the step's
+    tokens (:func:`allreduce_folds_norm`): a listed family, TP, no attention data parallelism or all-to-all."""
+    if model.family not in (sc.allreduce_norm or ()) or sc.tp < 2 or sc.attention_dp > 1 or sc.kernels != "fused":
+        return False
+    return not (sc.moe_exchange == "all_to_all" and sc.ep > 1)
+
+
 def allreduce_folds_norm(model: Model, sc: Scenario, ph: str, tokens) -> bool:
     """Whether the engine runs each TP all-reduce with the residual add and RMSNorm after it as one kernel
     (:attr:`Scenario.allreduce_norm`: SGLang's FlashInfer all-reduce fusion for some families): with TP, without
@@ -107,9 +115,7 @@ def allreduce_folds_norm(model: Model, sc: Scenario, ph: str, tokens) -> bool:
     tokens are an array or a spreadsheet cell is taken as folded when it decodes (its batch at most the limit)."""
     from .engines import ALLREDUCE_NORM_TOKENS
 
-    if model.family not in (sc.allreduce_norm or ()) or sc.tp < 2 or sc.attention_dp > 1 or sc.kernels != "fused":
-        return False
-    if sc.moe_exchange == "all_to_all" and sc.ep > 1:
+    if not allreduce_norm_layout(model, sc):
         return False
     if isinstance(tokens, (int, float)):
         return tokens <= ALLREDUCE_NORM_TOKENS

@@ -69,7 +69,7 @@ def causal_pairs(seq_q, seq_kv, causal):
 
 # Two CUDA streams inside a step: an op's params name its stream (STREAM: "main" or "side") in a region of one MoE
 # layer, and whether the side stream is used (STREAM_ON: 1.0 or 0.0, or an array or formula of them); the step's
-# accounting takes the longer of the two paths (perfmodel.step_accounting.stream_regions)
+# accounting overlaps the two paths (perfmodel.step_accounting.stream_regions)
 STREAM, STREAM_ON = "stream", "stream_on"
 
 

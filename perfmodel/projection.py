@@ -28,7 +28,7 @@ from .cost import OpTime, family, time_ops, time_steps
 from .cost.backend import NP
 from .cost.overlap import resolve_method
 from .errors import InputError
-from .graph import Step, check_layout, exchange_quantized, moe_exchange
+from .graph import Step, allreduce_norm_layout, check_layout, exchange_quantized, moe_exchange
 from .host_costs import host_rules, request_overhead_s, scenario_host_costs
 from .models import Model
 from .routing import default_routing
@@ -518,9 +518,11 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
         shared = _shared_expert_text(model, sc)
         if shared:
             out.append(shared)
-    if model.family in (sc.allreduce_norm or ()) and sc.tp > 1 and sc.mode != "sol":
+    if sc.mode != "sol" and allreduce_norm_layout(model, sc):
+        from .engines import ALLREDUCE_NORM_TOKENS
+
         out.append(f"{sc.engine}: each TP all-reduce runs with the residual add and the RMSNorm after it as one kernel "
-                   "in steps of at most 2,048 tokens without attention data parallelism (docs/engines.md)")
+                   f"in steps of at most {ALLREDUCE_NORM_TOKENS:,} tokens (docs/engines.md)")
     if model.kv_heads < sc.tp and model.mla is None:
         out.append(f"{model.kv_heads} KV heads over TP {sc.tp}: each rank keeps a replica of one KV head")
     if model.mla is not None:
@@ -536,6 +538,7 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
 
 def _shared_expert_text(model: Model, sc: Scenario) -> str:
     """How the engine runs the MoE layers' shared experts beside the routed ones (docs/engines.md), or ''."""
+    from .engines import SHARED_STREAM_TOKENS
     from .graph import fuses_shared_expert
     from .step_accounting import STREAM_HIDDEN
 
@@ -547,7 +550,8 @@ def _shared_expert_text(model: Model, sc: Scenario) -> str:
     rule = sc.shared_stream or "never"
     if rule == "never" or sc.mode == "sol":
         return "shared experts on the routed experts' stream, one after the other (--shared-stream)"
-    when = "decode steps replayed from CUDA graphs" if rule == "graph" else "steps of at most 256 tokens a rank"
+    when = ("decode steps replayed from CUDA graphs" if rule == "graph"
+            else f"steps of at most {SHARED_STREAM_TOKENS} tokens a rank")
     return (f"shared experts on a second stream beside the router and routed experts in {when}: the two paths "
             f"take the longer and {1 - STREAM_HIDDEN:.2f} of the shorter (measured, docs/engines.md; --shared-stream)")
 

@@ -323,9 +323,9 @@ def stream_regions(shares: list, hw=None, host=None, xp=NP) -> list:
             continue
         main = _fold(shares[i].run + shares[i].gap for i in main_ops)
         side = _fold(shares[i].time + shares[i].gap for i in side_ops)
-        together = main + side - STREAM_HIDDEN * _min(main, side, xp)
+        together = main + side - STREAM_HIDDEN * xp.minimum(main, side)
         if hw is not None:
-            together = _max(together, _fold(shares[i].op.bytes for i in main_ops + side_ops) / hw.hbm_bandwidth, xp)
+            together = xp.maximum(together, _fold(shares[i].op.bytes for i in main_ops + side_ops) / hw.hbm_bandwidth)
         on = shares[side_ops[0]].op.params[STREAM_ON]
         exposed = on * (together - main) / side + (1.0 - on)
         for i in side_ops:
@@ -336,14 +336,3 @@ def stream_regions(shares: list, hw=None, host=None, xp=NP) -> list:
             out[i] = replace(s, run=run, gap=s.gap * exposed, exposed=exposed)
     return out
 
-
-def _min(a, b, xp):
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return min(a, b)
-    return xp.minimum(a, b)
-
-
-def _max(a, b, xp):
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return max(a, b)
-    return xp.maximum(a, b)
