@@ -64,8 +64,9 @@ FAMILY_FIELDS: dict[str, tuple[str, ...]] = {
     "training": ("training",),
     "power": ("power",),
     "deltanet": ("deltanet_scan",),
+    "deepep": ("deepep_alpha_s", "deepep_expert_s", "deepep_eta"),
 }
-ENGINE_FAMILIES = ("gemm", "attention", "comm", "moe", "deltanet")
+ENGINE_FAMILIES = ("gemm", "attention", "comm", "moe", "deltanet", "deepep")
 # Families whose modules differ from one serving engine to another: the engine's own tables from a part of the
 # target's instruction family rank before another engine's tables on the part (module doc).
 ENGINE_FIRST_FAMILIES = ("gemm", "moe", "deltanet")
@@ -171,6 +172,14 @@ def _rank(hw: HardwareSpec, engine: str, family: str, prof: Profile, source: Har
     return (not own_kernels, distance, kernel_miss, engine_miss, gen, bw, prof.name)
 
 
+def runs_deepep(engine: str) -> bool:
+    """Whether the engine's MoE all-to-all runs DeepEP's kernels (its preset's ``moe_all_to_all``)."""
+    from .engines import ENGINES
+
+    eng = ENGINES.get(engine)
+    return eng is not None and eng.moe_all_to_all == "deepep"
+
+
 def _usable(hw: HardwareSpec, prof: Profile, source: HardwareSpec | None) -> bool:
     """Nothing carries across vendors (perfmodel.transfer): a profile of another vendor's part is no evidence."""
     return source is None or source.vendor == hw.vendor or _same_part(prof, hw)
@@ -183,6 +192,9 @@ def choose(hw: HardwareSpec, engine: str, candidates: list[tuple[Profile, Hardwa
     out = {}
     ref = library_part(hw)
     for family in FAMILY_FIELDS:
+        if family == "deepep" and not runs_deepep(engine):  # another engine's kernels: no evidence for this one
+            out[family] = None
+            continue
         usable = [(p, s) for p, s in candidates if family in measured_families(p) and _usable(hw, p, s)]
         rank = lambda ps: _rank(hw, engine, family, ps[0], ps[1], ref)  # noqa: E731
         out[family] = min(usable, key=rank) if usable else None
@@ -281,7 +293,8 @@ def compose(hw: HardwareSpec, engine: str, candidates: list[tuple[Profile, Hardw
         if family == "attention":
             continue
         if pick is None:
-            provenance_families[family] = {"source": "documented defaults"}
+            if family != "deepep" or runs_deepep(engine):  # (another engine's kernels: nothing to say)
+                provenance_families[family] = {"source": "documented defaults"}
             for f in FAMILY_FIELDS[family]:
                 values[f] = getattr(DEFAULTS, f)
             continue
@@ -341,7 +354,7 @@ def compose(hw: HardwareSpec, engine: str, candidates: list[tuple[Profile, Hardw
         mem_eta, mem_alpha = dict(values["mem_eta"]), dict(values["mem_alpha_s"])
         mem_eta["moe_permute"], mem_alpha["moe_permute"] = moe_prof.mem_eta["moe_permute"], moe_prof.mem_alpha_s["moe_permute"]
         values["mem_eta"], values["mem_alpha_s"] = mem_eta, mem_alpha
-    provenance_families = {f: provenance_families[f] for f in FAMILY_FIELDS}  # in the families' order
+    provenance_families = {f: provenance_families[f] for f in FAMILY_FIELDS if f in provenance_families}
     # uncertainty: the GEMM source's residual bands (attention's from its backends' sources); its validation
     lead_name = chosen[lead_family][0].name if lead_family else ""
     sources = sorted({p.name for p, _ in (c for c in chosen.values() if c)})

@@ -758,8 +758,12 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
     else:  # once to each rank holding any of the token's experts, not once per expert
         copies = ranks_per_token(moe.num_experts, moe.top_k, ep) / moe.top_k if exchange == "all_to_all" else 1.0
         dispatch_bytes, combine_bytes = routed * copies * h * sent, routed * copies * h * _b(act)
+
+    def deepep(direction: str) -> dict:  # DeepEP's decode kernels: priced from their tables where a profile fitted them
+        return {"kernel": f"ll.{direction}", "experts": moe.num_experts} if low_latency else {}
+
     if exchange == "all_to_all":
-        ops.append(O.collective("moe.dispatch", "all_to_all", dispatch_bytes, ep, phase=ph))
+        ops.append(O.collective("moe.dispatch", "all_to_all", dispatch_bytes, ep, phase=ph, **deepep("dispatch")))
     elif exchange == "gather":
         ops.append(O.collective("moe.gather", "all_gather", group_tokens * h * sent, sc.moe_group, phase=ph))
     stored = expert_format(model, sc)
@@ -780,7 +784,7 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
                    for op in experts]
     ops += experts
     if exchange == "all_to_all":
-        ops.append(O.collective("moe.combine", "all_to_all", combine_bytes, ep, phase=ph))
+        ops.append(O.collective("moe.combine", "all_to_all", combine_bytes, ep, phase=ph, **deepep("combine")))
         if shard > 1:  # each expert split over shard ranks: their partial outputs meet
             ops.append(O.collective("moe.allgather", "all_gather", tokens * h * _b(act), shard, phase=ph))
     elif exchange == "gather":  # every rank's partial outputs summed and each DP rank's own tokens scattered back

@@ -211,11 +211,16 @@ def copy(name: str, nbytes, **kw) -> Op:
 
 
 def collective(name: str, kind: str, nbytes, group: int, *, phase: str, count: float = 1.0,
-               scope: str = "layer", span: str = "auto") -> Op:
+               scope: str = "layer", span: str = "auto", kernel: str = "", experts: int = 0) -> Op:
     """A collective over ``group`` ranks. ``nbytes`` is the buffer in NCCL's convention: the reduced buffer
     (all_reduce), the gathered output (all_gather), the full input (reduce_scatter), each rank's send
-    buffer (all_to_all), the message (p2p)."""
-    return Op(name, kind, phase, 0.0, nbytes, {"bytes": nbytes, "group": group, "span": span}, count, scope)
+    buffer (all_to_all), the message (p2p). ``kernel``: an engine's own kernel for it where its cost differs
+    from the collective model's (``ll.dispatch``, ``ll.combine``: DeepEP's low-latency MoE exchange over a
+    model of ``experts`` experts; :func:`perfmodel.cost.comm.deepep_time`)."""
+    params = {"bytes": nbytes, "group": group, "span": span}
+    if kernel:
+        params.update(kernel=kernel, experts=experts)
+    return Op(name, kind, phase, 0.0, nbytes, params, count, scope)
 
 
 def sample(name: str, rows, vocab: int, method: str, **kw) -> Op:

@@ -241,6 +241,13 @@ class Profile:
     # (interconnect.*.latency) for every ring step, and a bus-bandwidth fraction of the link's.
     comm_alpha_s: dict[str, float] = field(default_factory=dict)
     comm_eta: dict[str, float] = field(default_factory=dict)
+    # DeepEP's low-latency MoE kernels (perfmodel.cost.comm.deepep_time), per direction ("ll.dispatch",
+    # "ll.combine"): a call's fixed time, a time per expert of the model (every rank signals each expert its count)
+    # and the bandwidth its per-rank bytes move at, over the spec's scale-up link bandwidth; fitted by `perfmodel
+    # fit` from an engine's measured DeepEP tables inside one node (perfmodel.fit.deepep); none: the collective model
+    deepep_alpha_s: dict[str, float] = field(default_factory=dict)
+    deepep_expert_s: dict[str, float] = field(default_factory=dict)
+    deepep_eta: dict[str, float] = field(default_factory=dict)
     # fixed cost of one collective: launch and the peers' synchronisation (estimate: NCCL's own tuning model
     # starts a ring at 6.6 us (LL) to 8.4 us (Simple), src/graph/tuning.cc baseLat)
     comm_base_s: float = 6.0e-6
@@ -296,7 +303,7 @@ _NUMBER_DICTS = ("gemm_eta", "gemm_tile_c_fmt", "gemm_mem_eta_scale", "gemm_prol
                  "gemm_grouped_eta", "gemm_grouped_mem", "gemm_grouped_skew", "moe_pair_s",
                  "attn_sfu_cycles", "attn_sfu_p", "attn_cta_cycles", "attn_mem_ctas", "mem_eta", "mem_alpha_s", "row_s", "host_floor_s", "attn_eta", "attn_dec_eta",
                  "attn_overhead_s", "attn_cta_blocks", "attn_tail", "attn_softness", "attn_block_q", "attn_block_k",
-                 "token_return_s", "deltanet_scan")
+                 "token_return_s", "deltanet_scan", "deepep_alpha_s", "deepep_expert_s", "deepep_eta")
 _MAY_BE_ZERO = ("gemm_grouped_overhead_s",)  # a cost that may be absent
 _FREE_DICTS = ("validation", "provenance", "training", "power", "host")  # checked by their own users
 # Per-collective fitted parameters, keyed "<collective>:<world size>" (perfmodel.cost.comm)
@@ -326,7 +333,7 @@ MAX_TIME_S = 1.0
 MAX_OTHER = 1e6
 MAX_LOG_SPREAD = 5.0  # a quantile or spread of log(measured / predicted): e^5, a factor of 150
 # comm_eta: bus bandwidth over the spec's link bandwidth, which the fitter bounds at 2 (perfmodel.fit)
-_RELATIVE_ETA = ("gemm_mem_eta_scale", "gemm_grouped_eta", "gemm_grouped_mem", "comm_eta")
+_RELATIVE_ETA = ("gemm_mem_eta_scale", "gemm_grouped_eta", "gemm_grouped_mem", "comm_eta", "deepep_eta")
 _SHARES = ("gemm_wave_q",)
 _TIMES = ()  # times whose name does not end in _s
 
@@ -507,7 +514,7 @@ def _check_field(key: str, value, default, file: str) -> None:
             raise bad(problem)
     elif key in _NUMBER_DICTS:
         if not isinstance(value, dict) or not all(isinstance(k, str) and (_positive(v) or (v == 0 and key in (
-                "host_floor_s",))) for k, v in value.items()):
+                "host_floor_s", "deepep_expert_s"))) for k, v in value.items()):
             raise bad("an object of positive finite numbers")
         for k, v in value.items():
             problem = _range_problem(key, v)

@@ -131,6 +131,10 @@ def carry(profile: Profile, source: HardwareSpec | None, target: HardwareSpec, *
         comm_eta={k: min(v * link, MAX_ETA) for k, v in profile.comm_eta.items()},
         scaleup_eta=min(profile.scaleup_eta * link, MAX_ETA),
         comm_alpha_s={k: v * lat for k, v in profile.comm_alpha_s.items()},
+        # DeepEP's kernels: their fixed and per-expert times as the collectives' latency, their rate as a link share
+        deepep_alpha_s={k: v * lat for k, v in profile.deepep_alpha_s.items()},
+        deepep_expert_s={k: v * lat for k, v in profile.deepep_expert_s.items()},
+        deepep_eta={k: min(v * link, MAX_ETA) for k, v in profile.deepep_eta.items()},
         power=carry_power(profile.power, source, target) if profile.power and source is not None else profile.power,
         carry_spread=max(profile.carry_spread, same_vendor_spread()),
         # a part's measured tables price that part alone (perfmodel.cost.tables): never another part's shapes

@@ -10,7 +10,9 @@ preset, and the bytes per routed token-expert pair each side moves (the table's:
     python docs/tools/deepep_check.py
 
 Needs aiconfigurator-core 0.12.0 (``pip install -e '.[import]'``; docs/tools/regenerate.py skips the block
-without it).
+without it). Then each SGLang folder's fitted constants (perfmodel.fit.deepep), their error on the shapes the fit
+held out, and the error of the same rows fitted without the per-expert term; then the calls across 2-8 HGX nodes
+that the Hopper parts' older tables time, beside the collective model that prices them.
 """
 from __future__ import annotations
 
@@ -51,6 +53,77 @@ def projected(part: str, tokens: int) -> tuple:
     return d.time, c.time, d.op.params["bytes"], c.op.params["bytes"]
 
 
+FOLDERS = ("h100-sxm-sglang", "h200-sxm-sglang", "b200-sglang", "b300-sglang")
+
+
+def fit_table() -> str:
+    """Each SGLang folder's fitted constants and held-out error (its profile's record of perfmodel.fit.deepep),
+    beside what the same rows give without the per-expert term (alpha + bytes / bandwidth, fitted alike)."""
+    import numpy as np
+    from scipy.optimize import nnls
+
+    from perfmodel.fit.deepep import DIRECTIONS, deepep_rows
+    from perfmodel.measure.store import read_rows
+    from perfmodel.profile import load_profile
+
+    lines = ["| folder | direction | fixed (us) | per expert (ns) | bandwidth (GB/s) | held out: median / P90 | "
+             "rows | without the per-expert term, in-sample: median / P90 |", "|---|---|---|---|---|---|---|---|"]
+    for name in FOLDERS:
+        folder = ROOT / "calibration" / name
+        fits = load_profile(folder).provenance["deepep"]
+        rows = deepep_rows(read_rows(folder / "measurements.jsonl.gz"))
+        for d in DIRECTIONS:
+            f, mine = fits[d], [r for r in rows if r["params"]["direction"] == d]
+            t = np.array([r["time_s"] for r in mine])
+            a = np.c_[np.ones(len(t)), [r["params"]["bytes"] for r in mine]]
+            x, _ = nnls(a / t[:, None], np.ones(len(t)))
+            e = np.abs(a @ x / t - 1)
+            ho = f["held_out"]
+            lines.append(f"| {name} | {d} | {f['alpha_s'] * 1e6:.1f} | {f['expert_s'] * 1e9:.1f} | "
+                         f"{f['bandwidth_gbs']:.0f} | {ho['median_abs_error']:.1%} / {ho['p90_abs_error']:.1%} | "
+                         f"{len(mine)} | {np.median(e):.1%} / {np.quantile(e, 0.9):.1%} |")
+    return "\n".join(lines)
+
+
+# the part whose tables time DeepEP across HGX nodes (the H100's file of that release holds the same times)
+ACROSS = {"h200_sxm": "h200-sxm"}
+ACROSS_VERSION = "0.5.6.post2"
+
+
+def across_table() -> str:
+    """DeepEP's low-latency calls across 2-8 HGX nodes (SGLang 0.5.6.post2's tables, DeepSeek-V3's MoE, EP 8 a
+    node) beside the projection, which prices them by the collective model's all-to-all across NVLink domains
+    (the remote share over each rank's scale-out NIC; one node's fit does not apply there)."""
+    import pandas as pd
+
+    from perfmodel.cost.comm import collective_time
+    from perfmodel.graph import deepep_ll_dispatch_bytes
+    from perfmodel.imports.aiconfigurator import find_source
+    from perfmodel.resolve import setup
+
+    lines = ["| part | nodes (EP) | tokens per rank | dispatch measured / projected (us) | "
+             "combine measured / projected (us) |", "|---|---|---|---|---|"]
+    errors: list[float] = []
+    for system, part in ACROSS.items():
+        d = pd.read_parquet(find_source().data / system / "comm" / "sglang" / ACROSS_VERSION
+                            / "wideep_deepep_ll_perf.parquet")
+        d = d[(d.hidden_size == HIDDEN) & (d.num_experts == EXPERTS) & (d.num_topk == TOP_K) & (d.node_num > 1)]
+        s = setup(part, "deepseek-v3", {"engine": "sglang"})
+        for r in d.sort_values(["node_num", "num_token"]).itertuples():
+            if int(r.num_token) not in (8, 64, 256):
+                continue
+            ep, pairs = 8 * int(r.node_num), int(r.num_token) * TOP_K
+            times = [collective_time("all_to_all", pairs * per_pair, ep, ep, s.hardware, s.profile,
+                                     kernel=f"ll.{direction}", experts=EXPERTS) * 1e6
+                     for direction, per_pair in (("dispatch", deepep_ll_dispatch_bytes(HIDDEN)),
+                                                 ("combine", 2.0 * HIDDEN))]
+            errors += [times[0] / r.dispatch_avg_t_us - 1, times[1] / r.combine_avg_t_us - 1]
+            lines.append(f"| {part} | {int(r.node_num)} ({ep}) | {int(r.num_token):,} | "
+                         f"{r.dispatch_avg_t_us:.1f} / {times[0]:.1f} | {r.combine_avg_t_us:.1f} / {times[1]:.1f} |")
+    return ("\n".join(lines) + f"\n\nMedian |error| over these calls: {statistics.median(abs(e) for e in errors):.0%}"
+            f" (signed {statistics.median(errors):+.0%}).")
+
+
 def markdown() -> str:
     errors: dict[str, list[float]] = {"dispatch": [], "combine": []}
     lines = ["| part | tokens per rank | dispatch measured / projected (us) | combine measured / projected (us) | "
@@ -73,7 +146,10 @@ def markdown() -> str:
                          f"{mc_b:,.0f} / {c_b / pairs:,.0f} |")
     summary = "; ".join(f"{k} {statistics.median(abs(e) for e in v) * 100:.0f}% (signed "
                         f"{statistics.median(v) * 100:+.0f}%)" for k, v in errors.items())
-    return "\n".join(lines) + f"\n\nMedian |error| of the projected times over these rows: {summary}."
+    return ("\n".join(lines) + f"\n\nMedian |error| of the projected times over these rows: {summary}.\n\n"
+            f"The fits (`perfmodel fit DIR --only deepep`; errors relative to the measured time):\n\n{fit_table()}"
+            f"\n\nAcross 8-GPU nodes (SGLang {ACROSS_VERSION}'s tables at DeepSeek-V3's MoE; the projection's "
+            f"all-to-all across NVLink domains):\n\n{across_table()}")
 
 
 if __name__ == "__main__":

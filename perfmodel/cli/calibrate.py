@@ -34,6 +34,9 @@ def register(sub) -> None:
     p.add_argument("--arch", default=None, help="spec of the measured part (default: matched by device name)")
     p.add_argument("--holdout", type=float, default=0.25, help="share of shapes held out for validation, in [0, 1)")
     p.add_argument("--seed", type=int, default=0, help="seed of the held-out split (default 0)")
+    p.add_argument("--only", default=None, choices=("deepep",),
+                   help="fit this family alone into the folder's existing profile.json (deepep: DeepEP's "
+                        "low-latency kernels from an imported wide-EP table), leaving the rest as fitted")
     p.set_defaults(func=cmd_fit)
 
     p = sub.add_parser("import", help="measured kernel tables from another tool, as calibration rows")
@@ -169,10 +172,13 @@ def _refuse_cpu_calibration(folder) -> None:
 
 
 def cmd_fit(args) -> int:
-    from ..fit.directory import fit_directory
+    from ..fit.directory import fit_directory, refit_family
 
     _check_folder_json(args.dir)
     _refuse_cpu_calibration(args.dir)
+    if args.only:
+        print(refit_family(args.dir, args.only), end="")
+        return 0
     try:
         report = fit_directory(args.dir, spec=args.arch, holdout=args.holdout, seed=args.seed)
     except RecursionError:  # a file below the folder's top level; the scan above covers the ones fit reads

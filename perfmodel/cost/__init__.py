@@ -136,7 +136,8 @@ def _time_parts(op: Op, hw, prof: Profile, *, mode: str, world: int, xp, sustain
     p = op.params
     shape = (lambda x: np.asarray(x, dtype=float)) if xp.numeric else (lambda x: x)
     if k in COMM_KINDS:
-        return collective_time(k, p["bytes"], p["group"], world, hw, prof, sol=sol, xp=xp), 0.0, 0.0
+        return collective_time(k, p["bytes"], p["group"], world, hw, prof, sol=sol, xp=xp,
+                               kernel=p.get("kernel", ""), experts=p.get("experts", 0)), 0.0, 0.0
     if k in COMPUTE_KINDS:
         peak, eta = matmul_rate(hw, p["dtype"], prof, p.get("scaling"))
         if sol:

@@ -111,8 +111,20 @@ def _within_domain(kind: str, nbytes, p: int, hw, prof: Profile, xp=NP):
     return t
 
 
-def collective_time(kind: str, nbytes, group, world, hw, prof: Profile, *, sol: bool = False, xp=NP):
-    """Time of one collective; ``group`` ranks take part, ``world`` GPUs make up the model replica."""
+def deepep_time(kernel: str, nbytes, experts: int, hw, prof: Profile):
+    """One call of DeepEP's low-latency ``kernel`` (``ll.dispatch``, ``ll.combine``) moving ``nbytes`` from this
+    rank in a model of ``experts`` experts, from the profile's fit to an engine's measured tables
+    (:mod:`perfmodel.fit.deepep`), or None where no profile fitted it."""
+    if kernel not in prof.deepep_eta:
+        return None
+    return (prof.deepep_alpha_s[kernel] + prof.deepep_expert_s.get(kernel, 0.0) * experts
+            + nbytes / (prof.deepep_eta[kernel] * hw.scaleup_bandwidth))
+
+
+def collective_time(kind: str, nbytes, group, world, hw, prof: Profile, *, sol: bool = False, xp=NP,
+                    kernel: str = "", experts: int = 0):
+    """Time of one collective; ``group`` ranks take part, ``world`` GPUs make up the model replica; ``kernel``
+    an engine's own kernel for it (:func:`deepep_time`: inside one NVLink domain, where a profile fitted it)."""
     domain = hw.scaleup_domain
     if sol:  # link bandwidth only
         if kind == "p2p":
@@ -133,7 +145,8 @@ def collective_time(kind: str, nbytes, group, world, hw, prof: Profile, *, sol: 
     if group <= 1:
         return 0.0 * nbytes
     if group <= domain:
-        return _within_domain(kind, nbytes, int(group), hw, prof, xp)
+        own = deepep_time(kernel, nbytes, experts, hw, prof) if kernel else None
+        return own if own is not None else _within_domain(kind, nbytes, int(group), hw, prof, xp)
     if kind == "all_to_all":
         return _all_to_all_across(nbytes, int(group), hw, prof, xp)
     outer = group / domain

@@ -14,11 +14,14 @@ from ..cost.tables import folder_classes
 from ..errors import InputError
 from ..io import write_text_atomic
 from ..measure.store import ENVIRONMENT, MEASUREMENTS, read_rows
-from ..profile import DEFAULTS, IMPORT_TIMING, MEMORY_OP_KINDS, SUITE_TIMING, Profile, save_profile
+from ..profile import DEFAULTS, IMPORT_TIMING, MEMORY_OP_KINDS, SUITE_TIMING, TABLE_FIELDS, Profile, save_profile
 from ..spec import HardwareSpec
 from .clock import CLOCK_COURSE_DIR, fit_clock
 from .clock import report_text as clock_text
 from .collectives import fit_collectives
+from .deepep import fit_deepep
+from .deepep import SECTION as DEEPEP_SECTION
+from .deepep import section as deepep_section
 from .deltanet import DELTANET_DIR, fit_deltanet
 from .deltanet import report_text as deltanet_text
 from .latency import dispatch_defaults, fit_launch, fit_profile, load_cases, residual_quantiles, validate_cases
@@ -223,6 +226,8 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
         training = {**training, "fp8_accumulation": accumulation}
     # Gated DeltaNet's chunked prefill: an engine's imported calls, or this project's (deltanet*/ on the part)
     prof, deltanet = fit_deltanet(prof, rows, hw, deltanet_sources(d, hw))
+    # DeepEP's low-latency dispatch and combine, where an engine's tables time them (imported)
+    prof, deepep = fit_deepep(prof, rows, hw)
     own, elsewhere = grouped_sources(d, hw, prof)
     if own or elsewhere:
         prof, grouped = fit_grouped_profile(prof, own, hw, elsewhere=elsewhere)
@@ -248,8 +253,9 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
                     "attention_dispatch": dispatch_seen,
                     **({"sampling": sampling} if sampling else {}),
                     "measured_families": _families_measured(cases, launches, comm_info, training, power)
-                    + (["deltanet"] if deltanet else []),
+                    + (["deltanet"] if deltanet else []) + (["deepep"] if deepep else []),
                     **({"deltanet": {k: v for k, v in deltanet.items() if k != "scan"}} if deltanet else {}),
+                    **({"deepep": deepep} if deepep else {}),
                     "module_kernels": sorted({"kv_write" for c in cases if c.params.get("includes") == "kv_write"}
                                              | {"quantize" for c in cases if c.kind == "quantize"}),
                     "attention_backends": sorted({c.backend for c in cases if c.kind == "attention"}),
@@ -283,6 +289,8 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
         text += "\n## Power-limited clock\n\n```\n" + clock_text(clock[1]) + "\n```\n"
     if tables["classes"]:
         text += "\n" + tables_markdown(tables)
+    if deepep is not None:
+        text += deepep_section(deepep)
     write_text_atomic(d / "validation.md", text)
     return text
 
@@ -306,3 +314,40 @@ def validation_markdown(prof: Profile, hw: HardwareSpec) -> str:
         if k not in skip:
             lines.append(f"- `{k}`: {json.dumps(val)}")
     return "\n".join(lines) + "\n"
+
+
+REFIT_FAMILIES = ("deepep",)  # families `perfmodel fit --only` refits into an existing profile
+
+
+def refit_family(d: str | Path, family: str) -> str:
+    """Fit one family from folder ``d``'s rows into its existing ``profile.json`` and ``validation.md``, leaving
+    every other fitted value as it is (``perfmodel fit`` fits them all, this family with them: a full refit
+    reproduces the others only to the optimizer's precision); returns the family's report, or says there was
+    nothing to fit. ``deepep``: DeepEP's low-latency kernels (:mod:`perfmodel.fit.deepep`)."""
+    from ..profile import load_profile
+
+    d = Path(d)
+    if family not in REFIT_FAMILIES:
+        raise InputError(f"expected one of {', '.join(REFIT_FAMILIES)}, got {family!r}", field="--only")
+    path = next((p for p in (d / (MEASUREMENTS + ".gz"), d / MEASUREMENTS) if p.is_file()), None)
+    if path is None or not (d / "profile.json").is_file():
+        raise InputError(f"needs {MEASUREMENTS} and a fitted profile.json (run `perfmodel fit {d}` first)",
+                         file=str(d))
+    prof = load_profile(d / "profile.json")
+    hw = match_spec(read_environment(d / ENVIRONMENT), None)
+    prof, report = fit_deepep(prof, read_rows(path), hw)
+    if report is None:
+        return f"{d}: no DeepEP rows to fit; nothing written"
+    prov = dict(prof.provenance)
+    prov["measured_families"] = [f for f in prov.get("measured_families", []) if f != family] + [family]
+    prov["deepep"] = report
+    imported = _import_provenance(d / ENVIRONMENT)
+    if imported:  # the import that brought the rows, as a full fit records it
+        prov["import"] = imported
+    # the table fields name the folder when loaded (profile._with_tables); the file never holds a path
+    save_profile(prof.with_(provenance=prov, **{f: "" for f in TABLE_FIELDS.values()}), d / "profile.json")
+    md = d / "validation.md"
+    text = md.read_text(encoding="utf-8") if md.is_file() else ""
+    text = text.split(f"\n{DEEPEP_SECTION}\n")[0].rstrip("\n") + "\n"
+    write_text_atomic(md, text + deepep_section(report))
+    return deepep_section(report).strip() + "\n"

@@ -58,7 +58,7 @@ SYSTEMS: dict[str, str] = {
     "gb300": "gb300", "a100_sxm": "a100-sxm-80gb", "l40s": "l40s", "rtx_pro_6000_server": "rtx-pro-6000",
 }
 ENGINES = ("trtllm", "vllm", "sglang")
-FAMILIES = ("gemm", "attention", "comm", "moe", "deltanet")
+FAMILIES = ("gemm", "attention", "comm", "moe", "deltanet", "deepep")
 
 # table dtype names -> (this project's dtype, scaling)
 GEMM_FORMATS: dict[str, tuple[str, str]] = {
@@ -282,6 +282,7 @@ REQUIRED_COLUMNS = {
     "custom_allreduce_perf": ("num_gpus", "message_size"), "nccl_perf": ("num_gpus", "message_size"),
     "moe_perf": ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"),
     "gdn_perf": ("batch_size", "seq_len", "num_k_heads", "head_k_dim", "num_v_heads", "head_v_dim"),
+    "wideep_deepep_ll_perf": ("node_num", "hidden_size", "num_token", "num_topk", "num_experts"),
 }
 TEXT_COLUMNS = frozenset({"kernel_source", "gemm_dtype", "attn_dtype", "kv_cache_dtype", "mla_dtype", "op_name",
                           "nccl_dtype", "allreduce_dtype", "implementation", "backend", "moe_dtype", "distribution",
@@ -599,6 +600,8 @@ def convert_gdn(cols: dict[str, list]) -> Converted:
 
 GDN_COLUMNS = ("kernel_source", "phase", "batch_size", "seq_len", "num_k_heads", "head_k_dim", "num_v_heads",
                "head_v_dim", "latency")
+DEEPEP_LL_COLUMNS = ("node_num", "hidden_size", "num_token", "num_topk", "num_experts", "dispatch_avg_t_us",
+                     "combine_avg_t_us")
 QUANT_COLUMNS = ("m", "k", "quant_dtype", "latency")
 GEMM_COLUMNS = ("kernel_source", "gemm_dtype", "m", "n", "k", "latency")
 ATTN_COLUMNS = ("kernel_source", "batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "window_size",
@@ -608,6 +611,29 @@ CUSTOM_AR_COLUMNS = ("allreduce_dtype", "num_gpus", "message_size", "latency", "
                      "kernel_source")
 MOE_COLUMNS = ("kernel_source", "moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
                "moe_tp_size", "moe_ep_size", "distribution", "latency")
+
+
+def convert_deepep_ll(cols: dict[str, list]) -> Converted:
+    """DeepEP's low-latency kernels (SGLang's wide-EP tables): one row per direction, with the bytes each rank
+    sends (every routed token-expert pair a message: :func:`perfmodel.graph.deepep_ll_dispatch_bytes` out, bf16
+    back) beside the shape. The tables give microseconds."""
+    from ..graph import deepep_ll_dispatch_bytes
+
+    out = Converted()
+    for r in _rows(cols):
+        hidden, tokens, top_k = int(r["hidden_size"]), int(r["num_token"]), int(r["num_topk"])
+        pairs = tokens * top_k
+        for direction, column, per_pair in (("ll.dispatch", "dispatch_avg_t_us", deepep_ll_dispatch_bytes(hidden)),
+                                            ("ll.combine", "combine_avg_t_us", 2.0 * hidden)):
+            out.read += 1  # a time per direction: two measurements a table row
+            t = _latency_s(r.get(column))
+            if t is None:
+                out.skip("no positive latency")
+                continue
+            params = {"op": "deepep", "direction": direction, "nodes": int(r["node_num"]), "hidden": hidden,
+                      "tokens": tokens, "top_k": top_k, "experts": int(r["num_experts"]), "bytes": pairs * per_pair}
+            out.rows.append({"id": _row_id("deepep", params), "kind": "deepep", "params": params, "time_s": t / 1e3})
+    return out
 
 
 def _kernel_of(r: dict) -> str:
@@ -695,6 +721,7 @@ def plans(engine: str) -> list[TablePlan]:
                   None),
         TablePlan("moe", "moe_perf", MOE_COLUMNS, convert_moe, _moe_stratum),
         TablePlan("deltanet", "gdn_perf", GDN_COLUMNS, convert_gdn, None, folder="linear_attention"),
+        TablePlan("deepep", "wideep_deepep_ll_perf", DEEPEP_LL_COLUMNS, convert_deepep_ll, None, folder="comm"),
     ]
 
 
