@@ -337,7 +337,7 @@ def refit_family(d: str | Path, family: str) -> str:
     hw = match_spec(read_environment(d / ENVIRONMENT), None)
     prof, report = fit_deepep(prof, read_rows(path), hw)
     if report is None:
-        return f"{d}: no DeepEP rows to fit; nothing written"
+        return f"{d}: no DeepEP rows to fit; nothing written\n"
     prov = dict(prof.provenance)
     prov["measured_families"] = [f for f in prov.get("measured_families", []) if f != family] + [family]
     prov["deepep"] = report
