@@ -154,13 +154,9 @@ def test_committed_profile_is_what_fit_gives(folder, tmp_path):
     assert not determined, (f"calibration/{folder}/profile.json is not what `perfmodel fit` gives now: "
                             f"{determined[:10]}")
     # and what the refit prices: every measured row within 1e-5 of the committed profile's price
-    assert _row_prices(src, load_profile_json(dst / "profile.json")) == pytest.approx(prices, rel=1e-5)
-
-
-def load_profile_json(path):
     from perfmodel.profile import load_profile
 
-    return load_profile(path)
+    assert _row_prices(src, load_profile(dst / "profile.json")) == pytest.approx(prices, rel=1e-5)
 
 
 def _row_prices(folder, prof=None):
@@ -168,14 +164,14 @@ def _row_prices(folder, prof=None):
     the fit's validation prices them."""
     import numpy as np
 
-    from perfmodel.fit.directory import match_spec, read_environment
+    from perfmodel.fit.directory import match_spec, measurements_path, read_environment
     from perfmodel.fit.latency import load_cases, validate_cases
     from perfmodel.fit.layers import validate_layers
-    from perfmodel.measure.store import ENVIRONMENT, MEASUREMENTS, read_rows
+    from perfmodel.measure.store import ENVIRONMENT, read_rows
     from perfmodel.profile import load_profile
 
     prof = prof or load_profile(folder / "profile.json")
-    path = next(p for p in (folder / (MEASUREMENTS + ".gz"), folder / MEASUREMENTS) if p.is_file())
+    path = measurements_path(folder)
     hw = match_spec(read_environment(folder / ENVIRONMENT), None)
     cases, layers, _, _ = load_cases(read_rows(path), 0.25, 0)
     ops = [r["predicted_s"] for r in validate_cases(cases, hw, prof)[1]]

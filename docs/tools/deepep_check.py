@@ -63,6 +63,7 @@ def fit_table() -> str:
     from scipy.optimize import nnls
 
     from perfmodel.fit.deepep import DIRECTIONS, deepep_rows
+    from perfmodel.fit.directory import measurements_path
     from perfmodel.measure.store import read_rows
     from perfmodel.profile import load_profile
 
@@ -71,7 +72,7 @@ def fit_table() -> str:
     for name in FOLDERS:
         folder = ROOT / "calibration" / name
         fits = load_profile(folder).provenance["deepep"]
-        rows = deepep_rows(read_rows(folder / "measurements.jsonl.gz"))
+        rows = deepep_rows(read_rows(measurements_path(folder)))
         for d in DIRECTIONS:
             f, mine = fits[d], [r for r in rows if r["params"]["direction"] == d]
             t = np.array([r["time_s"] for r in mine])
@@ -146,7 +147,9 @@ def markdown() -> str:
                          f"{mc_b:,.0f} / {c_b / pairs:,.0f} |")
     summary = "; ".join(f"{k} {statistics.median(abs(e) for e in v) * 100:.0f}% (signed "
                         f"{statistics.median(v) * 100:+.0f}%)" for k, v in errors.items())
-    return ("\n".join(lines) + f"\n\nMedian |error| of the projected times over these rows: {summary}.\n\n"
+    return ("\n".join(lines) + f"\n\nMedian |error| of the projected times over these rows: {summary} (in-sample "
+            f"on the parts with a fit of their own, whose held-out errors are in the next table; GB200 and GB300 "
+            f"carried).\n\n"
             f"The fits (`perfmodel fit DIR --only deepep`; errors relative to the measured time):\n\n{fit_table()}"
             f"\n\nAcross 8-GPU nodes (SGLang {ACROSS_VERSION}'s tables at DeepSeek-V3's MoE; the projection's "
             f"all-to-all across NVLink domains):\n\n{across_table()}")

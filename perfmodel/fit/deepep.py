@@ -10,7 +10,7 @@ the model its count, so a call is
 
 fitted per direction by non-negative least squares on relative error (a 16 us call at one token weighs as much as
 a 1 ms call at 2,048), with a quarter of the shapes held out by a hash of the shape. Without the per-expert term
-the same tables miss by 8-12% at the median (30% at P90 on Blackwell: the 8- and 16-expert rows).
+the same tables miss more, worst on the 8- and 16-expert rows (docs/tools/deepep_check.py prints both).
 Only one node's rows are fitted (``node_num`` 1, inside the NVLink domain); across nodes the collective model
 prices the exchange (:func:`perfmodel.cost.comm.collective_time`).
 """

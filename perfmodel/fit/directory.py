@@ -14,7 +14,8 @@ from ..cost.tables import folder_classes
 from ..errors import InputError
 from ..io import write_text_atomic
 from ..measure.store import ENVIRONMENT, MEASUREMENTS, read_rows
-from ..profile import DEFAULTS, IMPORT_TIMING, MEMORY_OP_KINDS, SUITE_TIMING, TABLE_FIELDS, Profile, save_profile
+from ..profile import (DEFAULTS, IMPORT_TIMING, MEMORY_OP_KINDS, SUITE_TIMING, TABLE_FIELDS, Profile, load_profile,
+                       save_profile)
 from ..spec import HardwareSpec
 from .clock import CLOCK_COURSE_DIR, fit_clock
 from .clock import report_text as clock_text
@@ -175,11 +176,18 @@ def deltanet_sources(d: Path, hw: HardwareSpec) -> list[tuple[str, list[dict]]]:
     return out
 
 
-def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, seed: int = 0) -> str:
-    d = Path(directory)
+def measurements_path(d: Path) -> Path:
+    """A folder's measured rows: ``measurements.jsonl``, else the compressed file imported tables ship (the
+    plain name when neither exists)."""
     path = d / MEASUREMENTS
     if not path.is_file() and (d / (MEASUREMENTS + ".gz")).is_file():
         path = d / (MEASUREMENTS + ".gz")  # imported tables ship compressed
+    return path
+
+
+def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, seed: int = 0) -> str:
+    d = Path(directory)
+    path = measurements_path(d)
     if not path.is_file():
         raise InputError(f"no {MEASUREMENTS} here; run `perfmodel calibrate --out {d}` (or `perfmodel import`) "
                          "first", file=str(d))
@@ -324,13 +332,11 @@ def refit_family(d: str | Path, family: str) -> str:
     every other fitted value as it is (``perfmodel fit`` fits them all, this family with them: a full refit
     reproduces the others only to the optimizer's precision); returns the family's report, or says there was
     nothing to fit. ``deepep``: DeepEP's low-latency kernels (:mod:`perfmodel.fit.deepep`)."""
-    from ..profile import load_profile
-
     d = Path(d)
     if family not in REFIT_FAMILIES:
         raise InputError(f"expected one of {', '.join(REFIT_FAMILIES)}, got {family!r}", field="--only")
-    path = next((p for p in (d / (MEASUREMENTS + ".gz"), d / MEASUREMENTS) if p.is_file()), None)
-    if path is None or not (d / "profile.json").is_file():
+    path = measurements_path(d)
+    if not path.is_file() or not (d / "profile.json").is_file():
         raise InputError(f"needs {MEASUREMENTS} and a fitted profile.json (run `perfmodel fit {d}` first)",
                          file=str(d))
     prof = load_profile(d / "profile.json")
