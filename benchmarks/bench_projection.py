@@ -59,7 +59,7 @@ def _timed(fn, reps: int) -> tuple[float, float]:
 def warm_projection(reps: int) -> dict:
     by_name = _timed(lambda: project("h200-sxm", "llama-3.1-70b", tp=8), reps)
     hw, model = resolve_hardware("h200-sxm"), resolve_model("llama-3.1-70b")
-    sc = resolve_scenario(Scenario(tp=8).validated(), hw)  # as perfmodel.resolve.setup hands it over
+    sc = resolve_scenario(Scenario(tp=8).validated(), hw, None)  # as perfmodel.resolve.setup hands it over
     prof = resolve_profile(None, hw, sc.engine)
     resolved = _timed(lambda: project_resolved(hw, model, sc, prof), reps)
     return {"project_ms": by_name[0] * 1e3, "project_cpu_ms": by_name[1] * 1e3,
@@ -74,7 +74,7 @@ def sweeps(reps: int) -> dict:
     axes = [parse_vary("hbm_bandwidth=2TB/s:16TB/s:100"), Axis("batch", list(range(1, 101)))]
     sc = Scenario().validated()
     run = _timed(lambda: run_sweep(hw, model, sc, prof, axes), reps)
-    sc8 = resolve_scenario(Scenario(isl=1024, osl=128, dtype="fp8").validated(), hw)
+    sc8 = resolve_scenario(Scenario(isl=1024, osl=128, dtype="fp8").validated(), hw, None)
     bws, batch = np.linspace(4e12, 12e12, 100)[:, None], np.arange(1, 101)[None, :]
     vec = _timed(lambda: serving_times(model, spec_with(hw, hbm_bandwidth=bws), sc8, prof, batch), reps)
     return {"run_sweep_10k_s": run[0], "run_sweep_10k_cpu_s": run[1], "serving_times_10k_s": vec[0],

@@ -57,6 +57,11 @@ KERNELS: dict[str, AttentionKernel] = {k.key: k for k in (
     AttentionKernel("flashinfer", "FlashInfer (FA3 template on Hopper, TRT-LLM-gen kernels on Blackwell)", "cudnn",
                     "FlashInfer 0.2+ uses the FA3 template on sm90 (FlashInfer release notes); " + _FA3_CLASS,
                     generations=_HOPPER_PLUS, fallback="flash"),
+    AttentionKernel("triton", "Triton attention kernels (SGLang's triton backend: extend and split-KV decode)",
+                    "flash", "SGLang's Triton kernels (layers/attention/triton_ops: extend_attention.py, "
+                    "decode_attention.py, 0.5.9) tile queries per CTA with an online softmax and no warp "
+                    "specialisation or TMA, the FlashAttention-2 scheme: carried from PyTorch's FlashAttention-2 "
+                    "measurement (estimate) where no engine table times them"),
 )}
 ALIASES = {"fa2": "flash", "sdpa-flash": "flash", "tensorrt-llm": "trtllm", "xqa": "trtllm"}
 CHOICES = (AUTO, *KERNELS, *ALIASES)

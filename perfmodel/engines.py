@@ -18,6 +18,35 @@ AUTO = "auto"
 GiB = 2**30
 
 
+# Which models a model-dependent default applies to (:class:`ModelDefault`): a predicate on the model, and the words a
+# projection's assumptions name them by
+MODEL_CLASSES = {
+    "linear_attention": (lambda m: getattr(m, "linear_attention", None) is not None,
+                         "models with Gated DeltaNet linear-attention layers (Qwen3-Next, Qwen3.5)"),
+}
+
+
+@dataclass(frozen=True)
+class ModelDefault:
+    """A default the engine sets for some models only, as its server arguments resolve per architecture: scenario
+    field ``field`` takes ``value`` for the models of class ``models`` (:data:`MODEL_CLASSES`) on the NVIDIA
+    generations listed (empty: every part), unless the user set the field."""
+
+    field: str
+    value: object
+    models: str
+    what: str  # the default in words ("synchronous scheduling")
+    source: str
+    generations: tuple[str, ...] = ()
+
+    def applies(self, model, generation: str) -> bool:
+        return MODEL_CLASSES[self.models][0](model) and (not self.generations or generation in self.generations)
+
+    def note(self) -> str:
+        where = f" on {'/'.join(self.generations)} parts" if self.generations else ""
+        return f"{self.what}{where} for {MODEL_CLASSES[self.models][1]}"
+
+
 @dataclass(frozen=True)
 class Engine:
     key: str
@@ -91,6 +120,15 @@ class Engine:
     # data parallelism; ``sources["allreduce_norm"]``
     allreduce_norm: tuple[str, ...] = ()
     allreduce_norm_generations: tuple[str, ...] = ()
+    # defaults the engine sets per model architecture (its server arguments' model-specific adjustments)
+    model_defaults: tuple[ModelDefault, ...] = ()
+
+    def defaults_for_model(self, model, generation: str) -> dict:
+        """The scenario fields this engine sets for ``model`` on a part of ``generation`` over its preset
+        (:attr:`model_defaults`); {} without a model."""
+        if model is None:
+            return {}
+        return {d.field: d.value for d in self.model_defaults if d.applies(model, generation)}
 
     def scheduler_host_s(self, seqs, async_scheduling: bool, xp=None):
         """The engine's host seconds for a step of ``seqs`` sequences in the given mode (``xp``: a math backend,
@@ -175,6 +213,26 @@ SGLANG_ASYNC_SOURCE = (
     "SGLang server_args.py: disable_overlap_schedule = False (0.5.9 and 0.5.23, read offline): the overlap "
     "scheduler prepares the next batch while the device runs this one (scheduler.py event_loop_overlap)")
 
+
+# SGLang's defaults for the hybrid linear-attention architectures (server_args.py, 0.5.9 and 0.5.10.post1, read
+# offline): _handle_model_specific_adjustments calls _handle_mamba_radix_cache for Qwen3NextForCausalLM and
+# Qwen3_5(Moe)ForConditionalGeneration with sm100_default_attention_backend="triton"
+SGLANG_MAMBA_SYNC_SOURCE = (
+    "SGLang 0.5.9 and 0.5.10.post1 server_args.py (read offline): mamba_scheduler_strategy 'auto' resolves to "
+    "'no_buffer', and with the radix cache on (the default) _handle_mamba_radix_cache sets disable_overlap_schedule "
+    "for Qwen3NextForCausalLM and Qwen3_5(Moe)ForConditionalGeneration ('mamba no_buffer is not compatible with "
+    "overlap schedule'): their host work runs between the device's steps")
+SGLANG_MAMBA_TRITON_SOURCE = (
+    "SGLang 0.5.9 and 0.5.10.post1 server_args.py (read offline): _handle_mamba_radix_cache(..., "
+    "sm100_default_attention_backend='triton') for Qwen3NextForCausalLM and Qwen3_5(Moe)ForConditionalGeneration: "
+    "with no --attention-backend given, their full-attention layers run the Triton backend on sm100 parts "
+    "(B200, GB200, B300, GB300), where other models run trtllm_mha")
+SGLANG_MODEL_DEFAULTS = (
+    ModelDefault("async_scheduling", False, "linear_attention", "synchronous scheduling (no overlap scheduler)",
+                 SGLANG_MAMBA_SYNC_SOURCE),
+    ModelDefault("attention_kernel", "triton", "linear_attention", "Triton attention", SGLANG_MAMBA_TRITON_SOURCE,
+                 generations=("blackwell", "blackwell-ultra")),
+)
 
 SHARED_STREAMS = ("graph", "small", "never")
 # SGLang's FUSE_ALLREDUCE_MAX_BATCH_SIZE (layers/communicator.py, 0.5.9): the most tokens a step folds its all-reduce
@@ -304,7 +362,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         scheduler_host=SGLANG_SCHEDULER_HOST, async_scheduling=True, shared_stream="graph", fused_shared_expert=True,
         fused_latent_proj=True,
         allreduce_norm=("deepseek_v3", "gpt_oss", "glm4_moe", "qwen3_moe"),
-        allreduce_norm_generations=("hopper", "blackwell", "blackwell-ultra"),
+        allreduce_norm_generations=("hopper", "blackwell", "blackwell-ultra"), model_defaults=SGLANG_MODEL_DEFAULTS,
         near_source="SGLang and vLLM share FlashInfer and CUTLASS kernels (sgl-kernel); TensorRT-LLM's next",
         admission_source="SGLang's scheduler admits while the KV pool holds the prompt (max_running_requests caps "
                          "the running sequences) and retracts requests when decode runs out (scheduler.py)",

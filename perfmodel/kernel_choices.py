@@ -18,11 +18,17 @@ _ROTARY = {"kv_write": "folded into the KV-cache write", "kernel": "one kernel o
            "eager": "plain PyTorch (five calls on queries, five on keys)"}
 
 
-def choices(hw: HardwareSpec, sc: Scenario, prof: Profile) -> dict:
-    """Per family: the kernel, and whether its efficiency was measured on ``prof``'s part or carried."""
+def choices(hw: HardwareSpec, sc: Scenario, prof: Profile, model=None) -> dict:
+    """Per family: the kernel, and whether its efficiency was measured on ``prof``'s part or carried; with the
+    engine's defaults for ``model``'s architecture the scenario runs (:attr:`perfmodel.engines.Engine.
+    model_defaults`)."""
     require_resolved(sc, "kernel_choices.choices")
     eng = engine_for(sc.engine, hw.vendor)
     out: dict = {"engine": {"key": eng.key, "name": eng.name, "version": eng.version, "sources": dict(eng.sources)}}
+    out["engine"]["model_defaults"] = [
+        {"field": d.field, "value": d.value, "rule": d.note(), "source": d.source}
+        for d in eng.model_defaults
+        if model is not None and d.applies(model, hw.generation) and getattr(sc, d.field) == d.value]
     out["gemm"] = _gemm(sc, prof)
     attention = {}
     for phase in ("prefill", "decode"):
@@ -68,6 +74,10 @@ def assumption_lines(ch: dict) -> list[str]:
     """The choices as sentences for a projection's assumptions."""
     version = f"; {ch['engine']['version']}" if ch["engine"].get("version") else ""
     out = [f"engine: {ch['engine']['name']} (--engine {ch['engine']['key']}{version}; presets in docs/engines.md)"]
+    rules = [d["rule"] for d in ch["engine"].get("model_defaults", ())]
+    if rules:
+        out.append(f"{ch['engine']['name']}'s defaults for this model's architecture: {'; '.join(rules)} (its "
+                   "server arguments, the sources in the JSON's kernels.engine.model_defaults)")
     for phase in ("prefill", "decode"):
         a = ch["attention"][phase]
         line = f"{phase} attention: {a['name']}"

@@ -475,7 +475,7 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
     if sc.mode != "sol":
         from .kernel_choices import assumption_lines, choices
 
-        out += assumption_lines(choices(hw, sc, prof))
+        out += assumption_lines(choices(hw, sc, prof, model))
         host = _host_text(sc, prof)
         if host:
             out.append(host)

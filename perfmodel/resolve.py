@@ -22,12 +22,13 @@ from .scenario import Scenario
 from .spec import HardwareSpec
 
 
-def resolve_scenario(sc: Scenario, hw: HardwareSpec | None) -> Scenario:
+def resolve_scenario(sc: Scenario, hw: HardwareSpec | None, model: Model | None) -> Scenario:
     """``sc`` resolved for ``hw`` (None: no particular part, as a training or trace graph is built): the engine
     chosen for the part's vendor (``auto``: TensorRT-LLM on NVIDIA parts, vLLM elsewhere) and every engine field
-    the user left unset filled from its preset (:mod:`perfmodel.engines`); a resolved scenario is returned as
+    the user left unset filled from its preset (:mod:`perfmodel.engines`), with the engine's defaults for
+    ``model``'s architecture (None: a layer or collective without a model); a resolved scenario is returned as
     it is. The only call of :meth:`Scenario.for_hardware` (tests/test_architecture.py)."""
-    return sc.for_hardware(hw)
+    return sc.for_hardware(hw, model)
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def setup(arch, model=None, scenario: Scenario | dict | None = None, calibration
     sc = asked = None
     if scenario is not None:
         asked = (scenario if isinstance(scenario, Scenario) else Scenario(**scenario)).validated()
-        sc = resolve_scenario(asked, hw)
+        sc = resolve_scenario(asked, hw, mdl)
     key = engine or (sc.engine if sc is not None else None) or "auto"
     # a loaded profile is taken as given (composed for this part already: carrying it again would carry twice)
     prof = calibration if isinstance(calibration, Profile) else resolve_profile(calibration, hw, key)

@@ -196,9 +196,11 @@ class Scenario:
     def resolved_for_engine(self) -> bool:
         return self.engine != "auto" and all(getattr(self, f) is not None for f in ENGINE_FIELDS)
 
-    def for_hardware(self, hw=None) -> "Scenario":
+    def for_hardware(self, hw=None, model=None) -> "Scenario":
         """The scenario with the engine chosen for ``hw``'s vendor and every engine field filled from its
-        preset where the user left it unset; the attention kernel follows ``hw``'s generation."""
+        preset where the user left it unset; the attention kernel follows ``hw``'s generation, and the engine's
+        defaults for ``model``'s architecture (:attr:`perfmodel.engines.Engine.model_defaults`) replace the
+        preset's where they apply."""
         if self.resolved_for_engine:
             return self
         from .engines import engine_for
@@ -233,6 +235,7 @@ class Scenario:
             "allreduce_norm": (eng.allreduce_norm if getattr(hw, "vendor", "nvidia") == "nvidia"
                                and getattr(hw, "generation", "") in eng.allreduce_norm_generations else ()),
         }
+        preset.update(eng.defaults_for_model(model, getattr(hw, "generation", "")))
         filled = {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in preset.items()}
         if eng.static_cache_launch and self.launch is None and filled["kv_cache"] == "static":
             filled["launch"] = eng.static_cache_launch  # the preset's launch with a static cache

@@ -90,7 +90,7 @@ def projection_dict(p, gpu_hour_usd: float | None = None) -> dict:
                         if p.scenario.mode != "sol" else None),
         "calibration": calibration_info(p.profile),
         "engine": p.scenario.engine,
-        "kernels": kernel_choices(p.hardware, p.scenario, p.profile),
+        "kernels": kernel_choices(p.hardware, p.scenario, p.profile, p.model),
         "assumptions": p.assumptions,
     }
 
@@ -103,7 +103,7 @@ def step_dict(hw, model, sc, prof, phase) -> dict:
         "model": {"key": model.key, "name": model.name},
         "phase": phase.name, "batch": _num(phase.batch), "seq": _num(phase.seq), "context": _num(phase.context),
         "tp": sc.tp, "pp": sc.pp, "ep": sc.ep, "dtype": sc.dtype, "kv_dtype": sc.kv, "launch": sc.launch,
-        "engine": sc.engine, "kernels": sc.kernels, "kernel_choices": kernel_choices(hw, sc, prof),
+        "engine": sc.engine, "kernels": sc.kernels, "kernel_choices": kernel_choices(hw, sc, prof, model),
         "mode": sc.mode,
         "time_ms": _num(phase.time_s * 1e3),
         "layer_ms": _num(phase.layer_time_s() * 1e3),

@@ -173,7 +173,7 @@ def run_validation(path=None, *, calibration=None, mode: str = "latency", engine
         sc = _scenario_for(row, where, engine, model).with_(mode=mode)
         prof = setup(hw, model, calibration=calibration, engine=sc.engine).profile
         try:  # a row whose engine does not run on its part is refused like one that does not fit
-            proj = project_resolved(hw, model, resolve_scenario(sc, hw), prof)
+            proj = project_resolved(hw, model, resolve_scenario(sc, hw, model), prof)
         except InputError as e:
             rec["status"] = f"does not fit: {e.detail}"
             out.append(rec)
@@ -244,7 +244,7 @@ class _Serving:
                 sc = Scenario(batch="max", **row_layout(row, where, model), engine=rec["engine"],
                               async_scheduling=release_scheduling(row, rec["engine"]),
                               shared_stream=release_shared_stream(row, rec["engine"]), mode=self.mode).validated()
-                sc = sc.with_(batch=admission_cap(sc, hw))
+                sc = sc.with_(batch=admission_cap(sc, hw, model))
             else:
                 sc, opts = disagg_scenario(row, where, sides, model, rec["engine"], self.mode)
         except InputError as e:
@@ -403,7 +403,7 @@ def _squared_layout_refusal(row: dict, where: str, hw) -> tuple[str, str] | None
                                        "which layout of them ran is not recorded")
 
 
-def admission_cap(sc, hw) -> int | str:
+def admission_cap(sc, hw, model) -> int | str:
     """The running-sequence cap a serving row is simulated with, by how the engine admits requests.
 
     The preset's ``admission`` (:mod:`perfmodel.engines`, with its source): ``no_evict`` (TensorRT-LLM's
@@ -416,7 +416,7 @@ def admission_cap(sc, hw) -> int | str:
 
     if sc.engine in ENGINES and ENGINES[sc.engine].admission == "no_evict":
         return "max"
-    return int(resolve_scenario(sc, hw).max_batch)
+    return int(resolve_scenario(sc, hw, model).max_batch)
 
 
 def row_layout(row: dict, where: str, model) -> dict:

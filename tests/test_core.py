@@ -22,7 +22,7 @@ DENSE = ("llama-2-7b", "llama-3.1-8b", "llama-3.1-70b", "qwen2.5-72b", "llama-3.
 def test_dense_forward_flops_are_two_times_params_times_tokens(name):
     model = load_model(name)
     tokens = 512
-    ops = build_ops(model, Step("prefill", 1, tokens, 0), resolve_scenario(Scenario(), None))
+    ops = build_ops(model, Step("prefill", 1, tokens, 0), resolve_scenario(Scenario(), None, None))
     gemm = sum(o.flops * o.count for o in ops if o.kind == "gemm" and o.scope == "layer")
     non_embedding = model.param_count() - 2 * model.vocab * model.hidden * (0.5 if model.tied_embeddings else 1.0)
     assert gemm == pytest.approx(2 * non_embedding * tokens, rel=0.02)
@@ -31,7 +31,7 @@ def test_dense_forward_flops_are_two_times_params_times_tokens(name):
 def test_moe_forward_flops_follow_active_params():
     model = load_model("mixtral")
     tokens = 4096  # enough tokens that every expert is active
-    ops = build_ops(model, Step("prefill", 1, tokens, 0), resolve_scenario(Scenario(), None))
+    ops = build_ops(model, Step("prefill", 1, tokens, 0), resolve_scenario(Scenario(), None, None))
     gemm = sum(o.flops * o.count for o in ops if o.kind == "gemm" and o.scope == "layer")
     active = model.active_param_count() - 2 * model.vocab * model.hidden
     assert gemm == pytest.approx(2 * active * tokens, rel=0.02)
@@ -44,11 +44,11 @@ def test_decode_step_is_never_faster_than_weights_and_kv_over_bandwidth(arch, na
     hw = load_spec(arch)
     model = load_model(name)
     sc = Scenario(tp=8 if name == "deepseek-v3" else 1, dtype="fp8" if name == "deepseek-v3" else "bf16")
-    step = evaluate_step(model, hw, resolve_scenario(sc, hw), DEFAULTS, Step("decode", batch, 1, context))
+    step = evaluate_step(model, hw, resolve_scenario(sc, hw, None), DEFAULTS, Step("decode", batch, 1, context))
     kv_read = capacity.kv_bytes_per_token(model, sc) * batch * context
     floor = (capacity.weight_bytes(model, sc) * (1 if model.moe is None else 0) + kv_read) / hw.hbm_bandwidth
     assert step.time_s >= floor
-    sol = evaluate_step(model, hw, resolve_scenario(sc.with_(mode="sol"), hw), DEFAULTS, Step("decode", batch, 1, context))
+    sol = evaluate_step(model, hw, resolve_scenario(sc.with_(mode="sol"), hw, None), DEFAULTS, Step("decode", batch, 1, context))
     assert step.time_s >= sol.time_s
 
 
@@ -56,7 +56,7 @@ def test_dense_decode_reads_all_weights_at_least_once():
     hw = load_spec("h200")
     model = load_model("llama70b")
     sc = Scenario(mode="sol")
-    step = evaluate_step(model, hw, resolve_scenario(sc, hw), DEFAULTS, Step("decode", 1, 1, 128))
+    step = evaluate_step(model, hw, resolve_scenario(sc, hw, None), DEFAULTS, Step("decode", 1, 1, 128))
     assert step.time_s >= capacity.weight_bytes(model, sc) / hw.hbm_bandwidth * 0.97  # embedding is gathered
 
 
@@ -81,8 +81,8 @@ def test_tp2_halves_per_gpu_weight_bytes():
     one = capacity.weight_bytes(model, Scenario(tp=1))
     two = capacity.weight_bytes(model, Scenario(tp=2))
     assert two == pytest.approx(one / 2, rel=0.005)
-    ops1 = build_ops(model, Step("decode", 1, 1, 0), resolve_scenario(Scenario(tp=1), None))
-    ops2 = build_ops(model, Step("decode", 1, 1, 0), resolve_scenario(Scenario(tp=2), None))
+    ops1 = build_ops(model, Step("decode", 1, 1, 0), resolve_scenario(Scenario(tp=1), None, None))
+    ops2 = build_ops(model, Step("decode", 1, 1, 0), resolve_scenario(Scenario(tp=2), None, None))
     w1 = sum(o.params["k"] * o.params["n"] * o.count for o in ops1 if o.kind == "gemm")
     w2 = sum(o.params["k"] * o.params["n"] * o.count for o in ops2 if o.kind == "gemm")
     assert w2 == pytest.approx(w1 / 2, rel=1e-6)
@@ -90,7 +90,7 @@ def test_tp2_halves_per_gpu_weight_bytes():
 
 def test_tp_adds_allreduce_per_block():
     model = load_model("llama70b")
-    ops = build_ops(model, Step("decode", 4, 1, 100), resolve_scenario(Scenario(tp=4), None))
+    ops = build_ops(model, Step("decode", 4, 1, 100), resolve_scenario(Scenario(tp=4), None, None))
     ar = [o for o in ops if o.kind == "all_reduce"]
     assert sum(o.count for o in ar) == 2 * model.layers
     assert all(o.params["bytes"] == 4 * model.hidden * 2 for o in ar)
@@ -114,7 +114,7 @@ def test_sol_is_a_lower_bound_of_every_op():
     model = load_model("llama70b")
     sc = Scenario(tp=2, dtype="fp8")
     for step in (Step("prefill", 2, 1024, 0), Step("decode", 64, 1, 2048)):
-        ops = build_ops(model, step, resolve_scenario(sc, None))
+        ops = build_ops(model, step, resolve_scenario(sc, None, None))
         for lat, sol in zip(time_ops(ops, hw, DEFAULTS, world=2), time_ops(ops, hw, DEFAULTS, mode="sol", world=2)):
             assert lat.time >= sol.time, lat.op.name
 
@@ -123,10 +123,10 @@ def test_max_batch_fits_and_one_more_does_not():
     hw = load_spec("h200")
     model = load_model("llama70b")
     sc = Scenario(isl=2048, osl=512, dtype="fp8", batch="max")
-    best = capacity.max_batch(model, resolve_scenario(sc, hw), hw)
+    best = capacity.max_batch(model, resolve_scenario(sc, hw, None), hw)
     assert best > 1
-    assert capacity.memory(model, resolve_scenario(sc, hw), best, hw).fits
-    assert not capacity.memory(model, resolve_scenario(sc, hw), best + 1, hw).fits
+    assert capacity.memory(model, resolve_scenario(sc, hw, None), best, hw).fits
+    assert not capacity.memory(model, resolve_scenario(sc, hw, None), best + 1, hw).fits
     p = project(hw, model, sc)
     assert p.batch == best
 
@@ -160,7 +160,7 @@ def test_vectorised_serving_times_match_scalar():
     sc = Scenario(isl=1024, osl=256, dtype="fp8")
     batches = np.array([1, 4, 32])
     bws = np.array([6e12, 8e12])[:, None]
-    grid = serving_times(model, spec_with(hw, hbm_bandwidth=bws), resolve_scenario(sc, spec_with(hw, hbm_bandwidth=bws)), DEFAULTS, batches[None, :])
+    grid = serving_times(model, spec_with(hw, hbm_bandwidth=bws), resolve_scenario(sc, spec_with(hw, hbm_bandwidth=bws), None), DEFAULTS, batches[None, :])
     for i, bw in enumerate((6e12, 8e12)):
         for j, b in enumerate(batches):
             one = project(spec_with(hw, hbm_bandwidth=bw), model, sc.with_(batch=int(b)), profile=DEFAULTS)

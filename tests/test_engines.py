@@ -32,7 +32,7 @@ def test_kernels_torch_uses_the_backend_plain_pytorch_dispatches_to():
     hw, model = load_spec("h200"), load_model("llama70b")
     prof = _cudnn_default_profile()
     sc = Scenario(engine="torch", kernels="torch").for_hardware(hw)
-    core = next(op for op in build_ops(model, Step("prefill", 1, 8192, 0), resolve_scenario(sc, None)) if op.kind == "attention")
+    core = next(op for op in build_ops(model, Step("prefill", 1, 8192, 0), resolve_scenario(sc, None, None)) if op.kind == "attention")
     assert attention_kernel(core, hw, prof).backend == "cudnn"
     t_default = time_op(core, hw, prof).time
     # the same op timed with flash's parameters (what the suite used to force) is slower
@@ -85,7 +85,7 @@ def test_what_if_spec_that_changes_capacity_rederives_visible_memory(tmp_path):
 def test_llama70b_fp8_tp1_5000_500_fits_an_h100_under_tensorrt_llm():
     hw, model = load_spec("h100-sxm"), load_model("llama-3.1-70b")
     sc = Scenario(isl=5000, osl=500, dtype="fp8", batch="max", engine="trtllm")
-    assert max_batch(model, resolve_scenario(sc, hw), hw) >= 4
+    assert max_batch(model, resolve_scenario(sc, hw, None), hw) >= 4
     p = project(hw, model, sc)
     assert p.batch >= 4 and p.memory.fits
     assert p.scenario.kv == "fp8"
@@ -100,7 +100,7 @@ def test_memory_policies_free_and_total():
     assert mf.kv_budget == pytest.approx(0.9 * (hw.hbm_visible_bytes - fixed))
     assert mt.kv_budget == pytest.approx(0.9 * hw.hbm_visible_bytes - (mt.weights + mt.activations + mt.workspace))
     for sc, m in ((free, mf), (total, mt)):
-        b = max_batch(model, resolve_scenario(sc, hw), hw)
+        b = max_batch(model, resolve_scenario(sc, hw, None), hw)
         assert memory(model, sc, b, hw).fits and not memory(model, sc, b + 1, hw).fits
 
 
@@ -127,7 +127,7 @@ def test_fused_engine_decode_rmsnorm_is_a_kernel_not_a_row_walk():
     torch_ = Scenario(engine="torch").for_hardware(hw)
     t = {}
     for name, sc in (("fused", fused), ("torch", torch_)):
-        ops = build_ops(model, Step("decode", 1, 1, 1024), resolve_scenario(sc, None))
+        ops = build_ops(model, Step("decode", 1, 1, 1024), resolve_scenario(sc, None, None))
         t[name] = time_op(next(o for o in ops if o.name == "attn.norm"), hw, prof).time
     assert t["fused"] < 0.5 * t["torch"]
     assert t["fused"] < 8e-6
@@ -191,6 +191,6 @@ def test_workbook_follows_an_overlap_method(tmp_path):
 
     hw = load_spec("h200")
     model = load_model("llama8b")
-    ph = evaluate_step(model, hw, resolve_scenario(Scenario(tp=2, overlap="stream"), hw), resolve_profile(None, hw),
+    ph = evaluate_step(model, hw, resolve_scenario(Scenario(tp=2, overlap="stream"), hw, None), resolve_profile(None, hw),
                        Step("decode", 1, 1, 1024))
     assert float(vals[cell].value[0, 0]) == pytest.approx(ph.time_s, rel=1e-9)

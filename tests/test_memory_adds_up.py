@@ -67,7 +67,7 @@ def test_weights_split_over_gpus_add_up_to_the_whole(name, split):
        tp=st.sampled_from([1, 2, 4, 8]))
 def test_inference_memory_parts_add_up(name, batch, isl, osl, tp):
     m = load_model(name)
-    sc = resolve_scenario(Scenario(tp=tp, isl=isl, osl=osl), None)
+    sc = resolve_scenario(Scenario(tp=tp, isl=isl, osl=osl), None, None)
     mem = memory(m, sc, batch, 141e9)
     assert mem.total == pytest.approx(mem.weights + mem.kv_cache + mem.activations + mem.workspace)
     assert mem.kv_cache == pytest.approx(batch * mem.kv_per_sequence)

@@ -56,7 +56,7 @@ def test_rmsnorm_row_latency_grows_with_width(fitted):
 
 def test_sustained_compute_slows_gemms_of_a_long_step(fitted):
     model = load_model("llama8b")
-    ops = build_ops(model, Step("prefill", 1, 1024, 0), resolve_scenario(Scenario(kernels="torch"), None))
+    ops = build_ops(model, Step("prefill", 1, 1024, 0), resolve_scenario(Scenario(kernels="torch"), None, None))
     alone = {o.name: time_op(o, H200, fitted).time for o in ops if o.kind == "gemm"}
     stepped = {t.op.name: t.time for t in time_ops(ops, H200, fitted) if t.op.kind == "gemm"}
     assert all(stepped[k] >= alone[k] for k in alone)
@@ -66,8 +66,8 @@ def test_sustained_compute_slows_gemms_of_a_long_step(fitted):
 def test_kernels_switch_changes_the_operator_list():
     model = load_model("llama8b")
     step = Step("decode", 4, 1, 512)
-    torch_ops = {o.name for o in build_ops(model, step, resolve_scenario(Scenario(kernels="torch"), None))}
-    fused_ops = {o.name for o in build_ops(model, step, resolve_scenario(Scenario(kernels="fused"), None))}
+    torch_ops = {o.name for o in build_ops(model, step, resolve_scenario(Scenario(kernels="torch"), None, None))}
+    fused_ops = {o.name for o in build_ops(model, step, resolve_scenario(Scenario(kernels="fused"), None, None))}
     assert {"attn.rotary_q", "attn.rotary_k", "attn.residual", "ffn.residual"} <= torch_ops
     assert not fused_ops & {"attn.rotary_q", "attn.rotary_k", "attn.residual", "ffn.residual"}
 
@@ -82,8 +82,8 @@ def test_launch_auto_graphs_decode_and_not_prefill(fitted):
     model = load_model("llama8b")
     sc = Scenario(kernels="torch")
     assert sc.launch_for("decode") == "graph" and sc.launch_for("prefill") == "eager"
-    eager = evaluate_step(model, H200, resolve_scenario(sc.with_(launch="eager"), H200), fitted, Step("decode", 1, 1, 512))
-    graph = evaluate_step(model, H200, resolve_scenario(sc, H200), fitted, Step("decode", 1, 1, 512))
+    eager = evaluate_step(model, H200, resolve_scenario(sc.with_(launch="eager"), H200, None), fitted, Step("decode", 1, 1, 512))
+    graph = evaluate_step(model, H200, resolve_scenario(sc, H200, None), fitted, Step("decode", 1, 1, 512))
     assert eager.time_s > graph.time_s
 
 

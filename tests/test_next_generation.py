@@ -49,7 +49,7 @@ def test_the_engine_attention_kernel_is_timed_as_itself_where_measured():
     from perfmodel.scenario import Scenario
 
     prof = resolve_profile(None, B200, "trtllm")
-    ch = choices(B200, resolve_scenario(Scenario(engine="trtllm").validated(), B200), prof)
+    ch = choices(B200, resolve_scenario(Scenario(engine="trtllm").validated(), B200, None), prof)
     assert ch["attention"]["decode"]["timed_as"] == "trtllm" and not ch["attention"]["decode"]["carried"]
 
 

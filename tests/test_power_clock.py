@@ -114,7 +114,7 @@ def test_json_reports_the_in_step_over_alone_ratio():
 def test_step_demand_is_a_time_weighted_mean():
     hw = resolve_hardware("h200-sxm")
     model = load_model("llama8b")
-    ops = build_ops(model, Step("prefill", 1, 4096, 0), resolve_scenario(Scenario(kernels="torch"), None))
+    ops = build_ops(model, Step("prefill", 1, 4096, 0), resolve_scenario(Scenario(kernels="torch"), None, None))
     prof = project("h200-sxm", "llama8b").profile
     d = float(step_demand(ops, hw, prof))
     gemm = [o for o in ops if o.kind == "gemm"]

@@ -29,7 +29,7 @@ def _reqs(n, rate, isl="1024", osl="128", seed=0, **kw):
 
 
 def _sc(hw, **kw):
-    return for_hardware(Scenario(**{"batch": "max", **kw}), hw).validated()
+    return for_hardware(Scenario(**{"batch": "max", **kw}), hw, None).validated()
 
 
 # --- invariants --------------------------------------------------------------------------------------

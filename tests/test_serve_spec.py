@@ -47,7 +47,7 @@ def _reqs(n, rate, isl="1024", osl="128", seed=0):
 
 
 def _sc(hw, **kw):
-    return for_hardware(Scenario(**{"batch": "max", **kw}), hw).validated()
+    return for_hardware(Scenario(**{"batch": "max", **kw}), hw, None).validated()
 
 
 def _reference(model, hw, sc, prof, n, ctx):

@@ -23,7 +23,7 @@ LLAMA70 = resolve_model("llama-3.1-70b")
 
 def _times(sc, step=Step("decode", 16, 1, 2048), model=LLAMA70, hw=H200, prof=DEFAULTS):
     sc = sc.validated().for_hardware(hw)
-    return sc, time_ops(build_ops(model, step, resolve_scenario(sc, None)), hw, prof, mode=sc.mode, world=sc.gpus)
+    return sc, time_ops(build_ops(model, step, resolve_scenario(sc, None, None)), hw, prof, mode=sc.mode, world=sc.gpus)
 
 
 @pytest.mark.parametrize("launch", ["graph", "eager"])
@@ -81,7 +81,7 @@ def test_the_module_leaves_the_public_step_function_alone():
 
 def test_projection_phase_holds_the_account():
     sc = Scenario(tp=4, overlap="stream").validated()
-    ph = evaluate_step(LLAMA70, H200, resolve_scenario(sc, H200), DEFAULTS, Step("decode", 16, 1, 2048))
+    ph = evaluate_step(LLAMA70, H200, resolve_scenario(sc, H200, None), DEFAULTS, Step("decode", 16, 1, 2048))
     acc = ph.account
     assert ph.time_s == acc.time_s and ph.kernels_s == acc.gaps_s
     assert ph.comm_runs == [s.comm for s in acc.ops]
@@ -116,7 +116,7 @@ def test_fixed_fraction_may_be_a_cell_and_the_rules_write_formulas():
 
 
 def test_host_cost_is_the_dispatch_or_the_measured_floor():
-    op = build_ops(LLAMA70, Step("decode", 1, 1, 16), resolve_scenario(Scenario(kernels="torch").validated(), None))[1]
+    op = build_ops(LLAMA70, Step("decode", 1, 1, 16), resolve_scenario(Scenario(kernels="torch").validated(), None, None))[1]
     prof = DEFAULTS.with_(launch_eager_s=5e-6, host_floor_s={op.kind: 8e-6})
     assert host_cost(op, prof) == 8e-6
     assert host_cost(op, DEFAULTS.with_(launch_eager_s=5e-6, host_floor_s={})) == 5e-6
@@ -133,7 +133,7 @@ def test_every_user_books_the_step_as_the_account_does():
     hw = H200
     prof = resolve_profile(None, hw)
     sc = Scenario(tp=4, launch="eager", overlap="stream").validated().for_hardware(hw)
-    ph = evaluate_step(LLAMA70, hw, resolve_scenario(sc, hw), prof, Step("decode", 8, 1, 700))
+    ph = evaluate_step(LLAMA70, hw, resolve_scenario(sc, hw, None), prof, Step("decode", 8, 1, 700))
     assert exact_step(LLAMA70, hw, sc, prof, 8, 700.0, []) == pytest.approx(float(ph.time_s), rel=1e-9)
     assert sum(_family_times(ph).values()) == pytest.approx(float(ph.time_s), rel=1e-12)
 
@@ -141,14 +141,14 @@ def test_every_user_books_the_step_as_the_account_does():
               "tp": 1, "dtype": "bf16", "graph": False, "phase": "decode", "batch": 4, "context": 512}
     from perfmodel.fit.layers import layer_model
 
-    layer = evaluate_step(layer_model(params), hw, resolve_scenario(layer_scenario(params), hw), prof, layer_step(params))
+    layer = evaluate_step(layer_model(params), hw, resolve_scenario(layer_scenario(params), hw, None), prof, layer_step(params))
     own = sum(max(float(t.time) + prof.launch_queued_s * t.op.kernels, host_cost(t.op, prof))
               for t in layer.times if t.op.scope == "layer")
     assert predict_layer(params, hw, prof) == pytest.approx(own, rel=1e-12)
 
 
 def test_op_share_parts_follow_the_run():
-    op = build_ops(LLAMA70, Step("decode", 1, 1, 16), resolve_scenario(Scenario().validated(), None))[1]
+    op = build_ops(LLAMA70, Step("decode", 1, 1, 16), resolve_scenario(Scenario().validated(), None, None))[1]
     s = OpShare(op, 1.0, 2.0, 0.5)
     assert s.parts() == {"busy": 2.0 * op.count, "gaps": 0.5 * op.count}
     assert s.with_run(Expr("U9")).parts()["busy"].text == f"(U9*{float(op.count)!r})"

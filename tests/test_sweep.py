@@ -69,12 +69,12 @@ def test_grid_size_values_and_points_equal_project(b200):
     assert [r["hbm_bandwidth"] for r in rows[::4]] == pytest.approx(list(np.linspace(4e12, 12e12, 9)))
     assert [r["batch_requested"] for r in rows[:4]] == [1, 8, 64, "max"]
     # 'max' resolves per hardware point (HBM capacity is not swept, so it is the same here)
-    assert rows[3]["batch"] == capacity.max_batch(model, resolve_scenario(sc, hw), hw)
-    assert rows[3]["batch"] == project_resolved(hw, model, resolve_scenario(sc.with_(batch="max"), hw), prof).batch
+    assert rows[3]["batch"] == capacity.max_batch(model, resolve_scenario(sc, hw, None), hw)
+    assert rows[3]["batch"] == project_resolved(hw, model, resolve_scenario(sc.with_(batch="max"), hw, None), prof).batch
     for i, j in ((0, 0), (4, 2), (8, 3), (2, 1)):
         bw = axes[0].values[i]
         b = axes[1].values[j]
-        p = project_resolved(spec_with(hw, hbm_bandwidth=bw), model, resolve_scenario(sc.with_(batch=b), spec_with(hw, hbm_bandwidth=bw)), prof)
+        p = project_resolved(spec_with(hw, hbm_bandwidth=bw), model, resolve_scenario(sc.with_(batch=b), spec_with(hw, hbm_bandwidth=bw), None), prof)
         row = rows[i * 4 + j]
         assert row["batch"] == p.batch
         for m, v in (("ttft_ms", p.ttft_s * 1e3), ("tpot_ms", p.tpot_s * 1e3), ("e2e_ms", p.e2e_s * 1e3),
@@ -93,7 +93,7 @@ def test_max_batch_follows_hbm_capacity_and_looped_fields(b200):
     for row in rows:
         sc2 = sc.with_(isl=row["isl"], batch="max")
         hw2 = spec_with(hw, hbm_bytes=row["hbm_bytes"])
-        p = project_resolved(hw2, model, resolve_scenario(sc2, hw2), prof)
+        p = project_resolved(hw2, model, resolve_scenario(sc2, hw2, None), prof)
         assert row["batch"] == p.batch
         assert math.isclose(row["tpot_ms"], p.tpot_s * 1e3, rel_tol=1e-9)
         assert math.isclose(row["throughput_tok_s_per_gpu"], p.throughput_tok_s_per_gpu, rel_tol=1e-9)
@@ -107,7 +107,7 @@ def test_structural_and_tensor_fields(b200):
     res = run_sweep(hw, model, sc, prof, axes)
     for row in res.rows():
         p = project_resolved(spec_with(hw, **{"tensor_flops.bf16": row["tensor_flops.bf16"], "sm_count": row["sm_count"]}),
-                     model, resolve_scenario(sc.with_(tp=row["tp"]), spec_with(hw, **{"tensor_flops.bf16": row["tensor_flops.bf16"], "sm_count": row["sm_count"]})), prof)
+                     model, resolve_scenario(sc.with_(tp=row["tp"]), spec_with(hw, **{"tensor_flops.bf16": row["tensor_flops.bf16"], "sm_count": row["sm_count"]}), None), prof)
         assert math.isclose(row["ttft_ms"], p.ttft_s * 1e3, rel_tol=1e-9)
         assert math.isclose(row["throughput_tok_s_per_gpu"], p.throughput_tok_s_per_gpu, rel_tol=1e-9)
 

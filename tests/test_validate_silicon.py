@@ -138,7 +138,7 @@ def _closed(c, n=None, isl="1024", osl="128"):
 
 def test_at_concurrency_one_ttft_is_a_lone_prefill(h200_8b):
     hw, model, prof = h200_8b
-    sc = for_hardware(Scenario(batch="max"), hw).validated()
+    sc = for_hardware(Scenario(batch="max"), hw, None).validated()
     out = simulate(hw, model, sc, prof, _closed(1))
     lone = evaluate_step(model, hw, sc, prof, Step("prefill", 1, 1024, 0)).time_s * 1e3
     # the next request arrives as the previous one finishes into an idle engine: its prefill alone
@@ -149,7 +149,7 @@ def test_at_concurrency_one_ttft_is_a_lone_prefill(h200_8b):
 
 def test_tpot_grows_with_concurrency_for_a_memory_bound_decode(h200_8b):
     hw, model, prof = h200_8b
-    sc = for_hardware(Scenario(batch="max"), hw).validated()
+    sc = for_hardware(Scenario(batch="max"), hw, None).validated()
     tpot = [simulate(hw, model, sc, prof, _closed(c))["tpot_ms"]["mean"] for c in (1, 4, 16, 64)]
     assert all(b >= a for a, b in zip(tpot, tpot[1:])), tpot
     assert tpot[-1] > 1.5 * tpot[0]
@@ -158,7 +158,7 @@ def test_tpot_grows_with_concurrency_for_a_memory_bound_decode(h200_8b):
 @pytest.mark.parametrize("c", [1, 3, 16])
 def test_never_more_than_c_in_flight(h200_8b, c):
     hw, model, prof = h200_8b
-    sc = for_hardware(Scenario(batch="max"), hw).validated()
+    sc = for_hardware(Scenario(batch="max"), hw, None).validated()
     reqs = _closed(c, n=120, osl="uniform:20:200")
     inst = build_instance(hw, model, sc, prof, reqs, "mixed", ServeOptions(), None)
     r = simulate_instance(inst.steps, inst.cfg, reqs)
@@ -178,7 +178,7 @@ def test_closed_loop_window_and_metrics(h200_8b):
     assert closed_loop_window(5, 8) == (0, 5)
     assert closed_loop_default_requests(200) == 1000
     hw, model, prof = h200_8b
-    sc = for_hardware(Scenario(batch="max"), hw).validated()
+    sc = for_hardware(Scenario(batch="max"), hw, None).validated()
     out = simulate(hw, model, sc, prof, _closed(8), ServeOptions(replicas=2))
     cl = out["closed_loop"]
     assert cl["measured_requests"] == out["requests"] == 200 and cl["warmup_requests"] == 16
@@ -188,7 +188,7 @@ def test_closed_loop_window_and_metrics(h200_8b):
 
 def test_closed_loop_refusals(h200_8b):
     hw, model, prof = h200_8b
-    sc = for_hardware(Scenario(batch="max"), hw).validated()
+    sc = for_hardware(Scenario(batch="max"), hw, None).validated()
     assert simulate(hw, model, sc, prof, _closed(4), ServeOptions(disagg=(1, 1)))["closed_loop"]["concurrency"] == 4
     with pytest.raises(InputError, match="concurrency"):
         closed_loop_requests(10, 0, parse_dist("8", field="isl"), parse_dist("8", field="osl"))

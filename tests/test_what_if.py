@@ -207,7 +207,7 @@ def test_a_better_figure_never_slows_a_served_load(part, attr, factor):
     model = resolve_model("llama8b")
 
     def served(hw):
-        return simulate(hw, model, for_hardware(Scenario(batch="max"), hw).validated(), resolve_profile(None, hw),
+        return simulate(hw, model, for_hardware(Scenario(batch="max"), hw, model).validated(), resolve_profile(None, hw),
                         reqs)
 
     hw = load_spec(part)

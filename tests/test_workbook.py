@@ -78,7 +78,7 @@ class Book:
         path = folder / f"{case}.xlsx"
         self.wb.save(path)
         self.path = path
-        self.proj = project_resolved(self.hw, self.model, resolve_scenario(self.sc, self.hw), self.prof)
+        self.proj = project_resolved(self.hw, self.model, resolve_scenario(self.sc, self.hw, None), self.prof)
         self._calc = None
 
     @property
@@ -163,7 +163,7 @@ def test_formulas_match_model_before_and_after_an_input_changes(case, books):
     # change HBM bandwidth on the Inputs sheet: everything follows the model on the changed spec
     new_bw = hw.hbm_bandwidth * 1.37
     sol = calc.solve({("Inputs", _input_row(wb, "hbm_bandwidth")): new_bw})
-    proj2 = project_resolved(spec_with(hw, hbm_bandwidth=new_bw), model, resolve_scenario(sc, spec_with(hw, hbm_bandwidth=new_bw)), prof)
+    proj2 = project_resolved(spec_with(hw, hbm_bandwidth=new_bw), model, resolve_scenario(sc, spec_with(hw, hbm_bandwidth=new_bw), None), prof)
     assert not math.isclose(proj2.tpot_s, proj.tpot_s, rel_tol=1e-3)
     _check_against(calc, wb, proj2, sol)
     if sc.batch == "max":
@@ -179,7 +179,7 @@ def test_latency_model_parameter_is_live(books):
     new = b.prof.gemm_eta["bf16"] * 0.8
     sol = b.calc.solve({("Inputs", _input_row(b.wb, "gemm_eta[bf16]")): new})
     eta = dict(b.prof.gemm_eta, bf16=new)
-    _check_against(b.calc, b.wb, project_resolved(b.hw, b.model, resolve_scenario(b.sc, b.hw), b.prof.with_(gemm_eta=eta)), sol)
+    _check_against(b.calc, b.wb, project_resolved(b.hw, b.model, resolve_scenario(b.sc, b.hw, None), b.prof.with_(gemm_eta=eta)), sol)
 
 
 def test_every_formula_is_short_and_inputs_are_labelled(books):
@@ -224,7 +224,7 @@ def test_long_formulas_split_into_helper_cells_still_match(tmp_path, monkeypatch
                     assert len(c.value) < 3000
     wb.save(tmp_path / "whatif.xlsx")
     calc = Recomputed(tmp_path / "whatif.xlsx")
-    _check_against(calc, wb, project_resolved(hw, model, resolve_scenario(sc, hw), prof))
+    _check_against(calc, wb, project_resolved(hw, model, resolve_scenario(sc, hw, None), prof))
 
 
 @pytest.mark.parametrize("text", [
@@ -340,7 +340,7 @@ def test_kv_cache_formula_honours_the_sliding_window(tmp_path):
     wb = build_workbook(hw, model, sc, prof)
     wb.save(tmp_path / "gemma.xlsx")
     calc = Recomputed(tmp_path / "gemma.xlsx")
-    proj = project_resolved(hw, model, resolve_scenario(sc, hw), prof)
+    proj = project_resolved(hw, model, resolve_scenario(sc, hw, None), prof)
     rows = _summary_rows(wb)
     per_token = capacity.kv_bytes_per_token(model, proj.scenario)
     kv = calc.get("Summary", rows["mem_kv"])
@@ -351,7 +351,7 @@ def test_kv_cache_formula_honours_the_sliding_window(tmp_path):
     _check_against(calc, wb, proj)
     # a longer prompt grows only the full layers' cache (and the sliding layers' up to their window)
     sol = calc.solve({("Inputs", _input_row(wb, "isl")): 8192})
-    longer = project_resolved(hw, model, resolve_scenario(sc.with_(isl=8192), hw), prof)
+    longer = project_resolved(hw, model, resolve_scenario(sc.with_(isl=8192), hw, None), prof)
     _close(calc.get("Summary", rows["mem_kv"], sol), longer.memory.kv_cache)
     _close(calc.get("Summary", rows["mem_total"], sol), longer.memory.total)
     _close(calc.get("Summary", rows["ttft_s"], sol), longer.ttft_s)

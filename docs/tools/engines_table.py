@@ -49,6 +49,10 @@ def _allreduce_norm(e) -> str:
             "at most 2,048 tokens, no attention DP)")
 
 
+def _model_defaults(e) -> str:
+    return "; ".join(d.note() for d in e.model_defaults) or "none"
+
+
 def table() -> str:
     from perfmodel.engines import ENGINES
 
@@ -80,6 +84,7 @@ def table() -> str:
         "engine's host work a step (--scheduling)": [_scheduler(e) for e in engines],
         "MoE shared experts (--shared-stream)": [_shared(e) for e in engines],
         "TP all-reduce and the next RMSNorm": [_allreduce_norm(e) for e in engines],
+        "defaults for some architectures": [_model_defaults(e) for e in engines],
     }
     lines = ["| | " + " | ".join(f"`{e.key}`" for e in engines) + " |", "|---" * (len(engines) + 1) + "|"]
     lines += [f"| {name} | " + " | ".join(cells) + " |" for name, cells in rows.items()]

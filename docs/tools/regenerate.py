@@ -63,6 +63,7 @@ BLOCKS = (
     Block("models.md", "models-projections", "models_table.py", "projections", slow=True),
     Block("engines.md", "engine-presets", "engines_table.py", "table"),
     Block("engines.md", "shared-streams", "streams_check.py", "markdown", slow=True),  # 2 s: eight projections
+    Block("engines.md", "model-defaults", "model_defaults_check.py", "markdown", slow=True),  # 27 projections
     Block("training.md", "moe-layouts", "moe_layout_table.py", "table"),
     Block("vision.md", "vision-encoders", "vision_table.py", "encoders"),
     Block("vision.md", "vision-projections", "vision_table.py", "projections"),

@@ -118,8 +118,10 @@ def table_ratio(op: Op, hw: HardwareSpec, prof: Profile):
     (:func:`.tables.skew_ratio`, for an op of a MoE module), else None."""
     ratio = None
     if any(getattr(prof, f) for f in tables.TABLE_FIELD.values()):
-        backend = attention_kernel(op, hw, prof).backend if op.kind == "attention" else None
-        ratio = tables.anchor_ratio(op, hw, prof, price=_alone_time, backend=backend)
+        # a table's attention classes are keyed by the kernel they timed, which may be one the profile carries
+        # from another backend's fit (SGLang's Triton kernels, timed as FlashAttention-2): the kernel the op runs
+        kernel = attention_kernel(op, hw, prof).kernel.key if op.kind == "attention" else None
+        ratio = tables.anchor_ratio(op, hw, prof, price=_alone_time, backend=kernel)
     return tables.skew_ratio(op, prof) if ratio is None else ratio
 
 

@@ -116,7 +116,7 @@ def predict_tp_layer(params: dict, hw, prof) -> tuple[float, float]:
     host (perfmodel.step_accounting: the host floor on collectives)."""
     shard = predict_layer(params, hw, prof)
     sc = layer_scenario(params).with_(tp=int(params["tp"]), overlap=0.0)
-    sc = resolve_scenario(sc, hw)
+    sc = resolve_scenario(sc, hw, None)  # a collective alone: no model
     ph = evaluate_step(layer_model(params), hw, sc, prof, layer_step(params))
     acc = account(ph.times, Rules.of(sc, ph.name, host_floor_collectives=True), prof, hw=hw, world=sc.gpus)
     comm = float(acc.total([s.op.scope == "layer" and s.collective for s in acc.ops]))

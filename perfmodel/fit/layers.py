@@ -37,7 +37,7 @@ def layer_step(params: dict) -> Step:
 def predict_layer(params: dict, hw: HardwareSpec, prof: Profile) -> float:
     """A measured decoder layer (one TP shard, no all-reduce) as the projection would time it: the shares of the
     step (perfmodel.step_accounting) of its layer's ops other than collectives."""
-    sc = resolve_scenario(layer_scenario(params), hw)
+    sc = resolve_scenario(layer_scenario(params), hw, None)  # a layer alone: no model
     acc = evaluate_step(layer_model(params), hw, sc, prof, layer_step(params)).account
     return float(acc.total([s.op.scope == "layer" and not s.collective for s in acc.ops]))
 

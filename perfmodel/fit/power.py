@@ -71,7 +71,7 @@ def _layer_parts(params: dict, hw, prof):
     dtype = params.get("dtype", "bf16")
     sc = Scenario(tp=int(params.get("tp", 1)), dtype=dtype, act_dtype=dtype, kv_dtype=dtype,
                   launch="graph" if params.get("graph") else "eager", kernels="torch")
-    sc = resolve_scenario(sc, hw)
+    sc = resolve_scenario(sc, hw, None)  # kernels alone: no model
     if params["phase"] == "prefill":
         step = Step("prefill", int(params["batch"]), int(params["seq"]), 0)
     else:

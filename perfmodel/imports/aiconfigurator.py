@@ -72,6 +72,7 @@ ATTN_BACKENDS = {
     ("vllm", "vllm_flash_attn_fa3"): "fa3", ("vllm", "vllm_flashinfer_trtllmprefill"): "flashinfer",
     ("vllm", "vllm_flashinfer_trtllmdecode"): "flashinfer",
     ("sglang", "fa3"): "fa3", ("sglang", "trtllm_mha"): "trtllm", ("sglang", "flashinfer"): "flashinfer",
+    ("sglang", "triton"): "triton",
     # older tables name no kernel
     ("vllm", "torch_flow"): "flashinfer", ("sglang", "torch_flow"): "flashinfer",
 }

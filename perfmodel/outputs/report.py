@@ -426,7 +426,7 @@ def smallest_fitting_tp(hw, model, sc, prof):
             continue
         try:
             trial = sc.with_(tp=tp).validated()
-            resolved = resolve_scenario(trial, hw)  # the engine's preset at this TP
+            resolved = resolve_scenario(trial, hw, model)  # the engine's preset at this TP
             # raises (one line) when it does not fit; the projection may refuse a layout too
             capacity.check_fits(model, resolved, hw, capacity.max_batch(model, resolved, hw), batch=want)
             return trial, project_resolved(hw, model, resolved, prof)
@@ -455,7 +455,7 @@ def resolve_part(req: PartRequest, mdl, scenario, calibration, *, auto_tp: bool)
         notes.insert(0, "TP: the smallest that fits")
     else:
         sc = sc.validated()
-        proj = project_resolved(hw, mdl, resolve_scenario(sc, hw), prof)
+        proj = project_resolved(hw, mdl, resolve_scenario(sc, hw, mdl), prof)
         if not given:
             notes.append("as given by --tp/--pp/--ep")
     return hw, prof, sc, proj, "; ".join(notes)

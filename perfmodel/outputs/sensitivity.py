@@ -46,7 +46,7 @@ def sensitivity(hw, model, sc, prof, *, step: float = 0.2, base=None) -> Sensiti
     from ..projection import project_resolved
     from ..resolve import resolve_scenario
 
-    sc = resolve_scenario(sc, hw)  # the scenario as asked (a report part's) or resolved
+    sc = resolve_scenario(sc, hw, model)  # the scenario as asked (a report part's) or resolved
     base = base or project_resolved(hw, model, sc, prof)
     out = Sensitivity(step=step)
     for f in SPEC_FIELDS:

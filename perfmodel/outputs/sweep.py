@@ -201,7 +201,7 @@ def run_sweep(hw, model, sc, prof, axes: list[Axis], *, description: str = "") -
             else:
                 kw[a.field] = a.values[j]
         sc2 = _checked_point(model, sc, hw2, kw, {axes[i].field: axes[i].values[j] for i, j in zip(loop, combo)})
-        sc2 = resolve_scenario(sc2, hw2)  # the point's layout and engine, resolved as a command resolves its own
+        sc2 = resolve_scenario(sc2, hw2, model)  # the point's layout and engine, resolved as a command resolves its own
         grids = np.meshgrid(*[np.arange(shape[i]) for i in vec], indexing="ij") if vec else []
         overrides = {}
         batch_idx = None
@@ -258,7 +258,7 @@ def _checked_point(model, sc, hw, kw: dict, where: dict):
 
     try:
         sc2 = sc.with_(**kw).validated() if kw else sc
-        check_layout(model, resolve_scenario(sc2, hw))
+        check_layout(model, resolve_scenario(sc2, hw, model))
     except InputError as e:
         if not where:
             raise

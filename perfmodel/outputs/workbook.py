@@ -423,7 +423,7 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
     from openpyxl import Workbook
     from openpyxl.styles import Font, PatternFill
 
-    sc = resolve_scenario(sc, hw)  # as asked or as resolved by the command (perfmodel.resolve)
+    sc = resolve_scenario(sc, hw, model)  # as asked or as resolved by the command (perfmodel.resolve)
     proj = project_resolved(hw, model, sc, prof)
     sc_r = proj.scenario  # batch resolved
     batch_max = sc.batch == "max"
@@ -946,7 +946,7 @@ def csv_tables(hw, model, sc, prof) -> dict[str, str]:
     from ..io import csv_text as table
     from ..serialize import projection_dict
 
-    p = project_resolved(hw, model, resolve_scenario(sc, hw), prof)
+    p = project_resolved(hw, model, resolve_scenario(sc, hw, model), prof)
     d = projection_dict(p)
 
     ops = []

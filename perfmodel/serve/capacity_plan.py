@@ -189,7 +189,7 @@ class Planner:
             for engine in engines:
                 found = []
                 try:
-                    probe = resolve_scenario(self.sc.with_(engine=engine), part.hw)
+                    probe = resolve_scenario(self.sc.with_(engine=engine), part.hw, self.model)
                 except InputError as e:  # the engine does not run on this part's vendor
                     self.notes.append(f"{engine} on {part.hw.name}: {e.detail}")
                     continue
@@ -199,7 +199,7 @@ class Planner:
                         if tp * pp > part.hw.scaleup_domain:  # one instance inside one scale-up domain
                             continue
                         ep = self.sc.ep if tp % self.sc.ep == 0 else 1
-                        trial = resolve_scenario(self.sc.with_(tp=tp, pp=pp, ep=ep, engine=engine), part.hw).validated()
+                        trial = resolve_scenario(self.sc.with_(tp=tp, pp=pp, ep=ep, engine=engine), part.hw, self.model).validated()
                         if layout_runs(self.model, trial, self.base) and layout_fits(self.model, trial, part.hw,
                                                                                      self.base):
                             found.append(self._screen(pi, trial, prof))

@@ -128,7 +128,7 @@ def plan(hw, model, sc, prof, base, space: PlanSpace, opts: ServeOptions) -> lis
                 if tp * pp > space.gpus:
                     continue
                 ep = sc.ep if tp % sc.ep == 0 else 1
-                trial = resolve_scenario(sc.with_(tp=tp, pp=pp, ep=ep, engine=engine), hw).validated()
+                trial = resolve_scenario(sc.with_(tp=tp, pp=pp, ep=ep, engine=engine), hw, model).validated()
                 if layout_runs(model, trial, base) and layout_fits(model, trial, hw, base):
                     layouts.append(trial)
         found = []

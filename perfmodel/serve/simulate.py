@@ -207,7 +207,7 @@ def _speculation(sc, runs: list, spans: list, extra: list) -> dict:
 
 
 def _aggregated(hw, model, sc, prof, reqs, opts, power, t0, cache=None, drawn=None) -> dict:
-    sc = resolve_scenario(sc, hw).validated()
+    sc = resolve_scenario(sc, hw, model).validated()
     inst = build_instance(hw, model, sc, prof, reqs, "mixed", opts, power, cache=cache)
     t_build = time.perf_counter() - t0
     n = len(reqs)
@@ -285,9 +285,9 @@ def _steady_state(whole: dict, arrival, first, finish, reqs, spans, extra, conc:
     return out
 
 
-def _side(sc, hw, tp: int | None, layout: tuple):
+def _side(sc, hw, model, tp: int | None, layout: tuple):
     """One side's instance layout: the scenario with that side's TP and other layout fields."""
-    return resolve_scenario(sc.with_(tp=tp or sc.tp, **dict(layout)), hw).validated()
+    return resolve_scenario(sc.with_(tp=tp or sc.tp, **dict(layout)), hw, model).validated()
 
 
 @dataclass
@@ -363,8 +363,8 @@ def _closed_loop_disagg(ip: Instance, idn: Instance, reqs, x: int, y: int, xfer:
 
 def _disaggregated(hw, model, sc, prof, reqs, opts, power, t0, drawn=None) -> dict:
     x, y = opts.disagg
-    sc_p = _side(sc, hw, opts.prefill_tp, opts.prefill_layout)
-    sc_d = _side(sc, hw, opts.decode_tp, opts.decode_layout)
+    sc_p = _side(sc, hw, model, opts.prefill_tp, opts.prefill_layout)
+    sc_d = _side(sc, hw, model, opts.decode_tp, opts.decode_layout)
     conc = getattr(reqs, "concurrency", None)
     ip = build_instance(hw, model, sc_p, prof, reqs, "prefill", opts, power)
     idn = build_instance(hw, model, sc_d, prof, reqs, "decode", opts, power)

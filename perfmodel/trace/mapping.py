@@ -226,7 +226,7 @@ def residual_rows(kernels: list[Kernel], side: Sidecar, hw, prof) -> tuple[list[
     model = model_of(side)
     step = Step(side.phase, side.batch, side.seq, side.context)
     sc = resolve_scenario(Scenario(dtype=side.dtype, act_dtype=side.dtype if side.dtype in ("bf16", "fp16") else "bf16",
-                                   kernels="torch", launch="eager").validated(), None)
+                                   kernels="torch", launch="eager").validated(), None, model)
     ops = {op.name: op for op in build_ops(model, step, sc)}
     sustained = step_demand(list(ops.values()), hw, prof)
     measured, annotated = attribute(kernels, model.layers)

@@ -116,7 +116,7 @@ def inference_scenario(ts: TrainScenario) -> Scenario:
     if "fused_latent_proj" in have:  # Megatron-Core's MLA: linear_q_down_proj and linear_kv_down_proj (estimate)
         kw["fused_latent_proj"] = False
     # resolved for no particular part, as before the part is known (the kernels and launch are set above)
-    return resolve_scenario(Scenario(**kw).validated(), None)
+    return resolve_scenario(Scenario(**kw).validated(), None, None)
 
 
 def _b(dtype: str) -> float:
