@@ -41,8 +41,7 @@ def test_fast_pins(name):
 
 @pytest.mark.slow
 def test_silicon_pins():
-    """The silicon table (about ten minutes); the blind backtest's pins are checked in test_accuracy_pins_blind.py,
-    a file of its own so that the slow tier's two workers take one each."""
+    """The silicon table (about ten minutes); the blind backtest's pins are checked in test_accuracy_pins_blind.py."""
     _check("silicon", _tool().SLOW["silicon"]())
 
 
