@@ -2,7 +2,7 @@
 at TP 8 under SGLang, one static decode batch of 1,024 + 1,024 tokens, with the engine's own defaults for the model
 (synchronous scheduling; Triton attention on B200/B300) and with each taken back to the preset's.
 
-    python docs/tools/model_defaults_check.py      # a few seconds: nine parts x batches, three variants each
+    python docs/tools/model_defaults_check.py      # 27 projections (three parts, batches and variants): seconds
 """
 from __future__ import annotations
 
