@@ -123,12 +123,16 @@ class Engine:
     # defaults the engine sets per model architecture (its server arguments' model-specific adjustments)
     model_defaults: tuple[ModelDefault, ...] = ()
 
-    def defaults_for_model(self, model, generation: str) -> dict:
-        """The scenario fields this engine sets for ``model`` on a part of ``generation`` over its preset
-        (:attr:`model_defaults`); {} without a model."""
+    def model_defaults_for(self, model, generation: str) -> tuple[ModelDefault, ...]:
+        """The rules of :attr:`model_defaults` that apply to ``model`` on a part of ``generation`` (none without a
+        model)."""
         if model is None:
-            return {}
-        return {d.field: d.value for d in self.model_defaults if d.applies(model, generation)}
+            return ()
+        return tuple(d for d in self.model_defaults if d.applies(model, generation))
+
+    def defaults_for_model(self, model, generation: str) -> dict:
+        """The scenario fields this engine sets for ``model`` on a part of ``generation`` over its preset."""
+        return {d.field: d.value for d in self.model_defaults_for(model, generation)}
 
     def scheduler_host_s(self, seqs, async_scheduling: bool, xp=None):
         """The engine's host seconds for a step of ``seqs`` sequences in the given mode (``xp``: a math backend,

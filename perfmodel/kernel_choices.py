@@ -27,8 +27,7 @@ def choices(hw: HardwareSpec, sc: Scenario, prof: Profile, model=None) -> dict:
     out: dict = {"engine": {"key": eng.key, "name": eng.name, "version": eng.version, "sources": dict(eng.sources)}}
     out["engine"]["model_defaults"] = [
         {"field": d.field, "value": d.value, "rule": d.note(), "source": d.source}
-        for d in eng.model_defaults
-        if model is not None and d.applies(model, hw.generation) and getattr(sc, d.field) == d.value]
+        for d in eng.model_defaults_for(model, hw.generation) if getattr(sc, d.field) == d.value]
     out["gemm"] = _gemm(sc, prof)
     attention = {}
     for phase in ("prefill", "decode"):

@@ -14,7 +14,7 @@ from perfmodel.graph import Step, build_ops
 from perfmodel.imports.aiconfigurator import ATTN_BACKENDS
 from perfmodel.models import load_model
 from perfmodel.paths import calibration_dir
-from perfmodel.projection import project_resolved as project
+from perfmodel.projection import project_resolved
 from perfmodel.resolve import resolve_profile, resolve_scenario
 from perfmodel.scenario import Scenario
 from perfmodel.spec import load_spec
@@ -66,8 +66,8 @@ def test_the_defaults_slow_a_large_decode_batch_and_the_projection_says_why():
     hw = load_spec("b200")
     prof = resolve_profile(None, hw, "sglang")
     kw = dict(engine="sglang", tp=8, dtype="fp8", batch=256, isl=1024, osl=1024, batching="static")
-    own = project(hw, QWEN35, _resolved("b200", QWEN35, **kw), prof)
-    preset = project(hw, QWEN35, _resolved("b200", QWEN35, **kw, async_scheduling=True, attention_kernel="trtllm"),
+    own = project_resolved(hw, QWEN35, _resolved("b200", QWEN35, **kw), prof)
+    preset = project_resolved(hw, QWEN35, _resolved("b200", QWEN35, **kw, async_scheduling=True, attention_kernel="trtllm"),
                      prof)
     assert own.tpot_s > preset.tpot_s
     text = " ".join(own.assumptions)
