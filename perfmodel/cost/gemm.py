@@ -142,9 +142,12 @@ def gemm_time(m, n, k, groups, nbytes, peak, sms, bw, prof, eta, xp=NP, elem_byt
         # (STACKED), small arrays through numpy
         scan.batch(*_all_tiles(dims, args, gemv, STACKED if dims == () or xp is STACKED else xp))
         return scan.result(prof.gemm_overhead_s, dims)
-    # large arrays: a tile at a time (a sweep's 10,000 points times every tile outgrows the cache: 2x slower)
+    # large arrays: a tile at a time (a sweep's 10,000 points times every tile outgrows the cache: 2x slower), each
+    # tile's join computed only where it could still win (:func:`_join_where_it_may_win`)
     for i, (tm, tn) in enumerate(TILES):
-        t, t_c, t_m = _candidates(tm, tn, *args, xp=xp)
+        t_c, t_m = _parts(tm, tn, *args, xp=xp, best=scan.t)
+        t = _join(t_c, t_m, prof.gemm_softness, xp) if scan.t is None else \
+            _join_where_it_may_win(t_c, t_m, prof.gemm_softness, scan.t)
         scan.add(t, t_c, t_m)
         if gemv and i in _NARROW_SET:
             scan.add(*_gemv(m, n, k, groups, vector_peak, prof, t_m, xp), t_m)
@@ -226,12 +229,18 @@ def _first_fastest(t: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     return np.argmin(np.where(after, np.inf, t), axis=0), after[-1]
 
 
-def _candidates(tm, tn, m, n, k, groups, nbytes, peak, sms, bw, prof, eta, elem_bytes, sustained, mem_scale, fmt,
-                vector_peak, *, xp):
+def _candidates(tm, tn, *args, xp):
     """(time, compute part, memory part) of the tile(s) ``tm`` x ``tn`` (numbers, or arrays along the tiles)."""
+    t_c, t_m = _parts(tm, tn, *args, xp=xp)
+    return _join(t_c, t_m, args[8].gemm_softness, xp), t_c, t_m
+
+
+def _parts(tm, tn, m, n, k, groups, nbytes, peak, sms, bw, prof, eta, elem_bytes, sustained, mem_scale, fmt,
+           vector_peak, *, xp, best=None):
+    """(compute part, memory part) of the tile(s) ``tm`` x ``tn``; with ``best`` (arrays: the scan's least time so
+    far), the compute part only where the tile may still win, +inf elsewhere (:func:`_clocked_where_it_may_win`)."""
     cap = max_split(prof, fmt) if fmt else None
     per_sm = peak / sms
-    p = prof.gemm_softness
     misaligned = xp.logical_or(xp.mod(n * elem_bytes, ALIGN_BYTES) > 0, xp.mod(k * elem_bytes, ALIGN_BYTES) > 0)
     slow = xp.where(misaligned, prof.gemm_misaligned_eta, 1.0)
     q = prof.gemm_wave_q
@@ -253,9 +262,53 @@ def _candidates(tm, tn, m, n, k, groups, nbytes, peak, sms, bw, prof, eta, elem_
     distinct = (xp.ceil(m / tm) * share_a + xp.ceil(n / tn) * (1.0 - share_a)) * groups * split
     streams = xp.minimum(1.0, distinct / (sms * prof.gemm_mem_ctas))
     t_m = (nbytes + partials) / (bw * prof.gemm_mem_eta * mem_scale * streams * slow)
-    t_c = power_clocked(t_c0, 2.0 * m * n * k * groups, nbytes, t_m, fmt or "bf16", peak, bw, prof, sustained, xp)
-    t = xp.power(xp.power(t_c, p) + xp.power(t_m, p), 1.0 / p)
-    return t, t_c, t_m
+    clock_args = (t_c0, 2.0 * m * n * k * groups, nbytes, t_m, fmt or "bf16", peak, bw, prof, sustained)
+    if best is None or sustained is not None:  # inside a step the clock is one cheap factor: nothing to save
+        return power_clocked(*clock_args, xp), t_m
+    return _clocked_where_it_may_win(clock_args, best), t_m
+
+
+def _join(t_c, t_m, p, xp):
+    """A tile's time from its parts: their p-norm (``gemm_softness``), a soft maximum."""
+    return xp.power(xp.power(t_c, p) + xp.power(t_m, p), 1.0 / p)
+
+
+# A p-norm is never below the larger part, so a tile whose larger part exceeds the best time so far cannot win. The
+# margin covers the join's rounding (a few ulps) many times over: a tile within it is joined exactly.
+_MAY_WIN = 1.0 + 1e-9
+
+
+def _join_where_it_may_win(t_c, t_m, p, best: np.ndarray) -> np.ndarray:
+    """:func:`_join` on arrays where it could beat ``best`` (the scan's least time so far), +inf elsewhere: the same
+    scan result bit for bit, at a fraction of the ``pow`` calls (most tiles lose on most elements). A NaN part or
+    best joins in full, as the scan needs it."""
+    shape = np.broadcast_shapes(np.shape(t_c), np.shape(t_m), np.shape(best))
+    t_c, t_m = np.broadcast_to(t_c, shape), np.broadcast_to(t_m, shape)
+    may_win = ~(np.maximum(t_c, t_m) > best * _MAY_WIN)
+    if may_win.all():
+        return _join(t_c, t_m, p, NP)
+    t = np.full(shape, np.inf)
+    t[may_win] = _join(t_c[may_win], t_m[may_win], p, NP)
+    return t
+
+
+def _clocked_where_it_may_win(clock_args: tuple, best: np.ndarray) -> np.ndarray:
+    """:func:`power_clocked` on arrays where the tile may beat ``best``, +inf elsewhere. The power-limited clock only
+    slows a kernel (its stretch is at least 1), so a tile whose boost-clock compute part or memory part already
+    exceeds the best time cannot win (:func:`_join_where_it_may_win`'s test, before the clock's exponentials)."""
+    t_c0, flops, nbytes, t_m, fmt, peak, bw, prof, sustained = clock_args
+    may_win = ~(np.maximum(t_c0, t_m) > best * _MAY_WIN)
+    if may_win.all():
+        return power_clocked(*clock_args, NP)
+    shape = may_win.shape
+
+    def pick(x):
+        return x if x is None or np.ndim(x) == 0 else np.broadcast_to(x, shape)[may_win]
+
+    t_c = np.full(shape, np.inf)
+    t_c[may_win] = power_clocked(pick(t_c0), pick(flops), pick(nbytes), pick(t_m), fmt, pick(peak), pick(bw), prof,
+                                 pick(sustained), NP)
+    return t_c
 
 
 def _gemv(m, n, k, groups, vector_peak, prof, t_m, xp):
