@@ -16,6 +16,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 RUNS = ("calibration/h200/streams-h100", "calibration/h200/streams-h100-repeat")
+# the same suite on another lent H100, a day later (a call that asked for an H200): a reproduction, not in the constant
+AGAIN = ("calibration/h200/streams-h100-b", "calibration/h200/streams-h100-b-repeat")
 # projections whose decode the rule changes: (part, model, engine, layout and format)
 PROJECTIONS = (("b200", "deepseek-v3", "trtllm", dict(tp=8, dtype="fp4")),
                ("b200", "deepseek-v3", "sglang", dict(tp=8, ep=8, dtype="fp8")),
@@ -24,8 +26,8 @@ PROJECTIONS = (("b200", "deepseek-v3", "trtllm", dict(tp=8, dtype="fp4")),
 BATCHES = (1, 16, 128)
 
 
-def _rows() -> list[dict]:
-    return [json.loads(line) for run in RUNS for line in (ROOT / run / "measurements.jsonl").open()]
+def _rows(runs: tuple = RUNS) -> list[dict]:
+    return [json.loads(line) for run in runs for line in (ROOT / run / "measurements.jsonl").open()]
 
 
 def _times(rows) -> dict[tuple, dict[str, float]]:
@@ -68,9 +70,13 @@ def summary() -> str:
     # held out by model: each model's layouts priced with the median share of the other three models' rows
     others = {m: statistics.median(v for k, v in by_layout.items() if k[0] != m) for m in {k[0] for k in by_layout}}
 
+    again = list(hidden_fractions(_rows(AGAIN)).values())
+    both = list(hidden_fractions(_rows(RUNS + AGAIN)).values())
     return "\n".join([
         f"Rows: {len(hidden)} layouts (two runs). Shared path hidden: median {statistics.median(hidden):.2f}, "
-        f"{min(hidden):.2f} to {max(hidden):.2f}; the accounting takes {STREAM_HIDDEN:.2f}.",
+        f"{min(hidden):.2f} to {max(hidden):.2f}; the accounting takes {STREAM_HIDDEN:.2f}. The same suite on another "
+        f"H100 machine (`{AGAIN[0]}` and its repeat, 2026-12-06): median {statistics.median(again):.2f}, "
+        f"{min(again):.2f} to {max(again):.2f}; over all four runs {statistics.median(both):.2f}.",
         "",
         "Two-stream time predicted from the one-stream run, median |error| against the measured two streams:",
         "",
