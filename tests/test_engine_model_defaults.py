@@ -67,8 +67,8 @@ def test_the_defaults_slow_a_large_decode_batch_and_the_projection_says_why():
     prof = resolve_profile(None, hw, "sglang")
     kw = dict(engine="sglang", tp=8, dtype="fp8", batch=256, isl=1024, osl=1024, batching="static")
     own = project_resolved(hw, QWEN35, _resolved("b200", QWEN35, **kw), prof)
-    preset = project_resolved(hw, QWEN35, _resolved("b200", QWEN35, **kw, async_scheduling=True, attention_kernel="trtllm"),
-                     prof)
+    preset = project_resolved(
+        hw, QWEN35, _resolved("b200", QWEN35, **kw, async_scheduling=True, attention_kernel="trtllm"), prof)
     assert own.tpot_s > preset.tpot_s
     text = " ".join(own.assumptions)
     assert "synchronous scheduling" in text and "Triton attention" in text

@@ -74,7 +74,7 @@ def summary() -> str:
     both = list(hidden_fractions(_rows(RUNS + AGAIN)).values())
     return "\n".join([
         f"Rows: {len(hidden)} layouts (two runs). Shared path hidden: median {statistics.median(hidden):.2f}, "
-        f"{min(hidden):.2f} to {max(hidden):.2f}; the accounting takes {STREAM_HIDDEN:.2f}. The same suite on another "
+        f"{min(hidden):.2f} to {max(hidden):.2f}; the accounting takes {STREAM_HIDDEN:.2f}.\nThe same suite on another "
         f"H100 machine (`{AGAIN[0]}` and its repeat, 2026-12-06): median {statistics.median(again):.2f}, "
         f"{min(again):.2f} to {max(again):.2f}; over all four runs {statistics.median(both):.2f}.",
         "",

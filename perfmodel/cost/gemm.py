@@ -278,18 +278,31 @@ def _join(t_c, t_m, p, xp):
 _MAY_WIN = 1.0 + 1e-9
 
 
+def _may_win(lower, best: np.ndarray) -> np.ndarray | None:
+    """Where a candidate no faster than ``lower`` could still beat ``best`` (the scan's least time so far); None where
+    it could everywhere. A NaN bound or best counts as could (the scan needs its NaN)."""
+    may_win = ~(lower > best * _MAY_WIN)
+    return None if may_win.all() else may_win
+
+
+def _only_where(may_win: np.ndarray, fn, *args) -> np.ndarray:
+    """``fn`` of ``args`` (numbers, None, or arrays broadcast to ``may_win``'s shape) at the elements ``may_win``
+    marks, +inf elsewhere (a time that never wins)."""
+    def pick(x):
+        return x if x is None or np.ndim(x) == 0 else np.broadcast_to(x, may_win.shape)[may_win]
+
+    out = np.full(may_win.shape, np.inf)
+    out[may_win] = fn(*(pick(a) for a in args))
+    return out
+
+
 def _join_where_it_may_win(t_c, t_m, p, best: np.ndarray) -> np.ndarray:
-    """:func:`_join` on arrays where it could beat ``best`` (the scan's least time so far), +inf elsewhere: the same
-    scan result bit for bit, at a fraction of the ``pow`` calls (most tiles lose on most elements). A NaN part or
-    best joins in full, as the scan needs it."""
-    shape = np.broadcast_shapes(np.shape(t_c), np.shape(t_m), np.shape(best))
-    t_c, t_m = np.broadcast_to(t_c, shape), np.broadcast_to(t_m, shape)
-    may_win = ~(np.maximum(t_c, t_m) > best * _MAY_WIN)
-    if may_win.all():
+    """:func:`_join` on arrays where it could beat ``best``, +inf elsewhere: the same scan result bit for bit, at a
+    fraction of the ``pow`` calls (most tiles lose on most elements)."""
+    may_win = _may_win(np.maximum(t_c, t_m), best)
+    if may_win is None:
         return _join(t_c, t_m, p, NP)
-    t = np.full(shape, np.inf)
-    t[may_win] = _join(t_c[may_win], t_m[may_win], p, NP)
-    return t
+    return _only_where(may_win, lambda c, m: _join(c, m, p, NP), t_c, t_m)
 
 
 def _clocked_where_it_may_win(clock_args: tuple, best: np.ndarray) -> np.ndarray:
@@ -297,18 +310,11 @@ def _clocked_where_it_may_win(clock_args: tuple, best: np.ndarray) -> np.ndarray
     slows a kernel (its stretch is at least 1), so a tile whose boost-clock compute part or memory part already
     exceeds the best time cannot win (:func:`_join_where_it_may_win`'s test, before the clock's exponentials)."""
     t_c0, flops, nbytes, t_m, fmt, peak, bw, prof, sustained = clock_args
-    may_win = ~(np.maximum(t_c0, t_m) > best * _MAY_WIN)
-    if may_win.all():
+    may_win = _may_win(np.maximum(t_c0, t_m), best)
+    if may_win is None:
         return power_clocked(*clock_args, NP)
-    shape = may_win.shape
-
-    def pick(x):
-        return x if x is None or np.ndim(x) == 0 else np.broadcast_to(x, shape)[may_win]
-
-    t_c = np.full(shape, np.inf)
-    t_c[may_win] = power_clocked(pick(t_c0), pick(flops), pick(nbytes), pick(t_m), fmt, pick(peak), pick(bw), prof,
-                                 pick(sustained), NP)
-    return t_c
+    return _only_where(may_win, lambda c0, f, b, m, pk, w, s: power_clocked(c0, f, b, m, fmt, pk, w, prof, s, NP),
+                       t_c0, flops, nbytes, t_m, peak, bw, sustained)
 
 
 def _gemv(m, n, k, groups, vector_peak, prof, t_m, xp):
@@ -316,7 +322,7 @@ def _gemv(m, n, k, groups, vector_peak, prof, t_m, xp):
     ``t_m``: the few real rows on the vector units, no padding to the MMA's 8, the same operand streaming."""
     p = prof.gemm_softness
     t_cv = 2.0 * m * n * k * groups / (vector_peak * prof.gemm_eta.get("fp32", 0.85))
-    t_v = xp.where(xp.minimum(m, n) <= GEMV_MAX_ROWS, xp.power(xp.power(t_cv, p) + xp.power(t_m, p), 1.0 / p), _NEVER)
+    t_v = xp.where(xp.minimum(m, n) <= GEMV_MAX_ROWS, _join(t_cv, t_m, p, xp), _NEVER)
     return t_v, t_cv
 
 
