@@ -23,6 +23,8 @@ GiB = 2**30
 MODEL_CLASSES = {
     "linear_attention": (lambda m: getattr(m, "linear_attention", None) is not None,
                          "models with Gated DeltaNet linear-attention layers (Qwen3-Next, Qwen3.5)"),
+    "sparse_attention": (lambda m: bool(getattr(getattr(m, "mla", None), "index_topk", 0)),
+                         "models with DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5)"),
 }
 
 
@@ -231,10 +233,18 @@ SGLANG_MAMBA_TRITON_SOURCE = (
     "sm100_default_attention_backend='triton') for Qwen3NextForCausalLM and Qwen3_5(Moe)ForConditionalGeneration: "
     "with no --attention-backend given, their full-attention layers run the Triton backend on sm100 parts "
     "(B200, GB200, B300, GB300), where other models run trtllm_mha")
+# SGLang's defaults for DeepSeek Sparse Attention (server_args.py, 0.5.9, read offline)
+SGLANG_DSA_FP8_KV_SOURCE = (
+    "SGLang 0.5.9 server_args.py (read offline): for DeepseekV3ForCausalLM and GlmMoeDsaForCausalLM checkpoints with "
+    "DeepSeek Sparse Attention (is_deepseek_nsa), _set_default_nsa_kv_cache_dtype resolves --kv-cache-dtype auto to "
+    "fp8_e4m3 on compute capability 10 and above (B200, GB200, B300, GB300) and to bfloat16 below (Hopper); "
+    "_set_default_nsa_backends then decodes over the fp8 cache with its fp8 sparse kernels")
 SGLANG_MODEL_DEFAULTS = (
     ModelDefault("async_scheduling", False, "linear_attention", "synchronous scheduling (no overlap scheduler)",
                  SGLANG_MAMBA_SYNC_SOURCE),
     ModelDefault("attention_kernel", "triton", "linear_attention", "Triton attention", SGLANG_MAMBA_TRITON_SOURCE,
+                 generations=("blackwell", "blackwell-ultra")),
+    ModelDefault("kv_dtype", "fp8", "sparse_attention", "an fp8 KV cache", SGLANG_DSA_FP8_KV_SOURCE,
                  generations=("blackwell", "blackwell-ultra")),
 )
 

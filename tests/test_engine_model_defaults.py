@@ -85,3 +85,27 @@ def test_project_json_lists_the_model_defaults_with_their_sources(capsys):
                  "--batch", "8", "--scheduling", "async", "--format", "json"]) == 0
     rules = json.loads(capsys.readouterr().out)["kernels"]["engine"]["model_defaults"]
     assert [r["field"] for r in rules] == ["attention_kernel"]
+
+
+GLM5 = load_model("zhipuai/GLM-5")
+
+
+def test_sglang_decodes_sparse_attention_models_over_an_fp8_cache_on_sm100_only():
+    for part in ("b200", "b300", "gb200"):
+        sc = _resolved(part, GLM5, engine="sglang", tp=8, dtype="fp8")
+        assert sc.kv == "fp8", part
+    assert _resolved("h200", GLM5, engine="sglang", tp=8, dtype="fp8").kv == "bf16"
+    # dense MLA (DeepSeek-V3) and the user's --kv-dtype keep theirs
+    assert _resolved("b200", load_model("deepseek-v3"), engine="sglang", tp=8, dtype="fp8").kv == "bf16"
+    assert _resolved("b200", GLM5, engine="sglang", tp=8, dtype="fp8", kv_dtype="bf16").kv == "bf16"
+
+
+def test_an_fp8_sparse_attention_cache_holds_more_sequences_and_says_why():
+    hw = load_spec("b200")
+    prof = resolve_profile(None, hw, "sglang")
+    kw = dict(engine="sglang", tp=8, dtype="fp8", batch=16, isl=8192, osl=1024, batching="static")
+    own = project_resolved(hw, GLM5, _resolved("b200", GLM5, **kw), prof)
+    bf16 = project_resolved(hw, GLM5, _resolved("b200", GLM5, **kw, kv_dtype="bf16"), prof)
+    assert own.memory.kv_per_sequence < 0.6 * bf16.memory.kv_per_sequence
+    assert "an fp8 KV cache" in " ".join(own.assumptions)
+    assert "an fp8 KV cache" not in " ".join(bf16.assumptions)

@@ -73,6 +73,8 @@ BLOCKS = (
           needs="aiconfigurator-core==0.12.0"),
     Block("collectives.md", "deepep-ll", "deepep_check.py", "markdown", slow=True,
           needs="aiconfigurator-core==0.12.0"),
+    Block("engines.md", "dsa-module", "dsa_module_check.py", "markdown", slow=True,  # 6 s: 72 decode steps
+          needs="aiconfigurator-core==0.12.0"),
 )
 
 # Figures in prose, each held by a test that recomputes it (not rewritten by this script)
