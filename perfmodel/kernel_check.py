@@ -1,4 +1,4 @@
-"""The H200's own kernels, priced as ``perfmodel predict`` prices them: median |error| per class.
+"""A measured part's own kernels, priced as ``perfmodel predict`` prices them: median |error| per class.
 
 ``calibration/h200/measurements.jsonl`` holds this project's standalone microbenchmarks of an H200 (GEMMs,
 SDPA attention as plain PyTorch dispatches it, memory-bound kernels). Each row goes through the very path of
@@ -14,6 +14,13 @@ memory-bound kind pooled) and ``memory <kind>`` per kind (copy, rmsnorm, swiglu,
 
     python -m perfmodel.kernel_check                  # the default: --engine torch, held-out rows
     python -m perfmodel.kernel_check --engine trtllm  # the H200's TensorRT-LLM tables instead
+
+Another measured part's folder (``--folder``, with ``--arch`` its part) is checked the same way;
+``--calibration`` with another part's folder prices its rows with that profile carried there by the transfer
+rules (:mod:`perfmodel.transfer`), a backtest of the carry:
+
+    python -m perfmodel.kernel_check --folder h100-sxm --arch h100-sxm                            # its own fit
+    python -m perfmodel.kernel_check --folder h100-sxm --arch h100-sxm --calibration calibration/h200  # carried
 """
 from __future__ import annotations
 
@@ -69,14 +76,14 @@ def kernel_rows(folder: str | Path | None = None, split: str = "held_out") -> li
 
 
 def kernel_errors(prof=None, *, engine: str = "torch", folder: str | Path | None = None,
-                  split: str = "held_out") -> dict[str, dict]:
+                  split: str = "held_out", arch: str = ARCH) -> dict[str, dict]:
     """Per class: ``n``, ``median_abs_error``, ``p90_abs_error`` and ``signed_median`` (predicted / measured - 1)
-    of the folder's kernels priced by ``prof`` (None: what ``perfmodel predict --arch h200-sxm --engine
-    ENGINE`` composes)."""
+    of the folder's kernels (``folder`` measured on ``arch``) priced by ``prof`` (None: what ``perfmodel predict
+    --arch ARCH --engine ENGINE`` composes)."""
     from .predict import predict_rows
     from .resolve import resolve_hardware, resolve_profile
 
-    hw = resolve_hardware(ARCH)
+    hw = resolve_hardware(arch)
     if prof is None:
         prof = resolve_profile(None, hw, engine)
     rows = kernel_rows(folder, split)
@@ -109,12 +116,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engine", choices=CHOICES, default="torch", help="as perfmodel predict --engine (default torch)")
     p.add_argument("--calibration", default=None, help="a profile folder or 'none' (default: automatic)")
     p.add_argument("--split", choices=("held_out", "train", "all"), default="held_out")
+    p.add_argument("--folder", default=FOLDER, help=f"the measured folder under calibration/ (default {FOLDER})")
+    p.add_argument("--arch", default=ARCH, help=f"the part it was measured on (default {ARCH})")
     args = p.parse_args(argv)
+    from .paths import calibration_dir
     from .resolve import resolve_hardware, resolve_profile
 
-    prof = resolve_profile(args.calibration, resolve_hardware(ARCH), args.engine)
-    errors = kernel_errors(prof, split=args.split)
-    sys.stdout.write(markdown(errors, f"H200 standalone kernels ({args.split}), --engine {args.engine}: {prof.label}"))
+    hw = resolve_hardware(args.arch)
+    prof = resolve_profile(args.calibration, hw, args.engine)
+    folder = calibration_dir() / args.folder
+    errors = kernel_errors(prof, folder=folder, split=args.split, arch=args.arch)
+    sys.stdout.write(markdown(errors, f"{hw.name} standalone kernels of calibration/{args.folder} ({args.split}), "
+                                      f"--engine {args.engine}: {prof.label}"))
     return 0
 
 

@@ -102,6 +102,8 @@ def test_a_serving_engines_gemms_come_from_its_own_tables_within_the_instruction
 def test_no_family_falls_back_to_defaults_while_a_shipped_profile_measured_it():
     profiles = [p for _, p in available_profiles() if p.fitted]
     fitted_backends = {b for p in profiles for b in measured_backends(p)}
+    own_suites = {p.name for p in profiles if p.engine == "torch"}
+    assert own_suites == {"h200", "h100-sxm"}
     for path in sorted(hardware_dir().glob("*.yaml")):
         hw = load_spec(path.stem)
         if hw.vendor != "nvidia":
@@ -114,7 +116,8 @@ def test_no_family_falls_back_to_defaults_while_a_shipped_profile_measured_it():
             for phase, backend in att["kernels"].items():
                 if backend in fitted_backends and backend in ("flash", "cudnn", "efficient"):
                     assert backend in att["backends"], (where, phase, backend)
-            assert att["dispatch"].get("profile") == "h200", where
+            # the dispatch comes from a profile that saw it: this project's own suites (the H200's, the H100's)
+            assert att["dispatch"].get("profile") in own_suites, where
 
 
 def test_the_assumptions_and_json_say_where_each_family_came_from():

@@ -182,8 +182,12 @@ def test_carried_to_another_part_the_grouped_ratio_stays_as_measured():
         assert carried.carried_from
         for key in ("grouped_gemm_eta", "grouped_gemm_rows0"):
             assert carried.training[key] == h200.training[key]
-            assert resolve_profile(None, hw, "torch").training[key] == h200.training[key]
         assert carried.gemm_eta["bf16"] != h200.gemm_eta["bf16"] or part == "h100-sxm"
+        # a projection takes the ratios of the suite its training family came from, unchanged
+        composed = resolve_profile(None, hw, "torch")
+        source = load_profile(calibration_dir() / composed.provenance["families"]["training"]["profile"])
+        for key in ("grouped_gemm_eta", "grouped_gemm_rows0"):
+            assert composed.training[key] == source.training[key], (part, key)
 
 
 def test_profile_rejects_a_negative_per_expert_cost(tmp_path):
@@ -352,3 +356,25 @@ def test_a_folder_measured_on_another_part_is_priced_there(tmp_path):
     assert entries["grouped_gemm_measured_on"] == {"bf16": "NVIDIA H200", "fp8": "NVIDIA H100 80GB HBM3"}
     assert "NVIDIA H100 80GB HBM3" in summary["bf16"]["other_parts"]  # the carry rule's check
     assert summary["fp8"]["part"] == "h100-sxm"
+
+
+def test_a_suite_takes_the_side_measurements_made_on_its_part_wherever_they_were_filed():
+    """The H100's expert products and fp8 accumulation pairs sit beside the H200's suite (measured before the H100 had
+    a suite of its own): the H100's suite fits them as its own, the H200's keeps its own; a folder outside the
+    calibration tree takes only what is beside it."""
+    from perfmodel.fit.directory import ACCUMULATION_DIR, GROUPED_DIR, side_folders
+    from perfmodel.paths import calibration_dir
+    from perfmodel.profile import load_profile
+    from perfmodel.spec import load_spec
+
+    h100, h200 = load_spec("h100-sxm"), load_spec("h200-sxm")
+    tree = calibration_dir()
+    for prefix in (GROUPED_DIR, ACCUMULATION_DIR):
+        found = side_folders(tree / "h100-sxm", prefix, h100)
+        assert found and all(part.key == "h100-sxm" for _, _, part in found)
+        assert all(f.parent.name == "h200" for f, _, _ in found)
+    own = side_folders(tree / "h200", GROUPED_DIR, h200)
+    assert {f.name for f, _, _ in own} == {"grouped-gemm", "grouped-gemm-h100"}  # its own, as before
+    assert side_folders(tree / "h100-sxm", GROUPED_DIR, None) == []
+    prof = load_profile(tree / "h100-sxm")
+    assert prof.training["grouped_gemm_measured_on"] == {"bf16": "NVIDIA H100 80GB HBM3", "fp8": "NVIDIA H100 80GB HBM3"}

@@ -53,7 +53,8 @@ def decode_estimate(p: dict, hw, prof) -> float:
 
 
 def rows() -> list[dict]:
-    from perfmodel.fit.deltanet import scan_rows
+    from perfmodel.fit.deltanet import DELTANET_DIR, scan_rows
+    from perfmodel.fit.directory import side_folders
     from perfmodel.measure.store import read_rows
     from perfmodel.paths import calibration_dir
     from perfmodel.profile import load_profile
@@ -67,10 +68,10 @@ def rows() -> list[dict]:
             continue
         path = folder / "measurements.jsonl.gz"
         calls = scan_rows(read_rows(path if path.is_file() else folder / "measurements.jsonl"))
-        if not calls:
-            calls = [r for sub in sorted(folder.glob("deltanet*")) if (sub / "measurements.jsonl").is_file()
-                     for r in scan_rows(read_rows(sub / "measurements.jsonl"))]
         hw = load_spec(prof.spec_key)
+        if not calls:  # this project's own runs on the part (wherever filed: what the fit read)
+            calls = [r for _, sub, part in side_folders(folder, DELTANET_DIR, hw) if part.key == hw.key
+                     for r in scan_rows(sub)]
         before = statistics.median(abs(product_estimate(r["params"], hw, prof) / r["time_s"] - 1) for r in calls)
         steps = [r for r in read_rows(path if path.is_file() else folder / "measurements.jsonl")
                  if r.get("kind") == "deltanet" and (r.get("params") or {}).get("phase") == "decode" and r.get("time_s")]

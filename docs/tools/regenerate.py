@@ -54,7 +54,7 @@ BLOCKS = (
     Block("speculative.md", "verify-attention", "verify_attention_check.py", "markdown"),
     Block("training.md", "grouped-gemm", "grouped_gemm_check.py", "markdown"),
     Block("model.md", "deltanet", "deltanet_check.py", "markdown"),
-    Block("model.md", "deltanet-tables", "deltanet_tables.py", "markdown", slow=True),  # 9 s: 14 folders
+    Block("model.md", "deltanet-tables", "deltanet_tables.py", "markdown", slow=True),  # 9 s: 15 folders
     Block("model.md", "routing-table", "routing_table.py", "table", slow=True),
     Block("tables.md", "tables-table", "tables_table.py", "tables"),
     Block("tables.md", "tables-effect", "tables_effect.py", "table"),
@@ -69,6 +69,7 @@ BLOCKS = (
     Block("vision.md", "vision-projections", "vision_table.py", "projections"),
     Block("capacity.md", "capacity-example", "capacity_example.py", "example", slow=True),
     Block("backtest.md", "family-table", "backtest_family_table.py", "table", slow=True),
+    Block("backtest.md", "h100-carry", "h100_carry_check.py", "markdown"),
     Block("validation-silicon.md", "peer-estimate", "peer_estimate.py", "markdown", slow=True,
           needs="aiconfigurator-core==0.12.0"),
     Block("collectives.md", "deepep-ll", "deepep_check.py", "markdown", slow=True,

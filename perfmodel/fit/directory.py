@@ -132,14 +132,36 @@ def _folder_rows(folder: Path) -> tuple[list[dict], HardwareSpec]:
     return rows, match_spec(env, None)
 
 
-def fit_accumulation_folders(d: Path, prof):
-    """``fp8_split_over_fast`` into ``prof.training`` from the first ``fp8-accumulation*/`` folder of ``d`` that
-    measured a compute-bound pair (:func:`perfmodel.fit.training.fit_fp8_accumulation`, on the folder's own
+def side_folders(d: Path, prefix: str, hw: HardwareSpec | None = None) -> list[tuple[Path, list[dict], HardwareSpec]]:
+    """(folder, rows, part) of the side measurements named ``prefix*`` beside the suite in ``d``, and, given the
+    suite's part ``hw``, where ``d`` is a suite of the project's calibration tree (``calibration/``), those beside
+    another suite of that tree that were measured on ``hw``: a run is evidence for the part it ran on, wherever it
+    was filed (the H100's expert products were measured before the H100 had a suite of its own and sit beside the
+    H200's). An imported engine folder (``tables.npz``) takes only its own. ``d``'s own come first, each group in
+    name order."""
+    from ..paths import calibration_dir
+
+    def measured(parent: Path) -> list[Path]:
+        return sorted(p for p in parent.glob(prefix + "*") if (p / MEASUREMENTS).is_file())
+
+    out = [(f, *_folder_rows(f)) for f in measured(d)]
+    tree = calibration_dir().resolve()
+    if hw is not None and d.resolve().parent == tree and not (d / "tables.npz").exists():
+        for sibling in sorted(p for p in tree.iterdir() if p.is_dir() and p.resolve() != d.resolve()):
+            for f in measured(sibling):
+                rows, part = _folder_rows(f)
+                if part.key == hw.key:
+                    out.append((f, rows, part))
+    return out
+
+
+def fit_accumulation_folders(d: Path, prof, hw: HardwareSpec | None = None):
+    """``fp8_split_over_fast`` into ``prof.training`` from the first ``fp8-accumulation*/`` folder (:func:`side_folders`)
+    that measured a compute-bound pair (:func:`perfmodel.fit.training.fit_fp8_accumulation`, on the folder's own
     part: a ratio of two kernels on one part, carried unchanged). Returns (the profile, a summary or {})."""
     from .training import fit_fp8_accumulation
 
-    for folder in sorted(p for p in d.glob(ACCUMULATION_DIR + "*") if (p / MEASUREMENTS).is_file()):
-        rows, part = _folder_rows(folder)
+    for folder, rows, part in side_folders(d, ACCUMULATION_DIR, hw):
         entries, summary = fit_fp8_accumulation(rows, part)
         if entries:
             return prof.with_(training={**(prof.training or {}), **entries}), {**summary, "folder": folder.name}
@@ -148,7 +170,8 @@ def fit_accumulation_folders(d: Path, prof):
 
 def grouped_sources(d: Path, hw: HardwareSpec, prof) -> tuple[list[dict], tuple]:
     """The expert-product rows of a folder: ``grouped-gemm/`` and any ``grouped-gemm-<part>/`` beside it (a run on
-    another part, e.g. where the lent machine was not the folder's part). Returns (the rows measured on ``hw``,
+    another part, e.g. where the lent machine was not the folder's part), and those measured on ``hw`` beside another
+    suite (:func:`side_folders`). Returns (the rows measured on ``hw``,
     the other parts' rows as :class:`perfmodel.fit.training.GroupedSource`, each with ``prof`` carried to its
     part by the transfer rules)."""
     from ..transfer import carry
@@ -156,8 +179,7 @@ def grouped_sources(d: Path, hw: HardwareSpec, prof) -> tuple[list[dict], tuple]
 
     own: list[dict] = []
     elsewhere = []
-    for folder in sorted(p for p in d.glob(GROUPED_DIR + "*") if (p / MEASUREMENTS).is_file()):
-        rows, part = _folder_rows(folder)
+    for _, rows, part in side_folders(d, GROUPED_DIR, hw):
         if part.key == hw.key:
             own += rows
         else:
@@ -168,12 +190,7 @@ def grouped_sources(d: Path, hw: HardwareSpec, prof) -> tuple[list[dict], tuple]
 def deltanet_sources(d: Path, hw: HardwareSpec) -> list[tuple[str, list[dict]]]:
     """(folder name, rows) of each ``deltanet*/`` measurement beside the suite that was measured on ``hw`` (a run on
     another part is evidence for the docs, not for this part's fit)."""
-    out = []
-    for folder in sorted(p for p in d.glob(DELTANET_DIR + "*") if (p / MEASUREMENTS).is_file()):
-        rows, part = _folder_rows(folder)
-        if part.key == hw.key:
-            out.append((folder.name, rows))
-    return out
+    return [(folder.name, rows) for folder, rows, part in side_folders(d, DELTANET_DIR, hw) if part.key == hw.key]
 
 
 def measurements_path(d: Path) -> Path:
@@ -229,7 +246,7 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
     # against the dense model as projections price it (the power-limited clock sets the rate a row was timed at)
     # what split accumulation costs a per-tensor fp8 product (python -m perfmodel.measure.fp8_accumulation --out
     # DIR/fp8-accumulation[-<part>]), before the grouped fit, which prices its fp8 rows at their accumulation
-    prof, accumulation = fit_accumulation_folders(d, prof)
+    prof, accumulation = fit_accumulation_folders(d, prof, hw)
     if accumulation:
         training = {**training, "fp8_accumulation": accumulation}
     # Gated DeltaNet's chunked prefill: an engine's imported calls, or this project's (deltanet*/ on the part)
