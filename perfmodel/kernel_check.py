@@ -119,13 +119,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--folder", default=FOLDER, help=f"the measured folder under calibration/ (default {FOLDER})")
     p.add_argument("--arch", default=ARCH, help=f"the part it was measured on (default {ARCH})")
     args = p.parse_args(argv)
+    from .errors import InputError
     from .paths import calibration_dir
     from .resolve import resolve_hardware, resolve_profile
 
-    hw = resolve_hardware(args.arch)
-    prof = resolve_profile(args.calibration, hw, args.engine)
-    folder = calibration_dir() / args.folder
-    errors = kernel_errors(prof, folder=folder, split=args.split, arch=args.arch)
+    try:
+        hw = resolve_hardware(args.arch)
+        prof = resolve_profile(args.calibration, hw, args.engine)
+        folder = calibration_dir() / args.folder
+        errors = kernel_errors(prof, folder=folder, split=args.split, arch=args.arch)
+    except InputError as e:  # a bad folder, part or profile: one line, no traceback
+        sys.stderr.write(f"error: {e}\n")
+        return 2
     sys.stdout.write(markdown(errors, f"{hw.name} standalone kernels of calibration/{args.folder} ({args.split}), "
                                       f"--engine {args.engine}: {prof.label}"))
     return 0

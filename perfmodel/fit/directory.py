@@ -171,9 +171,8 @@ def fit_accumulation_folders(d: Path, prof, hw: HardwareSpec | None = None):
 def grouped_sources(d: Path, hw: HardwareSpec, prof) -> tuple[list[dict], tuple]:
     """The expert-product rows of a folder: ``grouped-gemm/`` and any ``grouped-gemm-<part>/`` beside it (a run on
     another part, e.g. where the lent machine was not the folder's part), and those measured on ``hw`` beside another
-    suite (:func:`side_folders`). Returns (the rows measured on ``hw``,
-    the other parts' rows as :class:`perfmodel.fit.training.GroupedSource`, each with ``prof`` carried to its
-    part by the transfer rules)."""
+    suite (:func:`side_folders`). Returns (the rows measured on ``hw``, the other parts' rows as
+    :class:`perfmodel.fit.training.GroupedSource`, each with ``prof`` carried to its part by the transfer rules)."""
     from ..transfer import carry
     from .training import GroupedSource
 
