@@ -41,14 +41,11 @@ def _cell(value) -> str:
     return str(value)
 
 
-def kernel_rows(folder: str | Path | None = None, split: str = "held_out") -> list[tuple[str, dict, float]]:
-    """(class, predict CSV row, measured seconds) for every standalone kernel row of the folder in ``split``
-    (``held_out``, ``train`` or ``all``)."""
+def _cases(folder: str | Path | None = None) -> tuple:
+    """The folder's rows as its fit split them: (cases, whole-layer rows, launch rows, collective rows)."""
+    from .errors import InputError
     from .fit.latency import load_cases
     from .paths import calibration_dir
-    from .predict import OP_COLUMNS
-
-    from .errors import InputError
 
     d = Path(folder) if folder is not None else calibration_dir() / FOLDER
     if not (d / "measurements.jsonl").is_file():  # an installed package ships profiles, not raw measurements
@@ -58,7 +55,15 @@ def kernel_rows(folder: str | Path | None = None, split: str = "held_out") -> li
     validation = json.loads((d / "profile.json").read_text(encoding="utf-8")).get("validation", {})
     rows = [json.loads(line) for line in (d / "measurements.jsonl").read_text(encoding="utf-8").splitlines()
             if line.strip()]
-    cases = load_cases(rows, float(validation.get("holdout_share", 0.25)), int(validation.get("seed", 0)))[0]
+    return load_cases(rows, float(validation.get("holdout_share", 0.25)), int(validation.get("seed", 0)))
+
+
+def kernel_rows(folder: str | Path | None = None, split: str = "held_out") -> list[tuple[str, dict, float]]:
+    """(class, predict CSV row, measured seconds) for every standalone kernel row of the folder in ``split``
+    (``held_out``, ``train`` or ``all``)."""
+    from .predict import OP_COLUMNS
+
+    cases = _cases(folder)[0]
     out = []
     for c in cases:
         if not c.standalone or c.kind not in OP_COLUMNS or (split != "all" and c.held_out != (split == "held_out")):
@@ -95,9 +100,25 @@ def kernel_errors(prof=None, *, engine: str = "torch", folder: str | Path | None
         if cls.startswith("memory "):
             ratio.setdefault("memory", []).append(r)
     order = sorted(ratio, key=lambda k: (not k.startswith("gemm"), not k.startswith("attention"), k != "memory", k))
-    return {cls: {"n": len(ratio[cls]), "median_abs_error": float(np.median(np.abs(ratio[cls]))),
-                  "p90_abs_error": float(np.percentile(np.abs(ratio[cls]), 90)),
-                  "signed_median": float(np.median(ratio[cls]))} for cls in order}
+    return {cls: _stats(ratio[cls]) for cls in order}
+
+
+def layer_errors(prof, *, folder: str | Path | None = None, arch: str = ARCH) -> dict[str, dict]:
+    """Per phase (prefill, decode): the same statistics for the folder's whole decoder layers (never fitted), priced
+    by ``prof`` as the fit validates them (:func:`perfmodel.fit.layers.validate_layers`)."""
+    from .fit.layers import validate_layers
+    from .resolve import resolve_hardware
+
+    priced = validate_layers(_cases(folder)[1], resolve_hardware(arch), prof)[1]
+    return {phase: _stats([x["error"] for x in priced if x["phase"] == phase]) for phase in ("prefill", "decode")
+            if any(x["phase"] == phase for x in priced)}
+
+
+def _stats(ratios: list[float]) -> dict:
+    """``n``, ``median_abs_error``, ``p90_abs_error`` and ``signed_median`` of predicted / measured - 1 values."""
+    r = np.asarray(ratios, dtype=float)
+    return {"n": len(r), "median_abs_error": float(np.median(np.abs(r))),
+            "p90_abs_error": float(np.percentile(np.abs(r), 90)), "signed_median": float(np.median(r))}
 
 
 def markdown(errors: dict[str, dict], title: str = "") -> str:

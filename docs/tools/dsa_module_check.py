@@ -64,20 +64,16 @@ def rows() -> list[tuple]:
         hw = resolve_hardware(part)
         prof = resolve_profile(None, hw, "sglang")
         table = _table(folder)
-        for forced in (None, "bf16", "fp8"):
+        default_kv = module_s(hw, model, prof, None, 1, CONTEXTS[0])[1]
+        # the part's default KV format, then the other one forced (where the table times it)
+        for forced in (None,) + tuple(kv for kv in KV_NAMES if kv != default_kv):
             for batch in BATCHES:
                 for context in CONTEXTS:
                     projected, kv = module_s(hw, model, prof, forced, batch, context)
                     measured = table.get((KV_NAMES.get(kv, kv), batch, context))
-                    if measured is None or (forced is not None and not _differs(hw, model, prof, forced)):
-                        continue
-                    out.append((hw.name, kv, forced is None, batch, context, measured, projected))
+                    if measured is not None:
+                        out.append((hw.name, kv, forced is None, batch, context, measured, projected))
     return out
-
-
-def _differs(hw, model, prof, forced: str) -> bool:
-    """Whether forcing ``forced`` changes the part's default KV format (the forced rows repeat it otherwise)."""
-    return module_s(hw, model, prof, None, 1, 1024)[1] != forced
 
 
 def markdown() -> str:
