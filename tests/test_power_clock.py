@@ -137,3 +137,43 @@ def test_docs_power_clock_tables_are_regenerated():
     doc = (ROOT / "docs" / "power-clock.md").read_text()
     block = doc.split("<!-- power-clock-tables: begin -->\n")[1].split("\n<!-- power-clock-tables: end -->")[0]
     assert block == tool.tables()
+
+
+H100_COURSES = ROOT / "calibration" / "h100-sxm" / "clock-course"
+
+
+def test_h100_profile_carries_its_own_clock_fit():
+    """The H100's courses are fitted into its profile (perfmodel fit reads DIR/clock-course), not the default;
+    the parts that carry from the H100 (the A100, nearest by bandwidth) take the same model."""
+    from perfmodel.profile import load_profile
+    from perfmodel.fit.clock import fit_clock as fit
+
+    model, _ = fit(H100_COURSES, resolve_hardware("h100-sxm"))
+    shipped = load_profile(ROOT / "calibration" / "h100-sxm" / "profile.json").power["clock"]
+    assert shipped["source"] == model.source and "H100" in shipped["source"]
+    for key in ("onset_s", "tau_s", "alone_share", "demand_per_bandwidth"):
+        assert shipped[key] == pytest.approx(getattr(model, key), rel=1e-6), key
+    assert shipped["demand_at_peak"]["bf16"] != pytest.approx(DEFAULT_CLOCK.demand_at_peak["bf16"], rel=0.01)
+
+
+def test_the_default_clock_against_the_h100_courses(capsys):
+    """`--against-default` prices every course with the carried default beside the part's own fit: on the H100 the
+    H200's model over-predicts the steady stretch of every throttled GEMM course (the H100 throttles less)."""
+    from perfmodel.fit.clock import main
+
+    assert main([str(H100_COURSES), "--arch", "h100-sxm", "--against-default"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[2:] if line.startswith("gemm_")}
+    for name in ("gemm_bf16_8192", "gemm_fp8_8192", "gemm_bf16_prefill_ffn"):
+        own, other = float(rows[name][5].rstrip("%")), float(rows[name][7].rstrip("%"))
+        assert abs(own) < abs(other) and other > 0, rows[name]
+    assert "other: H200 clock courses" in out
+
+
+def test_clock_fit_refuses_bad_input_in_one_line(tmp_path, capsys):
+    from perfmodel.fit.clock import main
+
+    assert main([str(tmp_path)]) == 2
+    assert main([str(H100_COURSES), "--arch", "no-such-part"]) == 2
+    err = capsys.readouterr().err
+    assert "no clock_course.jsonl rows" in err and "no-such-part" in err and "Traceback" not in err

@@ -2,6 +2,8 @@
 
     python docs/tools/power_clock_table.py > /tmp/power-clock-tables.md     # about two seconds
 
+prints the H200 block (``power-clock-tables``) and then the H100 block (``power-clock-h100``).
+
 The first table is each course's per-call time over its boost time at several moments of the stream (the median
 of the windows around that moment), its steady stretch after 2 s and the clock model's; the second the suite-style
 timing of the same kernels, rested and right after a hot course; the third the fitted model.
@@ -10,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfmodel.fit.clock import course_summary, fit_clock, load_courses
+from perfmodel.fit.clock import check_against, course_summary, fit_clock, fit_courses, load_courses
+from perfmodel.power_clock import DEFAULT_CLOCK
 from perfmodel.paths import repo_root
 from perfmodel.resolve import resolve_hardware
 
@@ -23,6 +26,17 @@ def _at(summary: dict, t_s: float) -> str:
         return "-"
     i = int(np.searchsorted(t, t_s))
     return f"{np.median(s[max(0, i - 3):i + 3]):.3f}"
+
+
+def _workload(p: dict) -> str:
+    what = (f"{p.get('dtype', '')} {p['m']}x{p['n']}x{p['k']}".strip() if "m" in p else f"copy {p['bytes'] >> 20} MiB")
+    if p["op"] == "mix":
+        what = f"{p['dtype']} {p['m']}^3 GEMM and {p['bytes'] >> 20} MiB copy in turn"
+    if "burst_s" in p:
+        what += f", {p['burst_s'] * 1e3:g} ms on / {p['gap_s'] * 1e3:g} ms idle"
+    if p.get("rest_s"):
+        what += f", after {p['rest_s']:g} s rest"
+    return what
 
 
 def tables() -> str:
@@ -38,14 +52,7 @@ def tables() -> str:
     for row in courses:
         s = course_summary(row)
         c = checks[row["name"]]
-        p = row["params"]
-        what = (f"{p.get('dtype', '')} {p['m']}x{p['n']}x{p['k']}".strip() if "m" in p else f"copy {p['bytes'] >> 20} MiB")
-        if p["op"] == "mix":
-            what = f"{p['dtype']} {p['m']}^3 GEMM and {p['bytes'] >> 20} MiB copy in turn"
-        if "burst_s" in p:
-            what += f", {p['burst_s'] * 1e3:g} ms on / {p['gap_s'] * 1e3:g} ms idle"
-        if p.get("rest_s"):
-            what += f", after {p['rest_s']:g} s rest"
+        what = _workload(row["params"])
         model_cell = f"{c['steady_model']:.3f}" if c["steady_model"] else "-"
         out.append(f"| {row['name']} | {what} | {s['boost_s'] * 1e3:.4f} | "
                    + " | ".join(_at(s, m) for m in MOMENTS_S)
@@ -71,6 +78,64 @@ def tables() -> str:
             f"| static power (rested, measured) | {report['static_w']:.0f} W |",
             f"| power limit (enforced) | {report['limit_w']:.0f} W |"]
     out += ["", in_step_table()]
+    return "\n".join(out)
+
+
+def h100_tables() -> str:
+    """The H100's courses (calibration/h100-sxm/clock-course): each course's steady stretch against the H100's own
+    fit and against the default (the H200's fit, what the H100 carried before its courses were fitted), and the
+    two models' parameters side by side."""
+    folder = repo_root() / "calibration" / "h100-sxm" / "clock-course"
+    courses, alone = load_courses(folder)
+    hw = resolve_hardware("h100-sxm")
+    model, report = fit_courses(courses, alone, hw)
+    report = check_against(courses, report, DEFAULT_CLOCK, hw)
+    params = {r["name"]: r["params"] for r in courses}
+    pct = lambda x: f"{x * 100:+.1f}%" if x is not None else "-"  # noqa: E731
+    num = lambda x: f"{x:.3f}" if x else "-"  # noqa: E731
+    out = ["| course | workload | boost ms | steady (>= 2 s) | H100 fit | error | H200 fit (default) | error | fitted |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for c in report["courses"]:
+        out.append(f"| {c['name']} | {_workload(params[c['name']])} | {c['boost_ms']:.4f} | {c['steady_measured']:.3f} | "
+                   f"{num(c['steady_model'])} | {pct(c['error'])} | {num(c['other_model'])} | {pct(c['other_error'])} | "
+                   f"{'yes' if c['fitted'] else 'no'} |")
+    own, default = model.as_dict(), DEFAULT_CLOCK.as_dict()
+    out += ["", "| parameter | H100 fit | H200 fit (default) |", "|---|---|---|",
+            f"| onset | {own['onset_s'] * 1e3:.1f} ms | {default['onset_s'] * 1e3:.1f} ms |",
+            f"| fast time constant | {own['tau_s'] * 1e3:.1f} ms | {default['tau_s'] * 1e3:.1f} ms |",
+            f"| fast share of the stretch | {own['fast_share']:.2f} | {default['fast_share']:.2f} |",
+            f"| slow time constant | {own['slow_tau_s']:.3f} s | {default['slow_tau_s']:.3f} s |",
+            f"| share the suite's timing shows | {own['alone_share']:.2f} | {default['alone_share']:.2f} |"]
+    out += [f"| demand at peak, {k} | {v:.2f} | {default['demand_at_peak'][k]:.2f} |"
+            for k, v in own["demand_at_peak"].items() if k in default["demand_at_peak"]]
+    out += [f"| demand of streaming at the datasheet bandwidth | {own['demand_per_bandwidth']:.2f} | "
+            f"{default['demand_per_bandwidth']:.2f} |",
+            f"| static power (rested, measured) | {report['static_w']:.0f} W | - |",
+            f"| power limit (enforced) | {report['limit_w']:.0f} W | - |"]
+    return "\n".join(out + ["", h100_checks()])
+
+
+# the H100's never-fitted checks as `perfmodel fit` reported them with the H200's clock model (commit ce40819's
+# calibration/h100-sxm/profile.json, before the H100's courses were fitted), beside the shipped profile's
+H100_CHECKS_UNDER_DEFAULT = {"layers_prefill": 0.03845, "layers_decode": 0.03132, "gemm_held_out": 0.05181,
+                             "train_step": 0.00633, "energy_held_out": 0.03188}
+
+
+def h100_checks() -> str:
+    """The H100 profile's checks that were never fitted, fitted under the default clock model and under its own."""
+    import json
+
+    v = json.loads((repo_root() / "calibration" / "h100-sxm" / "profile.json").read_text())["validation"]
+    now = {"layers_prefill": v["layers"]["prefill"]["median_abs_error"],
+           "layers_decode": v["layers"]["decode"]["median_abs_error"],
+           "gemm_held_out": v["ops"]["held_out"]["gemm"]["median_abs_error"],
+           "train_step": v["training"]["train_step_summary"]["median_abs_error"],
+           "energy_held_out": v["power"]["held_out_end_to_end"]["median_abs_error"]}
+    names = {"layers_prefill": "whole layers, prefill", "layers_decode": "whole layers, decode",
+             "gemm_held_out": "GEMMs, held out", "train_step": "whole training steps",
+             "energy_held_out": "energy, held out"}
+    out = ["| check (median abs error) | fitted under the H200's clock (ce40819) | under the H100's own |", "|---|---|---|"]
+    out += [f"| {names[k]} | {H100_CHECKS_UNDER_DEFAULT[k] * 100:.1f}% | {now[k] * 100:.1f}% |" for k in names]
     return "\n".join(out)
 
 
@@ -100,3 +165,5 @@ def in_step_table() -> str:
 
 if __name__ == "__main__":
     print(tables())
+    print()
+    print(h100_tables())

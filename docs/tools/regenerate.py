@@ -48,6 +48,7 @@ def missing(block: Block) -> str:
 
 BLOCKS = (
     Block("power-clock.md", "power-clock-tables", "power_clock_table.py", "tables"),
+    Block("power-clock.md", "power-clock-h100", "power_clock_table.py", "h100_tables"),
     Block("speculative.md", "mtp-table", "mtp_table.py", "table"),
     Block("speculative.md", "draft-table", "mtp_table.py", "draft_table"),
     Block("speculative.md", "tree-table", "mtp_table.py", "tree_table"),

@@ -25,12 +25,13 @@ and over all compute-bound courses together:
 Courses that mix workloads (``mix``, priced by the time-weighted demand a projection uses) or idle between bursts
 (``duty``, priced from rest) are never fitted: they are predicted, and the report gives their error.
 
-    python -m perfmodel.fit.clock calibration/h200/clock-course [--arch h200-sxm]
+    python -m perfmodel.fit.clock calibration/h200/clock-course [--arch h200-sxm] [--against-default]
 """
 from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -124,10 +125,22 @@ def fit_courses(courses: list[dict], alone: list[dict], spec) -> tuple[ClockMode
                        slow_tau_s=slow_tau_s,
                        demand_at_peak={**base.demand_at_peak, **dap}, demand_per_bandwidth=dpb,
                        source=f"fitted to {len(fitted)} GEMM courses on {spec.name}")
-    report = {"courses": [], "model": model.as_dict(), "static_w": static, "limit_w": limit}
+    report = {"courses": [], "model": model.as_dict(), "static_w": static, "limit_w": limit,
+              "copy_rate_Bps": copy_rate}
     for s in summaries:
         report["courses"].append(_check(s, model, spec, s in fitted, copy_rate))
     return model, report
+
+
+def check_against(courses: list[dict], report: dict, model: ClockModel, spec) -> dict:
+    """``report`` with each course also priced by another clock model (``other_model``, ``other_error``): how a
+    model fitted elsewhere (the default, carried) predicts this part's courses, beside the part's own fit."""
+    by_name = {s["name"]: s for s in (course_summary(r) for r in courses)}
+    rows = []
+    for c in report["courses"]:
+        other = _check(by_name[c["name"]], model, spec, False, report.get("copy_rate_Bps"))
+        rows.append({**c, "other_model": other["steady_model"], "other_error": other["error"]})
+    return {**report, "courses": rows, "other": model.source}
 
 
 def _fit_onset(fitted: list[dict], base: ClockModel) -> tuple[float, float, float, float]:
@@ -211,27 +224,50 @@ def report_text(report: dict) -> str:
              f"alone share {m['alone_share']:.2f}, demand at peak "
              + ", ".join(f"{k} {v:.2f}" for k, v in m["demand_at_peak"].items())
              + f", demand per bandwidth {m['demand_per_bandwidth']:.2f}",
-             f"{'course':<26} {'fitted':>6} {'boost ms':>9} {'steady':>7} {'model':>7} {'error':>7}"]
+             f"{'course':<26} {'fitted':>6} {'boost ms':>9} {'steady':>7} {'model':>7} {'error':>7}"
+             + (f" {'other':>7} {'error':>7}" if "other" in report else "")]
     for c in report["courses"]:
-        model = f"{c['steady_model']:.3f}" if c["steady_model"] else "-"
-        err = f"{c['error'] * 100:+.1f}%" if c["error"] is not None else "-"
-        lines.append(f"{c['name']:<26} {'yes' if c['fitted'] else 'no':>6} {c['boost_ms']:9.4f} "
-                     f"{c['steady_measured']:7.3f} {model:>7} {err:>7}")
+        line = (f"{c['name']:<26} {'yes' if c['fitted'] else 'no':>6} {c['boost_ms']:9.4f} "
+                f"{c['steady_measured']:7.3f} {_num(c['steady_model']):>7} {_pct(c['error']):>7}")
+        if "other" in report:
+            line += f" {_num(c['other_model']):>7} {_pct(c['other_error']):>7}"
+        lines.append(line)
+    if "other" in report:
+        lines.append(f"other: {report['other']}")
     return "\n".join(lines)
 
 
+def _num(x: float | None) -> str:
+    return f"{x:.3f}" if x else "-"
+
+
+def _pct(x: float | None) -> str:
+    return f"{x * 100:+.1f}%" if x is not None else "-"
+
+
 def main(argv: list[str] | None = None) -> int:
+    from ..errors import InputError
     from ..resolve import resolve_hardware
 
     ap = argparse.ArgumentParser(prog="python -m perfmodel.fit.clock", description=__doc__.split("\n\n")[0])
     ap.add_argument("directory", type=Path)
     ap.add_argument("--arch", default="h200-sxm")
+    ap.add_argument("--against-default", action="store_true",
+                    help="also price every course with the default clock model (the H200's fit, what a part "
+                         "without its own courses carries)")
     args = ap.parse_args(argv)
     courses, alone = load_courses(args.directory)
     if not courses:
-        print(f"{args.directory}: no {COURSE_FILE} rows")
+        print(f"error: {args.directory}: no {COURSE_FILE} rows", file=sys.stderr)
         return 2
-    _, report = fit_courses(courses, alone, resolve_hardware(args.arch))
+    try:
+        spec = resolve_hardware(args.arch)
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    _, report = fit_courses(courses, alone, spec)
+    if args.against_default:
+        report = check_against(courses, report, DEFAULT_CLOCK, spec)
     print(report_text(report))
     return 0
 

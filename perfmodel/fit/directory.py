@@ -222,7 +222,13 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
     attn_default, dispatch_seen = dispatch_defaults(rows, DEFAULTS)
     # the protocol the rows were timed by sets the clock each ran at (perfmodel.power_clock)
     timing = dict(IMPORT_TIMING if imported else SUITE_TIMING)
-    prof = fit_profile(cases, hw, DEFAULTS.with_(attn_default=attn_default, gemm_timing=timing, attn_timing=timing))
+    base = DEFAULTS.with_(attn_default=attn_default, gemm_timing=timing, attn_timing=timing)
+    # the part's own clock courses first: every compute row is priced at the clock its timing ran at, so the GEMM and
+    # attention constants are fitted under the clock model projections will price them with
+    clock = fit_clock(d / CLOCK_COURSE_DIR, hw)
+    if clock is not None:
+        base = base.with_(power={"clock": clock[0].as_dict()})
+    prof = fit_profile(cases, hw, base)
     prof = fit_launch(prof, launches)
     prof, comm_info = fit_collectives(prof, rows, hw)
     summary, val_rows = validate_cases(cases, hw, prof)
@@ -237,8 +243,7 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
     skew = fit_skew(classes)  # what a skewed router costs its MoE modules, where the tables time it
     if skew:
         prof = prof.with_(gemm_grouped_skew=skew)
-    clock = fit_clock(d / CLOCK_COURSE_DIR, hw)
-    if clock is not None:
+    if clock is not None:  # fit_power replaced the power dict
         prof = prof.with_(power={**(prof.power or {}), "clock": clock[0].as_dict()})
     # the MoE expert products measured beside the suite (python -m perfmodel.measure.grouped_gemm --out
     # DIR/grouped-gemm): the grouped kernel's rate relative to the dense GEMM model, training factors fitted last,
