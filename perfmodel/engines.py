@@ -10,6 +10,7 @@ the installation or the GPU, the value and the rule are stated and marked as an 
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from .errors import InputError
@@ -253,6 +254,23 @@ SHARED_STREAMS = ("graph", "small", "never")
 ALLREDUCE_NORM_TOKENS = 2048
 # vLLM's VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD default (vllm/envs.py, 0.12.0 to 0.19.0)
 SHARED_STREAM_TOKENS = 256
+
+
+_RELEASE = re.compile(r"^v?(\d+(?:\.\d+){0,3})(?:[.-]?(rc|a|b|alpha|beta)(\d*))?(?:[.-]?post(\d*))?")
+
+
+def release_key(text: str | None) -> tuple | None:
+    """An orderable key of a release string (``0.19.0``, ``1.3.0rc10``, ``0.5.6.post2``, ``1.2.0rc6.post3``), a
+    release candidate before its release and a post-release after it; None where the text names no numbered
+    release (``nightly-dev``, a commit)."""
+    m = _RELEASE.match((text or "").strip().lower())
+    if m is None:
+        return None
+    numbers = tuple(int(x) for x in m.group(1).split("."))
+    numbers = numbers + (0,) * (4 - len(numbers))
+    pre = (0, int(m.group(3) or 0)) if m.group(2) else (1, 0)
+    post = int(m.group(4) or 0) + 1 if m.group(4) is not None else 0
+    return (*numbers, *pre, post)
 
 
 def _release(version: str) -> tuple[int, int] | None:

@@ -47,3 +47,7 @@ def calibration_dir() -> Path:
 
 def templates_dir() -> Path:
     return repo_root() / "templates"
+
+
+# beside an engine folder of imported tables, the tables of the engine's other releases (perfmodel.releases)
+RELEASES_DIR = "releases"

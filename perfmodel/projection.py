@@ -471,6 +471,10 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
         line = table_assumption(hw, prof)
         if line:
             out.append(line)
+        chosen = prof.provenance.get("release_tables")
+        if chosen:
+            out.append(f"engine release {chosen['asked']}: " + "; ".join(
+                f"{fam} tables of {where}" for fam, where in chosen.items() if fam != "asked"))
     out.append(f"{sc.batching} batching; throughput definition in the README")
     if sc.mode != "sol":
         from .kernel_choices import assumption_lines, choices

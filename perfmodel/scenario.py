@@ -58,6 +58,9 @@ class Scenario:
     # fields below are None until the scenario is resolved for a part (for_hardware): then the engine's
     # preset fills every one the user did not set.
     engine: str = "auto"
+    # the engine release whose measured kernel tables price it, where its engine folder holds that release's tables
+    # (perfmodel.releases: the nearest measured release); None: the folder's own (the newest imported)
+    engine_release: str | None = None
     # fused: a serving engine's kernels (residual add folded into the next norm, one SwiGLU kernel, decode
     # attention over real query rows); torch: the plain PyTorch layer the calibration suite measures; hf:
     # Hugging Face transformers' eager layer (separate q/k/v and gate/up products, eight-kernel RMSNorm)
@@ -306,6 +309,13 @@ class Scenario:
         from .engines import CHOICES as ENGINES
 
         _choice(self.engine, ENGINES, "--engine")
+        if self.engine_release is not None:
+            from .engines import release_key
+
+            if not (isinstance(self.engine_release, str) and len(self.engine_release) <= 64
+                    and self.engine_release.isprintable() and release_key(self.engine_release) is not None):
+                raise InputError(f"expected a numbered engine release (0.19.0, 1.3.0rc10, 0.5.6.post2), got "
+                                 f"{str(self.engine_release)[:80]!r}", field="--engine-release")
         _choice(self.kernels, ("fused", "torch", "hf"), "--kernels")
         _choice(self.kv_cache, KV_CACHES, "--kv-cache")
         _choice(self.rotary, ("kv_write", "kernel", "eager"), "--rotary")

@@ -36,6 +36,8 @@ def calibration_info(prof) -> dict:
             "engine": prof.engine if prof.fitted else None,
             # per cost-model family: which profile (part, engine) it came from and whether it was carried
             "families": prof.provenance.get("families") if prof.fitted else None,
+            # the engine release whose MoE tables priced it, where one was named (perfmodel.releases)
+            "release_tables": prof.provenance.get("release_tables"),
             "carry": prof.provenance.get("carry") if prof.carried_from else None}
 
 

@@ -85,7 +85,7 @@ def row_format(row: dict, model) -> str:
     return "bf16" if own and precision == own else precision
 
 
-def _scenario_for(row: dict, where: str, engine: str, model):
+def _scenario_for(row: dict, where: str, engine: str, model, release_tables: bool = False):
     from .scenario import Scenario
 
     precision = row_format(row, model)
@@ -99,7 +99,18 @@ def _scenario_for(row: dict, where: str, engine: str, model):
     return Scenario(isl=_int(row, "isl", where), osl=max(1, osl), batch=_int(row, "batch", where),
                     tp=_int(row, "tp", where), pp=_int(row, "pp", where), dtype=precision,
                     batching="static" if static else "continuous", engine=engine_of(row, engine),
-                    kv_cache=cache.group(1) if cache else None, launch=launch).validated()
+                    kv_cache=cache.group(1) if cache else None, launch=launch,
+                    engine_release=row_release(row, release_tables)).validated()
+
+
+def row_release(row: dict, wanted: bool = True) -> str | None:
+    """The engine release a row records (its ``engine_version``), for the tables of that release
+    (:mod:`perfmodel.releases`) where ``wanted``; None where it records none or no numbered release
+    (``nightly-dev``: the engine folder's own tables)."""
+    from .engines import release_key
+
+    text = (row.get("engine_version") or "").strip()
+    return text if wanted and release_key(text) is not None else None
 
 
 def parse_where(text: str | None) -> list[tuple[str, frozenset]]:
@@ -137,9 +148,11 @@ def _select(rows: list[dict], where, limit: int | None, path) -> list[tuple[int,
 
 
 def run_validation(path=None, *, calibration=None, mode: str = "latency", engine: str = "auto", where=None,
-                   limit: int | None = None) -> list[dict]:
+                   limit: int | None = None, release_tables: bool = False) -> list[dict]:
     """Project every row of the table; ``engine`` overrides the engine read off each row's source.
-    ``where`` (``hardware=b200,engine=trtllm``, or parsed clauses) and ``limit`` keep a subset of the rows."""
+    ``where`` (``hardware=b200,engine=trtllm``, or parsed clauses) and ``limit`` keep a subset of the rows;
+    ``release_tables``: price each row's MoE layers with the tables of the engine release it records, where such
+    tables were imported (:mod:`perfmodel.releases`; off by default: docs/engines.md says why)."""
     from .projection import project_resolved
     from .resolve import resolve_hardware, resolve_model, resolve_scenario, setup
 
@@ -151,7 +164,7 @@ def run_validation(path=None, *, calibration=None, mode: str = "latency", engine
         if missing:
             raise InputError(f"missing column(s) {', '.join(missing)}", file=str(p))
     out = []
-    serving = _Serving(calibration, mode, engine) if rows and "concurrency" in rows[0] else None
+    serving = _Serving(calibration, mode, engine, release_tables) if rows and "concurrency" in rows[0] else None
     selected = _select(rows, where, limit, p)
     for i, row in selected:
         where = f"{p}:{i}"
@@ -170,8 +183,8 @@ def run_validation(path=None, *, calibration=None, mode: str = "latency", engine
             continue
         hw = resolve_hardware(row["hardware"])
         model = resolve_model(row["model"])
-        sc = _scenario_for(row, where, engine, model).with_(mode=mode)
-        prof = setup(hw, model, calibration=calibration, engine=sc.engine).profile
+        sc = _scenario_for(row, where, engine, model, release_tables).with_(mode=mode)
+        prof = setup(hw, model, calibration=calibration, engine=sc.engine, release=sc.engine_release).profile
         try:  # a row whose engine does not run on its part is refused like one that does not fit
             proj = project_resolved(hw, model, resolve_scenario(sc, hw, model), prof)
         except InputError as e:
@@ -191,8 +204,9 @@ class _Serving:
     """Projects serving-benchmark rows (module doc); keeps what rows share: specs, models, profiles,
     step-time tables and whole simulations (a measurement's ttft and tpot rows)."""
 
-    def __init__(self, calibration, mode: str, engine: str):
+    def __init__(self, calibration, mode: str, engine: str, release_tables: bool = False):
         self.calibration, self.mode, self.engine = calibration, mode, engine
+        self.release_tables = release_tables
         self.hw: dict = {}
         self.models: dict = {}
         self.profiles: dict = {}
@@ -234,19 +248,21 @@ class _Serving:
         if layout is not None:
             rec["reason"], rec["status"] = layout
             return rec
-        if (hw.key, rec["engine"]) not in self.profiles:
-            self.profiles[(hw.key, rec["engine"])] = setup(hw, calibration=self.calibration,
-                                                           engine=rec["engine"]).profile
-        prof = self.profiles[(hw.key, rec["engine"])]
+        release = row_release(row, self.release_tables)
+        key = (hw.key, rec["engine"], release)
+        if key not in self.profiles:
+            self.profiles[key] = setup(hw, calibration=self.calibration, engine=rec["engine"],
+                                       release=release).profile
+        prof = self.profiles[key]
         opts = None
         try:
             if sides is None:
                 sc = Scenario(batch="max", **row_layout(row, where, model), engine=rec["engine"],
-                              async_scheduling=release_scheduling(row, rec["engine"]),
+                              engine_release=release, async_scheduling=release_scheduling(row, rec["engine"]),
                               shared_stream=release_shared_stream(row, rec["engine"]), mode=self.mode).validated()
                 sc = sc.with_(batch=admission_cap(sc, hw, model))
             else:
-                sc, opts = disagg_scenario(row, where, sides, model, rec["engine"], self.mode)
+                sc, opts = disagg_scenario(row, where, sides, model, rec["engine"], self.mode, release)
         except InputError as e:
             if e.file:  # a malformed cell of the table: bad input
                 raise
@@ -340,7 +356,7 @@ def _side_layout(side: dict) -> tuple:
     return tuple(fields)
 
 
-def disagg_scenario(row: dict, where: str, sides: dict, model, engine: str, mode: str):
+def disagg_scenario(row: dict, where: str, sides: dict, model, engine: str, mode: str, release: str | None = None):
     """(scenario, serving options) of a disaggregated row: X prefill and Y decode workers, each side with its
     own TP, PP, attention DP, EP and batch limit, the KV cache moving from one to the other."""
     from .scenario import Scenario
@@ -348,7 +364,7 @@ def disagg_scenario(row: dict, where: str, sides: dict, model, engine: str, mode
 
     p, d = sides["P"], sides["D"]
     sc = Scenario(isl=_int(row, "isl", where), osl=_int(row, "osl", where), batch="max", tp=d["tp"],
-                  dtype=row_format(row, model), engine=engine, mode=mode,
+                  dtype=row_format(row, model), engine=engine, mode=mode, engine_release=release,
                   async_scheduling=release_scheduling(row, engine),
                   shared_stream=release_shared_stream(row, engine), **dict(_side_layout(d))).validated()
     opts = ServeOptions(disagg=(p["workers"], d["workers"]), prefill_tp=p["tp"], decode_tp=d["tp"],

@@ -49,7 +49,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
     3: ("ops", "graph", "vision", "op_graphs", "train.graph"),
     4: ("cost", "step_accounting", "power_clock", "train.cost"),
     5: ("projection", "capacity", "kernel_choices", "predict", "host_costs", "energy", "transfer", "evidence",
-        "resolve", "speculative", "train.memory", "train.schedule", "train.project"),
+        "resolve", "releases", "speculative", "train.memory", "train.schedule", "train.project"),
     6: ("fit",),
     7: ("serve", "train", "trace", "tune", "outputs", "serialize", "text", "validate", "backtest", "sustained",
         "imports", "deploy", "kernel_check"),

@@ -74,6 +74,10 @@ def test_wheel_ships_the_data(tmp_path):
     assert "perfmodel/_data/workloads/validation/public_validation.csv" in names
     for whole in (ROOT / "calibration").glob("*/tables.npz"):  # the measured tables projections interpolate
         assert f"perfmodel/_data/calibration/{whole.parent.name}/tables.npz" in names
+    for whole in (ROOT / "calibration").glob("*/releases/*/tables.npz"):  # an engine's other releases (--engine-release)
+        rel = whole.relative_to(ROOT / "calibration").parent
+        assert f"perfmodel/_data/calibration/{rel}/tables.npz" in names
+        assert f"perfmodel/_data/calibration/{rel}/profile.json" in names
     for host in (ROOT / "calibration").glob("*/hf/host.csv"):  # what --engine hf reads
         assert f"perfmodel/_data/calibration/{host.parent.parent.name}/hf/host.csv" in names
         assert f"perfmodel/_data/calibration/{host.parent.parent.name}/hf/kernels.csv" in names

@@ -62,6 +62,7 @@ BLOCKS = (
     Block("what-if.md", "what-if-examples", "what_if_table.py", "examples"),
     Block("what-if.md", "what-if-departures", "what_if_table.py", "departures", slow=True),
     Block("models.md", "models-projections", "models_table.py", "projections", slow=True),
+    Block("engines.md", "release-tables", "releases_table.py", "markdown"),
     Block("engines.md", "engine-presets", "engines_table.py", "table"),
     Block("engines.md", "shared-streams", "streams_check.py", "markdown", slow=True),  # 2 s: eight projections
     Block("engines.md", "model-defaults", "model_defaults_check.py", "markdown", slow=True),  # 27 projections

@@ -117,6 +117,10 @@ def scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True, images: 
                    help="serving engine preset: kernels, fusions, launch mode, KV format, chunk size and memory "
                         "share (docs/engines.md); default " + ("auto: TensorRT-LLM on NVIDIA parts, vLLM elsewhere"
                                                                if serving else "torch: plain PyTorch"))
+    g.add_argument("--engine-release", default=None, metavar="VERSION",
+                   help="the engine release whose measured kernel tables price it (0.19.0, 1.3.0rc10), where tables "
+                        "of that release were imported: the nearest measured release stands for it; default: the "
+                        "engine folder's own (docs/engines.md)")
     g.add_argument("--attention-kernel", choices=ATTENTION, default=None,
                    help="attention kernel (default: the engine's; auto: what plain PyTorch dispatches to)")
     g.add_argument("--launch", choices=("auto", "graph", "eager"), default=None,
@@ -181,7 +185,7 @@ def scenario_from_args(args, batch=None):
               kv_cache=getattr(args, "kv_cache", None), moe_exchange=getattr(args, "moe_exchange", None),
               moe_routing=getattr(args, "moe_routing", None), sampling=getattr(args, "sampling", "greedy"),
               async_scheduling=_scheduling(getattr(args, "scheduling", None)),
-              shared_stream=getattr(args, "shared_stream", None))
+              shared_stream=getattr(args, "shared_stream", None), engine_release=getattr(args, "engine_release", None))
     if hasattr(args, "isl"):
         kw.update(isl=args.isl, osl=args.osl, batch=parse_batch(str(args.batch)) if batch is None else batch,
                   batching=args.batching, prefill_chunk=args.prefill_chunk)

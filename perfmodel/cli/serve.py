@@ -483,8 +483,9 @@ def cmd_capacity(args) -> int:
 
     def profile_for(hw, engine):
         key = (by_hw[id(hw)], engine)
-        if key not in profiles:
-            profiles[key] = resolve_profile(args.calibration, hw, engine)
+        if key not in profiles:  # a release names one engine's: the other engines' tables stay their own
+            release = sc.engine_release if engine == sc.engine else None
+            profiles[key] = resolve_profile(args.calibration, hw, engine, release)
         return profiles[key]
 
     from .common import progress

@@ -99,6 +99,7 @@ import numpy as np
 
 from .. import disk_cache
 from ..memo import typed_key
+from ..paths import RELEASES_DIR
 from ..profile import TABLE_FIELDS
 from ..routing import skew_prefix
 from ..spec import lineage_rank
@@ -947,6 +948,14 @@ def _read_folder(path: Path) -> FolderTables | None:
             return None
         rows = by_key(classes)
     prof = load_profile(path)
+    parent = path.parent.parent
+    if path.parent.name == RELEASES_DIR and (parent / "profile.json").is_file():
+        # another release's tables beside an engine folder (perfmodel.releases): the classes it timed are its
+        # own; the classes it did not time keep the engine folder's (the release's profile is that folder's with
+        # the release's families refitted, so either's residuals are taken against the model a projection uses)
+        base = load_folder(parent)
+        if base is not None:
+            rows = {**base.rows, **rows}
     return FolderTables(path, prof.spec_key, prof.engine, rows)
 
 

@@ -201,6 +201,33 @@ def measurements_path(d: Path) -> Path:
     return path
 
 
+def release_base(d: Path):
+    """For another release's tables imported beside an engine folder (``<folder>/releases/<version>/``,
+    :mod:`perfmodel.releases`): that folder's fitted profile, its tables off, which the release's own families are
+    fitted over (the rest kept: a projection naming the release prices those families with this profile's values,
+    the others with the engine folder's, and its tables' residuals are taken against the same model). None
+    elsewhere."""
+    from ..cost.tables import without_tables
+    from ..profile import load_profile
+    from ..paths import RELEASES_DIR
+
+    parent = d.resolve().parent
+    if parent.name != RELEASES_DIR or not (parent.parent / "profile.json").is_file():
+        return None
+    return without_tables(load_profile(parent.parent))
+
+
+def keep_shared_moe_values(prof, base):
+    """A release's refit with the MoE values every format shares (the grouped kernel's fixed cost, the permutes)
+    put back to the engine folder's: the formats the release did not time are then priced exactly as the engine
+    folder prices them, and those it timed are anchored on its own tables (their residuals taken against this
+    profile)."""
+    return prof.with_(gemm_grouped_overhead_s=base.gemm_grouped_overhead_s,
+                      mem_eta={**prof.mem_eta, **{k: v for k, v in base.mem_eta.items() if k == "moe_permute"}},
+                      mem_alpha_s={**prof.mem_alpha_s,
+                                   **{k: v for k, v in base.mem_alpha_s.items() if k == "moe_permute"}})
+
+
 def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, seed: int = 0) -> str:
     d = Path(directory)
     path = measurements_path(d)
@@ -222,13 +249,16 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
     attn_default, dispatch_seen = dispatch_defaults(rows, DEFAULTS)
     # the protocol the rows were timed by sets the clock each ran at (perfmodel.power_clock)
     timing = dict(IMPORT_TIMING if imported else SUITE_TIMING)
-    base = DEFAULTS.with_(attn_default=attn_default, gemm_timing=timing, attn_timing=timing)
+    release = release_base(d)
+    base = (release or DEFAULTS).with_(attn_default=attn_default, gemm_timing=timing, attn_timing=timing)
     # the part's own clock courses first: every compute row is priced at the clock its timing ran at, so the GEMM and
     # attention constants are fitted under the clock model projections will price them with
     clock = fit_clock(d / CLOCK_COURSE_DIR, hw)
     if clock is not None:
         base = base.with_(power={"clock": clock[0].as_dict()})
     prof = fit_profile(cases, hw, base)
+    if release is not None:
+        prof = keep_shared_moe_values(prof, release)
     prof = fit_launch(prof, launches)
     prof, comm_info = fit_collectives(prof, rows, hw)
     summary, val_rows = validate_cases(cases, hw, prof)
@@ -241,7 +271,7 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
     prof, sampling = fit_sampling(prof, d, hw)  # the samplers over the logits, where it measured them (sampling/)
     classes = folder_classes(d) or []  # an imported folder's whole tables (tables.npz)
     skew = fit_skew(classes)  # what a skewed router costs its MoE modules, where the tables time it
-    if skew:
+    if skew and release is None:  # (a release's few classes leave the engine folder's figures for the rest)
         prof = prof.with_(gemm_grouped_skew=skew)
     if clock is not None:  # fit_power replaced the power dict
         prof = prof.with_(power={**(prof.power or {}), "clock": clock[0].as_dict()})

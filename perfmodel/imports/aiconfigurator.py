@@ -835,7 +835,9 @@ def import_system(src: Source, system: str, engine: str, out: Path, *, version: 
         "license": "Apache-2.0, Copyright (c) 2025-2026 NVIDIA CORPORATION & AFFILIATES (see NOTICE)",
         "command": f"perfmodel import aiconfigurator --system {system} --engine {engine}"
                    + (f" --version {version}" if version else "") + f" --rows-per-table {rows_per_table}"
-                   + (f" --seed {seed}" if seed else "") + f" --out {out}",
+                   + (f" --seed {seed}" if seed else "")
+                   + (f" --families {','.join(f for f in FAMILIES if f in families)}" if set(FAMILIES) - families else "")
+                   + f" --out {out}",
     }
     env = {"device_name": device_name(system), "spec_key": spec_key, "engine": engine, "imported": True}
     text = "".join(json.dumps(r, sort_keys=False, separators=(",", ":")) + "\n" for r in unique)

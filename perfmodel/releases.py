@@ -1,0 +1,139 @@
+"""An engine release's own measured kernel tables, where the release a projection names was measured.
+
+An engine changes its kernels between releases: aiconfigurator-core times vLLM 0.19's block-fp8 MoE layer on the B200
+through its Triton ``fused_moe`` kernel and 0.24's through FlashInfer's TensorRT-LLM kernel, 0.6x the time at 256
+tokens (docs/engines.md). An engine folder (``calibration/<part>-<engine>/``) holds the
+tables of one release, the package's current one (``provenance.import.engine_version``); tables of other releases
+sit beside it in ``releases/<version>/``, each an import of its own (``perfmodel import aiconfigurator --version V
+--out calibration/<part>-<engine>/releases/V --fit``).
+
+A projection that names its engine's release (``Scenario.engine_release``, ``--engine-release``; the validation
+tables' ``engine_version`` column with ``perfmodel validate --release-tables``) prices each table family a release
+folder holds with the nearest measured release: the newest not newer than the one asked, else the oldest measured
+(a release older than every table is nearest the oldest). A row whose release is no numbered release
+(``nightly-dev``) or none: the folder's own tables. Only the MoE values of the formats the release timed change
+(:func:`perfmodel.fit.directory.release_base`).
+
+    releases.nearest("0.17.0", ["0.19.0", "0.22.0", "0.24.0"])  -> "0.19.0"
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .engines import release_key
+from .paths import RELEASES_DIR
+
+def nearest(asked: str, measured: list[str]) -> str | None:
+    """The measured release that stands for ``asked`` (module doc), or None where ``asked`` is not a release."""
+    key = release_key(asked)
+    known = {release_key(v): v for v in measured if release_key(v) is not None}
+    if key is None or not known:
+        return None
+    older = [k for k in known if k <= key]
+    return known[max(older)] if older else known[min(known)]
+
+
+def own_release(folder: Path) -> str | None:
+    """The engine release whose tables ``folder`` holds itself (its import's ``engine_version``)."""
+    from .cost.table_store import FILE, read_header
+
+    path = Path(folder) / FILE
+    if not path.is_file():
+        return None
+    try:
+        prov = read_header(path).get("provenance") or {}
+    except ValueError:
+        return None
+    version = prov.get("engine_version") or (prov.get("import") or {}).get("engine_version")
+    return str(version) if version else None
+
+
+EXTRA_FIELDS = {"moe": ("moe_pair_s",)}  # fitted with a family's rows, kept outside its field prefix
+TABLE_OF = {"moe": "moe_perf", "gemm": "gemm_perf", "attention": "generation_attention_perf"}
+
+
+def _table_version(folder: Path, family: str) -> str | None:
+    """The release the import took ``family``'s table from (``provenance.import.tables``), None if not recorded."""
+    import json
+
+    try:
+        tables = json.loads((folder / "profile.json").read_text())["provenance"]["import"]["tables"]
+        return str(tables[TABLE_OF[family]]["engine_version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+_LISTED: dict[str, tuple] = {}  # folder -> (its releases/ folder's modification time, {version: (path, families)})
+
+
+def release_folders(folder: Path) -> dict[str, tuple[Path, frozenset[str]]]:
+    """The other releases measured beside ``folder``: version -> (its folder, the table families it holds)."""
+    from .cost.table_store import FILE, read_header
+
+    root = Path(folder) / RELEASES_DIR
+    try:
+        stamp = os.stat(root).st_mtime_ns
+    except OSError:
+        return {}
+    hit = _LISTED.get(str(root))
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+    out = {}
+    for sub in sorted(root.iterdir()):
+        if not ((sub / "profile.json").is_file() and (sub / FILE).is_file()):
+            continue
+        try:
+            header = read_header(sub / FILE)
+        except ValueError:
+            continue
+        # a table the import took from another release (the newest not newer, where this one has none) is not this
+        # release's: its family is left out
+        families = frozenset(c["key"][0] if isinstance(c["key"], tuple) else c["key"] for c in header["classes"])
+        families = frozenset(f for f in families if _table_version(sub, f) in (None, sub.name))
+        if families:
+            out[sub.name] = (sub, families)
+    _LISTED[str(root)] = (stamp, out)
+    return out
+
+
+def release_table(folder: Path, family: str, asked: str) -> tuple[str, Path] | None:
+    """(release, folder) whose ``family`` table stands for release ``asked`` of the engine ``folder`` measured,
+    where that is another release than the folder's own; None where the folder's own stands (or ``asked`` is no
+    release, or no other release of that family was measured)."""
+    others = {v: path for v, (path, families) in release_folders(folder).items() if family in families}
+    own = own_release(folder)
+    if not others or own is None:
+        return None
+    pick = nearest(asked, [own, *others])
+    if pick is None or pick == own:
+        return None
+    return pick, others[pick]
+
+
+def with_release_tables(prof, release: str | None):
+    """``prof`` with each table family priced by the tables of the engine release nearest ``release`` (module
+    doc); unchanged where no other release stands for it. The choice is written to ``provenance.release_tables``."""
+    if not release:
+        return prof
+    from .profile import TABLE_FIELDS
+
+    from .evidence import FAMILY_FIELDS
+    from .profile import load_profile
+
+    changes, chosen = {}, {}
+    for family, field in TABLE_FIELDS.items():
+        path = getattr(prof, field, "")
+        if not path:
+            continue
+        hit = release_table(Path(path), family, release)
+        if hit is not None:
+            # the family's fitted values with its table: the table's residuals were taken against them
+            # (perfmodel.fit.directory.release_base)
+            fitted = load_profile(hit[1])
+            changes.update({f: getattr(fitted, f) for f in (*FAMILY_FIELDS[family], *EXTRA_FIELDS.get(family, ()))})
+            changes[field] = str(hit[1])
+            chosen[family] = f"{hit[0]} ({hit[1].parent.parent.name}/{RELEASES_DIR}/{hit[1].name})"
+    if not changes:
+        return prof
+    return prof.with_(**changes, provenance={**prof.provenance, "release_tables": {"asked": release, **chosen}})

@@ -1,0 +1,117 @@
+"""An engine release's own MoE tables (perfmodel.releases): which release stands for the one a projection names."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from perfmodel.errors import InputError
+from perfmodel.releases import nearest, own_release, release_folders, release_key, release_table
+from perfmodel.scenario import Scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+B200_VLLM = ROOT / "calibration" / "b200-vllm"
+
+
+@pytest.mark.parametrize("older, newer", [
+    ("0.19.0", "0.22.0"), ("0.9.0", "0.19.0"), ("1.3.0rc10", "1.3.0rc20"), ("1.3.0rc23", "1.3.0"),
+    ("1.2.0rc6", "1.2.0rc6.post3"), ("0.5.6", "0.5.6.post2"), ("0.5.6.post2", "0.5.9"), ("0.5.1-rc0.pre3", "0.5.1"),
+    ("v0.12", "0.12.1"),
+])
+def test_release_order(older, newer):
+    assert release_key(older) < release_key(newer)
+
+
+@pytest.mark.parametrize("text", ["nightly-dev", "nightly-5b8c30d62b754b57", "", None, "latest"])
+def test_names_that_are_no_release(text):
+    assert release_key(text) is None
+    assert nearest(text, ["0.19.0", "0.24.0"]) is None
+
+
+def test_nearest_is_the_newest_not_newer_else_the_oldest():
+    measured = ["0.24.0", "0.19.0", "0.22.0"]
+    assert nearest("0.17.0", measured) == "0.19.0"  # older than every table: the oldest
+    assert nearest("0.19.0", measured) == "0.19.0"
+    assert nearest("0.21.3", measured) == "0.19.0"
+    assert nearest("0.23.1", measured) == "0.22.0"
+    assert nearest("0.30.0", measured) == "0.24.0"
+    assert nearest("1.2.0rc6.post3", ["1.3.0rc10", "1.3.0rc20"]) == "1.3.0rc10"
+
+
+def test_shipped_engine_folder_lists_its_other_releases():
+    assert own_release(B200_VLLM) == "0.24.0"
+    found = release_folders(B200_VLLM)
+    assert {"0.19.0", "0.22.0"} <= set(found)
+    for version, (path, families) in found.items():
+        assert path.parent.name == "releases" and "moe" in families, version
+    assert release_table(B200_VLLM, "moe", "0.17.0")[0] == "0.19.0"
+    assert release_table(B200_VLLM, "moe", "0.24.0") is None  # the folder's own
+    assert release_table(B200_VLLM, "moe", "nightly-dev") is None
+    assert release_table(B200_VLLM, "gemm", "0.19.0") is None  # 0.19.0's GEMM tables were not imported
+
+
+def test_a_projection_naming_a_release_prices_moe_with_its_tables():
+    """MiniMax-M2.5 (block-fp8 experts) under vLLM on the B200: 0.19.0 ran them through its Triton fused_moe,
+    slower at decode batches than 0.24.0's FlashInfer TensorRT-LLM kernel (aiconfigurator-core's tables of both)."""
+    from perfmodel import project
+
+    kw = dict(engine="vllm", dtype="fp8", tp=2, batch=64, isl=1024, osl=1024)
+    new = project("b200", "MiniMaxAI/MiniMax-M2.5", **kw)
+    old = project("b200", "MiniMaxAI/MiniMax-M2.5", engine_release="0.19.0", **kw)
+    same = project("b200", "MiniMaxAI/MiniMax-M2.5", engine_release="0.24.0", **kw)
+    assert old.decode.time_s > 1.05 * new.decode.time_s
+    assert same.decode.time_s == new.decode.time_s
+    prov = old.profile.provenance["release_tables"]
+    assert prov["asked"] == "0.19.0" and prov["moe"].startswith("0.19.0 (b200-vllm/releases/0.19.0)")
+    assert "release_tables" not in new.profile.provenance
+
+
+def test_release_name_is_checked():
+    with pytest.raises(InputError, match="--engine-release"):
+        Scenario(engine_release="x" * 65).validated()
+    for bad in ("0.19\n", "nan", "-1", "inf", "nightly-dev", ""):
+        with pytest.raises(InputError, match="--engine-release"):
+            Scenario(engine_release=bad).validated()
+    assert Scenario(engine_release="1.3.0rc10").validated().engine_release == "1.3.0rc10"
+
+
+def test_cli_engine_release(capsys):
+    from perfmodel.cli import main
+
+    args = ["project", "--arch", "b200", "--model", "MiniMaxAI/MiniMax-M2.5", "--engine", "vllm", "--dtype", "fp8",
+            "--tp", "2", "--batch", "64", "--format", "json"]
+    assert main(args + ["--engine-release", "0.19.0"]) == 0
+    import json
+
+    doc = json.loads(capsys.readouterr().out)
+    text = json.dumps(doc)
+    assert '"release_tables": {"asked": "0.19.0", "moe": "0.19.0 (b200-vllm/releases/0.19.0)"}' in text
+    assert "engine release 0.19.0: moe tables of 0.19.0 (b200-vllm/releases/0.19.0)" in text
+    assert main(args + ["--engine-release", "bad\tname"]) == 2
+    assert "--engine-release" in capsys.readouterr().err
+
+
+def test_a_release_keeps_the_engine_folders_tables_for_what_it_did_not_time():
+    """TensorRT-LLM 1.3.0rc23's MoE table on the B200 times one format (fp8 activations on fp4 weights): naming that
+    release changes nothing for Qwen3-235B's block-fp8 experts, whose table and fitted values stay rc20's."""
+    from perfmodel import project
+
+    assert {"moe"} == set(release_folders(ROOT / "calibration" / "b200-trtllm")["1.3.0rc23"][1])
+    kw = dict(engine="trtllm", dtype="fp8", tp=4, batch=32, isl=1024, osl=512)
+    own = project("b200", "Qwen/Qwen3-235B-A22B-FP8", **kw)
+    named = project("b200", "Qwen/Qwen3-235B-A22B-FP8", engine_release="1.3.0rc23", **kw)
+    assert named.profile.provenance["release_tables"]["moe"].startswith("1.3.0rc23")
+    assert named.decode.time_s == pytest.approx(own.decode.time_s, rel=1e-9)
+    assert named.prefill.time_s == pytest.approx(own.prefill.time_s, rel=1e-9)
+
+
+def test_validate_uses_a_rows_release_only_when_asked():
+    from perfmodel.validate import run_validation
+
+    table = ROOT / "workloads" / "validation" / "aiconfigurator_silicon.csv"
+    where = "model=MiniMaxAI/MiniMax-M2.5,hardware=b200,engine_version=0.17.0,metric=tpot"
+    plain = run_validation(table, where=where, limit=1)
+    again = run_validation(table, where=where, limit=1, release_tables=False)
+    named = run_validation(table, where=where, limit=1, release_tables=True)
+    assert plain[0]["predicted"] == again[0]["predicted"]
+    assert named[0]["predicted"] > 1.02 * plain[0]["predicted"]  # 0.19.0's Triton kernel stands for 0.17.0
