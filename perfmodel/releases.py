@@ -24,6 +24,7 @@ from pathlib import Path
 from .engines import release_key
 from .paths import RELEASES_DIR
 
+
 def nearest(asked: str, measured: list[str]) -> str | None:
     """The measured release that stands for ``asked`` (module doc), or None where ``asked`` is not a release."""
     key = release_key(asked)

@@ -215,7 +215,12 @@ def compose_profile(arg, hw: HardwareSpec, engine: str | None = None, release: s
 
         check_input_path(str(arg), what="a calibration profile", field="--calibration")
         prof = load_profile(arg)
-    return carry(prof, source_spec(prof), hw)
+    prof = carry(prof, source_spec(prof), hw)
+    if release:
+        from .releases import with_release_tables
+
+        prof = with_release_tables(prof, release)
+    return prof
 
 
 def calibration_view(hw: HardwareSpec) -> HardwareSpec:

@@ -208,8 +208,8 @@ def release_base(d: Path):
     the others with the engine folder's, and its tables' residuals are taken against the same model). None
     elsewhere."""
     from ..cost.tables import without_tables
-    from ..profile import load_profile
     from ..paths import RELEASES_DIR
+    from ..profile import load_profile
 
     parent = d.resolve().parent
     if parent.name != RELEASES_DIR or not (parent.parent / "profile.json").is_file():
