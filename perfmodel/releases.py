@@ -46,23 +46,24 @@ def own_release(folder: Path) -> str | None:
         prov = read_header(path).get("provenance") or {}
     except ValueError:
         return None
-    version = prov.get("engine_version") or (prov.get("import") or {}).get("engine_version")
+    version = prov.get("engine_version")
     return str(version) if version else None
 
 
-EXTRA_FIELDS = {"moe": ("moe_pair_s",)}  # fitted with a family's rows, kept outside its field prefix
+# fitted with a family's rows but outside evidence.FAMILY_FIELDS (composition takes moe_pair_s from the lead profile)
+EXTRA_FIELDS = {"moe": ("moe_pair_s",)}
 TABLE_OF = {"moe": "moe_perf", "gemm": "gemm_perf", "attention": "generation_attention_perf"}
 
 
-def _table_version(folder: Path, family: str) -> str | None:
-    """The release the import took ``family``'s table from (``provenance.import.tables``), None if not recorded."""
+def _table_versions(folder: Path) -> dict[str, str]:
+    """The release the import took each table from (``provenance.import.tables``), per table; {} if not recorded."""
     import json
 
     try:
         tables = json.loads((folder / "profile.json").read_text())["provenance"]["import"]["tables"]
-        return str(tables[TABLE_OF[family]]["engine_version"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+        return {name: str(t["engine_version"]) for name, t in tables.items() if isinstance(t, dict)}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
 
 
 _LISTED: dict[str, tuple] = {}  # folder -> (its releases/ folder's modification time, {version: (path, families)})
@@ -90,8 +91,9 @@ def release_folders(folder: Path) -> dict[str, tuple[Path, frozenset[str]]]:
             continue
         # a table the import took from another release (the newest not newer, where this one has none) is not this
         # release's: its family is left out
+        versions = _table_versions(sub)
         families = frozenset(c["key"][0] if isinstance(c["key"], tuple) else c["key"] for c in header["classes"])
-        families = frozenset(f for f in families if _table_version(sub, f) in (None, sub.name))
+        families = frozenset(f for f in families if versions.get(TABLE_OF.get(f, ""), sub.name) == sub.name)
         if families:
             out[sub.name] = (sub, families)
     _LISTED[str(root)] = (stamp, out)
@@ -117,10 +119,8 @@ def with_release_tables(prof, release: str | None):
     doc); unchanged where no other release stands for it. The choice is written to ``provenance.release_tables``."""
     if not release:
         return prof
-    from .profile import TABLE_FIELDS
-
     from .evidence import FAMILY_FIELDS
-    from .profile import load_profile
+    from .profile import TABLE_FIELDS, load_profile
 
     changes, chosen = {}, {}
     for family, field in TABLE_FIELDS.items():

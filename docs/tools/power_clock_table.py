@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfmodel.fit.clock import check_against, course_summary, fit_clock, fit_courses, load_courses
+from perfmodel.fit.clock import (check_against, course_summary, fit_clock, fit_courses, load_courses, percent_cell,
+                                 ratio_cell)
 from perfmodel.power_clock import DEFAULT_CLOCK
 from perfmodel.paths import repo_root
 from perfmodel.resolve import resolve_hardware
@@ -91,13 +92,11 @@ def h100_tables() -> str:
     model, report = fit_courses(courses, alone, hw)
     report = check_against(courses, report, DEFAULT_CLOCK, hw)
     params = {r["name"]: r["params"] for r in courses}
-    pct = lambda x: f"{x * 100:+.1f}%" if x is not None else "-"  # noqa: E731
-    num = lambda x: f"{x:.3f}" if x else "-"  # noqa: E731
     out = ["| course | workload | boost ms | steady (>= 2 s) | H100 fit | error | H200 fit (default) | error | fitted |",
            "|---|---|---|---|---|---|---|---|---|"]
     for c in report["courses"]:
         out.append(f"| {c['name']} | {_workload(params[c['name']])} | {c['boost_ms']:.4f} | {c['steady_measured']:.3f} | "
-                   f"{num(c['steady_model'])} | {pct(c['error'])} | {num(c['other_model'])} | {pct(c['other_error'])} | "
+                   f"{ratio_cell(c['steady_model'])} | {percent_cell(c['error'])} | {ratio_cell(c['other_model'])} | {percent_cell(c['other_error'])} | "
                    f"{'yes' if c['fitted'] else 'no'} |")
     own, default = model.as_dict(), DEFAULT_CLOCK.as_dict()
     out += ["", "| parameter | H100 fit | H200 fit (default) |", "|---|---|---|",

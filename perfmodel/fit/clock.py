@@ -228,20 +228,22 @@ def report_text(report: dict) -> str:
              + (f" {'other':>7} {'error':>7}" if "other" in report else "")]
     for c in report["courses"]:
         line = (f"{c['name']:<26} {'yes' if c['fitted'] else 'no':>6} {c['boost_ms']:9.4f} "
-                f"{c['steady_measured']:7.3f} {_num(c['steady_model']):>7} {_pct(c['error']):>7}")
+                f"{c['steady_measured']:7.3f} {ratio_cell(c['steady_model']):>7} {percent_cell(c['error']):>7}")
         if "other" in report:
-            line += f" {_num(c['other_model']):>7} {_pct(c['other_error']):>7}"
+            line += f" {ratio_cell(c['other_model']):>7} {percent_cell(c['other_error']):>7}"
         lines.append(line)
     if "other" in report:
         lines.append(f"other: {report['other']}")
     return "\n".join(lines)
 
 
-def _num(x: float | None) -> str:
+def ratio_cell(x: float | None) -> str:
+    """A stretch to three decimals, '-' where there is none."""
     return f"{x:.3f}" if x else "-"
 
 
-def _pct(x: float | None) -> str:
+def percent_cell(x: float | None) -> str:
+    """A signed error in percent, '-' where there is none."""
     return f"{x * 100:+.1f}%" if x is not None else "-"
 
 
