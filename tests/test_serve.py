@@ -134,6 +134,30 @@ def test_mixed_step_reads_the_weights_once(h200):
     assert mixed < apart
 
 
+def test_a_shorter_table_is_a_longer_ones_head_bit_for_bit(h200, monkeypatch):
+    """The step tables of a layout built for a short budget and few sequences after ones for more (another client
+    count, other request lengths) are the longer tables' heads, equal to what a fresh build gives."""
+    from perfmodel.serve import steptime
+
+    hw, prof = h200
+    m = resolve_model("llama8b")
+    steptime._TABLES.clear()
+    StepModel(m, hw, _sc(hw, isl=2048, osl=256, prefill_chunk=4096), prof, max_tokens=4096, max_seqs=96,
+              max_context=2304)
+    sc = _sc(hw, isl=1000, osl=100, prefill_chunk=1500)
+    built = []
+    build = StepModel._build_1d
+    monkeypatch.setattr(StepModel, "_build_1d", lambda self, *a: built.append(a) or build(self, *a))
+    reused = StepModel(m, hw, sc, prof, max_tokens=1500, max_seqs=40, max_context=1100)
+    assert built == []  # every 1-D table was a head
+    steptime._TABLES.clear()
+    fresh = StepModel(m, hw, sc, prof, max_tokens=1500, max_seqs=40, max_context=1100)
+    for launch in fresh.token:
+        assert reused.token[launch] == fresh.token[launch] and reused.seq[launch] == fresh.seq[launch]
+        assert len(fresh.seq[launch]["counts"]) == 41
+    assert len(fresh.token[fresh.mixed_launch]["counts"]) == 1501
+
+
 # --- the engine ----------------------------------------------------------------------------------------
 
 def test_preemption_recomputes_and_every_request_finishes(h200):

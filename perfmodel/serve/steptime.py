@@ -245,13 +245,17 @@ _TABLES = Bounded(96)
 
 def _table_key(sm: "StepModel", phase: str, n: int, wanted, launch: str):
     """The key of one 1-D table: the model (frozen: equal models are equal values), the spec, scenario, profile and
-    power parameters by their whole value with types (:mod:`perfmodel.memo`; the scenario but its ``batch``), the host
-    costs of an eager framework (read from a measurement folder), the state of the profile's table folders, the class,
-    phase, launch and length. None where any of them holds an array."""
+    power parameters by their whole value with types (:mod:`perfmodel.memo`; the scenario but what no op of a step
+    reads, below), the host costs of an eager framework (read from a measurement folder), the state of the profile's
+    table folders, the class, phase, launch and length. None where any of them holds an array."""
     if "inputs" not in sm.__dict__:
-        # the scenario's batch does not enter a table (its steps carry their own shapes): the instances of one layout
-        # at several sequence caps (``batch``) share their tables
-        parts = (typed_key(replace(sm.sc, batch=None)), value_key(sm.hw), value_key(sm.prof), typed_key(sm.power),
+        # what does not enter a table (its steps carry their own shapes): the scenario's batch and step budget (the
+        # instances of one layout at several sequence caps share their tables) and, but for transformers' static cache
+        # (whose attention reads every slot up to prompt + output), the request lengths
+        free = dict(batch=None, prefill_chunk=None)
+        if sm.sc.kv_cache != "static":
+            free.update(isl=None, osl=None)
+        parts = (typed_key(replace(sm.sc, **free)), value_key(sm.hw), value_key(sm.prof), typed_key(sm.power),
                  typed_key(host_rules(sm.sc, sm.prof)), folders_state(sm.prof))
         sm.inputs = None if any(p is None for p in parts) else (sm.model, *parts)
     return None if sm.inputs is None else (*sm.inputs, phase, int(n), wanted, launch)
@@ -301,9 +305,14 @@ class StepModel:
         """One op class over 1..n tokens (or sequences), every field: every count up to EXACT_MAX, a geometric
         grid above (interpolated linearly: these ops are smooth there). Remembered (:data:`_TABLES`): the instances
         a plan builds for one layout at several sequence caps share the token table of their prefill chunk."""
-        key = _table_key(self, phase, n, wanted, launch)
+        # a table of up to EXACT_MAX counts is exact at every count, so a longer one's head serves a shorter
+        # length bit for bit (kept under one key: the longest built); above, the geometric grid depends on n
+        exact = n <= EXACT_MAX
+        key = _table_key(self, phase, 0 if exact else n, wanted, launch)
         hit = None if key is None else _TABLES.get(key)
-        if hit is None:
+        if hit is not None and exact and len(hit["counts"]) > n + 1:
+            return {"counts": hit["counts"][:n + 1], "rows": hit["rows"][:n + 1]}
+        if hit is None or len(hit["counts"]) != n + 1 and exact:
             hit = self._build_1d(phase, n, wanted, launch)
             if key is not None:
                 _TABLES.put(key, hit)
