@@ -55,7 +55,8 @@ from .spec import HardwareSpec, library_part, lineage_rank
 # Profile fields per family. Fields not listed (name, description, validation, ...) come from the GEMM source.
 FAMILY_FIELDS: dict[str, tuple[str, ...]] = {
     "gemm": tuple(f.name for f in fields(Profile) if f.name.startswith("gemm_") and "grouped" not in f.name),
-    "moe": tuple(f.name for f in fields(Profile) if f.name.startswith("gemm_grouped")),
+    # the grouped kernel's rates and the routing time per token-expert pair are fitted together on the MoE rows
+    "moe": (*(f.name for f in fields(Profile) if f.name.startswith("gemm_grouped")), "moe_pair_s"),
     "attention": tuple(f.name for f in fields(Profile) if f.name.startswith("attn_")),
     "memory": ("mem_eta", "mem_alpha_s", "row_s", "rows_per_sm", "standalone_overhead_s", "flush_writeback",
                "host_floor_s"),

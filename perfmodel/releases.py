@@ -50,8 +50,6 @@ def own_release(folder: Path) -> str | None:
     return str(version) if version else None
 
 
-# fitted with a family's rows but outside evidence.FAMILY_FIELDS (composition takes moe_pair_s from the lead profile)
-EXTRA_FIELDS = {"moe": ("moe_pair_s",)}
 TABLE_OF = {"moe": "moe_perf", "gemm": "gemm_perf", "attention": "generation_attention_perf"}
 
 
@@ -132,7 +130,7 @@ def with_release_tables(prof, release: str | None):
             # the family's fitted values with its table: the table's residuals were taken against them
             # (perfmodel.fit.directory.release_base)
             fitted = load_profile(hit[1])
-            changes.update({f: getattr(fitted, f) for f in (*FAMILY_FIELDS[family], *EXTRA_FIELDS.get(family, ()))})
+            changes.update({f: getattr(fitted, f) for f in FAMILY_FIELDS[family]})
             changes[field] = str(hit[1])
             chosen[family] = f"{hit[0]} ({hit[1].parent.parent.name}/{RELEASES_DIR}/{hit[1].name})"
     if not changes:
