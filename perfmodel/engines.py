@@ -95,6 +95,11 @@ class Engine:
     # ``--batch max`` caps the running sequences) | "preempt" (while free blocks hold the prompt, preempting or
     # retracting when decode runs out: the preset's sequence limit caps them, blocks decide the rest)
     admission: str = "preempt"
+    # how a step meets prompts and decoding sequences: "mixed" (prompt chunks ride in the decode steps, within the
+    # token budget) | "prefill_first" (waiting prompts run in a step of their own, ahead of the decoding sequences,
+    # which wait); ``schedule_source`` says where it is read
+    schedule: str = "mixed"
+    schedule_source: str = ""
     # the launch mode with a static KV cache where it differs from ``launch`` (transformers' generate() compiles the
     # decode step of a compileable cache: ``sources["launch"]``); None: ``launch``
     static_cache_launch: str | None = None
@@ -216,6 +221,13 @@ SGLANG_ALLREDUCE_NORM_SOURCE = (
     "runs each TP all-reduce with the residual add and RMSNorm after it as one kernel (forward_with_allreduce_fusion, "
     "FlashInfer's TensorRT-LLM all-reduce fusion) in steps of at most FUSE_ALLREDUCE_MAX_BATCH_SIZE = 2048 tokens "
     "(read offline); priced as the all-reduce alone (the norm's work inside it: estimate)")
+SGLANG_SCHEDULE_SOURCE = (
+    "SGLang managers/scheduler.py get_next_batch_to_run: a prefill batch of waiting requests (PrefillAdder, within "
+    "chunked_prefill_size) runs whenever one can be formed, the running requests decode otherwise; "
+    "--enable-mixed-chunk (off by default, server_args.py) would fold decoding into it (0.4-0.5, read offline). The "
+    "preset still schedules as vLLM does (--schedule prefill_first runs SGLang's): the simulated closed loop stays in "
+    "lock-step waves, which SGLang's schedule turns into a burst a wave (every prompt of the wave prefilled before "
+    "any decodes), and the measured SGLang TTFTs lie between the two (docs/serving.md, Schedules)")
 SGLANG_ASYNC_SOURCE = (
     "SGLang server_args.py: disable_overlap_schedule = False (0.5.9 and 0.5.23, read offline): the overlap "
     "scheduler prepares the next batch while the device runs this one (scheduler.py event_loop_overlap)")
@@ -314,6 +326,8 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
                     "tables are the nearest measurement of a serving engine's modules, plain PyTorch's last",
         admission_source="TensorRT-LLM's default capacity scheduler policy GUARANTEED_NO_EVICT (SchedulerConfig): a "
                          "request starts only when the KV cache can hold it to its last token",
+        schedule_source="TensorRT-LLM's in-flight batching: context (prompt) chunks and generation requests of one "
+                        "iteration run in one forward pass (batch_manager, enable_chunked_context)",
         words=("tensorrt-llm", "trt-llm", "trtllm"), shared_stream="graph", fused_latent_proj=True,
         sources={
             "fused_latent_proj": "TensorRT-LLM's DeepSeek-V3 attention projects the query and KV latents with one "
@@ -358,6 +372,8 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
                     "bf16 linear is the very call vLLM times for bf16",
         admission_source="vLLM V1 scheduler: admits while free KV blocks hold the prompt (max_num_seqs caps the "
                          "running sequences) and preempts by recomputation when decode runs out of blocks",
+        schedule_source="vLLM V1 scheduler: the running requests' decode tokens first, then chunks of prompts, in "
+                        "one step within max_num_batched_tokens (docs: chunked prefill, always on in V1)",
         sources={
             "moe_exchange": "vLLM VLLM_ALL2ALL_BACKEND default allgather_reducescatter with data-parallel attention "
                             "and expert parallelism (vllm/envs.py, v0.11); DeepEP's kernels when asked "
@@ -391,6 +407,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         mem_reserve=2 * GiB, moe_exchange="gather", moe_quantized_exchange=False, moe_all_to_all="deepep",
         version="SGLang 0.4-0.5 defaults (server_args.py); kernel tables measured with 0.5.14",
         near=("sglang", "vllm", "trtllm", "torch", "hf"), admission="preempt", words=("sglang",),
+        schedule="mixed", schedule_source=SGLANG_SCHEDULE_SOURCE,
         scheduler_host=SGLANG_SCHEDULER_HOST, async_scheduling=True, shared_stream="graph", fused_shared_expert=True,
         fused_latent_proj=True,
         allreduce_norm=("deepseek_v3", "gpt_oss", "glm4_moe", "qwen3_moe"),

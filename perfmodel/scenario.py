@@ -10,6 +10,7 @@ from .errors import InputError
 ENGINE_FIELDS = ("kernels", "rotary", "launch", "attention_kernel", "fp8_attention", "prefill_chunk", "max_batch",
                  "mem_policy", "mem_fraction", "mem_reserve", "kv_cache", "batching", "weight_only_moe_act")
 KV_CACHES = ("paged", "dynamic", "static")
+SCHEDULES = ("mixed", "prefill_first")  # perfmodel.engines.Engine.schedule
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,9 @@ class Scenario:
     # whether the engine schedules the next step while the device runs this one (its host work a step then hides
     # behind the device's, perfmodel.engines.Engine.scheduler_host); None: the engine's release default
     async_scheduling: bool | None = None
+    # how the serving simulation's steps meet prompts and decoding sequences: mixed (prompt chunks ride in the decode
+    # steps) | prefill_first (prompts run in steps of their own, the decoding sequences wait); None: the engine's
+    schedule: str | None = None
     # when a MoE layer's shared experts run on a second CUDA stream beside the routed ones: graph (decode steps
     # replayed from a CUDA graph) | small (steps of at most 256 tokens a rank) | never; and whether a DeepSeek-V3
     # layout's shared expert is folded into the routed experts' module; None: the engine's (perfmodel.engines)
@@ -232,6 +236,7 @@ class Scenario:
             "moe_quantized_exchange": eng.moe_quantized_exchange,
             "moe_all_to_all": eng.moe_all_to_all,
             "async_scheduling": eng.async_scheduling,
+            "schedule": eng.schedule,
             "shared_stream": eng.shared_stream,
             "fused_shared_expert": eng.fused_shared_expert,
             "fused_latent_proj": eng.fused_latent_proj,
@@ -298,6 +303,7 @@ class Scenario:
         _choice(self.mode, ("latency", "sol"), "--mode")
         _choice(self.moe_exchange, ("gather", "all_to_all"), "--moe-exchange")
         _choice(self.moe_all_to_all, ("per_rank", "deepep"), "moe_all_to_all")
+        _choice(self.schedule, SCHEDULES, "--schedule")
         from .engines import SHARED_STREAMS
         _choice(self.shared_stream, SHARED_STREAMS, "--shared-stream")
         from .routing import ROUTINGS

@@ -148,11 +148,12 @@ def _select(rows: list[dict], where, limit: int | None, path) -> list[tuple[int,
 
 
 def run_validation(path=None, *, calibration=None, mode: str = "latency", engine: str = "auto", where=None,
-                   limit: int | None = None, release_tables: bool = False) -> list[dict]:
+                   limit: int | None = None, release_tables: bool = False, schedule: str | None = None) -> list[dict]:
     """Project every row of the table; ``engine`` overrides the engine read off each row's source.
     ``where`` (``hardware=b200,engine=trtllm``, or parsed clauses) and ``limit`` keep a subset of the rows;
     ``release_tables``: price each row's MoE layers with the tables of the engine release it records, where such
-    tables were imported (:mod:`perfmodel.releases`; off by default: docs/engines.md says why)."""
+    tables were imported (:mod:`perfmodel.releases`; off by default: docs/engines.md says why); ``schedule``: the
+    serving simulation's schedule for every aggregated row (docs/serving.md, Schedules; None: each engine's preset)."""
     from .projection import project_resolved
     from .resolve import resolve_hardware, resolve_model, resolve_scenario, setup
 
@@ -164,7 +165,8 @@ def run_validation(path=None, *, calibration=None, mode: str = "latency", engine
         if missing:
             raise InputError(f"missing column(s) {', '.join(missing)}", file=str(p))
     out = []
-    serving = _Serving(calibration, mode, engine, release_tables) if rows and "concurrency" in rows[0] else None
+    serving = (_Serving(calibration, mode, engine, release_tables, schedule) if rows and "concurrency" in rows[0]
+               else None)
     selected = _select(rows, where, limit, p)
     for i, row in selected:
         where = f"{p}:{i}"
@@ -204,9 +206,9 @@ class _Serving:
     """Projects serving-benchmark rows (module doc); keeps what rows share: specs, models, profiles,
     step-time tables and whole simulations (a measurement's ttft and tpot rows)."""
 
-    def __init__(self, calibration, mode: str, engine: str, release_tables: bool = False):
+    def __init__(self, calibration, mode: str, engine: str, release_tables: bool = False, schedule: str | None = None):
         self.calibration, self.mode, self.engine = calibration, mode, engine
-        self.release_tables = release_tables
+        self.release_tables, self.schedule = release_tables, schedule
         self.hw: dict = {}
         self.models: dict = {}
         self.profiles: dict = {}
@@ -259,7 +261,8 @@ class _Serving:
             if sides is None:
                 sc = Scenario(batch="max", **row_layout(row, where, model), engine=rec["engine"],
                               engine_release=release, async_scheduling=release_scheduling(row, rec["engine"]),
-                              shared_stream=release_shared_stream(row, rec["engine"]), mode=self.mode).validated()
+                              shared_stream=release_shared_stream(row, rec["engine"]), mode=self.mode,
+                              schedule=self.schedule).validated()
                 sc = sc.with_(batch=admission_cap(sc, hw, model))
             else:
                 sc, opts = disagg_scenario(row, where, sides, model, rec["engine"], self.mode, release)

@@ -174,6 +174,36 @@ def test_preemption_recomputes_and_every_request_finishes(h200):
     assert len(r.itl_extra) >= 1  # a preempted request's stall shows as one long inter-token gap
 
 
+def test_prefill_first_runs_prompts_alone_while_decoding_waits(h200):
+    """SGLang's schedule: a prompt that arrives while others decode runs in steps of its own with the whole budget
+    (its first token sooner than riding in decode steps), the decoding sequences wait through them (their TPOT and
+    the longest inter-token gap grow by the prompt steps), and every request still finishes."""
+    from perfmodel.serve.workload import Requests
+
+    hw, prof = h200
+    model = resolve_model("llama8b")
+    sm = StepModel(model, hw, _sc(hw, batch=64), prof, max_tokens=4096, max_seqs=64, max_context=20000)
+    # 32 sequences decoding from time 0; at 0.5 s four 12,000-token prompts arrive (three 4,096-token steps each)
+    n = 36
+    arrival = np.r_[np.zeros(32), np.full(4, 0.5)]
+    reqs = Requests(arrival, np.r_[np.full(32, 200), np.full(4, 12000)], np.full(n, 400), np.full(n, -1),
+                    np.zeros(n, dtype=int))
+    runs = {}
+    for prefill_first in (False, True):
+        cfg = EngineConfig(max_seqs=64, token_budget=4096, kv_blocks=100000, prefill_first=prefill_first)
+        runs[prefill_first] = simulate_instance(sm, cfg, reqs)
+    mixed, first = runs[False], runs[True]
+    for r in (mixed, first):
+        assert np.all(r.finish > r.first_token) and np.all(r.first_token >= reqs.arrival)
+    late = slice(32, None)
+    assert np.all(first.first_token[late] < mixed.first_token[late])  # prompts alone: the whole budget, sooner
+    early = slice(0, 32)
+    tpot = lambda r: (r.finish[early] - r.first_token[early]) / 399  # noqa: E731
+    assert np.all(tpot(first) > tpot(mixed))  # the decoding sequences waited through the prompt steps
+    longest = lambda r: max(t for t, _, _, _ in r.itl_spans)  # noqa: E731
+    assert longest(first) > 3 * sm.step(0, 0, [(4096, 0)])[0] > longest(mixed)  # three prompt steps in one gap
+
+
 def test_a_request_larger_than_the_cache_is_refused():
     from perfmodel.errors import InputError
     from perfmodel.serve.engine import check_fits

@@ -9,9 +9,19 @@ ATTENTION = {"trtllm": "TensorRT-LLM FMHA / XQA", "fa3": "FlashAttention-3", "fl
 KERNELS = {"fused": ("one fused kernel", "one kernel"), "torch": ("`F.rms_norm`, separate add", "`silu(g) * u` (two kernels)"),
            "hf": ("eight kernels in fp32, separate add", "two kernels")}
 ROTARY = {"kv_write": "inside the KV-cache write", "kernel": "one kernel", "eager": "eager (five calls each on q and k)"}
+SCHEDULE = {"mixed": "prompt chunks ride in the decode steps", "prefill_first": "prompts alone, decoding waits"}
 LAUNCH = {"auto": "decode from CUDA graphs, prefill eager", "eager": "eager", "graph": "CUDA graphs"}
 HUGE = 1 << 29
 
+
+
+def _schedule(e) -> str:
+    """The serving simulation's schedule of a preset, and where the engine itself schedules otherwise (its source
+    names the other schedule's flag value: docs/serving.md, Schedules)."""
+    if e.batching != "continuous":
+        return "one batch at a time"
+    other = next((k for k in SCHEDULE if k != e.schedule and f"--schedule {k}" in e.schedule_source), None)
+    return SCHEDULE[e.schedule] + (f" (the engine's own: `{other}`)" if other else "")
 
 def _est(e, key: str, text: str) -> str:
     """``text``, marked where the preset's source for ``key`` calls it an estimate."""
@@ -76,6 +86,7 @@ def table() -> str:
                                    for e in engines],
         "memory": [_memory(e) for e in engines],
         "batching": [e.batching for e in engines],
+        "serving steps (serve --schedule)": [_schedule(e) for e in engines],
         "MoE over attention-DP ranks": [_est(e, "moe_exchange", e.moe_exchange + (
             ", in the experts' format" if e.moe_quantized_exchange else ", bf16")) for e in engines],
         "--moe-exchange all_to_all runs": [_est(e, "moe_all_to_all", {

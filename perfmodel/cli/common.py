@@ -184,7 +184,7 @@ def scenario_from_args(args, batch=None):
               attention_kernel=args.attention_kernel, mem_fraction=args.mem_fraction,
               kv_cache=getattr(args, "kv_cache", None), moe_exchange=getattr(args, "moe_exchange", None),
               moe_routing=getattr(args, "moe_routing", None), sampling=getattr(args, "sampling", "greedy"),
-              async_scheduling=_scheduling(getattr(args, "scheduling", None)),
+              async_scheduling=_scheduling(getattr(args, "scheduling", None)), schedule=getattr(args, "schedule", None),
               shared_stream=getattr(args, "shared_stream", None), engine_release=getattr(args, "engine_release", None))
     if hasattr(args, "isl"):
         kw.update(isl=args.isl, osl=args.osl, batch=parse_batch(str(args.batch)) if batch is None else batch,

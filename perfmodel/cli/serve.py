@@ -32,6 +32,10 @@ def register(sub) -> None:
                    help="link the KV cache moves over (auto: scale-up when every instance fits one domain)")
     g.add_argument("--block-size", default="16", help="KV-cache block in tokens (vLLM's default 16)")
     g.add_argument("--prefix-cache", action="store_true", help="reuse resident shared-prefix KV blocks")
+    g.add_argument("--schedule", choices=("mixed", "prefill_first"), default=None,
+                   help="how steps meet prompts and decoding sequences: mixed (prompt chunks ride in the decode "
+                        "steps: vLLM, TensorRT-LLM) or prefill_first (prompts run in steps of their own while the "
+                        "decoding sequences wait: SGLang without --enable-mixed-chunk); default: the engine's")
     _slo_flags(p)
     p.add_argument("--format", choices=("table", "json"), default="table",
                    help="table (default) or json (the fields docs/serving.md lists)")

@@ -21,6 +21,9 @@ def register(sub) -> None:
     p.add_argument("--release-tables", action="store_true",
                    help="price each row's MoE layers with the tables of the engine release it records (its "
                         "engine_version), where tables of that release were imported (docs/engines.md)")
+    p.add_argument("--schedule", choices=("mixed", "prefill_first"), default=None,
+                   help="the serving simulation's schedule for every aggregated closed-loop row (docs/serving.md, "
+                        "Schedules; default: each engine's preset)")
     p.add_argument("--summary", action="store_true", help="table format: the summaries without a line per row")
     p.add_argument("--format", choices=("table", "json", "csv"), default="table",
                    help="table (default: a line per row and the summaries), json or csv (a record per row)")
@@ -43,7 +46,8 @@ def cmd_validate(args) -> int:
 
     with progress(None, "validate"):
         rows = run_validation(args.csv, calibration=args.calibration, mode=args.mode, engine=args.engine,
-                              where=args.where, limit=limit, release_tables=args.release_tables)
+                              where=args.where, limit=limit, release_tables=args.release_tables,
+                              schedule=args.schedule)
     if args.format == "json":
         emit(json_text(rows), args.out)
     elif args.format == "csv":

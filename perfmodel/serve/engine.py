@@ -69,6 +69,9 @@ class EngineConfig:
     verify: int = 0  # with spec, a token tree: the nodes a verify step carries a sequence (0: a chain, 1 + K)
     accepted_run: tuple = ()  # with spec: P(a verify step emits 1), ..., P(K + 1) (Scenario.accepted_run)
     seed: int = 0  # with spec: the seed of the runs an instance draws itself (simulate_instance)
+    # prompts run in steps of their own, ahead of the decoding sequences, which wait (SGLang's default schedule)
+    # rather than riding in the decode steps (vLLM V1, TensorRT-LLM): perfmodel.engines.Engine.schedule
+    prefill_first: bool = False
     @property
     def spec_tokens(self) -> int:
         """Cache slots a decoding sequence's verify step writes beyond the verified token: a chain's K draft tokens
@@ -174,6 +177,8 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
     if spec and runs is None:  # a caller that draws none (a plan's rate search): the instance's own, seeded
         runs = AcceptedRuns.draw(reqs.osl, cfg.accepted_run, np.random.default_rng([cfg.seed, SPEC_STREAM]))
     budget_max = max(int(cfg.token_budget), m * q if role == "decode" else 1)
+    prefill_first = cfg.prefill_first and role == "mixed"
+    stall_s, stalled = 0.0, 0  # time the decoding sequences have waited through prompt steps, and how many waited
 
     # per request
     gen = [1 if role == "decode" else 0] * n_req  # tokens generated (decoding ones: as of their last sync)
@@ -450,7 +455,10 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
             preempt_latest()
             need = next_blocks() if decoding else 0
         reserved = max(need, 0)
-        budget = budget_max - decoding * q
+        # SGLang's schedule: while prompts wait or are part-way through, a step carries only them (the whole budget)
+        # and the decoding sequences stall (a step that admits none decodes as usual)
+        prefill_only = prefill_first and decoding and (prefilling or waiting)
+        budget = budget_max - (0 if prefill_only else decoding * q)
 
         # 2. prompts part-way through first, then admissions, first come first served
         pieces = []  # (slot, new tokens, tokens already cached)
@@ -487,7 +495,7 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
                 budget -= q
         reserved = 0
 
-        n_dec = decoding
+        n_dec = 0 if prefill_only and pieces else decoding
         if not pieces and n_dec == 0:
             if prefilling:
                 preempt_latest()  # every block is held by stalled prompts: free the latest, retry
@@ -561,9 +569,22 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
         res.dynamic_j += dyn
         steps_run += k
         now = end
+        if n_dec != decoding:  # a prompt step the decoding sequences waited through: their next gap is longer
+            stall_s += dur
+            stalled = max(stalled, decoding)
         if n_dec:
-            if len(entrants) < n_dec:
-                res.itl_spans.append((t_first, t_last, k, n_dec - len(entrants)))
+            live = n_dec - len(entrants)
+            if live and stall_s:
+                waited = min(stalled, live)
+                res.itl_spans.append((t_first + stall_s, t_first + stall_s, 1, waited))
+                if live > waited:
+                    res.itl_spans.append((t_first, t_first, 1, live - waited))
+                if k > 1:
+                    slope = (t_last - t_first) / (k - 1)
+                    res.itl_spans.append((t_first + slope, t_last, k - 1, live))
+                stall_s, stalled = 0.0, 0
+            elif live:
+                res.itl_spans.append((t_first, t_last, k, live))
             if k == 1 and not spec:
                 a_dec += next_blocks()
                 counter += 1

@@ -17,9 +17,11 @@ def _header(hw, model, prof) -> dict:
 
 def assumptions(result: dict) -> list[str]:
     lay = result["layout"]
-    out = ["scheduler as vLLM's: decode first, then chunked prefill of running prompts, then FCFS admission "
-           "within the token budget, the sequence cap and free KV blocks (1% watermark); preemption by "
-           "recompute, latest admitted first",
+    schedule = ("prompts first, in steps of their own while the decoding sequences wait (SGLang's), then decode"
+                if result.get("scenario", {}).get("schedule") == "prefill_first" else
+                "decode first, then chunked prefill of running prompts in the same step (vLLM's)")
+    out = [f"scheduler: {schedule}; FCFS admission within the token budget, the sequence cap and free KV blocks (1% "
+           "watermark); preemption by recompute, latest admitted first",
            "step times from the calibrated latency model (one forward pass over every token of the step; "
            "decode attention at the batch's mean context)",
            "energy: static power while a step runs, idle power between, dynamic energy per FLOP and HBM byte "

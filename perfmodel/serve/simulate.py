@@ -131,7 +131,7 @@ def build_instance(hw, model, sc, prof, reqs, role: str, opts: ServeOptions, pow
     cfg = EngineConfig(max_seqs=max_seqs, token_budget=sc.prefill_chunk, kv_blocks=blocks,
                        block_size=opts.block_size, prefix_caching=opts.prefix_caching, role=role,
                        spec=int(getattr(sc, "mtp", 0) or 0), verify=sc.verify_tokens if sc.tree else 0,
-                       seed=opts.seed,
+                       seed=opts.seed, prefill_first=sc.schedule == "prefill_first",
                        accepted_run=tuple(sc.accepted_run) if getattr(sc, "mtp", 0) else (), request_s=request_overhead_s(sc, hw, model, prof) if role != "decode" else 0.0)
     check_fits(reqs, cfg)
     if steps is None or steps.max_seqs < max_seqs:

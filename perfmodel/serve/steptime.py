@@ -249,10 +249,10 @@ def _table_key(sm: "StepModel", phase: str, n: int, wanted, launch: str):
     reads, below), the host costs of an eager framework (read from a measurement folder), the state of the profile's
     table folders, the class, phase, launch and length. None where any of them holds an array."""
     if "inputs" not in sm.__dict__:
-        # what does not enter a table (its steps carry their own shapes): the scenario's batch and step budget (the
-        # instances of one layout at several sequence caps share their tables) and, but for transformers' static cache
+        # what does not enter a table (its steps carry their own shapes): the scenario's batch, step budget and
+        # schedule (the instances of one layout at several sequence caps share their tables) and, but for transformers' static cache
         # (whose attention reads every slot up to prompt + output), the request lengths
-        free = dict(batch=None, prefill_chunk=None)
+        free = dict(batch=None, prefill_chunk=None, schedule=None)
         if sm.sc.kv_cache != "static":
             free.update(isl=None, osl=None)
         parts = (typed_key(replace(sm.sc, **free)), value_key(sm.hw), value_key(sm.prof), typed_key(sm.power),
