@@ -278,7 +278,9 @@ def _pool(sc: Scenario, visible, fixed, xp):
     """(bytes the scenario may use, bytes the KV cache gets) under the engine's policy, given the
     ``fixed`` bytes outside the KV cache (weights, activations, reserve).
 
-    total (vLLM, SGLang): everything together takes ``mem_fraction`` of the device.
+    total (vLLM): everything together takes ``mem_fraction`` of the device.
+    static (SGLang): weights, reserve and KV cache take it; activations and CUDA graphs live in the rest (the caller
+    leaves the activations out of ``fixed``).
     free (TensorRT-LLM): the KV cache takes ``mem_fraction`` of what is free after the rest.
     """
     if sc.mem_policy == "free":
@@ -300,7 +302,11 @@ def memory(model: Model, sc: Scenario, batch, device, *, xp=NP, fp: Footprint | 
     if sc.attention_dp > 1:
         local = local / sc.attention_dp  # an attention group holds its own sequences' KV cache
     act = activation_bytes(model, sc, local, xp=xp, fp=fp)
-    capacity, kv_budget = _pool(sc, visible, weights + act + sc.mem_reserve, xp)
+    if sc.mem_policy == "static":  # the activations outside the engine's share
+        capacity, kv_budget = _pool(sc, visible, weights + sc.mem_reserve, xp)
+        capacity = capacity + act
+    else:
+        capacity, kv_budget = _pool(sc, visible, weights + act + sc.mem_reserve, xp)
     return Memory(weights=weights, kv_cache=local * kv_seq, activations=act, workspace=sc.mem_reserve,
                   capacity=capacity, hbm=nominal, kv_per_sequence=kv_seq, visible=visible, kv_budget=kv_budget)
 
@@ -332,6 +338,8 @@ def max_batch(model: Model, sc: Scenario, device, *, xp=NP, fp: Footprint | None
     chunk_full = sc.prefill_chunk * widest
 
     def solve(fixed, per_seq_act):
+        if sc.mem_policy == "static":  # activations outside the share: the KV cache alone against it
+            return xp.floor(xp.maximum(visible * sc.mem_fraction - fp.weights - sc.mem_reserve, 0.0) / kv_seq)
         if sc.mem_policy == "free":  # kv_seq b <= f (V - fixed - b act)
             f = sc.mem_fraction
             return xp.floor(xp.maximum(f * (visible - fixed), 0.0) / (kv_seq + f * per_seq_act))
@@ -357,8 +365,9 @@ def check_fits(model: Model, sc: Scenario, hw, best: int, batch: int | None = No
         return
     need = memory(model, sc, want, hw)
     hint = suggest_fit(model, sc, hw, want)
-    policy = (f"{sc.engine} gives the KV cache {sc.mem_fraction:.0%} of what is free after the rest"
-              if sc.mem_policy == "free" else f"{sc.engine} uses {sc.mem_fraction:.0%} of the device")
+    policy = {"free": f"{sc.engine} gives the KV cache {sc.mem_fraction:.0%} of what is free after the rest",
+              "static": f"{sc.engine} keeps weights and KV cache within {sc.mem_fraction:.0%} of the device, "
+                        "activations outside"}.get(sc.mem_policy, f"{sc.engine} uses {sc.mem_fraction:.0%} of the device")
     fixed = need.weights + need.activations + need.workspace
     terms = (f"weights {_gib(need.weights)}, activations {_gib(need.activations)}, reserve {_gib(need.workspace)}, "
              f"KV cache {_gib(need.kv_cache)}")
@@ -368,7 +377,7 @@ def check_fits(model: Model, sc: Scenario, hw, best: int, batch: int | None = No
         short = f"the KV cache gets {_gib(need.kv_budget)}"
     raise InputError(
         f"{model.name} at batch {want} needs {_gib(fixed + need.kv_cache)} per GPU ({terms}) but {hw.name} has "
-        f"{_gib(need.capacity if need.kv_budget > 0 else need.visible * (sc.mem_fraction if sc.mem_policy == 'total' else 1.0))} "
+        f"{_gib(need.capacity if need.kv_budget > 0 else need.visible * (1.0 if sc.mem_policy == 'free' else sc.mem_fraction))} "
         f"usable of {_gib(need.visible)} visible ({policy}): {short}"
         + (f"; {hint} would fit" if hint else ""), field=_blame(model, sc, hw, want, batch))
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .errors import InputError
 
@@ -64,6 +65,8 @@ class Engine:
     max_batch: int  # most sequences the scheduler runs at once (``--batch max`` is also capped by memory)
     mem_policy: str  # free: the KV cache takes mem_fraction of what is free after weights and activations;
     # total: weights, activations and KV cache together take mem_fraction of the device
+    # total: weights, activations and KV cache together take mem_fraction of the device; static: weights and KV cache
+    # take it, activations and CUDA graphs live in the rest (SGLang's mem_fraction_static)
     mem_fraction: float | dict[int, float]  # one share, or one per TP degree (the largest key <= tp applies)
     mem_reserve: float  # bytes per GPU outside the engine's pool: CUDA context, library workspaces, graphs
     sources: dict[str, str] = field(default_factory=dict)
@@ -113,6 +116,9 @@ class Engine:
     # device runs this one: the step takes the longer); empty: not measured, no cost. ``async_scheduling``: the
     # mode the preset's release runs by default (:func:`async_scheduling_for` gives another release's)
     scheduler_host: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # the engine's own defaults for the step budget and memory share from the device's memory and the layout:
+    # (visible bytes, tp, pp, attention_dp, model, chunk or None) -> (prefill_chunk, mem_fraction); None: fixed
+    memory_rule: Callable | None = None
     async_scheduling: bool = False
     # when a MoE layer's shared experts run on a second CUDA stream beside its router and routed experts (the two
     # paths then overlap, perfmodel.step_accounting.stream_regions): "graph" (steps replayed from a CUDA graph),
@@ -162,6 +168,15 @@ class Engine:
 
     def weight_only_act_for(self, generation: str) -> str:
         return self.weight_only_moe.get(generation, self.weight_only_moe["*"])
+
+    def memory_for(self, hw, tp: int, pp: int = 1, attention_dp: int = 1, model=None,
+                   chunk: int | None = None) -> tuple[int, float]:
+        """(prefill tokens a step, memory share) of the preset on ``hw`` for the layout: the engine's own rule of
+        the device's memory where it has one (``memory_rule``), else the fixed chunk and the share by TP. ``chunk``:
+        a step budget the user set (the rule's share then reserves for it)."""
+        if self.memory_rule is not None and getattr(hw, "hbm_visible_bytes", 0):
+            return self.memory_rule(hw.hbm_visible_bytes, tp, pp, attention_dp, model, chunk)
+        return chunk or self.prefill_chunk, self.fraction_for(tp)
 
     def fraction_for(self, tp: int) -> float:
         if isinstance(self.mem_fraction, dict):
@@ -221,6 +236,44 @@ SGLANG_ALLREDUCE_NORM_SOURCE = (
     "runs each TP all-reduce with the residual add and RMSNorm after it as one kernel (forward_with_allreduce_fusion, "
     "FlashInfer's TensorRT-LLM all-reduce fusion) in steps of at most FUSE_ALLREDUCE_MAX_BATCH_SIZE = 2048 tokens "
     "(read offline); priced as the all-reduce alone (the norm's work inside it: estimate)")
+MiB = 2**20
+# SGLang 0.5.9's ServerArgs._handle_gpu_memory_settings (identical in 0.5.10.post1; both wheels read offline): by the
+# GPU's memory in MiB (nvidia-smi memory.total, get_nvgpu_memory_capacity), from the least: (upper bound, chunked
+# prefill size, cuda_graph_max_bs below TP 4, at TP 4 and above)
+SGLANG_MEMORY_TIERS = ((20 * 1024, 2048, 8, 8), (35 * 1024, 2048, 24, 80), (60 * 1024, 4096, 32, 160),
+                       (160 * 1024, 8192, 256, 512), (float("inf"), 16384, 512, 512))
+SGLANG_MEMORY_SOURCE = (
+    "SGLang 0.5.9 and 0.5.10.post1 server_args.py _handle_gpu_memory_settings (read offline): chunked_prefill_size "
+    "and cuda_graph_max_bs by the GPU's memory (8192 below 160 GiB, 16384 above), mem_fraction_static = (memory - "
+    "reserved) / memory with reserved = 512 MiB + 1.5 MiB a chunk token + 2 MiB a graph batch + TP x PP / 8 GiB (+ "
+    "DP attention's padding), at least 10 GiB above 60 GiB, then x 0.95 x a ViT-size factor for a multimodal model "
+    "(adjust_mem_fraction_for_vlm); the fraction holds the weights and the KV pool (model_runner_kv_cache_mixin.py: "
+    "the pool is what is free after the weights less (1 - fraction) of the memory), activations and CUDA graphs the "
+    "rest. With DP attention each rank's scheduler gets the chunk / DP (_handle_data_parallelism): the instance's "
+    "step budget stays the chunk")
+
+
+def sglang_memory(visible: float, tp: int, pp: int = 1, attention_dp: int = 1, model=None,
+                  chunk: int | None = None) -> tuple[int, float]:
+    """(chunked_prefill_size, mem_fraction_static) as SGLang sets them by default for a GPU of ``visible`` bytes
+    (:data:`SGLANG_MEMORY_SOURCE`); ``chunk``: a chunk the user set, which the reserve is then sized for."""
+    mem = visible / MiB
+    _, default_chunk, graphs_small, graphs = next(t for t in SGLANG_MEMORY_TIERS if mem < t[0])
+    graph_bs = graphs_small if tp < 4 else graphs
+    chunk = int(chunk or default_chunk)
+    reserved = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + tp * pp / 8 * 1024
+    if attention_dp > 1:  # enable_dp_attention
+        reserved += graph_bs * attention_dp * 3 + (graph_bs * attention_dp * 1.5 if graph_bs > 300 else 0.0)
+    if mem > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    fraction = round((mem - reserved) / mem, 3)
+    vit = getattr(model, "vision", None)
+    if vit is not None:  # adjust_mem_fraction_for_vlm: every doubling of a ViT-L/14's size takes 10% more
+        ratio = vit.layers * vit.hidden ** 2 / (24 * 1024 ** 2)
+        fraction *= 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
+    return chunk, fraction
+
+
 SGLANG_SCHEDULE_SOURCE = (
     "SGLang managers/scheduler.py get_next_batch_to_run: a prefill batch of waiting requests (PrefillAdder, within "
     "chunked_prefill_size) runs whenever one can be formed, the running requests decode otherwise; "
@@ -403,7 +456,8 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         "sglang", "SGLang",
         attention={"*": "flash", "hopper": "fa3", "blackwell": "trtllm", "blackwell-ultra": "trtllm"},
         kernels="fused", rotary="kernel", launch="auto", fp8_kv=False, fp8_attention=False,
-        prefill_chunk=8192, max_batch=4096, mem_policy="total", mem_fraction={1: 0.88, 2: 0.87, 4: 0.85, 8: 0.81},
+        prefill_chunk=8192, max_batch=4096, mem_policy="static", mem_fraction={1: 0.88, 2: 0.87, 4: 0.85, 8: 0.81},
+        memory_rule=sglang_memory,
         mem_reserve=2 * GiB, moe_exchange="gather", moe_quantized_exchange=False, moe_all_to_all="deepep",
         version="SGLang 0.4-0.5 defaults (server_args.py); kernel tables measured with 0.5.14",
         near=("sglang", "vllm", "trtllm", "torch", "hf"), admission="preempt", words=("sglang",),
@@ -431,10 +485,10 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
             "kernels": "sgl-kernel fused_add_rmsnorm and silu_and_mul; rotary applied by its own kernel",
             "fp8_kv": "SGLang kv_cache_dtype default 'auto': the model's dtype",
             "max_batch": "estimate: SGLang sizes max_running_requests from the KV pool; 4096 as an upper bound",
-            "prefill_chunk": "SGLang chunked_prefill_size 8192 on large-memory GPUs (server_args.py); estimate: "
-                             "the default depends on the GPU's memory",
-            "mem_fraction": "SGLang mem_fraction_static default by TP size: 0.88 (tp 1), 0.87 (2), 0.85 (4), "
-                            "0.81 (8+) (server_args.py, v0.4); estimate for other versions",
+            "prefill_chunk": SGLANG_MEMORY_SOURCE,
+            "mem_fraction": SGLANG_MEMORY_SOURCE + "; on a spec without visible memory, SGLang 0.4's share by TP: 0.88 "
+                            "(TP 1), 0.87 (2), 0.85 (4), 0.81 (8+)",
+            "mem_policy": SGLANG_MEMORY_SOURCE,
             "mem_reserve": _RESERVE_NOTE,
             "scheduler_host": SGLANG_SCHEDULER_SOURCE,
             "async_scheduling": SGLANG_ASYNC_SOURCE,

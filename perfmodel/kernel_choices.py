@@ -50,8 +50,10 @@ def choices(hw: HardwareSpec, sc: Scenario, prof: Profile, model=None) -> dict:
     out["launch"] = {"auto": "decode replayed from CUDA graphs, prefill dispatched eagerly",
                      "graph": "CUDA graph replay", "eager": "eager dispatch"}[sc.launch]
     out["kv_cache"] = sc.kv
-    out["memory"] = (f"KV cache gets {sc.mem_fraction:.0%} of the memory free after weights and activations"
-                     if sc.mem_policy == "free" else f"{sc.mem_fraction:.0%} of device-visible memory in all")
+    out["memory"] = {"free": f"KV cache gets {sc.mem_fraction:.0%} of the memory free after weights and activations",
+                     "static": f"weights and KV cache within {sc.mem_fraction:.1%} of device-visible memory, "
+                               "activations outside"}.get(sc.mem_policy,
+                                                          f"{sc.mem_fraction:.0%} of device-visible memory in all")
     out["scheduler"] = {"prefill_chunk": sc.prefill_chunk, "max_batch": sc.max_batch}
     return out
 

@@ -73,7 +73,8 @@ class Scenario:
     fp8_attention: bool | None = None  # attention's products in fp8 when the KV cache is fp8
     prefill_chunk: int | None = None  # prefill token budget per step in continuous batching
     max_batch: int | None = None  # most sequences the engine's scheduler runs at once (caps --batch max)
-    mem_policy: str | None = None  # free: KV takes mem_fraction of what is free after weights; total: all of it
+    # free: KV takes mem_fraction of what is free after weights; total: all of it; static: weights and KV (SGLang)
+    mem_policy: str | None = None
     mem_fraction: float | None = None  # share of device-visible memory (policy total) or of the free memory
     mem_reserve: float | None = None  # bytes per GPU outside the engine's pool (context, workspaces, graphs)
     # how the KV cache is kept: paged (a serving engine's block pool); dynamic (transformers' DynamicCache: each
@@ -218,6 +219,7 @@ class Scenario:
 
             raise InputError(f"{eng.name} runs on {', '.join(eng.vendors)} parts, not on {hw.name}", field="--engine")
         kernels = self.kernels or eng.kernels
+        chunk, fraction = eng.memory_for(hw, self.tp, self.pp, self.attention_dp, model, self.prefill_chunk)
         preset = {
             "kernels": kernels,
             "rotary": eng.rotary if kernels == eng.kernels else ("eager" if kernels in ("torch", "hf") else "kv_write"),
@@ -225,10 +227,10 @@ class Scenario:
             "attention_kernel": eng.attention_for(getattr(hw, "generation", "")),
             "weight_only_moe_act": eng.weight_only_act_for(getattr(hw, "generation", "")),
             "fp8_attention": eng.fp8_attention,
-            "prefill_chunk": eng.prefill_chunk,
+            "prefill_chunk": chunk,
             "max_batch": eng.max_batch,
             "mem_policy": eng.mem_policy,
-            "mem_fraction": eng.fraction_for(self.tp),
+            "mem_fraction": fraction,
             "mem_reserve": eng.mem_reserve,
             "kv_cache": eng.kv_cache,
             "batching": eng.batching,
@@ -326,7 +328,7 @@ class Scenario:
         _choice(self.kv_cache, KV_CACHES, "--kv-cache")
         _choice(self.rotary, ("kv_write", "kernel", "eager"), "--rotary")
         _choice(self.launch, ("auto", "graph", "eager"), "--launch")
-        _choice(self.mem_policy, ("free", "total"), "--mem-policy")
+        _choice(self.mem_policy, ("free", "total", "static"), "--mem-policy")
         if self.attention_kernel is not None:
             canonical(self.attention_kernel)
         from .cost.overlap import resolve_method

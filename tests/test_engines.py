@@ -104,6 +104,44 @@ def test_memory_policies_free_and_total():
         assert memory(model, sc, b, hw).fits and not memory(model, sc, b + 1, hw).fits
 
 
+def test_sglang_memory_settings_follow_its_server_args():
+    """SGLang's defaults by the GPU's memory (nvidia-smi MiB), worked by hand from server_args.py: reserved MiB =
+    512 + 1.5 x chunk + 2 x cuda_graph_max_bs + TP x PP / 8 x 1024, at least 10 GiB above 60 GiB."""
+    from perfmodel.engines import sglang_memory
+
+    mib = 2**20
+    # H200 (143,771 MiB) TP 8: chunk 8192, graphs 512: 512 + 12,288 + 1,024 + 1,024 = 14,848
+    assert sglang_memory(143771 * mib, 8) == (8192, round((143771 - 14848) / 143771, 3))
+    # B200 (183,527 MiB) TP 8: chunk 16384: 512 + 24,576 + 1,024 + 1,024 = 27,136
+    assert sglang_memory(183527 * mib, 8) == (16384, round((183527 - 27136) / 183527, 3))
+    # H100 (81,559 MiB) TP 1: graphs 256: 512 + 12,288 + 512 + 128 = 13,440
+    assert sglang_memory(81559 * mib, 1) == (8192, round((81559 - 13440) / 81559, 3))
+    # a small card: the 10 GiB floor does not apply below 60 GiB (L40S-class 46,068 MiB, TP 4: chunk 4096, graphs 160)
+    assert sglang_memory(46068 * mib, 4) == (4096, round((46068 - (512 + 6144 + 320 + 512)) / 46068, 3))
+    # an H100 TP 1 would reserve 13,440; the floor lifts a tiny reserve to 10 GiB (chunk 2048 by hand)
+    assert sglang_memory(81559 * mib, 1, chunk=2048)[1] == round((81559 - 10240) / 81559, 3)
+    # DP attention pads the graphs: 512 x DP x 3, and x 1.5 more above 300
+    chunk, f = sglang_memory(183527 * mib, 1, attention_dp=8)
+    assert f == round((183527 - (512 + 24576 + 1024 + 128 + 512 * 8 * 4.5)) / 183527, 3)
+    # a multimodal model: x 0.95 x the ViT factor (Qwen3.5's tower is larger than a ViT-L/14: less than 0.95)
+    vl = load_model("Qwen/Qwen3.5-397B-A17B")
+    assert vl.vision is not None
+    assert sglang_memory(183527 * mib, 8, model=vl)[1] < 0.95 * sglang_memory(183527 * mib, 8)[1]
+
+
+def test_sglang_static_policy_keeps_activations_outside_its_share():
+    """SGLang's mem_fraction_static holds the weights and the KV pool (model_runner: free after the weights less
+    (1 - fraction) of the memory): the activations of a larger chunk take nothing from the KV cache's budget."""
+    hw, model = load_spec("b200"), load_model("llama-3.1-8b")
+    sc = Scenario(engine="sglang", batch="max").for_hardware(hw)
+    m = memory(model, sc, 64, hw)  # 64 prompts of 1,024 tokens: a full chunk of activations
+    assert m.kv_budget == pytest.approx(sc.mem_fraction * hw.hbm_visible_bytes - m.weights - m.workspace)
+    bigger = memory(model, sc.with_(prefill_chunk=4 * sc.prefill_chunk), 64, hw)
+    assert bigger.activations > m.activations and bigger.kv_budget == pytest.approx(m.kv_budget)
+    b = max_batch(model, sc, hw)
+    assert memory(model, sc, b, hw).fits and not memory(model, sc, b + 1, hw).fits
+
+
 def test_engine_presets_set_their_fields_and_explicit_flags_win():
     hw = load_spec("h200")
     t = Scenario(dtype="fp8").for_hardware(hw)
@@ -111,7 +149,8 @@ def test_engine_presets_set_their_fields_and_explicit_flags_win():
     v = Scenario(engine="vllm", dtype="fp8").for_hardware(hw)
     assert v.kv == "bf16" and v.attention_kernel == "fa3" and v.mem_policy == "total" and v.rotary == "kernel"
     assert Scenario(engine="vllm", attention_kernel="flash", launch="eager").for_hardware(hw).attention_kernel == "flash"
-    assert Scenario(engine="sglang", tp=8).for_hardware(hw).mem_fraction == pytest.approx(0.81)
+    s = Scenario(engine="sglang", tp=8).for_hardware(hw)  # SGLang's rule of the GPU's memory (next test)
+    assert (s.mem_policy, s.prefill_chunk, s.mem_fraction) == ("static", 8192, 0.897)
     assert Scenario().for_hardware(load_spec("mi300x")).engine == "vllm"
     with pytest.raises(InputError):
         Scenario(engine="trtllm").for_hardware(load_spec("mi300x"))

@@ -29,6 +29,13 @@ def _est(e, key: str, text: str) -> str:
 
 
 def _memory(e) -> str:
+    if e.memory_rule is not None:
+        from perfmodel.spec import load_spec
+
+        held = "weights and KV cache" if e.mem_policy == "static" else "everything"
+        shares = ", ".join(f"{e.memory_for(load_spec(part), 8)[1]:.1%} on {load_spec(part).name} at TP 8"
+                           for part in ("h200-sxm", "b200"))
+        return f"{held} within the share the engine computes from the GPU's memory and layout ({shares})"
     if e.mem_policy == "free":
         return f"KV gets {e.mem_fraction:.0%} of what is free after weights and activations"
     if isinstance(e.mem_fraction, dict):
@@ -80,8 +87,9 @@ def table() -> str:
         "KV cache with fp8 weights": ["fp8" if e.fp8_kv else "model dtype" for e in engines],
         "fp8 attention over an fp8 cache": [_est(e, "fp8_attention", "yes") if e.fp8_attention else "no"
                                             for e in engines],
-        "prefill tokens per step": ["whole prompt" if e.prefill_chunk > HUGE else f"{e.prefill_chunk}"
-                                    for e in engines],
+        "prefill tokens per step": ["whole prompt" if e.prefill_chunk > HUGE else
+                                    "by the GPU's memory (8192 below 160 GiB, 16384 above)" if e.memory_rule else
+                                    f"{e.prefill_chunk}" for e in engines],
         "most sequences at once": ["memory alone" if e.max_batch > HUGE else _est(e, "max_batch", f"{e.max_batch}")
                                    for e in engines],
         "memory": [_memory(e) for e in engines],

@@ -450,10 +450,10 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
     else:  # the overlap model's own parameters are inputs (Profile.overlap): the method is fixed at export
         inputs.add("overlap", overlap_method, "method", "scenario",
                    "collective overlap method (perfmodel.cost.overlap; docs/collectives.md)", editable=False)
-    total_policy = sc_r.mem_policy != "free"
-    inputs.add("mem_fraction", sc_r.mem_fraction, "fraction", "engine",
-               "share of device-visible memory the engine uses" if total_policy else
-               "share of the memory free after weights, activations and reserve that the KV cache takes")
+    inputs.add("mem_fraction", sc_r.mem_fraction, "fraction", "engine", {
+        "free": "share of the memory free after weights, activations and reserve that the KV cache takes",
+        "static": "share of device-visible memory the weights, reserve and KV cache take (activations outside)"}.get(
+        sc_r.mem_policy, "share of device-visible memory the engine uses"))
     inputs.add("mem_reserve", sc_r.mem_reserve, "B", "engine",
                "bytes per GPU outside the engine's pool: CUDA context, workspaces, CUDA graphs")
     if sc_r.max_batch:
@@ -468,7 +468,8 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
     for name, value, note in (("model", model.name, "model (structure of every formula)"),
                               ("engine", sc_r.engine, "serving engine whose preset filled the engine fields"),
                               ("mem_policy", sc_r.mem_policy, "engine memory policy: total (everything within "
-                               "mem_fraction of the device) or free (the KV cache takes mem_fraction of what is free)"),
+                               "mem_fraction of the device), static (weights and KV cache within it, activations "
+                               "outside) or free (the KV cache takes mem_fraction of what is free)"),
                               ("tp", sc_r.tp, "tensor parallel"), ("pp", sc_r.pp, "pipeline parallel"),
                               ("ep", sc_r.ep, "expert parallel"), ("gpus", sc_r.gpus, "GPUs per replica (tp x pp)"),
                               ("dtype", sc_r.dtype, "weights and GEMM format"), ("kv_dtype", sc_r.kv, "KV-cache format"),
@@ -666,9 +667,11 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
                                                  m.activations),
                                 workspace=srow("mem_workspace", "memory: workspace", mem.workspace, "B", m.workspace))
     srow("mem_total", "memory: total per GPU", cells.total, "B", m.total)
-    pool_note = ("total policy: mem_fraction x device-visible memory; the KV cache gets what the rest leaves"
-                 if total_policy else
-                 "free policy: weights, activations and reserve, plus the KV cache's mem_fraction of what is free")
+    pool_note = {
+        "free": "free policy: weights, activations and reserve, plus the KV cache's mem_fraction of what is free",
+        "static": "static policy: mem_fraction x device-visible memory holds weights, reserve and the KV cache; "
+                  "activations beside it"}.get(sc_r.mem_policy, "total policy: mem_fraction x device-visible memory; "
+                                                              "the KV cache gets what the rest leaves")
     cells = dataclasses.replace(cells, kv_budget=srow("mem_kv_budget", "memory: KV-cache budget per GPU",
                                                       mem.kv_budget, "B", m.kv_budget, pool_note))
     srow("mem_capacity", "memory: usable per GPU", mem.capacity, "B", m.capacity, pool_note)
