@@ -32,6 +32,8 @@ CASES = {
     "hf": ("h200", "llama-3.1-8b", Scenario(engine="hf", batch=4, isl=128, osl=16)),
     # a serving engine's own host work a step, synchronous: max(0, a + b x the step's sequences) added to it
     "vllm-sync": ("h200", "gpt-oss-20b", Scenario(engine="vllm", async_scheduling=False, batch=1024, isl=256, osl=32)),
+    # SGLang's memory policy: weights and KV cache within its share, activations outside ('max': the formula of it)
+    "sglang-static": ("h200", "llama-3.1-8b", Scenario(engine="sglang", batch="max", isl=1024, osl=128)),
     # Gated DeltaNet: the chunked prefill's scan (perfmodel.cost.scan) and the shared expert's gate as formulas
     "deltanet": ("h200", "qwen3-next-80b-a3b", Scenario(batch=4, tp=2, isl=2048, osl=32)),
     # shared experts on a second stream in steps of at most 256 tokens (vLLM 0.12+): the rule a formula of the batch
