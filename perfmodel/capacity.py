@@ -367,17 +367,20 @@ def check_fits(model: Model, sc: Scenario, hw, best: int, batch: int | None = No
     hint = suggest_fit(model, sc, hw, want)
     policy = {"free": f"{sc.engine} gives the KV cache {sc.mem_fraction:.0%} of what is free after the rest",
               "static": f"{sc.engine} keeps weights and KV cache within {sc.mem_fraction:.0%} of the device, "
-                        "activations outside"}.get(sc.mem_policy, f"{sc.engine} uses {sc.mem_fraction:.0%} of the device")
-    fixed = need.weights + need.activations + need.workspace
+                        "activations outside"}.get(sc.mem_policy,
+                                                   f"{sc.engine} uses {sc.mem_fraction:.0%} of the device")
+    share = 1.0 if sc.mem_policy == "free" else sc.mem_fraction
+    static = sc.mem_policy == "static"  # the activations outside the engine's share
+    fixed = need.weights + need.workspace + (0.0 if static else need.activations)
     terms = (f"weights {_gib(need.weights)}, activations {_gib(need.activations)}, reserve {_gib(need.workspace)}, "
              f"KV cache {_gib(need.kv_cache)}")
     if need.kv_budget <= 0:
-        short = f"weights, activations and reserve alone take {_gib(fixed)}"
+        short = f"weights{'' if static else ', activations'} and reserve alone take {_gib(fixed)}"
     else:
         short = f"the KV cache gets {_gib(need.kv_budget)}"
     raise InputError(
         f"{model.name} at batch {want} needs {_gib(fixed + need.kv_cache)} per GPU ({terms}) but {hw.name} has "
-        f"{_gib(need.capacity if need.kv_budget > 0 else need.visible * (1.0 if sc.mem_policy == 'free' else sc.mem_fraction))} "
+        f"{_gib(need.capacity if need.kv_budget > 0 else need.visible * share)} "
         f"usable of {_gib(need.visible)} visible ({policy}): {short}"
         + (f"; {hint} would fit" if hint else ""), field=_blame(model, sc, hw, want, batch))
 

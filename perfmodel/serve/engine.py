@@ -18,6 +18,10 @@ The scheduler follows vLLM's (V1) as documented in its source and docs:
   prefill, stays while referenced, and is evicted least recently used when blocks run short;
 - the step that completes a request's prompt produces its first token; each later step one more.
 
+With ``prefill_first`` (SGLang's default schedule, ``--schedule prefill_first``) a step that can take waiting or
+part-done prompts carries only them, with the whole budget, and the decoding sequences wait through it (their next
+inter-token gap carries the wait); a step that admits none decodes as above.
+
 Roles: ``mixed`` (aggregated serving), ``prefill`` (a disaggregated prefill instance: requests leave when
 their first token is out) and ``decode`` (a disaggregated decode instance: requests arrive with their
 prompt's KV cache and first token, and only decode).
@@ -37,9 +41,9 @@ running request's spec tokens) and emits 1 to K + 1 tokens a sequence, the reque
 ahead of the run from the acceptance distribution (so a request's output length is reached in fewer steps, and
 its TPOT varies with its draws). A sequence holds KV blocks for the tokens it has plus the K it verifies; the
 decode counter counts steps, and each sequence's tokens at a counter are read off its runs (exact integers, as
-without speculation). Prefill chunks mix with verify steps in one step under every engine (vLLM V1 and
-TensorRT-LLM's in-flight batching do; SGLang runs prefill and EAGLE/MTP decode batches apart, which is not
-modelled: an estimate for it). The step that completes a prompt emits one token, as without speculation.
+without speculation). Prefill chunks mix with verify steps in one step (vLLM V1 and TensorRT-LLM's in-flight
+batching do); ``prefill_first`` runs them apart, as SGLang runs prefill and EAGLE/MTP decode batches. The step that
+completes a prompt emits one token, as without speculation.
 """
 from __future__ import annotations
 
