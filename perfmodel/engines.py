@@ -64,7 +64,6 @@ class Engine:
     prefill_chunk: int  # prefill tokens per scheduler step
     max_batch: int  # most sequences the scheduler runs at once (``--batch max`` is also capped by memory)
     mem_policy: str  # free: the KV cache takes mem_fraction of what is free after weights and activations;
-    # total: weights, activations and KV cache together take mem_fraction of the device
     # total: weights, activations and KV cache together take mem_fraction of the device; static: weights and KV cache
     # take it, activations and CUDA graphs live in the rest (SGLang's mem_fraction_static)
     mem_fraction: float | dict[int, float]  # one share, or one per TP degree (the largest key <= tp applies)
