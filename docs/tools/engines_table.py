@@ -12,7 +12,7 @@ ROTARY = {"kv_write": "inside the KV-cache write", "kernel": "one kernel", "eage
 SCHEDULE = {"mixed": "prompt chunks ride in the decode steps", "prefill_first": "prompts alone, decoding waits"}
 LAUNCH = {"auto": "decode from CUDA graphs, prefill eager", "eager": "eager", "graph": "CUDA graphs"}
 HUGE = 1 << 29
-
+EXAMPLE_PARTS = ("h200-sxm", "b200")  # where a preset whose settings follow the GPU's memory is shown
 
 
 def _schedule(e) -> str:
@@ -23,6 +23,14 @@ def _schedule(e) -> str:
     other = next((k for k in SCHEDULE if k != e.schedule and f"--schedule {k}" in e.schedule_source), None)
     return SCHEDULE[e.schedule] + (f" (the engine's own: `{other}`)" if other else "")
 
+
+def _by_memory(e) -> list[tuple[str, int, float]]:
+    """(part name, prefill tokens a step, memory share) of a preset with a memory rule on EXAMPLE_PARTS at TP 8."""
+    from perfmodel.spec import load_spec
+
+    return [(hw.name, *e.memory_for(hw, 8)) for hw in map(load_spec, EXAMPLE_PARTS)]
+
+
 def _est(e, key: str, text: str) -> str:
     """``text``, marked where the preset's source for ``key`` calls it an estimate."""
     return f"{text} (estimate)" if e.sources.get(key, "").startswith("estimate") else text
@@ -30,11 +38,8 @@ def _est(e, key: str, text: str) -> str:
 
 def _memory(e) -> str:
     if e.memory_rule is not None:
-        from perfmodel.spec import load_spec
-
         held = "weights and KV cache" if e.mem_policy == "static" else "everything"
-        shares = ", ".join(f"{e.memory_for(load_spec(part), 8)[1]:.1%} on {load_spec(part).name} at TP 8"
-                           for part in ("h200-sxm", "b200"))
+        shares = ", ".join(f"{share:.1%} on {name} at TP 8" for name, _, share in _by_memory(e))
         return f"{held} within the share the engine computes from the GPU's memory and layout ({shares})"
     if e.mem_policy == "free":
         return f"KV gets {e.mem_fraction:.0%} of what is free after weights and activations"
@@ -88,8 +93,9 @@ def table() -> str:
         "fp8 attention over an fp8 cache": [_est(e, "fp8_attention", "yes") if e.fp8_attention else "no"
                                             for e in engines],
         "prefill tokens per step": ["whole prompt" if e.prefill_chunk > HUGE else
-                                    "by the GPU's memory (8192 below 160 GiB, 16384 above)" if e.memory_rule else
-                                    f"{e.prefill_chunk}" for e in engines],
+                                    "by the GPU's memory: " + ", ".join(f"{chunk} on {name}"
+                                                                        for name, chunk, _ in _by_memory(e))
+                                    if e.memory_rule else f"{e.prefill_chunk}" for e in engines],
         "most sequences at once": ["memory alone" if e.max_batch > HUGE else _est(e, "max_batch", f"{e.max_batch}")
                                    for e in engines],
         "memory": [_memory(e) for e in engines],

@@ -16,6 +16,8 @@ DIST_HELP = ("N | fixed:N | uniform:A:B | normal:MU:SIGMA | lognormal:MEDIAN:SIG
 
 
 def register(sub) -> None:
+    from ..scenario import SCHEDULES
+
     p = sub.add_parser("serve", help="simulate serving under load: TTFT/TPOT/ITL/E2E percentiles, goodput, energy")
     p.add_argument("--arch", required=True, help="hardware spec name or path")
     p.add_argument("--model", required=True, help="model name, descriptor YAML or config.json")
@@ -32,7 +34,7 @@ def register(sub) -> None:
                    help="link the KV cache moves over (auto: scale-up when every instance fits one domain)")
     g.add_argument("--block-size", default="16", help="KV-cache block in tokens (vLLM's default 16)")
     g.add_argument("--prefix-cache", action="store_true", help="reuse resident shared-prefix KV blocks")
-    g.add_argument("--schedule", choices=("mixed", "prefill_first"), default=None,
+    g.add_argument("--schedule", choices=SCHEDULES, default=None,
                    help="how steps meet prompts and decoding sequences: mixed (prompt chunks ride in the decode "
                         "steps: vLLM, TensorRT-LLM) or prefill_first (prompts run in steps of their own while the "
                         "decoding sequences wait: SGLang without --enable-mixed-chunk); default: the engine's")

@@ -6,6 +6,8 @@ from .common import emit, json_text
 
 
 def register(sub) -> None:
+    from ..scenario import SCHEDULES
+
     p = sub.add_parser("validate", help="predicted against published results")
     p.add_argument("--csv", default=None,
                    help="validation table (default workloads/validation/public_validation.csv)")
@@ -21,7 +23,7 @@ def register(sub) -> None:
     p.add_argument("--release-tables", action="store_true",
                    help="price each row's MoE layers with the tables of the engine release it records (its "
                         "engine_version), where tables of that release were imported (docs/engines.md)")
-    p.add_argument("--schedule", choices=("mixed", "prefill_first"), default=None,
+    p.add_argument("--schedule", choices=SCHEDULES, default=None,
                    help="the serving simulation's schedule for every aggregated closed-loop row (docs/serving.md, "
                         "Schedules; default: each engine's preset)")
     p.add_argument("--summary", action="store_true", help="table format: the summaries without a line per row")
