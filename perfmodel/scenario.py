@@ -11,6 +11,8 @@ ENGINE_FIELDS = ("kernels", "rotary", "launch", "attention_kernel", "fp8_attenti
                  "mem_policy", "mem_fraction", "mem_reserve", "kv_cache", "batching", "weight_only_moe_act")
 KV_CACHES = ("paged", "dynamic", "static")
 SCHEDULES = ("mixed", "prefill_first")  # perfmodel.engines.Engine.schedule
+# how a closed loop's first C requests start (perfmodel.serve.workload.closed_loop_requests, docs/serving.md)
+CLOSED_LOOP_STARTS = ("burst", "spread")
 
 
 @dataclass(frozen=True)

@@ -148,12 +148,14 @@ def _select(rows: list[dict], where, limit: int | None, path) -> list[tuple[int,
 
 
 def run_validation(path=None, *, calibration=None, mode: str = "latency", engine: str = "auto", where=None,
-                   limit: int | None = None, release_tables: bool = False, schedule: str | None = None) -> list[dict]:
+                   limit: int | None = None, release_tables: bool = False, schedule: str | None = None,
+                   closed_loop_start: str = "burst") -> list[dict]:
     """Project every row of the table; ``engine`` overrides the engine read off each row's source.
     ``where`` (``hardware=b200,engine=trtllm``, or parsed clauses) and ``limit`` keep a subset of the rows;
     ``release_tables``: price each row's MoE layers with the tables of the engine release it records, where such
     tables were imported (:mod:`perfmodel.releases`; off by default: docs/engines.md says why); ``schedule``: the
-    serving simulation's schedule for every aggregated row (docs/serving.md, Schedules; None: each engine's preset)."""
+    serving simulation's schedule for every aggregated row (docs/serving.md, Schedules; None: each engine's preset);
+    ``closed_loop_start``: how each closed loop's first wave starts (:data:`perfmodel.scenario.CLOSED_LOOP_STARTS`)."""
     from .projection import project_resolved
     from .resolve import resolve_hardware, resolve_model, resolve_scenario, setup
 
@@ -165,8 +167,8 @@ def run_validation(path=None, *, calibration=None, mode: str = "latency", engine
         if missing:
             raise InputError(f"missing column(s) {', '.join(missing)}", file=str(p))
     out = []
-    serving = (_Serving(calibration, mode, engine, release_tables, schedule) if rows and "concurrency" in rows[0]
-               else None)
+    serving = (_Serving(calibration, mode, engine, release_tables, schedule, closed_loop_start)
+               if rows and "concurrency" in rows[0] else None)
     selected = _select(rows, where, limit, p)
     for i, row in selected:
         where = f"{p}:{i}"
@@ -206,9 +208,10 @@ class _Serving:
     """Projects serving-benchmark rows (module doc); keeps what rows share: specs, models, profiles,
     step-time tables and whole simulations (a measurement's ttft and tpot rows)."""
 
-    def __init__(self, calibration, mode: str, engine: str, release_tables: bool = False, schedule: str | None = None):
+    def __init__(self, calibration, mode: str, engine: str, release_tables: bool = False, schedule: str | None = None,
+                 closed_loop_start: str = "burst"):
         self.calibration, self.mode, self.engine = calibration, mode, engine
-        self.release_tables, self.schedule = release_tables, schedule
+        self.release_tables, self.schedule, self.closed_loop_start = release_tables, schedule, closed_loop_start
         self.hw: dict = {}
         self.models: dict = {}
         self.profiles: dict = {}
@@ -324,7 +327,7 @@ class _Serving:
             from .serve.workload import closed_loop_default_requests, closed_loop_requests, parse_dist
 
             isl, osl = parse_dist(str(sc.isl), field="isl"), parse_dist(str(sc.osl), field="osl")
-            reqs = closed_loop_requests(closed_loop_default_requests(conc), conc, isl, osl)
+            reqs = closed_loop_requests(closed_loop_default_requests(conc), conc, isl, osl, start=self.closed_loop_start)
             try:
                 self.runs[key] = simulate(hw, model, sc, prof, reqs, opts or ServeOptions(), cache=self.tables)
             except InputError as e:

@@ -173,6 +173,42 @@ def test_never_more_than_c_in_flight(h200_8b, c):
     assert np.all(r.first_token > r.arrival) and np.all(r.finish >= r.first_token)
 
 
+def test_a_spread_start_cuts_only_the_first_waves_outputs():
+    isl, osl = parse_dist("1024", field="isl"), parse_dist("128", field="osl")
+    burst = closed_loop_requests(50, 8, isl, osl)
+    spread = closed_loop_requests(50, 8, isl, osl, start="spread")
+    assert np.all(burst.osl == 128)
+    assert spread.osl[:8].tolist() == [16, 32, 48, 64, 80, 96, 112, 128]  # k / C of the length, k = 1 .. C
+    assert np.all(spread.osl[8:] == 128) and np.array_equal(spread.isl, burst.isl)
+    # more clients than output tokens: rounded up, never below one token
+    few = closed_loop_requests(20, 8, isl, parse_dist("3", field="osl"), start="spread")
+    assert few.osl[:8].tolist() == [1, 1, 2, 2, 2, 3, 3, 3]
+    with pytest.raises(InputError, match="closed-loop start"):
+        closed_loop_requests(20, 8, isl, osl, start="jitter")
+
+
+def test_a_spread_start_desynchronizes_the_measured_requests(h200_8b):
+    hw, model, prof = h200_8b
+    sc = for_hardware(Scenario(batch="max"), hw, None).validated()
+    c = 8
+    n = closed_loop_default_requests(c)
+    lo, hi = closed_loop_window(n, c)
+    got = {}
+    for start in ("burst", "spread"):
+        reqs = closed_loop_requests(n, c, parse_dist("1024", field="isl"), parse_dist("128", field="osl"),
+                                    start=start)
+        inst = build_instance(hw, model, sc, prof, reqs, "mixed", ServeOptions(), None)
+        arrivals = simulate_instance(inst.steps, inst.cfg, reqs).arrival[lo:hi]
+        out = simulate(hw, model, sc, prof, reqs)
+        got[start] = (np.unique(arrivals).size, out["ttft_ms"]["mean"], out["tpot_ms"]["mean"])
+    # lock-step waves: the measured requests arrive c at a time; spread: each at its own instant
+    assert got["burst"][0] <= (hi - lo) // c + 1 and got["spread"][0] == hi - lo
+    # a prompt arriving alone waits for one step, not for its wave's prompts ...
+    assert got["spread"][1] < 0.5 * got["burst"][1]
+    # ... and every other request's prompt now runs while a request decodes (in a wave, only those after its own)
+    assert got["spread"][2] > got["burst"][2]
+
+
 def test_closed_loop_window_and_metrics(h200_8b):
     assert closed_loop_window(closed_loop_default_requests(8), 8) == (16, 216)
     assert closed_loop_window(5, 8) == (0, 5)
@@ -204,7 +240,11 @@ def test_serve_cli_concurrency(capsys):
     assert rc == 0 and doc["workload"]["arrival"] == "closed-loop" and doc["closed_loop"]["concurrency"] == 4
     rc = main(["serve", "--arch", "h200", "--model", "llama8b", "--concurrency", "4", "--osl", "64"])
     assert rc == 0 and "closed loop at concurrency 4" in capsys.readouterr().out
-    for bad in (["--concurrency", "0"], ["--concurrency", "4", "--rate", "2"], ["--concurrency", "x"]):
+    rc = main(["serve", "--arch", "h200", "--model", "llama8b", "--concurrency", "4", "--osl", "64",
+               "--closed-loop-start", "spread"])
+    assert rc == 0 and "closed loop at concurrency 4 from a spread start" in capsys.readouterr().out
+    for bad in (["--concurrency", "0"], ["--concurrency", "4", "--rate", "2"], ["--concurrency", "x"],
+                ["--rate", "2", "--closed-loop-start", "spread"]):
         rc = main(["serve", "--arch", "h200", "--model", "llama8b", *bad])
         err = capsys.readouterr().err.strip().splitlines()
         assert rc == 2 and len(err) == 1
@@ -307,3 +347,14 @@ def test_doc_states_todays_deepep_diagnosis_of_the_gb200_wide_ep_rows():
     a2a = project("gb200", "deepseek-v3", moe_exchange="all_to_all", **kw).tpot_s * 1e3
     assert f"gives {gather:.2f} ms" in para and f"all_to_all` (DeepEP's low-latency kernels, docs/collectives.md) " \
         f"{a2a:.2f} ms" in para
+
+
+def test_validation_takes_the_closed_loop_start():
+    from perfmodel.validate import run_validation
+
+    path = repo_root() / "workloads" / "validation" / "aiconfigurator_silicon.csv"
+    where = "hardware=h200-sxm,engine=vllm,model=llama-3.1-70b,concurrency=16"
+    burst = {r["id"]: r for r in run_validation(path, where=where, limit=2)}
+    spread = {r["id"]: r for r in run_validation(path, where=where, limit=2, closed_loop_start="spread")}
+    ttft = [i for i in burst if burst[i]["metric"] == "ttft"]
+    assert ttft and all(spread[i]["predicted"] < burst[i]["predicted"] for i in ttft)

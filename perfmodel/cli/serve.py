@@ -85,6 +85,8 @@ def register(sub) -> None:
 
 
 def _workload_flags(p, plan: bool = False) -> None:
+    from ..scenario import CLOSED_LOOP_STARTS
+
     g = p.add_argument_group("workload")
     if not plan:
         g.add_argument("--rate", default=None, help="requests per second (poisson or constant arrivals)")
@@ -94,6 +96,11 @@ def _workload_flags(p, plan: bool = False) -> None:
                        help="closed loop instead of a rate: C requests in flight, each finished one replaced at once "
                             "(benchmark_serving --max-concurrency C at an infinite rate; aiperf --concurrency C); "
                             "latencies over the steady state (docs/serving.md)")
+        g.add_argument("--closed-loop-start", choices=CLOSED_LOOP_STARTS, default=None,
+                       help="with --concurrency, how the first C requests start: burst (default; all at once, and "
+                            "requests of fixed lengths stay in lock-step waves) or spread (the first wave's outputs "
+                            "cut to 1/C .. C/C of their lengths: the measured requests run in the desynchronized "
+                            "steady state a long real run drifts to; docs/serving.md)")
     g.add_argument("--requests", default=None,
                    help="requests to simulate (default 1000, the whole trace, or with --concurrency C "
                         "2C + max(200, 2C) + C; plan: 400 per trial); at most 10^6 (plan: 10^5 per layout): "
@@ -208,6 +215,9 @@ def _requests(args, sc):
     n = check_request_count(_int(args.requests, "--requests")) if args.requests is not None else None
     if args.concurrency is not None:
         return _closed_loop(args, sc, n)
+    if args.closed_loop_start is not None:
+        raise InputError("applies to a closed loop only: give --concurrency C with it",
+                         field="--closed-loop-start")
     arrival = args.arrival or ["poisson"]
     kind = arrival[0].lower()
     if kind == "trace":
@@ -245,10 +255,11 @@ def _closed_loop(args, sc, n: int | None):
     isl, osl = _lengths(args, sc)
     reqs = closed_loop_requests(n, c, isl, osl, seed=_int(args.seed, "--seed", 0),
                                 prefix_len=_int(args.prefix_len, "--prefix-len", 0),
-                                prefix_groups=_int(args.prefix_groups, "--prefix-groups", 0))
+                                prefix_groups=_int(args.prefix_groups, "--prefix-groups", 0),
+                                start=args.closed_loop_start or "burst")
     lo, hi = closed_loop_window(n, c)
     return reqs, {"arrival": CLOSED, "concurrency": c, "rate_req_s": None, "isl_dist": isl.text,
-                  "osl_dist": osl.text, "measured": [lo, hi]}
+                  "osl_dist": osl.text, "measured": [lo, hi], "start": args.closed_loop_start or "burst"}
 
 
 def _check_context(model, reqs) -> None:
@@ -316,7 +327,8 @@ def cmd_serve(args) -> int:
         text = serve_table(doc)
         if workload["arrival"] == CLOSED:  # the report's workload line is written for a rate
             lo, hi = workload["measured"]
-            text = text.replace(f"{CLOSED} - req/s", f"closed loop at concurrency {workload['concurrency']} "
+            start = " from a spread start" if workload["start"] == "spread" else ""
+            text = text.replace(f"{CLOSED} - req/s", f"closed loop at concurrency {workload['concurrency']}{start} "
                                 f"(steady state: requests {lo + 1}-{hi} measured)")
         emit(text + "\n", args.out)
     return 0

@@ -6,7 +6,7 @@ from .common import emit, json_text
 
 
 def register(sub) -> None:
-    from ..scenario import SCHEDULES
+    from ..scenario import CLOSED_LOOP_STARTS, SCHEDULES
 
     p = sub.add_parser("validate", help="predicted against published results")
     p.add_argument("--csv", default=None,
@@ -26,6 +26,10 @@ def register(sub) -> None:
     p.add_argument("--schedule", choices=SCHEDULES, default=None,
                    help="the serving simulation's schedule for every aggregated closed-loop row (docs/serving.md, "
                         "Schedules; default: each engine's preset)")
+    p.add_argument("--closed-loop-start", choices=CLOSED_LOOP_STARTS, default="burst",
+                   help="how each closed-loop row's first C requests start: burst (default: all at once, lock-step "
+                        "waves) or spread (the desynchronized steady state; docs/serving.md, Closed-loop "
+                        "concurrency)")
     p.add_argument("--summary", action="store_true", help="table format: the summaries without a line per row")
     p.add_argument("--format", choices=("table", "json", "csv"), default="table",
                    help="table (default: a line per row and the summaries), json or csv (a record per row)")
@@ -49,7 +53,7 @@ def cmd_validate(args) -> int:
     with progress(None, "validate"):
         rows = run_validation(args.csv, calibration=args.calibration, mode=args.mode, engine=args.engine,
                               where=args.where, limit=limit, release_tables=args.release_tables,
-                              schedule=args.schedule)
+                              schedule=args.schedule, closed_loop_start=args.closed_loop_start)
     if args.format == "json":
         emit(json_text(rows), args.out)
     elif args.format == "csv":

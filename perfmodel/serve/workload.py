@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
+from ..scenario import CLOSED_LOOP_STARTS
 
 DIST_HELP = ("N | fixed:N | uniform:A:B | normal:MU:SIGMA | lognormal:MEDIAN:SIGMA | exponential:MEAN "
              "(tokens; docs/serving.md)")
@@ -245,15 +246,33 @@ def closed_loop_window(n: int, concurrency: int) -> tuple[int, int]:
     return 0, n
 
 
+# How a closed loop's first C requests start (``--closed-loop-start``, :data:`CLOSED_LOOP_STARTS`): "burst", C
+# identical requests at once (a run of fixed lengths then stays in lock-step waves: the C finish together and their
+# replacements arrive together); "spread", the first wave's outputs cut to 1/C, 2/C, ..., C/C of their lengths, so
+# that their replacements arrive evenly over one request's life: the desynchronized steady state a long run drifts
+# to when the timing noise of real clients and servers pulls requests apart (docs/serving.md, Closed-loop
+# concurrency)
+
+
 def closed_loop_requests(n: int, concurrency: int, isl: LengthDist, osl: LengthDist, *, seed: int = 0,
-                         prefix_len: int = 0, prefix_groups: int = 0) -> Requests:
-    """``n`` requests sent by a client that keeps ``concurrency`` of them in flight (module doc)."""
+                         prefix_len: int = 0, prefix_groups: int = 0, start: str = "burst") -> Requests:
+    """``n`` requests sent by a client that keeps ``concurrency`` of them in flight (module doc); ``start``: how the
+    first ``concurrency`` begin (:data:`CLOSED_LOOP_STARTS`). Under "spread" the first wave's outputs are cut to
+    ceil(k / C x their length) for the k-th of them (at least 1 token): they are the warm-up, never measured
+    (:func:`closed_loop_window`), and only place the measured requests in the desynchronized steady state."""
     if n < 1:
         raise InputError(f"expected a positive number of requests, got {n}", field="--requests")
     if isinstance(concurrency, bool) or not isinstance(concurrency, (int, np.integer)) or concurrency < 1:
         raise InputError(f"expected a positive integer concurrency, got {concurrency!r}", field="--concurrency")
+    if start not in CLOSED_LOOP_STARTS:
+        raise InputError(f"expected a closed-loop start of {' or '.join(CLOSED_LOOP_STARTS)}, got {start!r}",
+                         field="--closed-loop-start")
     rng = np.random.default_rng(seed)
     i = isl.sample(rng, n, "--isl-dist")
     o = osl.sample(rng, n, "--osl-dist")
+    if start == "spread":
+        c = min(int(concurrency), n)
+        k = np.arange(1, c + 1, dtype=np.int64)
+        o[:c] = np.maximum(1, -(-o[:c] * k // c))  # ceil(k / C x length), in integers
     group, plen = _prefixes(rng, i, prefix_len, prefix_groups)
     return Requests(np.zeros(n), i, o, group, plen, int(concurrency))
