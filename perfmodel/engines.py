@@ -279,7 +279,8 @@ SGLANG_SCHEDULE_SOURCE = (
     "--enable-mixed-chunk (off by default, server_args.py) would fold decoding into it (0.4-0.5, read offline). The "
     "preset still schedules as vLLM does (--schedule prefill_first runs SGLang's): the simulated closed loop stays in "
     "lock-step waves, which SGLang's schedule turns into a burst a wave (every prompt of the wave prefilled before "
-    "any decodes), and the measured SGLang TTFTs lie between the two (docs/serving.md, Schedules)")
+    "any decodes), and the measured SGLang TTFTs lie between the two; from a desynchronized start "
+    "(--closed-loop-start spread) the two schedules nearly agree (docs/serving.md, Schedules)")
 SGLANG_ASYNC_SOURCE = (
     "SGLang server_args.py: disable_overlap_schedule = False (0.5.9 and 0.5.23, read offline): the overlap "
     "scheduler prepares the next batch while the device runs this one (scheduler.py event_loop_overlap)")
@@ -458,7 +459,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         prefill_chunk=8192, max_batch=4096, mem_policy="static", mem_fraction={1: 0.88, 2: 0.87, 4: 0.85, 8: 0.81},
         memory_rule=sglang_memory,
         mem_reserve=2 * GiB, moe_exchange="gather", moe_quantized_exchange=False, moe_all_to_all="deepep",
-        version="SGLang 0.4-0.5 defaults (server_args.py); kernel tables measured with 0.5.14",
+        version="SGLang 0.5.9 defaults (server_args.py); kernel tables measured with 0.5.14",
         near=("sglang", "vllm", "trtllm", "torch", "hf"), admission="preempt", words=("sglang",),
         schedule="mixed", schedule_source=SGLANG_SCHEDULE_SOURCE,
         scheduler_host=SGLANG_SCHEDULER_HOST, async_scheduling=True, shared_stream="graph", fused_shared_expert=True,
