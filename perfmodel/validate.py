@@ -327,7 +327,8 @@ class _Serving:
             from .serve.workload import closed_loop_default_requests, closed_loop_requests, parse_dist
 
             isl, osl = parse_dist(str(sc.isl), field="isl"), parse_dist(str(sc.osl), field="osl")
-            reqs = closed_loop_requests(closed_loop_default_requests(conc), conc, isl, osl, start=self.closed_loop_start)
+            reqs = closed_loop_requests(closed_loop_default_requests(conc), conc, isl, osl,
+                                        start=self.closed_loop_start)
             try:
                 self.runs[key] = simulate(hw, model, sc, prof, reqs, opts or ServeOptions(), cache=self.tables)
             except InputError as e:

@@ -5,7 +5,8 @@ Arrivals: ``poisson`` (exponential gaps at ``rate`` requests/s, as vLLM's benchm
 at concurrency C (:func:`closed_loop_requests`): the client keeps exactly C requests in flight and sends the next
 one the moment one finishes, as vLLM's ``benchmark_serving --max-concurrency C`` with an infinite request rate
 and aiperf / genai-perf ``--concurrency C`` do. Closed-loop arrival times are not known in advance: the engine
-simulation sets each one to the finish time of the request it replaces.
+simulation sets each one to the finish time of the request it replaces; how the first C start (all at once, or
+in the desynchronized steady state) is :func:`closed_loop_requests`' ``start``.
 
 Length distributions (``--isl-dist``, ``--osl-dist``), each drawn independently per request, rounded to
 whole tokens and at least 1:
@@ -246,20 +247,14 @@ def closed_loop_window(n: int, concurrency: int) -> tuple[int, int]:
     return 0, n
 
 
-# How a closed loop's first C requests start (``--closed-loop-start``, :data:`CLOSED_LOOP_STARTS`): "burst", C
-# identical requests at once (a run of fixed lengths then stays in lock-step waves: the C finish together and their
-# replacements arrive together); "spread", the first wave's outputs cut to 1/C, 2/C, ..., C/C of their lengths, so
-# that their replacements arrive evenly over one request's life: the desynchronized steady state a long run drifts
-# to when the timing noise of real clients and servers pulls requests apart (docs/serving.md, Closed-loop
-# concurrency)
-
-
 def closed_loop_requests(n: int, concurrency: int, isl: LengthDist, osl: LengthDist, *, seed: int = 0,
                          prefix_len: int = 0, prefix_groups: int = 0, start: str = "burst") -> Requests:
     """``n`` requests sent by a client that keeps ``concurrency`` of them in flight (module doc); ``start``: how the
-    first ``concurrency`` begin (:data:`CLOSED_LOOP_STARTS`). Under "spread" the first wave's outputs are cut to
-    ceil(k / C x their length) for the k-th of them (at least 1 token): they are the warm-up, never measured
-    (:func:`closed_loop_window`), and only place the measured requests in the desynchronized steady state."""
+    first ``concurrency`` begin (:data:`CLOSED_LOOP_STARTS`). "burst": all at once, identical, so requests of fixed
+    lengths stay in lock-step waves (the C finish together, their replacements arrive together). "spread": the
+    first wave's outputs are cut to ceil(k / C x their length) for the k-th of them (at least 1 token), so their
+    replacements arrive evenly over one request's life: the desynchronized steady state a long run drifts to when
+    timing noise pulls requests apart. The cut requests are the warm-up, never measured (:func:`closed_loop_window`)."""
     if n < 1:
         raise InputError(f"expected a positive number of requests, got {n}", field="--requests")
     if isinstance(concurrency, bool) or not isinstance(concurrency, (int, np.integer)) or concurrency < 1:
