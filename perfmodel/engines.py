@@ -99,9 +99,11 @@ class Engine:
     admission: str = "preempt"
     # how a step meets prompts and decoding sequences: "mixed" (prompt chunks ride in the decode steps, within the
     # token budget) | "prefill_first" (waiting prompts run in a step of their own, ahead of the decoding sequences,
-    # which wait); ``schedule_source`` says where it is read
+    # which wait); ``schedule_source`` says where it is read; ``own_schedule``: the engine's own default where the
+    # preset schedules otherwise (None: the same)
     schedule: str = "mixed"
     schedule_source: str = ""
+    own_schedule: str | None = None
     # the launch mode with a static KV cache where it differs from ``launch`` (transformers' generate() compiles the
     # decode step of a compileable cache: ``sources["launch"]``); None: ``launch``
     static_cache_launch: str | None = None
@@ -461,7 +463,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         mem_reserve=2 * GiB, moe_exchange="gather", moe_quantized_exchange=False, moe_all_to_all="deepep",
         version="SGLang 0.5.9 defaults (server_args.py); kernel tables measured with 0.5.14",
         near=("sglang", "vllm", "trtllm", "torch", "hf"), admission="preempt", words=("sglang",),
-        schedule="mixed", schedule_source=SGLANG_SCHEDULE_SOURCE,
+        schedule="mixed", schedule_source=SGLANG_SCHEDULE_SOURCE, own_schedule="prefill_first",
         scheduler_host=SGLANG_SCHEDULER_HOST, async_scheduling=True, shared_stream="graph", fused_shared_expert=True,
         fused_latent_proj=True,
         allreduce_norm=("deepseek_v3", "gpt_oss", "glm4_moe", "qwen3_moe"),

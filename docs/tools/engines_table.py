@@ -16,11 +16,11 @@ EXAMPLE_PARTS = ("h200-sxm", "b200")  # where a preset whose settings follow the
 
 
 def _schedule(e) -> str:
-    """The serving simulation's schedule of a preset, and where the engine itself schedules otherwise (its source
-    names the other schedule's flag value: docs/serving.md, Schedules)."""
+    """The serving simulation's schedule of a preset, and the engine's own where it differs (docs/serving.md,
+    Schedules)."""
     if e.batching != "continuous":
         return "one batch at a time"
-    other = next((k for k in SCHEDULE if k != e.schedule and f"--schedule {k}" in e.schedule_source), None)
+    other = e.own_schedule if e.own_schedule not in (None, e.schedule) else None
     return SCHEDULE[e.schedule] + (f" (the engine's own: `{other}`)" if other else "")
 
 

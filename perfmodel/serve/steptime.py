@@ -250,8 +250,8 @@ def _table_key(sm: "StepModel", phase: str, n: int, wanted, launch: str):
     table folders, the class, phase, launch and length. None where any of them holds an array."""
     if "inputs" not in sm.__dict__:
         # what does not enter a table (its steps carry their own shapes): the scenario's batch, step budget and
-        # schedule (the instances of one layout at several sequence caps share their tables) and, but for transformers' static cache
-        # (whose attention reads every slot up to prompt + output), the request lengths
+        # schedule (the instances of one layout at several sequence caps share their tables) and, but for
+        # transformers' static cache (whose attention reads every slot up to prompt + output), the request lengths
         free = dict(batch=None, prefill_chunk=None, schedule=None)
         if sm.sc.kv_cache != "static":
             free.update(isl=None, osl=None)
