@@ -87,6 +87,11 @@ class MoE:
     expert_bias: bool = False  # biases on each routed expert's products (gpt-oss: 2 x width on gate/up, hidden on down)
     router_bias: bool = False  # a bias on the router's logits, one per expert (gpt-oss)
     shared_expert_gate: bool = False  # a sigmoid gate (hidden -> 1) on the shared experts' output (Qwen2-MoE)
+    # Group-limited routing (DeepSeek-V3's n_group 8, topk_group 4): the experts fall in expert_groups equal groups
+    # and a token's top_k are picked among its best groups_per_token groups only; 1, 1: no limit. With the groups
+    # laid out node by node it bounds the nodes a token reaches (perfmodel.graph.nodes_per_token).
+    expert_groups: int = 1
+    groups_per_token: int = 1
 
 
 @dataclass(frozen=True)
@@ -379,7 +384,8 @@ _FIELDS = (
 )
 _MOE_REQUIRED = ("num_experts", "top_k", "expert_intermediate")
 _MOE_FIELDS = _MOE_REQUIRED + ("num_shared_experts", "shared_intermediate", "first_dense_layers", "layer_step",
-                               "expert_bias", "router_bias", "shared_expert_gate")
+                               "expert_bias", "router_bias", "shared_expert_gate", "expert_groups",
+                               "groups_per_token")
 _LINEAR_REQUIRED = ("key_heads", "value_heads", "key_head_dim", "value_head_dim")
 _LINEAR_FIELDS = _LINEAR_REQUIRED + ("conv_kernel", "state_dtype")
 _MLA_REQUIRED = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
@@ -746,10 +752,19 @@ def _moe_from_dict(d, file: str, layers: int) -> MoE:
     gate = _bool(d, "shared_expert_gate", file, p)
     if gate and not num_shared:
         raise InputError("true, but num_shared_experts is 0", file=file, field=p + "shared_expert_gate")
+    groups = _int(d, "expert_groups", file, p, default=1)
+    if num_experts % groups:
+        raise InputError(f"expected a divisor of num_experts ({num_experts}), got {groups}", file=file,
+                         field=p + "expert_groups")
+    per_token = _int(d, "groups_per_token", file, p, default=groups)
+    if per_token > groups or top_k > per_token * (num_experts // groups):
+        raise InputError(f"expected at most expert_groups ({groups}) groups holding at least top_k ({top_k}) "
+                         f"experts, got {per_token}", file=file, field=p + "groups_per_token")
     return MoE(num_experts=num_experts, top_k=top_k, expert_intermediate=_int(d, "expert_intermediate", file, p),
                num_shared_experts=num_shared, shared_intermediate=shared_intermediate,
                first_dense_layers=first_dense, layer_step=step, expert_bias=_bool(d, "expert_bias", file, p),
-               router_bias=_bool(d, "router_bias", file, p), shared_expert_gate=gate)
+               router_bias=_bool(d, "router_bias", file, p), shared_expert_gate=gate, expert_groups=groups,
+               groups_per_token=per_token)
 
 
 def _linear_from_dict(d, file: str) -> LinearAttention:
@@ -1373,9 +1388,15 @@ def _hf_moe(c: _Cfg, family: str, layers: int, intermediate: int, notes: list[st
                               f"got {freq}")
             if first_dense >= layers:
                 raise c.error("first_k_dense_replace", f"expected fewer than num_hidden_layers ({layers}), got {first_dense}")
+            # group-limited routing (topk_method noaux_tc / group_limited_greedy): n_group 1 is no limit
+            groups = c.int("n_group", default=1)
+            per_token = c.int("topk_group", default=groups)
+            if n_routed % groups or per_token > groups:
+                raise c.error("topk_group", f"expected n_group ({groups}) dividing n_routed_experts ({n_routed}) "
+                              f"and topk_group at most n_group, got {_short(c.get('topk_group'))}")
             moe = MoE(num_experts=n_routed, top_k=c.int("num_experts_per_tok"), expert_intermediate=moe_inter,
                       num_shared_experts=n_shared, shared_intermediate=moe_inter if n_shared else 0,
-                      first_dense_layers=first_dense)
+                      first_dense_layers=first_dense, expert_groups=groups, groups_per_token=per_token)
         if family != "glm4_moe":
             sparse = {}
             if family in ("deepseek_v32", "glm_moe_dsa"):  # DeepSeek Sparse Attention's lightning indexer
