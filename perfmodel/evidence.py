@@ -65,7 +65,7 @@ FAMILY_FIELDS: dict[str, tuple[str, ...]] = {
     "training": ("training",),
     "power": ("power",),
     "deltanet": ("deltanet_scan",),
-    "deepep": ("deepep_alpha_s", "deepep_expert_s", "deepep_eta"),
+    "deepep": ("deepep_alpha_s", "deepep_expert_s", "deepep_eta", "deepep_scaleout_alpha_s", "deepep_scaleout_eta"),
 }
 ENGINE_FAMILIES = ("gemm", "attention", "comm", "moe", "deltanet", "deepep")
 # Families whose modules differ from one serving engine to another: the engine's own tables from a part of the

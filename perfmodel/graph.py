@@ -23,7 +23,7 @@ from .errors import InputError
 from .geometry import (INDEXER_FORMAT, attention_layer_kinds, expert_format, expert_product_format, heads_per_gpu,
                        linear_layers)
 from .models import Model, is_moe_layer
-from .routing import default_routing
+from .routing import default_routing, nodes_per_token, ranks_per_token
 from .scenario import Scenario, require_resolved
 from .vision import encoder_ops
 
@@ -577,18 +577,10 @@ def active_experts(num_experts: int, top_k: int, routed_tokens):
     return num_experts * (1.0 - keep ** O.backend_of(routed_tokens).minimum(routed_tokens, cap))
 
 
-def ranks_per_token(num_experts: int, top_k: int, ep: int) -> float:
-    """Expected number of distinct EP ranks a token's top_k experts live on (uniform routing, num_experts/ep
-    experts a rank): ep * (1 - C(E - E/ep, k) / C(E, k)). A DeepEP-style dispatch sends a token once to each such
-    rank and combines one partial sum from each, not one copy per expert: DeepSeek-V3 over EP 8 sends 5.3 copies
-    of a token, not 8 (0.66 of the bytes); over EP 64, 7.7."""
-    per_rank = num_experts // ep
-    if ep <= 1 or per_rank <= 0:
-        return float(min(top_k, max(ep, 1)))
-    miss = 1.0
-    for i in range(top_k):  # C(E - E/ep, k) / C(E, k) as a product
-        miss *= max(num_experts - per_rank - i, 0) / (num_experts - i)
-    return ep * (1.0 - miss)
+def deepep_normal_copy_bytes(hidden: int, value_bytes: float) -> float:
+    """Bytes of one token copy in DeepEP's normal dispatch or combine: the values, and a fp32 scale per 128 of
+    them when they travel quantized (fp8 or narrower; bf16 travels alone)."""
+    return hidden * value_bytes + (4.0 * hidden / 128 if value_bytes < 2 else 0.0)
 
 
 def deepep_ll_dispatch_bytes(hidden: int) -> float:
@@ -752,15 +744,26 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
     # the tokens travel in the experts' GEMM format where the engine quantizes before the exchange
     sent = _b(w) if exchange_quantized(sc) else _b(act)
     exchange = moe_exchange(sc)
-    low_latency = exchange == "all_to_all" and ph == "decode" and sc.moe_all_to_all == "deepep"
+    deepep_kernels = exchange == "all_to_all" and sc.moe_all_to_all == "deepep"
+    low_latency = deepep_kernels and ph == "decode"
     if low_latency:  # DeepEP's low-latency kernels: a message per routed pair, fp8 out, bf16 back
         dispatch_bytes, combine_bytes = routed * deepep_ll_dispatch_bytes(h), routed * h * _b("bf16")
     else:  # once to each rank holding any of the token's experts, not once per expert
         copies = ranks_per_token(moe.num_experts, moe.top_k, ep) / moe.top_k if exchange == "all_to_all" else 1.0
         dispatch_bytes, combine_bytes = routed * copies * h * sent, routed * copies * h * _b(act)
 
-    def deepep(direction: str) -> dict:  # DeepEP's decode kernels: priced from their tables where a profile fitted them
-        return {"kernel": f"ll.{direction}", "experts": moe.num_experts} if low_latency else {}
+    def deepep(direction: str) -> dict:  # DeepEP's kernels: priced from their tables where a profile fitted them
+        if not deepep_kernels:
+            return {}
+        if low_latency:
+            return {"kernel": f"ll.{direction}", "experts": moe.num_experts}
+        # the normal kernels send a token once per remote node across nodes (perfmodel.routing.nodes_per_token);
+        # SGLang quantizes the dispatch to fp8 in 128-blocks for fp8 experts whatever the gather path sends
+        # (0.5.9 token_dispatcher/deepep.py, _DeepEPDispatcherImplNormal.dispatch_a), the combine in bf16
+        fp8_experts = _b(expert_product_format(model, sc)) <= 1
+        value = (1.0 if fp8_experts else sent) if direction == "dispatch" else _b(act)
+        return {"kernel": f"normal.{direction}", "experts": moe.num_experts,
+                "per_node": O.per_node_copies(group_tokens / ep, deepep_normal_copy_bytes(h, value), moe)}
 
     if exchange == "all_to_all":
         ops.append(O.collective("moe.dispatch", "all_to_all", dispatch_bytes, ep, phase=ph, **deepep("dispatch")))

@@ -211,16 +211,31 @@ def copy(name: str, nbytes, **kw) -> Op:
 
 
 def collective(name: str, kind: str, nbytes, group: int, *, phase: str, count: float = 1.0,
-               scope: str = "layer", span: str = "auto", kernel: str = "", experts: int = 0) -> Op:
+               scope: str = "layer", span: str = "auto", kernel: str = "", experts: int = 0,
+               per_node: dict | None = None) -> Op:
     """A collective over ``group`` ranks. ``nbytes`` is the buffer in NCCL's convention: the reduced buffer
     (all_reduce), the gathered output (all_gather), the full input (reduce_scatter), each rank's send
     buffer (all_to_all), the message (p2p). ``kernel``: an engine's own kernel for it where its cost differs
     from the collective model's (``ll.dispatch``, ``ll.combine``: DeepEP's low-latency MoE exchange over a
-    model of ``experts`` experts; :func:`perfmodel.cost.comm.deepep_time`)."""
+    model of ``experts`` experts; ``normal.dispatch``, ``normal.combine``: its normal kernels;
+    :func:`perfmodel.cost.comm.deepep_time`). ``per_node``: of an all-to-all whose kernel sends a token once per
+    remote node when the group spans several scale-up domains (DeepEP's normal kernels), what prices that share
+    (:func:`per_node_copies`)."""
     params = {"bytes": nbytes, "group": group, "span": span}
     if kernel:
         params.update(kernel=kernel, experts=experts)
+    if per_node is not None:
+        params["per_node"] = per_node
     return Op(name, kind, phase, 0.0, nbytes, params, count, scope)
+
+
+def per_node_copies(tokens, copy_bytes: float, moe) -> dict:
+    """An all-to-all's per-node sending: each of a rank's ``tokens`` goes once to every remote node holding any
+    of its experts (the model's ``moe`` routing: experts, top-k, expert groups, groups a token), ``copy_bytes``
+    a copy; the node count is the hardware's, so the bytes are reckoned at pricing
+    (:func:`perfmodel.cost.comm.per_node_bytes`)."""
+    return {"tokens": tokens, "copy_bytes": copy_bytes,
+            "routing": [moe.num_experts, moe.top_k, moe.expert_groups, moe.groups_per_token]}
 
 
 def sample(name: str, rows, vocab: int, method: str, **kw) -> Op:

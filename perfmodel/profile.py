@@ -248,6 +248,12 @@ class Profile:
     deepep_alpha_s: dict[str, float] = field(default_factory=dict)
     deepep_expert_s: dict[str, float] = field(default_factory=dict)
     deepep_eta: dict[str, float] = field(default_factory=dict)
+    # DeepEP's normal kernels across nodes, per direction and node count ("normal.dispatch:2"): a call's fixed
+    # time and the bandwidth the bytes each rank sends over its NIC (a token once per remote node) move at, over
+    # the spec's scale-out bandwidth per GPU; fitted from an engine's measured tables of 2 to 8 nodes
+    # (perfmodel.fit.deepep). Both carry to another part as they are (its own NICs' bandwidth).
+    deepep_scaleout_alpha_s: dict[str, float] = field(default_factory=dict)
+    deepep_scaleout_eta: dict[str, float] = field(default_factory=dict)
     # fixed cost of one collective: launch and the peers' synchronisation (estimate: NCCL's own tuning model
     # starts a ring at 6.6 us (LL) to 8.4 us (Simple), src/graph/tuning.cc baseLat)
     comm_base_s: float = 6.0e-6
@@ -303,7 +309,8 @@ _NUMBER_DICTS = ("gemm_eta", "gemm_tile_c_fmt", "gemm_mem_eta_scale", "gemm_prol
                  "gemm_grouped_eta", "gemm_grouped_mem", "gemm_grouped_skew", "moe_pair_s",
                  "attn_sfu_cycles", "attn_sfu_p", "attn_cta_cycles", "attn_mem_ctas", "mem_eta", "mem_alpha_s", "row_s", "host_floor_s", "attn_eta", "attn_dec_eta",
                  "attn_overhead_s", "attn_cta_blocks", "attn_tail", "attn_softness", "attn_block_q", "attn_block_k",
-                 "token_return_s", "deltanet_scan", "deepep_alpha_s", "deepep_expert_s", "deepep_eta")
+                 "token_return_s", "deltanet_scan", "deepep_alpha_s", "deepep_expert_s", "deepep_eta",
+                 "deepep_scaleout_alpha_s", "deepep_scaleout_eta")
 _MAY_BE_ZERO = ("gemm_grouped_overhead_s",)  # a cost that may be absent
 _FREE_DICTS = ("validation", "provenance", "training", "power", "host")  # checked by their own users
 # Per-collective fitted parameters, keyed "<collective>:<world size>" (perfmodel.cost.comm)

@@ -1,6 +1,7 @@
-"""DeepEP's low-latency MoE exchange priced from an engine's measured tables: the import of aiconfigurator-core's
-wide-EP tables (perfmodel.imports.aiconfigurator.convert_deepep_ll), the fit (perfmodel.fit.deepep), the cost
-(perfmodel.cost.comm.deepep_time), the graph's marking of decode exchanges, the carry and the committed folders."""
+"""DeepEP's MoE exchange priced from an engine's measured tables: the import of aiconfigurator-core's wide-EP tables
+(perfmodel.imports.aiconfigurator.convert_deepep_ll, convert_deepep_normal), the fit (perfmodel.fit.deepep), the
+cost (perfmodel.cost.comm.deepep_time, deepep_scaleout_fit), the graph's marking of the exchanges, the nodes a token
+reaches (perfmodel.routing.nodes_per_token), the carry and the committed folders."""
 from __future__ import annotations
 
 import json
@@ -11,12 +12,14 @@ import pytest
 
 from perfmodel import ops as O
 from perfmodel.cost import time_op
-from perfmodel.cost.comm import collective_time, deepep_time
+from perfmodel.cost.comm import collective_time, deepep_scaleout_fit, deepep_time, per_node_bytes
 from perfmodel.errors import InputError
-from perfmodel.fit.deepep import DIRECTIONS, deepep_rows, fit_deepep, predict
+from perfmodel.fit.deepep import ACROSS_DIRECTIONS, DIRECTIONS, deepep_rows, fit_deepep, predict
 from perfmodel.fit.directory import refit_family
-from perfmodel.graph import deepep_ll_dispatch_bytes
-from perfmodel.imports.aiconfigurator import convert_deepep_ll
+from perfmodel.graph import deepep_ll_dispatch_bytes, deepep_normal_copy_bytes
+from perfmodel.imports.aiconfigurator import DEEPEP_ENGINE_SMS, convert_deepep_ll, convert_deepep_normal
+from perfmodel.models import load_model
+from perfmodel.routing import nodes_per_token, ranks_per_token
 from perfmodel.profile import DEFAULTS, _check_field, load_profile
 from perfmodel.spec import load_spec
 
@@ -112,7 +115,12 @@ def test_a_decode_step_under_deepep_is_priced_by_the_engines_fit():
         t = ops[name]
         assert t.op.params["kernel"] == kernel and t.op.params["experts"] == 256
     prefill = _exchange("prefill")
-    assert "kernel" not in prefill["moe.dispatch"].op.params  # DeepEP's normal kernels: the collective model
+    for name, kernel in (("moe.dispatch", "normal.dispatch"), ("moe.combine", "normal.combine")):
+        p = prefill[name].op.params
+        assert p["kernel"] == kernel and p["per_node"]["routing"] == [256, 8, 8, 4]
+    # fp8 out with its block scales (SGLang quantizes before a DeepEP dispatch for fp8 experts), bf16 back
+    assert prefill["moe.dispatch"].op.params["per_node"]["copy_bytes"] == deepep_normal_copy_bytes(7168, 1.0)
+    assert prefill["moe.combine"].op.params["per_node"]["copy_bytes"] == 2 * 7168
 
 
 def test_profile_fields_are_checked_at_load():
@@ -147,13 +155,21 @@ def test_committed_fits_reproduce_the_tables_they_came_from(folder):
     assert "deepep" in prof.provenance["measured_families"]
     for d in DIRECTIONS:
         held = prof.provenance["deepep"][d]["held_out"]
-        assert held["n"] >= 20 and held["median_abs_error"] < 0.10, (d, held)
+        assert held["n"] >= 20 and held["median_abs_error"] < 0.11, (d, held)
     from perfmodel.measure.store import read_rows
 
     rows = read_rows(ROOT / "calibration" / folder / "measurements.jsonl.gz")
     refit, _ = fit_deepep(DEFAULTS, rows, load_spec(prof.spec_key))
     for d in DIRECTIONS:
         assert refit.deepep_eta[d] == pytest.approx(prof.deepep_eta[d], rel=1e-9)
+    assert refit.deepep_scaleout_eta == pytest.approx(prof.deepep_scaleout_eta, rel=1e-9)
+    across = prof.provenance["deepep"].get("across", {})
+    if folder.startswith("h"):  # SGLang 0.5.6.post2's tables of 2, 4 and 8 Hopper nodes
+        assert sorted(across) == sorted(f"{d}:{n}" for d in ACROSS_DIRECTIONS for n in (2, 4, 8))
+        for key, f in across.items():  # two constants a node count reproduce every call (train and held out)
+            assert f["train"]["median_abs_error"] < 0.10 and f["train"]["p90_abs_error"] < 0.25, (key, f)
+    else:
+        assert across == {} and prof.deepep_scaleout_eta == {}
 
 
 def test_fit_only_deepep_writes_the_family_and_its_section(tmp_path):
@@ -171,11 +187,132 @@ def test_fit_only_deepep_writes_the_family_and_its_section(tmp_path):
     prof = load_profile(d)
     assert prof.deepep_eta["ll.dispatch"] == pytest.approx(TRUTH["ll.dispatch"][2], rel=0.05)
     text = (d / "validation.md").read_text()
-    assert text.count("## DeepEP low-latency dispatch and combine") == 1
+    assert text.count("## DeepEP dispatch and combine") == 1 and "low-latency dispatch and combine" not in text
     refit_family(d, "deepep")  # again: the section replaced, not repeated
-    assert (d / "validation.md").read_text().count("## DeepEP low-latency dispatch and combine") == 1
+    assert (d / "validation.md").read_text().count("## DeepEP dispatch and combine") == 1
     assert prof.provenance["deepep"]["ll.combine"]["train"]["n"] > 0
     assert prof.provenance["measured_families"].count("deepep") == 1
     saved = json.loads((d / "profile.json").read_text())
     assert saved["gemm_table"] == saved["attn_table"] == saved["gemm_grouped_table"] == ""  # never a path
     assert predict(deepep_rows(rows)[:3], 1e-5, 0.0, 0.5, 1e12).shape == (3,)
+
+
+# --- the normal kernels, and across nodes -----------------------------------------------------------------
+
+ACROSS = {"normal.dispatch": {2: (60e-6, 0.65), 4: (90e-6, 0.9)}, "normal.combine": {2: (90e-6, 0.55), 4: (120e-6, 0.85)}}
+
+
+def _normal_table(noise: float = 0.0, seed: int = 0) -> dict[str, list]:
+    """Columns of a DeepEP normal table made from ACROSS on the H200's NIC bandwidth (two and four nodes of 8), with
+    one node's rows and rows at another SM count beside them."""
+    rng = np.random.default_rng(seed)
+    nic = load_spec("h200-sxm").scaleout_bandwidth
+    names = ("node_num", "hidden_size", "num_token", "num_topk", "num_experts", "dispatch_sms", "dispatch_transmit_us",
+             "dispatch_notify_us", "combine_sms", "combine_transmit_us", "combine_notify_us")
+    cols = {k: [] for k in names}
+    for nodes in (1, 2, 4):
+        for sms in (DEEPEP_ENGINE_SMS, 8):
+            for tokens in (1, 16, 128, 1024, 4096, 16384, 65536):
+                for hidden, top_k, experts in ((7168, 8, 256), (4096, 8, 128)):
+                    for d, value in (("dispatch", 1.0), ("combine", 2.0)):
+                        if nodes == 1:
+                            t = 40e-6 + tokens * 5 * hidden * value / 300e9
+                        else:
+                            a, eta = ACROSS[f"normal.{d}"][nodes]
+                            remote = tokens * nodes_per_token(experts, top_k, nodes) * (nodes - 1) / nodes
+                            t = a + remote * deepep_normal_copy_bytes(hidden, value) / (eta * nic)
+                        t *= float(np.exp(rng.normal(0, noise)))
+                        notify = 0.0 if nodes == 1 else 30.0  # us, part of the call
+                        cols[f"{d}_transmit_us"].append(t * 1e6 - notify)
+                        cols[f"{d}_notify_us"].append(notify)
+                        cols[f"{d}_sms"].append(sms)
+                    for k, v in (("node_num", nodes), ("hidden_size", hidden), ("num_token", tokens),
+                                 ("num_topk", top_k), ("num_experts", experts)):
+                        cols[k].append(v)
+    return cols
+
+
+def test_normal_import_keeps_the_engines_sm_count_and_counts_rank_and_node_copies():
+    cols = _normal_table()
+    conv = convert_deepep_normal(cols, 8)
+    assert conv.read == 2 * len(cols["num_token"])
+    assert conv.skipped == {f"SM count other than the engines' {DEEPEP_ENGINE_SMS}": len(cols["num_token"])}
+    assert {r["params"]["sms"] for r in conv.rows} == {DEEPEP_ENGINE_SMS}
+    one = next(r for r in conv.rows if r["params"]["direction"] == "normal.dispatch" and r["params"]["nodes"] == 4
+               and r["params"]["tokens"] == 1024 and r["params"]["hidden"] == 7168)
+    p = one["params"]
+    assert p["ranks"] == 32
+    assert p["bytes"] == pytest.approx(1024 * ranks_per_token(256, 8, 32) * (7168 + 4 * 7168 / 128))
+    assert p["scaleout_bytes"] == pytest.approx(1024 * nodes_per_token(256, 8, 4) * 3 / 4 * (7168 + 4 * 7168 / 128))
+    assert one["time_s"] == pytest.approx(ACROSS["normal.dispatch"][4][0]
+                                          + p["scaleout_bytes"] / (0.9 * load_spec("h200-sxm").scaleout_bandwidth))
+    back = next(r for r in conv.rows if r["params"]["direction"] == "normal.combine" and r["params"]["nodes"] == 1)
+    assert back["params"]["scaleout_bytes"] == 0.0  # one node: nothing over the NIC
+
+
+def test_across_fit_recovers_each_node_counts_constants_and_the_cost_takes_them():
+    hw = load_spec("h200-sxm")
+    rows = convert_deepep_normal(_normal_table(noise=0.02), 8).rows
+    prof, report = fit_deepep(DEFAULTS, rows, hw)
+    for d, by_nodes in ACROSS.items():
+        for n, (a, eta) in by_nodes.items():
+            assert prof.deepep_scaleout_eta[f"{d}:{n}"] == pytest.approx(eta, rel=0.05)
+            assert prof.deepep_scaleout_alpha_s[f"{d}:{n}"] == pytest.approx(a, rel=0.25)
+            assert report["across"][f"{d}:{n}"]["held_out"]["median_abs_error"] < 0.04
+        # between the measured node counts linear, outside them the nearest
+        mid = deepep_scaleout_fit(d, 3, prof)
+        assert mid[1] == pytest.approx((by_nodes[2][1] + by_nodes[4][1]) / 2, rel=0.05)
+        assert deepep_scaleout_fit(d, 16, prof) == deepep_scaleout_fit(d, 4, prof)
+        assert deepep_scaleout_fit(d, 1, prof) == deepep_scaleout_fit(d, 2, prof)
+    assert "normal.dispatch" in prof.deepep_eta  # one node's rows: the one-node fit
+    # an EP 32 exchange of DeepSeek-V3 over four 8-GPU nodes: the fit on the bytes a token sends once per node
+    moe = load_model("deepseek-v3").moe
+    per_node = O.per_node_copies(4096.0, deepep_normal_copy_bytes(7168, 1.0), moe)
+    nic_bytes = per_node_bytes(per_node, 32, hw)
+    assert nic_bytes == pytest.approx(4096 * nodes_per_token(256, 8, 4, 8, 4) * 3 / 4 * (7168 + 224))
+    op = O.collective("moe.dispatch", "all_to_all", 4096 * 7.0 * 7168, 32, phase="prefill",
+                      kernel="normal.dispatch", experts=256, per_node=per_node)
+    a, eta = deepep_scaleout_fit("normal.dispatch", 4, prof)
+    assert time_op(op, hw, prof).time == pytest.approx(a + nic_bytes / (eta * hw.scaleout_bandwidth))
+    # without a fit across nodes: the collective model, still on the bytes sent once per node
+    plain = collective_time("all_to_all", op.bytes, 32, 32, hw, DEFAULTS, scaleout_bytes=nic_bytes)
+    assert time_op(op, hw, DEFAULTS).time == pytest.approx(plain)
+    assert plain < collective_time("all_to_all", op.bytes, 32, 32, hw, DEFAULTS)  # per remote rank: more bytes
+    assert per_node_bytes(per_node, 8, hw) is None  # inside one node nothing crosses a NIC
+
+
+@pytest.mark.parametrize("nodes", [2, 4, 8, 16, 32])
+@pytest.mark.parametrize("groups,chosen", [(8, 4), (1, 1), (8, 8)])
+def test_nodes_a_token_reaches_match_sampled_group_limited_routing(nodes, groups, chosen):
+    """DeepSeek-V3's router (pick ``chosen`` of ``groups`` groups, then 8 of their experts), sampled."""
+    rng = np.random.default_rng(nodes * 100 + groups)
+    experts, top_k, n = 256, 8, 4000
+    per_group = experts // groups
+    hits = []
+    for _ in range(n):
+        picked = rng.choice(groups, chosen, replace=False)
+        eligible = np.concatenate([np.arange(g * per_group, (g + 1) * per_group) for g in picked])
+        hits.append(len(set(rng.choice(eligible, top_k, replace=False) // (experts // nodes))))
+    want = nodes_per_token(experts, top_k, nodes, groups, chosen)
+    assert abs(np.mean(hits) - want) < 4 * np.std(hits) / np.sqrt(n) + 1e-9
+    if chosen == groups:  # no limit: the ranks' formula with a node as the rank
+        assert want == pytest.approx(ranks_per_token(experts, top_k, nodes))
+    assert want <= min(top_k, nodes) and (chosen == groups or nodes < groups or want <= chosen * max(1, nodes // groups))
+
+
+def test_group_limited_routing_is_read_from_hf_configs_and_checked():
+    m = load_model("deepseek-v3")
+    assert (m.moe.expert_groups, m.moe.groups_per_token) == (8, 4)
+    assert (load_model("kimi-k2").moe.expert_groups, load_model("kimi-k2").moe.groups_per_token) == (1, 1)
+    from perfmodel.models import _model_from_dict as model_from_dict
+
+    base = {"key": "x", "name": "x", "family": "mixtral", "hidden": 1024, "layers": 4, "heads": 8, "kv_heads": 8, "intermediate": 2048,
+            "vocab": 1000, "max_position": 4096,
+            "moe": {"num_experts": 64, "top_k": 6, "expert_intermediate": 512, "expert_groups": 8, "groups_per_token": 3}}
+    assert model_from_dict(base, "x.yaml").moe.groups_per_token == 3
+    for bad, field in (({"expert_groups": 7}, "expert_groups"), ({"groups_per_token": 9}, "groups_per_token")):
+        d = {**base, "moe": {**base["moe"], **bad}}
+        with pytest.raises(InputError) as e:
+            model_from_dict(d, "x.yaml")
+        assert field in str(e.value) and "x.yaml" in str(e.value)
+

@@ -11,8 +11,9 @@ preset, and the bytes per routed token-expert pair each side moves (the table's:
 
 Needs aiconfigurator-core 0.12.0 (``pip install -e '.[import]'``; docs/tools/regenerate.py skips the block
 without it). Then each SGLang folder's fitted constants (perfmodel.fit.deepep), their error on the shapes the fit
-held out, and the error of the same rows fitted without the per-expert term; then the calls across 2-8 HGX nodes
-that the Hopper parts' older tables time, beside the collective model that prices them.
+held out, and the error of the same rows fitted without the per-expert term; then the low-latency calls across 2-8
+HGX nodes that the Hopper parts' older tables time, beside the collective model that prices them; then the normal
+calls across nodes beside their fit and the collective model on a token once per node and once per rank.
 """
 from __future__ import annotations
 
@@ -125,6 +126,63 @@ def across_table() -> str:
             f" (signed {statistics.median(errors):+.0%}).")
 
 
+NORMAL_TOKENS = (128, 1024, 4096, 16384)
+
+
+def normal_across_table() -> str:
+    """DeepEP's normal calls (the prefill kernels) across 2-8 HGX nodes at the engines' 20 SMs (SGLang 0.5.6.post2's
+    tables, DeepSeek-V3's MoE shape, the collector's routing taken uniform), a call being its notify plus its transmit:
+    measured, projected by the fit across nodes (perfmodel.fit.deepep, these calls among its rows), by the collective
+    model on the same bytes over the NIC (a token once per remote node) and by the collective model on a token once
+    per remote rank (what every all-to-all across domains was priced as before)."""
+    import dataclasses
+
+    import pandas as pd
+
+    from perfmodel import ops as O
+    from perfmodel.cost.comm import collective_time, per_node_bytes
+    from perfmodel.graph import deepep_normal_copy_bytes
+    from perfmodel.imports.aiconfigurator import DEEPEP_ENGINE_SMS, find_source
+    from perfmodel.models import MoE
+    from perfmodel.resolve import setup
+    from perfmodel.routing import ranks_per_token
+
+    uniform = MoE(num_experts=EXPERTS, top_k=TOP_K, expert_intermediate=1)
+    lines = ["| part | nodes (EP) | tokens per rank | dispatch measured / fit / per node / per rank (us) | "
+             "combine measured / fit / per node / per rank (us) |", "|---|---|---|---|---|"]
+    errors: dict[str, list[float]] = {"fit": [], "per node": [], "per rank": []}
+    for system, part in ACROSS.items():
+        d = pd.read_parquet(find_source().data / system / "comm" / "sglang" / ACROSS_VERSION
+                            / "wideep_deepep_normal_perf.parquet")
+        d = d[(d.hidden_size == HIDDEN) & (d.num_experts == EXPERTS) & (d.num_topk == TOP_K) & (d.node_num > 1)
+              & (d.dispatch_sms == DEEPEP_ENGINE_SMS)]
+        s = setup(part, "deepseek-v3", {"engine": "sglang"})
+        hw, prof = s.hardware, s.profile
+        bare = dataclasses.replace(prof, deepep_scaleout_alpha_s={}, deepep_scaleout_eta={})
+        for r in d.sort_values(["node_num", "num_token"]).itertuples():
+            if int(r.num_token) not in NORMAL_TOKENS:
+                continue
+            ep, tokens = 8 * int(r.node_num), int(r.num_token)
+            cells = []
+            for direction, value in (("dispatch", 1.0), ("combine", 2.0)):
+                copy = deepep_normal_copy_bytes(HIDDEN, value)
+                per_node = O.per_node_copies(float(tokens), copy, uniform)
+                nbytes = tokens * ranks_per_token(EXPERTS, TOP_K, ep) * copy
+                nic = per_node_bytes(per_node, ep, hw)
+                got = (collective_time("all_to_all", nbytes, ep, ep, hw, prof, kernel=f"normal.{direction}",
+                                       experts=EXPERTS, scaleout_bytes=nic),
+                       collective_time("all_to_all", nbytes, ep, ep, hw, bare, scaleout_bytes=nic),
+                       collective_time("all_to_all", nbytes, ep, ep, hw, bare))
+                meas = (getattr(r, f"{direction}_transmit_us") + getattr(r, f"{direction}_notify_us")) * 1e-6
+                for k, t in zip(errors, got):
+                    errors[k].append(t / meas - 1)
+                cells.append(f"{meas * 1e6:,.0f} / " + " / ".join(f"{t * 1e6:,.0f}" for t in got))
+            lines.append(f"| {part} | {int(r.node_num)} ({ep}) | {tokens:,} | {cells[0]} | {cells[1]} |")
+    summary = "; ".join(f"{k} {statistics.median(abs(e) for e in v):.0%} (signed {statistics.median(v):+.0%})"
+                        for k, v in errors.items())
+    return "\n".join(lines) + f"\n\nMedian |error| over these calls: {summary}."
+
+
 def markdown() -> str:
     errors: dict[str, list[float]] = {"dispatch": [], "combine": []}
     lines = ["| part | tokens per rank | dispatch measured / projected (us) | combine measured / projected (us) | "
@@ -152,7 +210,9 @@ def markdown() -> str:
             f"carried).\n\n"
             f"The fits (`perfmodel fit DIR --only deepep`; errors relative to the measured time):\n\n{fit_table()}"
             f"\n\nAcross 8-GPU nodes (SGLang {ACROSS_VERSION}'s tables at DeepSeek-V3's MoE; the projection's "
-            f"all-to-all across NVLink domains):\n\n{across_table()}")
+            f"all-to-all across NVLink domains):\n\n{across_table()}"
+            f"\n\nThe normal kernels across 8-GPU nodes (SGLang {ACROSS_VERSION}'s tables, 20 SMs):\n\n"
+            f"{normal_across_table()}")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from ..ops import COMM_KINDS, COMPUTE_KINDS, Op
 from ..profile import Profile
 from ..spec import HardwareSpec
 from .attention import attention_time
-from .comm import collective_time
+from .comm import collective_time, per_node_bytes
 from .gemm import gemm_format, gemm_time, mem_scale, quant_prologue
 from .scan import scan_time
 from .backend import NP, STACKED
@@ -139,7 +139,8 @@ def _time_parts(op: Op, hw, prof: Profile, *, mode: str, world: int, xp, sustain
     shape = (lambda x: np.asarray(x, dtype=float)) if xp.numeric else (lambda x: x)
     if k in COMM_KINDS:
         return collective_time(k, p["bytes"], p["group"], world, hw, prof, sol=sol, xp=xp,
-                               kernel=p.get("kernel", ""), experts=p.get("experts", 0)), 0.0, 0.0
+                               kernel=p.get("kernel", ""), experts=p.get("experts", 0),
+                               scaleout_bytes=per_node_bytes(p.get("per_node"), p["group"], hw)), 0.0, 0.0
     if k in COMPUTE_KINDS:
         peak, eta = matmul_rate(hw, p["dtype"], prof, p.get("scaling"))
         if sol:

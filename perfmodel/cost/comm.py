@@ -34,7 +34,10 @@ expressions pass through it.
 """
 from __future__ import annotations
 
+import math
+
 from ..profile import Profile
+from ..routing import nodes_per_token
 from .backend import NP
 
 COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
@@ -112,20 +115,52 @@ def _within_domain(kind: str, nbytes, p: int, hw, prof: Profile, xp=NP):
 
 
 def deepep_time(kernel: str, nbytes, experts: int, hw, prof: Profile):
-    """One call of DeepEP's low-latency ``kernel`` (``ll.dispatch``, ``ll.combine``) moving ``nbytes`` from this
-    rank in a model of ``experts`` experts, from the profile's fit to an engine's measured tables
-    (:mod:`perfmodel.fit.deepep`), or None where no profile fitted it."""
+    """One call of DeepEP's ``kernel`` inside one node (``ll.dispatch``, ``ll.combine``: low-latency;
+    ``normal.dispatch``, ``normal.combine``: normal) moving ``nbytes`` from this rank in a model of ``experts``
+    experts, from the profile's fit to an engine's measured tables (:mod:`perfmodel.fit.deepep`), or None where
+    no profile fitted it."""
     if kernel not in prof.deepep_eta:
         return None
     return (prof.deepep_alpha_s[kernel] + prof.deepep_expert_s.get(kernel, 0.0) * experts
             + nbytes / (prof.deepep_eta[kernel] * hw.scaleup_bandwidth))
 
 
+def deepep_scaleout_fit(kernel: str, nodes: float, prof: Profile) -> tuple[float, float] | None:
+    """(alpha s, eta) of DeepEP's ``kernel`` across ``nodes`` nodes: a measured node count's own, linear in the
+    node count between two measured ones, the nearest measured one's outside them; None where none was fitted."""
+    measured = sorted(int(k.rpartition(":")[2]) for k in prof.deepep_scaleout_eta if k.startswith(kernel + ":"))
+    if not measured:
+        return None
+    a, e = prof.deepep_scaleout_alpha_s, prof.deepep_scaleout_eta
+    below = [n for n in measured if n <= nodes]
+    above = [n for n in measured if n >= nodes]
+    lo = below[-1] if below else above[0]
+    hi = above[0] if above else below[-1]
+    ka, kb = f"{kernel}:{lo}", f"{kernel}:{hi}"
+    f = 0.0 if hi == lo else (nodes - lo) / (hi - lo)
+    return a[ka] + (a[kb] - a[ka]) * f, e[ka] + (e[kb] - e[ka]) * f
+
+
+def per_node_bytes(per_node: dict | None, group, hw):
+    """What each rank of an all-to-all over ``group`` ranks sends over its NIC when its kernel sends a token
+    once per remote node (:func:`perfmodel.ops.per_node_copies`): tokens x remote nodes a token reaches x bytes a
+    copy; None inside one scale-up domain or for a kernel that sends per rank."""
+    if not per_node or group <= hw.scaleup_domain:
+        return None
+    nodes = math.ceil(group / hw.scaleup_domain)
+    reached = nodes_per_token(*per_node["routing"][:2], nodes, *per_node["routing"][2:])
+    return per_node["tokens"] * reached * (nodes - 1.0) / nodes * per_node["copy_bytes"]
+
+
 def collective_time(kind: str, nbytes, group, world, hw, prof: Profile, *, sol: bool = False, xp=NP,
-                    kernel: str = "", experts: int = 0):
+                    kernel: str = "", experts: int = 0, scaleout_bytes=None):
     """Time of one collective; ``group`` ranks take part, ``world`` GPUs make up the model replica; ``kernel``
-    an engine's own kernel for it (:func:`deepep_time`: inside one NVLink domain, where a profile fitted it)."""
+    an engine's own kernel for it (:func:`deepep_time` inside one NVLink domain, :func:`deepep_scaleout_fit`
+    across domains, where a profile fitted it); ``scaleout_bytes`` what an all-to-all's kernel sends over each
+    rank's NIC across domains (:func:`perfmodel.ops.collective`; by default the remote ranks' share)."""
     domain = hw.scaleup_domain
+    if kind == "all_to_all" and group > domain and scaleout_bytes is None:
+        scaleout_bytes = nbytes * (group - domain) / group
     if sol:  # link bandwidth only
         if kind == "p2p":
             return nbytes / (hw.scaleout_bandwidth if world > domain else hw.scaleup_bandwidth)
@@ -135,7 +170,7 @@ def collective_time(kind: str, nbytes, group, world, hw, prof: Profile, *, sol: 
             return bus_factor(kind, group) * nbytes / hw.scaleup_bandwidth
         if kind == "all_to_all":
             return xp.maximum(nbytes * (domain - 1) / group / hw.scaleup_bandwidth,
-                              nbytes * (group - domain) / group / hw.scaleout_bandwidth)
+                              scaleout_bytes / hw.scaleout_bandwidth)
         return (bus_factor(kind, domain) * nbytes / hw.scaleup_bandwidth
                 + bus_factor(kind, group / domain) * nbytes / domain / hw.scaleout_bandwidth)
     if kind == "p2p":
@@ -148,7 +183,10 @@ def collective_time(kind: str, nbytes, group, world, hw, prof: Profile, *, sol: 
         own = deepep_time(kernel, nbytes, experts, hw, prof) if kernel else None
         return own if own is not None else _within_domain(kind, nbytes, int(group), hw, prof, xp)
     if kind == "all_to_all":
-        return _all_to_all_across(nbytes, int(group), hw, prof, xp)
+        fit = deepep_scaleout_fit(kernel, group / domain, prof) if kernel else None
+        if fit is not None:  # DeepEP's normal kernels, measured across nodes: the NIC binds
+            return fit[0] + scaleout_bytes / (fit[1] * hw.scaleout_bandwidth)
+        return _all_to_all_across(nbytes, scaleout_bytes, int(group), hw, prof, xp)
     outer = group / domain
     t_inner = _within_domain(kind, nbytes, int(domain), hw, prof, xp)
     t_outer = (ring_steps(kind, outer) * hw.scaleout_latency
@@ -156,14 +194,15 @@ def collective_time(kind: str, nbytes, group, world, hw, prof: Profile, *, sol: 
     return t_inner + t_outer
 
 
-def _all_to_all_across(nbytes, group: int, hw, prof: Profile, xp=NP):
+def _all_to_all_across(nbytes, scaleout_bytes, group: int, hw, prof: Profile, xp=NP):
     """An all-to-all over more ranks than one scale-up domain holds. Nothing reduces on the way (unlike a
     hierarchical all-reduce, whose outer step carries 1/domain of the bytes): each rank's buffer goes 1/group to
-    every peer, the domain's share over NVLink and the remote peers' share, (group - domain) / group of it, over
-    the rank's own scale-out NIC, both at once (NCCL's and DeepEP's all-to-all send to every peer together). A
-    DeepSeek-V3 expert-parallel group of 64 on 8-GPU HGX boxes sends 7/8 of its dispatch over 50 GB/s NICs."""
+    every peer, the domain's share over NVLink and ``scaleout_bytes`` over the rank's own scale-out NIC, both at
+    once (NCCL's and DeepEP's all-to-all send to every peer together). NCCL's all-to-all sends the remote peers'
+    share, (group - domain) / group of the buffer: a DeepSeek-V3 expert-parallel group of 64 on 8-GPU HGX boxes
+    7/8 of its dispatch over 50 GB/s NICs; DeepEP a token once per remote node (:func:`collective_time`)."""
     domain = hw.scaleup_domain
     t_inner = _within_domain("all_to_all", nbytes * domain / group, domain, hw, prof, xp)
     t_outer = (prof.comm_base_s + hw.scaleout_latency
-               + nbytes * (group - domain) / group / (prof.scaleout_eta * hw.scaleout_bandwidth))
+               + scaleout_bytes / (prof.scaleout_eta * hw.scaleout_bandwidth))
     return xp.maximum(t_inner, t_outer)

@@ -1,18 +1,27 @@
-"""DeepEP's low-latency dispatch and combine: three constants per direction from an engine's measured tables.
+"""DeepEP's dispatch and combine: constants per direction from an engine's measured tables.
 
-aiconfigurator-core times SGLang's DeepEP low-latency kernels on one node of each part
-(``wideep_deepep_ll_perf``: tokens per rank, hidden size, experts, top-k; :mod:`perfmodel.imports.aiconfigurator`
-imports them as rows of kind ``deepep``). Each rank sends every routed token-expert pair of its tokens as a message
-of its own (:func:`perfmodel.graph.deepep_ll_dispatch_bytes` out, ``2 hidden`` back), and signals every expert of
-the model its count, so a call is
+aiconfigurator-core times SGLang's DeepEP kernels (:mod:`perfmodel.imports.aiconfigurator` imports them as rows of
+kind ``deepep``): the low-latency ones of decode on one node of each part (``wideep_deepep_ll_perf``: tokens per
+rank, hidden size, experts, top-k), the normal ones of prefill on one node of each part and on two to eight Hopper
+nodes (``wideep_deepep_normal_perf``). Inside one node each rank sends every routed token-expert pair of its tokens
+as a message of its own (low-latency: :func:`perfmodel.graph.deepep_ll_dispatch_bytes` out, ``2 hidden`` back) or a
+token once to every rank holding any of its experts (normal), and signals every expert of the model its count, so a
+call is
 
     t = alpha + expert_s * experts + bytes per rank / (eta * scale-up link bandwidth)
 
 fitted per direction by non-negative least squares on relative error (a 16 us call at one token weighs as much as
 a 1 ms call at 2,048), with a quarter of the shapes held out by a hash of the shape. Without the per-expert term
 the same tables miss more, worst on the 8- and 16-expert rows (docs/tools/deepep_check.py prints both).
-Only one node's rows are fitted (``node_num`` 1, inside the NVLink domain); across nodes the collective model
-prices the exchange (:func:`perfmodel.cost.comm.collective_time`).
+
+Across nodes the normal kernels send a token once to every other node holding any of its experts, over the NIC to
+the same-index GPU there, which forwards it over NVLink (:func:`perfmodel.routing.nodes_per_token`); the NIC binds, so
+a call is
+
+    t = alpha + bytes over the NIC per rank / (eta * scale-out bandwidth per GPU)
+
+fitted per direction and node count (the measured bandwidth falls from 4 to 8 nodes: a network's own, not a law
+of the kernel), and priced between node counts by :func:`perfmodel.cost.comm.deepep_scaleout_fit`.
 """
 from __future__ import annotations
 
@@ -25,19 +34,26 @@ from scipy.optimize import nnls
 from ..profile import Profile
 from ..spec import HardwareSpec
 
-DIRECTIONS = ("ll.dispatch", "ll.combine")
+DIRECTIONS = ("ll.dispatch", "ll.combine", "normal.dispatch", "normal.combine")
+ACROSS_DIRECTIONS = ("normal.dispatch", "normal.combine")  # the kernels measured across nodes
 MIN_ROWS = 8  # fewer shapes than this fit nothing (three constants over a spread of sizes)
 HOLDOUT = 0.25
 
 
-def deepep_rows(rows: list[dict]) -> list[dict]:
-    """The rows a fit can use: one node's low-latency calls with a positive time and positive shape fields."""
+def deepep_rows(rows: list[dict], *, across: bool = False) -> list[dict]:
+    """The rows a fit can use: one node's calls (``across``: those of several nodes, with their bytes over the
+    NIC) with a positive time and positive shape fields."""
     out = []
     for r in rows:
         if not isinstance(r, dict) or r.get("kind") != "deepep" or r.get("error"):
             continue
         p, t = r.get("params") or {}, r.get("time_s")
-        if p.get("direction") not in DIRECTIONS or p.get("nodes") != 1:
+        nodes = p.get("nodes")
+        if not isinstance(nodes, int) or (nodes > 1) != across or nodes < 1:
+            continue
+        if p.get("direction") not in (ACROSS_DIRECTIONS if across else DIRECTIONS):
+            continue
+        if across and not (isinstance(p.get("scaleout_bytes"), (int, float)) and p["scaleout_bytes"] > 0):
             continue
         if not (isinstance(t, (int, float)) and math.isfinite(t) and t > 0):
             continue
@@ -49,6 +65,8 @@ def deepep_rows(rows: list[dict]) -> list[dict]:
 def _held_out(r: dict) -> bool:
     p = r["params"]
     key = f"{p['direction']}:{p['hidden']}:{p['tokens']}:{p['top_k']}:{p['experts']}".encode()
+    if p["nodes"] > 1:  # (one node's keys as they were)
+        key += f":{p['nodes']}".encode()
     return int(hashlib.sha256(key).hexdigest()[:8], 16) / 0xFFFFFFFF < HOLDOUT
 
 
@@ -83,9 +101,55 @@ def _errors(rows: list[dict], fit: tuple[float, float, float], link_bw: float) -
     return {"n": len(rows), "median_abs_error": float(np.median(e)), "p90_abs_error": float(np.quantile(e, 0.9))}
 
 
+def _across_design(rows: list[dict], nic_bw: float) -> tuple[np.ndarray, np.ndarray]:
+    t = np.array([r["time_s"] for r in rows], dtype=float)
+    return np.c_[np.ones(len(rows)), [r["params"]["scaleout_bytes"] / nic_bw for r in rows]], t
+
+
+def solve_across(rows: list[dict], nic_bw: float) -> tuple[float, float] | None:
+    """(alpha s, eta over the NIC) of one direction's calls at one node count, or None."""
+    if len(rows) < MIN_ROWS:
+        return None
+    a, t = _across_design(rows, nic_bw)
+    x, _ = nnls(a / t[:, None], np.ones(len(t)))
+    if x[1] <= 0:
+        return None
+    return float(x[0]), float(1.0 / x[1])
+
+
+def _across_errors(rows: list[dict], fit: tuple[float, float], nic_bw: float) -> dict:
+    if not rows:
+        return {"n": 0}
+    a, t = _across_design(rows, nic_bw)
+    e = np.abs(a @ np.array([fit[0], 1.0 / fit[1]]) / t - 1.0)
+    return {"n": len(rows), "median_abs_error": float(np.median(e)), "p90_abs_error": float(np.quantile(e, 0.9))}
+
+
+def fit_across(rows: list[dict], hw: HardwareSpec) -> tuple[dict, dict, dict]:
+    """(alpha s, eta, report) keyed "<direction>:<nodes>" from the calls across nodes in ``rows``."""
+    usable = deepep_rows(rows, across=True)
+    nic_bw = hw.scaleout_bandwidth
+    alpha, eta, report = {}, {}, {}
+    for key in sorted({f"{r['params']['direction']}:{r['params']['nodes']}" for r in usable},
+                      key=lambda k: (k.rpartition(":")[0], int(k.rpartition(":")[2]))):
+        direction, _, nodes = key.rpartition(":")
+        mine = [r for r in usable if r["params"]["direction"] == direction and r["params"]["nodes"] == int(nodes)]
+        train = [r for r in mine if not _held_out(r)]
+        held = [r for r in mine if _held_out(r)]
+        fit = solve_across(train, nic_bw)
+        if fit is None:
+            continue
+        alpha[key], eta[key] = fit
+        report[key] = {"alpha_s": fit[0], "eta": fit[1], "bandwidth_gbs": fit[1] * nic_bw / 1e9,
+                       "train": _across_errors(train, fit, nic_bw), "held_out": _across_errors(held, fit, nic_bw),
+                       "sources": sorted({str(r.get("source", "")) for r in mine})}
+    return alpha, eta, report
+
+
 def fit_deepep(prof: Profile, rows: list[dict], hw: HardwareSpec) -> tuple[Profile, dict | None]:
     """The profile with ``deepep_*`` fitted from ``rows`` where they hold a direction's calls (else unchanged),
-    and the fit's report (None without any)."""
+    and the fit's report (None without any): one node's per direction, across nodes per direction and node count
+    (under ``"across"``)."""
     usable = deepep_rows(rows)
     link_bw = hw.scaleup_bandwidth
     alpha, expert, eta, report = {}, {}, {}, {}
@@ -101,12 +165,17 @@ def fit_deepep(prof: Profile, rows: list[dict], hw: HardwareSpec) -> tuple[Profi
                              "bandwidth_gbs": fit[2] * link_bw / 1e9,
                              "train": _errors(train, fit, link_bw), "held_out": _errors(held, fit, link_bw),
                              "sources": sorted({str(r.get("source", "")) for r in mine})}
+    across_alpha, across_eta, across = fit_across(rows, hw)
+    if across:
+        report["across"] = across
     if not report:
         return prof, None
-    return prof.with_(deepep_alpha_s=alpha, deepep_expert_s=expert, deepep_eta=eta), report
+    return prof.with_(deepep_alpha_s=alpha, deepep_expert_s=expert, deepep_eta=eta,
+                      deepep_scaleout_alpha_s=across_alpha, deepep_scaleout_eta=across_eta), report
 
 
-SECTION = "## DeepEP low-latency dispatch and combine"
+SECTION = "## DeepEP dispatch and combine"
+OLD_SECTIONS = ("## DeepEP low-latency dispatch and combine",)  # earlier titles a refit replaces
 
 
 def section(report: dict) -> str:
@@ -117,12 +186,27 @@ def section(report: dict) -> str:
 def report_text(report: dict) -> str:
     lines = ["| direction | fixed (us) | per expert (ns) | bandwidth (GB/s) | shapes fitted | median / P90 abs error "
              "| shapes held out | median / P90 abs error |", "|---|---|---|---|---|---|---|---|"]
-    for direction, f in report.items():
+    one_node = {k: v for k, v in report.items() if k != "across"}
+    for direction, f in one_node.items():
         tr, ho = f["train"], f["held_out"]
         held = (f"{ho['median_abs_error']:.1%} / {ho['p90_abs_error']:.1%}" if ho["n"] else "")
         lines.append(f"| {direction} | {f['alpha_s'] * 1e6:.1f} | {f['expert_s'] * 1e9:.1f} | "
                      f"{f['bandwidth_gbs']:.0f} | {tr['n']} | {tr['median_abs_error']:.1%} / "
                      f"{tr['p90_abs_error']:.1%} | {ho['n']} | {held} |")
-    sources = sorted({s for f in report.values() for s in f["sources"]})
-    return "\n".join(lines) + f"\n\nFrom {', '.join(sources)} (one node; perfmodel.fit.deepep).\n"
+    sources = sorted({s for f in one_node.values() for s in f["sources"]})
+    text = "\n".join(lines) + f"\n\nFrom {', '.join(sources)} (one node; perfmodel.fit.deepep).\n"
+    across = report.get("across") or {}
+    if across:
+        rows = ["| direction | nodes | fixed (us) | bandwidth over the NIC (GB/s) | shapes fitted | median / P90 abs "
+                "error | shapes held out | median / P90 abs error |", "|---|---|---|---|---|---|---|---|"]
+        for key, f in across.items():
+            direction, _, nodes = key.rpartition(":")
+            tr, ho = f["train"], f["held_out"]
+            held = (f"{ho['median_abs_error']:.1%} / {ho['p90_abs_error']:.1%}" if ho["n"] else "")
+            rows.append(f"| {direction} | {nodes} | {f['alpha_s'] * 1e6:.1f} | {f['bandwidth_gbs']:.1f} | {tr['n']} | "
+                        f"{tr['median_abs_error']:.1%} / {tr['p90_abs_error']:.1%} | {ho['n']} | {held} |")
+        srcs = sorted({s for f in across.values() for s in f["sources"]})
+        text += ("\nAcross nodes (a token once per remote node over the NIC):\n\n" + "\n".join(rows)
+                 + f"\n\nFrom {', '.join(srcs)} (perfmodel.fit.deepep).\n")
+    return text
 

@@ -21,6 +21,7 @@ from .clock import CLOCK_COURSE_DIR, fit_clock
 from .clock import report_text as clock_text
 from .collectives import fit_collectives
 from .deepep import fit_deepep
+from .deepep import OLD_SECTIONS as OLD_DEEPEP_SECTIONS
 from .deepep import SECTION as DEEPEP_SECTION
 from .deepep import section as deepep_section
 from .deltanet import DELTANET_DIR, fit_deltanet
@@ -382,7 +383,7 @@ def refit_family(d: str | Path, family: str) -> str:
     """Fit one family from folder ``d``'s rows into its existing ``profile.json`` and ``validation.md``, leaving
     every other fitted value as it is (``perfmodel fit`` fits them all, this family with them: a full refit
     reproduces the others only to the optimizer's precision); returns the family's report, or says there was
-    nothing to fit. ``deepep``: DeepEP's low-latency kernels (:mod:`perfmodel.fit.deepep`)."""
+    nothing to fit. ``deepep``: DeepEP's kernels (:mod:`perfmodel.fit.deepep`)."""
     d = Path(d)
     if family not in REFIT_FAMILIES:
         raise InputError(f"expected one of {', '.join(REFIT_FAMILIES)}, got {family!r}", field="--only")
@@ -405,6 +406,8 @@ def refit_family(d: str | Path, family: str) -> str:
     save_profile(prof.with_(provenance=prov, **{f: "" for f in TABLE_FIELDS.values()}), d / "profile.json")
     md = d / "validation.md"
     text = md.read_text(encoding="utf-8") if md.is_file() else ""
-    text = text.split(f"\n{DEEPEP_SECTION}\n")[0].rstrip("\n") + "\n"
+    for title in (DEEPEP_SECTION,) + OLD_DEEPEP_SECTIONS:
+        text = text.split(f"\n{title}\n")[0]
+    text = text.rstrip("\n") + "\n"
     write_text_atomic(md, text + deepep_section(report))
     return deepep_section(report).strip() + "\n"

@@ -235,6 +235,51 @@ def _nccl_table(src: Source, system: str) -> tuple[Path, str] | None:
     return base / v / "nccl_perf.parquet", v
 
 
+def _gpus_per_node(src: Source, system: str) -> int:
+    """GPUs a node of ``system`` holds as aiconfigurator's tables count nodes (its system file's
+    ``node.num_gpus_per_node``: 8 on HGX parts, 4 on a GB200 or GB300 tray), 8 where it says nothing."""
+    sysfile = src.systems / f"{system}.yaml"
+    node = (_read_yaml(sysfile).get("node") or {}) if sysfile.is_file() else {}
+    n = node.get("num_gpus_per_node") if isinstance(node, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 8
+
+
+def _deepep_across_nodes(src: Source, system: str, engine: str, wanted: str | None, tables: dict) -> list[dict]:
+    """DeepEP's normal kernels across nodes where the table the import took times one node only: the rows of
+    two or more nodes from the newest version at or before ``wanted`` that has them (SGLang 0.5.12's tables time
+    one node, 0.5.6.post2's two to eight nodes on Hopper), recorded in ``tables`` under their own entry."""
+    table = "wideep_deepep_normal_perf"
+    taken = tables.get(table, {})
+    base = src.data / system / "comm" / engine
+    if not base.is_dir():
+        return []
+    versions = sorted((d.name for d in base.iterdir() if (d / f"{table}.parquet").is_file()), key=_version_key)
+    if wanted is not None:
+        versions = [v for v in versions if _version_key(v) <= _version_key(wanted)]
+    for v in reversed(versions):
+        path = base / v / f"{table}.parquet"
+        cols, dropped = checked_columns(read_columns(path, DEEPEP_NORMAL_COLUMNS), path, table)
+        if not any(n > 1 for n in cols["node_num"]):
+            continue
+        if taken.get("engine_version") == v:  # the table taken already holds them
+            return []
+        conv = convert_deepep_normal(cols, _gpus_per_node(src, system))
+        rows = [r for r in conv.rows if r["params"]["nodes"] > 1]
+        for r in rows:
+            r["source"] = f"{table}@{v}"
+        skipped = dict(conv.skipped)
+        if dropped:
+            skipped["a cell null, not a number, out of range"] = dropped
+        one_node = 2 * sum(1 for n in cols["node_num"] if n == 1)
+        if one_node:
+            skipped["one node (from the version the import took)"] = one_node
+        tables[f"{table} (across nodes)"] = {
+            "file": str(path.relative_to(src.systems)), "engine_version": v, "rows_read": conv.read + dropped,
+            "rows_converted": len(rows), "rows_kept": len(rows), "skipped": skipped}
+        return rows
+    return []
+
+
 def available(src: Source) -> list[dict]:
     """Per system and engine: the current version and which tables exist (``perfmodel import aiconfigurator
     --list``)."""
@@ -284,11 +329,13 @@ REQUIRED_COLUMNS = {
     "moe_perf": ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"),
     "gdn_perf": ("batch_size", "seq_len", "num_k_heads", "head_k_dim", "num_v_heads", "head_v_dim"),
     "wideep_deepep_ll_perf": ("node_num", "hidden_size", "num_token", "num_topk", "num_experts"),
+    "wideep_deepep_normal_perf": ("node_num", "hidden_size", "num_token", "num_topk", "num_experts", "dispatch_sms",
+                                  "combine_sms"),
 }
 TEXT_COLUMNS = frozenset({"kernel_source", "gemm_dtype", "attn_dtype", "kv_cache_dtype", "mla_dtype", "op_name",
                           "nccl_dtype", "allreduce_dtype", "implementation", "backend", "moe_dtype", "distribution",
                           "quant_dtype", "phase"})
-MAY_BE_ZERO = frozenset({"step", "window_size", "isl"})
+MAY_BE_ZERO = frozenset({"step", "window_size", "isl", "dispatch_notify_us", "combine_notify_us"})
 MAX_CELL = 2**40  # a size, a count or a latency in ms: past it no table row is a measurement
 MAX_TEXT = 200
 
@@ -371,8 +418,8 @@ class Converted:
     read: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
 
-    def skip(self, reason: str) -> None:
-        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+    def skip(self, reason: str, count: int = 1) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + count
 
 
 def _row_id(kind: str, params: dict) -> str:
@@ -603,6 +650,12 @@ GDN_COLUMNS = ("kernel_source", "phase", "batch_size", "seq_len", "num_k_heads",
                "head_v_dim", "latency")
 DEEPEP_LL_COLUMNS = ("node_num", "hidden_size", "num_token", "num_topk", "num_experts", "dispatch_avg_t_us",
                      "combine_avg_t_us")
+DEEPEP_NORMAL_COLUMNS = ("node_num", "hidden_size", "num_token", "num_topk", "num_experts", "dispatch_sms",
+                         "dispatch_transmit_us", "dispatch_notify_us", "combine_sms", "combine_transmit_us",
+                         "combine_notify_us")
+# The SMs DeepEP's normal kernels run on as the engines leave them: DeepEP's Buffer.num_sms (20), which
+# aiconfigurator-core's own estimate queries its tables at (sdk/config.py ``sms: int = 20``)
+DEEPEP_ENGINE_SMS = 20
 QUANT_COLUMNS = ("m", "k", "quant_dtype", "latency")
 GEMM_COLUMNS = ("kernel_source", "gemm_dtype", "m", "n", "k", "latency")
 ATTN_COLUMNS = ("kernel_source", "batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "window_size",
@@ -634,6 +687,46 @@ def convert_deepep_ll(cols: dict[str, list]) -> Converted:
             params = {"op": "deepep", "direction": direction, "nodes": int(r["node_num"]), "hidden": hidden,
                       "tokens": tokens, "top_k": top_k, "experts": int(r["num_experts"]), "bytes": pairs * per_pair}
             out.rows.append({"id": _row_id("deepep", params), "kind": "deepep", "params": params, "time_s": t / 1e3})
+    return out
+
+
+def convert_deepep_normal(cols: dict[str, list], gpus_per_node: int) -> Converted:
+    """DeepEP's normal kernels (SGLang's wide-EP tables; the prefill path): one row per direction at the engines'
+    SM count, a call timed as its notify (the exchange of counts) plus its transmit. Beside the shape, what each
+    rank sends, the dispatch in fp8 with a fp32 scale per 128 values, the combine in bf16
+    (:func:`perfmodel.graph.deepep_normal_copy_bytes`; the tables' combine takes about twice the dispatch's time
+    across nodes): ``bytes``, a token once to every rank holding any of its experts
+    (:func:`perfmodel.routing.ranks_per_token` over ``nodes x gpus_per_node`` ranks), and ``scaleout_bytes``,
+    once to every other node holding any (:func:`perfmodel.routing.nodes_per_token`, uniform routing: the
+    collector's routing is not published). Microseconds in the tables."""
+    from ..graph import deepep_normal_copy_bytes
+    from ..routing import nodes_per_token, ranks_per_token
+
+    out = Converted()
+    for r in _rows(cols):
+        out.read += 2  # a time per direction: two measurements a table row
+        if int(r["dispatch_sms"]) != DEEPEP_ENGINE_SMS or int(r["combine_sms"]) != DEEPEP_ENGINE_SMS:
+            out.skip(f"SM count other than the engines' {DEEPEP_ENGINE_SMS}", 2)
+            continue
+        nodes, hidden, tokens = int(r["node_num"]), int(r["hidden_size"]), int(r["num_token"])
+        top_k, experts = int(r["num_topk"]), int(r["num_experts"])
+        ranks = nodes * gpus_per_node
+        if experts % ranks:
+            out.skip("experts not spread evenly over the ranks", 2)
+            continue
+        rank_copies = tokens * ranks_per_token(experts, top_k, ranks)
+        node_copies = tokens * nodes_per_token(experts, top_k, nodes) * (nodes - 1) / nodes
+        for direction, prefix, value_bytes in (("normal.dispatch", "dispatch", 1.0), ("normal.combine", "combine", 2.0)):
+            transmit, notify = _latency_s(r.get(f"{prefix}_transmit_us")), r.get(f"{prefix}_notify_us")
+            if transmit is None or not isinstance(notify, (int, float)) or not 0 <= notify < 1e7:
+                out.skip("no positive latency")
+                continue
+            copy = deepep_normal_copy_bytes(hidden, value_bytes)
+            params = {"op": "deepep", "direction": direction, "nodes": nodes, "ranks": ranks, "hidden": hidden,
+                      "tokens": tokens, "top_k": top_k, "experts": experts, "sms": DEEPEP_ENGINE_SMS,
+                      "bytes": rank_copies * copy, "scaleout_bytes": node_copies * copy}
+            out.rows.append({"id": _row_id("deepep", params), "kind": "deepep", "params": params,
+                             "time_s": (transmit + notify / 1e3) / 1e3})
     return out
 
 
@@ -706,7 +799,7 @@ class TablePlan:
         return self.folder or self.family
 
 
-def plans(engine: str) -> list[TablePlan]:
+def plans(engine: str, gpus_per_node: int = 8) -> list[TablePlan]:
     return [
         TablePlan("gemm", "gemm_perf", GEMM_COLUMNS, convert_gemm, _gemm_stratum),
         TablePlan("gemm", "scale_matrix_perf", QUANT_COLUMNS, convert_quantize, None, folder="quantize"),
@@ -723,6 +816,8 @@ def plans(engine: str) -> list[TablePlan]:
         TablePlan("moe", "moe_perf", MOE_COLUMNS, convert_moe, _moe_stratum),
         TablePlan("deltanet", "gdn_perf", GDN_COLUMNS, convert_gdn, None, folder="linear_attention"),
         TablePlan("deepep", "wideep_deepep_ll_perf", DEEPEP_LL_COLUMNS, convert_deepep_ll, None, folder="comm"),
+        TablePlan("deepep", "wideep_deepep_normal_perf", DEEPEP_NORMAL_COLUMNS,
+                  lambda c: convert_deepep_normal(c, gpus_per_node), None, folder="comm"),
     ]
 
 
@@ -773,7 +868,7 @@ def import_system(src: Source, system: str, engine: str, out: Path, *, version: 
     rows: list[dict] = []
     whole: list[dict] = []  # every converted row of every kernel: the tables as measured (tables.npz)
     tables_only: list[dict] = []  # the engine's main kernels' rows kept out of the fitted subsample
-    for plan in plans(engine):
+    for plan in plans(engine, _gpus_per_node(src, system)):
         if plan.family not in families:
             continue
         hit = find_table(src, system, plan.where, engine, plan.table, wanted)
@@ -801,6 +896,10 @@ def import_system(src: Source, system: str, engine: str, out: Path, *, version: 
         if windowed:
             tables[plan.table]["rows_tables_only"] = {"sliding-window attention": len(windowed)}
     rows = _consistent_quantize(rows, tables)
+    if "deepep" in families:
+        across = _deepep_across_nodes(src, system, engine, wanted, tables)
+        rows += across
+        whole += across
     if "comm" in families:
         hit = _nccl_table(src, system)
         if hit is not None:
