@@ -316,3 +316,54 @@ def test_group_limited_routing_is_read_from_hf_configs_and_checked():
             model_from_dict(d, "x.yaml")
         assert field in str(e.value) and "x.yaml" in str(e.value)
 
+
+# --- training's token dispatcher ---------------------------------------------------------------------------
+
+TRAIN = dict(gpus=256, tp=1, pp=8, ep=32, global_batch=2048, seq=4096, dtype="fp8", recompute="full")
+
+
+def _a2a(p, name: str):
+    """The timed training op of that name (``.top.op`` the op, ``.time`` one run)."""
+    return next(t for t in p.ops if t.top.op.name == name)
+
+
+def test_training_deepep_dispatcher_sends_a_token_once_per_rank_and_node_on_deepeps_fit():
+    from perfmodel.train import project_train, training_profile
+    from perfmodel.train.scenario import TrainScenario
+
+    hw = load_spec("h200-sxm")
+    ts = TrainScenario(**TRAIN, moe_dispatcher="deepep")
+    prof = training_profile(None, hw, ts)
+    assert prof.deepep_scaleout_eta and prof.deepep_eta["normal.dispatch"] > 0  # borrowed from the SGLang evidence
+    assert prof.provenance["families"]["deepep"]["profile"] == "h200-sxm-sglang"
+    plain = project_train("h200-sxm", "deepseek-v3", **TRAIN)
+    deep = project_train("h200-sxm", "deepseek-v3", **TRAIN, moe_dispatcher="deepep")
+    a, d = _a2a(plain, "moe.dispatch").top.op, _a2a(deep, "moe.dispatch").top.op
+    assert "kernel" not in a.params and d.params["kernel"] == "normal.dispatch"
+    assert d.bytes == pytest.approx(a.bytes * ranks_per_token(256, 8, 32) / 8)  # a copy per rank, not per pair
+    assert d.params["per_node"]["routing"] == [256, 8, 8, 4]
+    assert _a2a(deep, "moe.dispatch.bwd").top.op.params["kernel"] == "normal.combine"  # its gradient is a combine
+    assert _a2a(deep, "moe.combine.bwd").top.op.params["kernel"] == "normal.dispatch"
+    assert _a2a(deep, "moe.dispatch").time < _a2a(plain, "moe.dispatch").time / 2
+    assert deep.tokens_per_s_per_gpu > plain.tokens_per_s_per_gpu
+    # without experts across nodes nothing crosses a NIC: the one-node fit
+    inside = project_train("h200-sxm", "deepseek-v3", **{**TRAIN, "pp": 16, "ep": 8}, moe_dispatcher="deepep")
+    assert per_node_bytes(_a2a(inside, "moe.dispatch").top.op.params["per_node"], 8, hw) is None
+    # the documented defaults stay the defaults (no DeepEP evidence borrowed)
+    none = training_profile("none", hw, ts)
+    assert none.deepep_eta == {} and none.deepep_scaleout_eta == {}
+
+
+def test_training_dispatcher_flag_is_checked_and_shown(capsys):
+    from perfmodel.cli import main
+    from perfmodel.train.scenario import TrainScenario
+
+    with pytest.raises(InputError) as e:
+        TrainScenario(moe_dispatcher="nccl").validated()
+    assert "--moe-dispatcher" in str(e.value) and "deepep" in str(e.value)
+    args = ["train", "--arch", "h200-sxm", "--model", "deepseek-v3", "--gpus", "256", "--pp", "8", "--ep", "32",
+            "--global-batch", "2048", "--seq", "4096", "--dtype", "fp8", "--recompute", "full"]
+    assert main(args + ["--moe-dispatcher", "deepep"]) == 0
+    assert "DeepEP's normal kernels" in capsys.readouterr().out
+    assert main(args + ["--moe-dispatcher", "nope"]) == 2
+    assert "--moe-dispatcher" in capsys.readouterr().err

@@ -56,6 +56,9 @@ def register(sub) -> None:
                         "Megatron's --overlap-moe-expert-parallel-comm); default: on with --schedule dualpipe")
     g.add_argument("--moe-imbalance", type=float, default=1.0,
                    help="the busiest expert-parallel rank's routed tokens over the mean (default 1: uniform)")
+    g.add_argument("--moe-dispatcher", default="alltoall",
+                   help="expert-parallel token dispatcher: alltoall (Megatron-Core's, a copy per routed pair; default) "
+                        "or deepep (its flex dispatcher with DeepEP: a token once per rank, once per remote node)")
     g.add_argument("--mtp-layers", type=int, default=None,
                    help="multi-token-prediction modules trained on the last stage (default: the model's own, "
                         "DeepSeek-V3's 1; 0 to train without)")
@@ -88,7 +91,8 @@ def train_scenario(args):
         dtype=args.dtype, fp8_recipe=args.fp8_recipe, optimizer=args.optimizer, grad_dtype=args.grad_dtype, attention=args.attention,
         attention_kernel=args.attention_kernel, dropout=args.dropout, kernels=args.kernels, dp_overlap=not args.no_dp_overlap, tp_overlap=args.tp_overlap,
         moe_a2a_overlap=None if args.moe_a2a_overlap is None else args.moe_a2a_overlap == "on",
-        moe_imbalance=args.moe_imbalance, mtp_layers=args.mtp_layers, mode=args.mode)
+        moe_imbalance=args.moe_imbalance, moe_dispatcher=args.moe_dispatcher, mtp_layers=args.mtp_layers,
+        mode=args.mode)
 
 
 def cmd_train(args) -> int:
@@ -99,6 +103,10 @@ def cmd_train(args) -> int:
     s = setup(args.arch, args.model, calibration=args.calibration, engine=STANDALONE_ENGINE)
     hw, model, prof = s.hardware, s.model, s.profile
     ts = train_scenario(args)
+    if args.calibration is None and ts.moe_dispatcher == "deepep":
+        from ..train import training_profile
+
+        prof = training_profile(None, hw, ts)  # with DeepEP's kernels from an engine's measured tables
     if args.search:
         return _search(args, hw, model, ts, prof)
     from ..train.project import project_training

@@ -24,8 +24,26 @@ def project_train(hardware, model, scenario=None, *, profile=None, **overrides):
     hw = resolve_hardware(hardware)
     mdl = resolve_model(model)
     ts = (scenario or TrainScenario()).with_(**overrides)
-    prof = profile if profile is not None else resolve_profile(None, hw, "torch")
+    prof = profile if profile is not None else training_profile(None, hw, ts)
     return project_training(hw, mdl, ts, prof)
 
 
-__all__ = ["project_train"]
+def training_profile(calibration, hw, ts):
+    """The profile a training projection on ``hw`` takes: plain PyTorch's evidence (the suite's kernels, its
+    training factors), and where ``ts`` dispatches its experts with DeepEP and the calibration is automatic
+    (None), DeepEP's fitted kernels from the part's evidence for an engine that runs them (SGLang's imported tables,
+    perfmodel.fit.deepep): the suite never times DeepEP."""
+    from ..evidence import FAMILY_FIELDS
+    from ..resolve import resolve_profile
+
+    prof = resolve_profile(calibration, hw, "torch")
+    if calibration is not None or ts.moe_dispatcher != "deepep":
+        return prof
+    kernels = resolve_profile(None, hw, "sglang")
+    source = kernels.provenance.get("families", {}).get("deepep")
+    families = {**prof.provenance.get("families", {}), **({"deepep": source} if source else {})}
+    return prof.with_(**{f: getattr(kernels, f) for f in FAMILY_FIELDS["deepep"]},
+                      provenance={**prof.provenance, "families": families})
+
+
+__all__ = ["project_train", "training_profile"]

@@ -42,6 +42,7 @@ from ..geometry import heads_per_gpu
 from ..graph import Step, build_ops
 from ..models import Model
 from ..resolve import resolve_scenario
+from ..routing import ranks_per_token
 from ..scenario import Scenario
 from .scenario import TrainScenario
 
@@ -379,7 +380,18 @@ def _moe_expert_parallel(ops: list[TrainOp], model: Model, ts: TrainScenario, to
     local = moe.num_experts // ts.ep
     per_expert = pairs / local
     out: list[TrainOp] = []
-    a2a = pairs * h * _b(act) * imbalance
+    deepep = ts.moe_dispatcher == "deepep"
+    # alltoall: a copy per routed pair; deepep: a token once per rank holding any of its experts (once per remote
+    # node across nodes: the kernel's per_node sending, perfmodel.routing)
+    copies = ranks_per_token(moe.num_experts, moe.top_k, ts.ep) if deepep else moe.top_k
+    a2a = tokens * copies * h * _b(act) * imbalance
+
+    def exchange(name: str, direction: str, count: float) -> O.Op:
+        if not deepep:
+            return O.collective(name, "all_to_all", a2a, ts.ep, phase="prefill", count=count)
+        per_node = O.per_node_copies(tokens * imbalance, h * _b(act), moe)
+        return O.collective(name, "all_to_all", a2a, ts.ep, phase="prefill", count=count,
+                            kernel=f"normal.{direction}", experts=moe.num_experts, per_node=per_node)
     for t in ops:
         op = t.op
         if op.name in EXPERT_GEMMS:
@@ -397,11 +409,11 @@ def _moe_expert_parallel(ops: list[TrainOp], model: Model, ts: TrainScenario, to
         # micro-batch's chunk runs meanwhile (hide_under "*")
         hide = ("*",) if ts.a2a_hidden else ()
         if op.name == "moe.unpermute":
-            comb = O.collective("moe.combine", "all_to_all", a2a, ts.ep, phase="prefill", count=op.count)
+            comb = exchange("moe.combine", "combine", op.count)
             out.append(TrainOp(comb, "forward", "comm", stride=ts.tp, hide_under=hide))
         out.append(t)
         if op.name == "moe.permute":
-            disp = O.collective("moe.dispatch", "all_to_all", a2a, ts.ep, phase="prefill", count=op.count)
+            disp = exchange("moe.dispatch", "dispatch", op.count)
             out.append(TrainOp(disp, "forward", "comm", stride=ts.tp, hide_under=hide))
     return out
 
@@ -584,7 +596,11 @@ def _comm_backward(t: TrainOp, ts: TrainScenario, gathers: dict[str, str]) -> li
         return [TrainOp(bw, "backward", "comm", hide_under=hide, stride=t.stride)]
     conj = {"all_reduce": "all_reduce", "all_gather": "reduce_scatter", "reduce_scatter": "all_gather",
             "all_to_all": "all_to_all"}[kind]
-    bw = replace(op, name=f"{name}.bwd", kind=conj)
+    params = op.params
+    if str(params.get("kernel", "")).startswith("normal."):  # the gradient of a dispatch is a combine, and back
+        params = {**params, "kernel": {"normal.dispatch": "normal.combine",
+                                       "normal.combine": "normal.dispatch"}[params["kernel"]]}
+    bw = replace(op, name=f"{name}.bwd", kind=conj, params=params)
     hidden = ("*",) if t.hide_under == ("*",) else ()  # an overlapped all-to-all's gradient overlaps too
     out = [TrainOp(bw, "backward", "comm", tp_comm=t.tp_comm, stride=t.stride, hide_under=hidden)]
     if kind == "all_gather" and t.tp_comm and name in gathers:

@@ -592,7 +592,9 @@ def assumptions(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Profile
     if ts.cp > 1:
         out.append("context parallel: load-balanced ring attention, K/V exchange hidden under attention compute")
     if model.moe is not None:
-        out.append("MoE: uniform routing, experts spread over ep data-parallel ranks, all-to-alls "
+        dispatcher = ("DeepEP's normal kernels (a token once per rank, once per remote node; --moe-dispatcher)"
+                      if ts.moe_dispatcher == "deepep" else "NCCL all-to-all, a copy per routed pair")
+        out.append(f"MoE: uniform routing, experts spread over ep data-parallel ranks, all-to-alls on {dispatcher} "
                    + ("hidden under another micro-batch's compute (only the excess shows)" if ts.a2a_hidden else
                       "exposed") + "; expert GEMMs forward and backward as per-expert dense GEMMs "
                    "(TransformerEngine grouped linear)" + _grouped_note(prof))

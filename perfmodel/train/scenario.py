@@ -27,6 +27,10 @@ TRAIN_DTYPES = ("bf16", "fp16", "fp8", "fp4")
 FP8_RECIPES = ("delayed", "tensorwise", "block", "mxfp8")
 ATTENTION_IMPLS = ("flash", "unfused")
 KERNELS = ("fused", "torch")
+# Megatron-Core's MoE token dispatchers over expert parallelism: alltoall (--moe-token-dispatcher-type alltoall: NCCL
+# all-to-all of a copy per routed token-expert pair) | deepep (flex with --moe-enable-deepep: DeepEP's normal
+# kernels, a token once to each rank holding any of its experts, once per remote node across nodes)
+MOE_DISPATCHERS = ("alltoall", "deepep")
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,7 @@ class TrainScenario:
     # routed products and permutes run that many times the mean rank's work, its all-to-all moves that much more,
     # and it keeps that many more permuted activations
     moe_imbalance: float = 1.0
+    moe_dispatcher: str = "alltoall"  # MOE_DISPATCHERS
     # multi-token-prediction modules trained with the model (DeepSeek-V3 report sec. 2.2; Megatron-Core's
     # --mtp-num-layers): each one decoder layer, a projection of [norm(h); norm(emb)] and the shared LM head and
     # loss again, on the last pipeline stage; None: the model's own (config num_nextn_predict_layers)
@@ -135,6 +140,9 @@ class TrainScenario:
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise InputError(f"expected 0, 1, 2 or 3, got {self.zero!r}", field="--zero")
         check_moe_imbalance(self.moe_imbalance)
+        if self.moe_dispatcher not in MOE_DISPATCHERS:
+            raise InputError(f"expected one of {', '.join(MOE_DISPATCHERS)}, got {self.moe_dispatcher!r}",
+                             field="--moe-dispatcher")
         if not 0.0 <= self.tp_overlap <= 1.0:
             raise InputError(f"expected a fraction in [0, 1], got {self.tp_overlap!r}", field="--tp-overlap")
         if self.sequence_parallel and self.tp == 1:
