@@ -497,8 +497,12 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
     exchange = moe_exchange(sc) if model.moe is not None else "none"
     if exchange in ("all_to_all", "gather"):
         fmt = "in the experts' format" if exchange_quantized(sc) else "in bf16"
+        if exchange == "all_to_all" and sc.moe_all_to_all == "deepep":
+            fmt = ("on DeepEP's kernels (low-latency in decode: a message per routed pair, out in fp8; normal with "
+                   "prefill work: a token once per rank and once per remote node, out in fp8 where the experts run "
+                   "fp8; back in bf16; priced from the engine's measured DeepEP tables where a profile fitted them)")
         out.append("MoE exchange: " + (
-            f"tokens dispatched to their experts' ranks and combined back by all-to-all (DeepEP-style), {fmt}"
+            f"tokens dispatched to their experts' ranks and combined back by all-to-all, {fmt}"
             if exchange == "all_to_all" else
             f"every attention-DP rank's tokens all-gathered before the experts, {fmt}, and the outputs "
             "reduce-scattered after") + " (--moe-exchange; the engine's default in docs/engines.md)")

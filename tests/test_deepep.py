@@ -123,6 +123,17 @@ def test_a_decode_step_under_deepep_is_priced_by_the_engines_fit():
     assert prefill["moe.combine"].op.params["per_node"]["copy_bytes"] == 2 * 7168
 
 
+def test_the_assumptions_name_deepeps_kernels_under_an_engine_that_runs_them():
+    from perfmodel.projection import assumptions
+    from perfmodel.resolve import setup
+
+    for engine, want in (("sglang", "on DeepEP's kernels"), ("trtllm", "by all-to-all, in")):
+        s = setup("h200-sxm", "deepseek-v3", {"engine": engine, "attention_dp": 8, "ep": 8, "tp": 1,
+                                              "moe_exchange": "all_to_all", "dtype": "fp8"})
+        line = next(a for a in assumptions(s.hardware, s.model, s.scenario, s.profile) if a.startswith("MoE exchange"))
+        assert want in line, line
+
+
 def test_profile_fields_are_checked_at_load():
     _check_field("deepep_expert_s", {"ll.dispatch": 0.0}, {}, "p.json")  # no per-expert term is a fit's answer
     for field, value in (("deepep_eta", {"ll.dispatch": -1.0}), ("deepep_alpha_s", {"ll.combine": 5.0}),
