@@ -23,7 +23,7 @@ from .errors import InputError
 from .geometry import (INDEXER_FORMAT, attention_layer_kinds, expert_format, expert_product_format, heads_per_gpu,
                        linear_layers)
 from .models import Model, is_moe_layer
-from .routing import default_routing, nodes_per_token, ranks_per_token
+from .routing import copies_per_token, default_routing, ranks_per_token  # noqa: F401 (ranks_per_token: re-exported)
 from .scenario import Scenario, require_resolved
 from .vision import encoder_ops
 
@@ -725,7 +725,8 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
       outputs reduce-scattered back after (TensorRT-LLM's attention DP, vLLM's allgather_reducescatter,
       SGLang's DP attention);
     - ``all_to_all`` (ep > 1): each token dispatched once to every rank holding any of its experts and one
-      partial sum a rank combined back (DeepEP, TensorRT-LLM's MNNVL all-to-all; :func:`ranks_per_token`).
+      partial sum a rank combined back (DeepEP, TensorRT-LLM's MNNVL all-to-all; :func:`copies_per_token`, within
+      the model's group-limited routing).
     """
     moe = model.moe
     assert moe is not None
@@ -746,24 +747,25 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
     exchange = moe_exchange(sc)
     deepep_kernels = exchange == "all_to_all" and sc.moe_all_to_all == "deepep"
     low_latency = deepep_kernels and ph == "decode"
+    # DeepEP's normal kernels quantize the dispatch to fp8 in 128-blocks for fp8 experts whatever the gather path
+    # sends (SGLang 0.5.9 token_dispatcher/deepep.py, _DeepEPDispatcherImplNormal.dispatch_a), combine in bf16
+    copy_out = deepep_normal_copy_bytes(h, 1.0 if _b(expert_product_format(model, sc)) <= 1 else sent)
     if low_latency:  # DeepEP's low-latency kernels: a message per routed pair, fp8 out, bf16 back
         dispatch_bytes, combine_bytes = routed * deepep_ll_dispatch_bytes(h), routed * h * _b("bf16")
     else:  # once to each rank holding any of the token's experts, not once per expert
-        copies = ranks_per_token(moe.num_experts, moe.top_k, ep) / moe.top_k if exchange == "all_to_all" else 1.0
-        dispatch_bytes, combine_bytes = routed * copies * h * sent, routed * copies * h * _b(act)
+        copies = copies_per_token(moe, ep) / moe.top_k if exchange == "all_to_all" else 1.0
+        out = copy_out if deepep_kernels else h * sent
+        dispatch_bytes, combine_bytes = routed * copies * out, routed * copies * h * _b(act)
 
     def deepep(direction: str) -> dict:  # DeepEP's kernels: priced from their tables where a profile fitted them
         if not deepep_kernels:
             return {}
         if low_latency:
             return {"kernel": f"ll.{direction}", "experts": moe.num_experts}
-        # the normal kernels send a token once per remote node across nodes (perfmodel.routing.nodes_per_token);
-        # SGLang quantizes the dispatch to fp8 in 128-blocks for fp8 experts whatever the gather path sends
-        # (0.5.9 token_dispatcher/deepep.py, _DeepEPDispatcherImplNormal.dispatch_a), the combine in bf16
-        fp8_experts = _b(expert_product_format(model, sc)) <= 1
-        value = (1.0 if fp8_experts else sent) if direction == "dispatch" else _b(act)
+        # the normal kernels send a token once per remote node across nodes (perfmodel.routing.nodes_per_token)
+        copy = copy_out if direction == "dispatch" else h * _b(act)
         return {"kernel": f"normal.{direction}", "experts": moe.num_experts,
-                "per_node": O.per_node_copies(group_tokens / ep, deepep_normal_copy_bytes(h, value), moe)}
+                "per_node": O.per_node_copies(group_tokens / ep, copy, moe)}
 
     if exchange == "all_to_all":
         ops.append(O.collective("moe.dispatch", "all_to_all", dispatch_bytes, ep, phase=ph, **deepep("dispatch")))

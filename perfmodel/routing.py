@@ -73,3 +73,11 @@ def nodes_per_token(num_experts: int, top_k: int, nodes: int, groups: int = 1, c
         p_c = math.comb(held, c) * math.comb(groups - held, chosen - c) / math.comb(groups, chosen)
         hit += p_c * (1.0 - math.comb(eligible - c * per_group, k) / math.comb(eligible, k))
     return nodes * hit
+
+
+def copies_per_token(moe, ranks: int) -> float:
+    """Copies of a token an all-to-all that sends once per rank (or per node, with ``ranks`` the nodes) moves over
+    ``ranks`` ranks of ``moe``'s experts: :func:`nodes_per_token` within the model's group limit (DeepSeek-V3 over EP
+    8: 3.6, not the 5.3 of unlimited routing)."""
+    return nodes_per_token(moe.num_experts, moe.top_k, ranks, moe.expert_groups, moe.groups_per_token) \
+        if ranks > 1 else 1.0

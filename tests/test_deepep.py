@@ -19,7 +19,7 @@ from perfmodel.fit.directory import refit_family
 from perfmodel.graph import deepep_ll_dispatch_bytes, deepep_normal_copy_bytes
 from perfmodel.imports.aiconfigurator import DEEPEP_ENGINE_SMS, convert_deepep_ll, convert_deepep_normal
 from perfmodel.models import load_model
-from perfmodel.routing import nodes_per_token, ranks_per_token
+from perfmodel.routing import copies_per_token, nodes_per_token, ranks_per_token
 from perfmodel.profile import DEFAULTS, _check_field, load_profile
 from perfmodel.spec import load_spec
 
@@ -351,7 +351,8 @@ def test_training_deepep_dispatcher_sends_a_token_once_per_rank_and_node_on_deep
     deep = project_train("h200-sxm", "deepseek-v3", **TRAIN, moe_dispatcher="deepep")
     a, d = _a2a(plain, "moe.dispatch").top.op, _a2a(deep, "moe.dispatch").top.op
     assert "kernel" not in a.params and d.params["kernel"] == "normal.dispatch"
-    assert d.bytes == pytest.approx(a.bytes * ranks_per_token(256, 8, 32) / 8)  # a copy per rank, not per pair
+    # a copy per rank holding any of its experts (DeepSeek-V3's group-limited routing), not per routed pair
+    assert d.bytes == pytest.approx(a.bytes * copies_per_token(load_model("deepseek-v3").moe, 32) / 8)
     assert d.params["per_node"]["routing"] == [256, 8, 8, 4]
     assert _a2a(deep, "moe.dispatch.bwd").top.op.params["kernel"] == "normal.combine"  # its gradient is a combine
     assert _a2a(deep, "moe.combine.bwd").top.op.params["kernel"] == "normal.dispatch"
@@ -378,3 +379,23 @@ def test_training_dispatcher_flag_is_checked_and_shown(capsys):
     assert "DeepEP's normal kernels" in capsys.readouterr().out
     assert main(args + ["--moe-dispatcher", "nope"]) == 2
     assert "--moe-dispatcher" in capsys.readouterr().err
+
+
+def test_parts_without_a_fit_across_nodes_borrow_the_nearest_measured_one():
+    """aiconfigurator-core times Blackwell's DeepEP kernels on one node only: a B200 under SGLang keeps its own
+    one-node fit and takes the Hopper fit across nodes (NIC-bound), and says so; an engine that does not run
+    DeepEP borrows nothing."""
+    from perfmodel.resolve import resolve_hardware, resolve_profile
+
+    hopper = load_profile(ROOT / "calibration" / "h200-sxm-sglang")
+    own = load_profile(ROOT / "calibration" / "b200-sglang")
+    b200 = resolve_profile(None, resolve_hardware("b200"), "sglang")
+    assert b200.deepep_eta == pytest.approx(own.deepep_eta)
+    assert b200.deepep_scaleout_eta == pytest.approx(hopper.deepep_scaleout_eta)
+    assert b200.deepep_scaleout_alpha_s == pytest.approx(hopper.deepep_scaleout_alpha_s)
+    fam = b200.provenance["families"]["deepep"]
+    assert fam["profile"] == "b200-sglang" and fam["across_nodes"]["profile"] in ("h200-sxm-sglang", "h100-sxm-sglang")
+    assert "across nodes carried from" in fam["source"]
+    assert resolve_profile(None, resolve_hardware("b200"), "trtllm").deepep_scaleout_eta == {}
+    h200 = resolve_profile(None, resolve_hardware("h200-sxm"), "sglang")
+    assert "across_nodes" not in h200.provenance["families"]["deepep"]  # its own fit

@@ -8,6 +8,7 @@ import pytest
 from perfmodel import capacity
 from perfmodel.errors import InputError
 from perfmodel.graph import Step, build_ops, ranks_per_token
+from perfmodel.routing import copies_per_token
 from perfmodel.models import load_model
 from perfmodel.projection import project
 from perfmodel.scenario import Scenario
@@ -58,11 +59,14 @@ def test_the_moe_exchange_follows_the_engine_or_the_flag():
     assert "moe.gather" not in a2a
     sglang = _ops(Scenario(tp=1, attention_dp=8, ep=8, dtype="fp8", engine="sglang", moe_exchange="all_to_all"))
     assert sglang["moe.dispatch"].bytes == a2a["moe.dispatch"].bytes
-    # one copy a token per rank holding any of its 8 experts (5.3 of 8 ranks on average), not one per expert
-    copies = ranks_per_token(256, 8, 8)
-    assert copies == pytest.approx(8 * (1 - math.comb(224, 8) / math.comb(256, 8)))
+    # one copy a token per rank holding any of its 8 experts, not one per expert: 5.3 of 8 ranks under uniform
+    # routing, 3.6 under DeepSeek-V3's (8 of the experts of its best 4 of 8 groups, a group a rank at EP 8)
+    assert ranks_per_token(256, 8, 8) == pytest.approx(8 * (1 - math.comb(224, 8) / math.comb(256, 8)))
+    copies = copies_per_token(load_model("deepseek-v3").moe, 8)
+    assert copies == pytest.approx(4 * (1 - math.comb(96, 8) / math.comb(128, 8)))
     pre = _prefill_ops(Scenario(tp=1, attention_dp=8, ep=8, dtype="fp8", engine="vllm", moe_exchange="all_to_all"))
-    assert pre["moe.dispatch"].bytes == pytest.approx(8 * 512 / 8 * copies * 7168 * 2)  # 4,096 tokens over 8 ranks
+    # 4,096 tokens over 8 ranks, DeepEP's normal dispatch in fp8 with a fp32 scale per 128 values (fp8 experts)
+    assert pre["moe.dispatch"].bytes == pytest.approx(8 * 512 / 8 * copies * (7168 + 4 * 7168 / 128))
     trt = _ops(Scenario(tp=1, attention_dp=8, ep=8, dtype="fp8", engine="trtllm", moe_exchange="all_to_all"))
     assert trt["moe.dispatch"].bytes == pytest.approx(64 / 8 * copies * 7168 * 1)
     assert trt["moe.combine"].bytes == pytest.approx(64 / 8 * copies * 7168 * 2)

@@ -42,7 +42,7 @@ from ..geometry import heads_per_gpu
 from ..graph import Step, build_ops
 from ..models import Model
 from ..resolve import resolve_scenario
-from ..routing import ranks_per_token
+from ..routing import copies_per_token
 from ..scenario import Scenario
 from .scenario import TrainScenario
 
@@ -383,7 +383,7 @@ def _moe_expert_parallel(ops: list[TrainOp], model: Model, ts: TrainScenario, to
     deepep = ts.moe_dispatcher == "deepep"
     # alltoall: a copy per routed pair; deepep: a token once per rank holding any of its experts (once per remote
     # node across nodes: the kernel's per_node sending, perfmodel.routing)
-    copies = ranks_per_token(moe.num_experts, moe.top_k, ts.ep) if deepep else moe.top_k
+    copies = copies_per_token(moe, ts.ep) if deepep else moe.top_k
     a2a = tokens * copies * h * _b(act) * imbalance
 
     def exchange(name: str, direction: str, count: float) -> O.Op:
