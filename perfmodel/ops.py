@@ -229,13 +229,17 @@ def collective(name: str, kind: str, nbytes, group: int, *, phase: str, count: f
     return Op(name, kind, phase, 0.0, nbytes, params, count, scope)
 
 
-def per_node_copies(tokens, copy_bytes: float, moe) -> dict:
+def per_node_copies(tokens, copy_bytes: float, moe, kernel: str = "") -> dict:
     """An all-to-all's per-node sending: each of a rank's ``tokens`` goes once to every remote node holding any
     of its experts (the model's ``moe`` routing: experts, top-k, expert groups, groups a token), ``copy_bytes``
     a copy; the node count is the hardware's, so the bytes are reckoned at pricing
-    (:func:`perfmodel.cost.comm.per_node_bytes`)."""
-    return {"tokens": tokens, "copy_bytes": copy_bytes,
-            "routing": [moe.num_experts, moe.top_k, moe.expert_groups, moe.groups_per_token]}
+    (:func:`perfmodel.cost.comm.per_node_bytes`). ``kernel``: the fitted kernel that prices that sending across
+    nodes where it differs from the op's own (HybridEP inside a domain is the link's, across nodes DeepEP's)."""
+    out = {"tokens": tokens, "copy_bytes": copy_bytes,
+           "routing": [moe.num_experts, moe.top_k, moe.expert_groups, moe.groups_per_token]}
+    if kernel:
+        out["kernel"] = kernel
+    return out
 
 
 def sample(name: str, rows, vocab: int, method: str, **kw) -> Op:

@@ -347,7 +347,7 @@ def test_training_deepep_dispatcher_sends_a_token_once_per_rank_and_node_on_deep
     prof = training_profile(None, hw, ts)
     assert prof.deepep_scaleout_eta and prof.deepep_eta["normal.dispatch"] > 0  # borrowed from the SGLang evidence
     assert prof.provenance["families"]["deepep"]["profile"] == "h200-sxm-sglang"
-    plain = project_train("h200-sxm", "deepseek-v3", **TRAIN)
+    plain = project_train("h200-sxm", "deepseek-v3", **TRAIN, moe_dispatcher="alltoall")
     deep = project_train("h200-sxm", "deepseek-v3", **TRAIN, moe_dispatcher="deepep")
     a, d = _a2a(plain, "moe.dispatch").top.op, _a2a(deep, "moe.dispatch").top.op
     assert "kernel" not in a.params and d.params["kernel"] == "normal.dispatch"
@@ -376,7 +376,11 @@ def test_training_dispatcher_flag_is_checked_and_shown(capsys):
     args = ["train", "--arch", "h200-sxm", "--model", "deepseek-v3", "--gpus", "256", "--pp", "8", "--ep", "32",
             "--global-batch", "2048", "--seq", "4096", "--dtype", "fp8", "--recompute", "full"]
     assert main(args + ["--moe-dispatcher", "deepep"]) == 0
-    assert "DeepEP's normal kernels" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "DeepEP's normal kernels" in out and "Megatron-Bridge" not in out
+    assert main(args) == 0  # auto: DeepSeek-V3's recipe runs the flex dispatcher (HybridEP) on an H200
+    out = capsys.readouterr().out
+    assert "HybridEP" in out and "Megatron-Bridge 0.3.1's recipe" in out
     assert main(args + ["--moe-dispatcher", "nope"]) == 2
     assert "--moe-dispatcher" in capsys.readouterr().err
 
@@ -399,3 +403,42 @@ def test_parts_without_a_fit_across_nodes_borrow_the_nearest_measured_one():
     assert resolve_profile(None, resolve_hardware("b200"), "trtllm").deepep_scaleout_eta == {}
     h200 = resolve_profile(None, resolve_hardware("h200-sxm"), "sglang")
     assert "across_nodes" not in h200.provenance["families"]["deepep"]  # its own fit
+
+
+@pytest.mark.parametrize("part,model,want", [
+    ("h100-sxm", "deepseek-v3", "hybridep"), ("b200", "deepseek-v3", "hybridep"), ("gb200", "deepseek-v3", "hybridep"),
+    ("h200-sxm", "qwen3-235b-a22b", "deepep"), ("b300", "qwen3-30b-a3b", "deepep"), ("gb200", "qwen3-235b-a22b",
+                                                                                      "alltoall"),
+    ("h100-sxm", "gpt-oss-120b", "alltoall"), ("b200", "kimi-k2", "alltoall"), ("h200-sxm", "glm-4.5", "alltoall"),
+    ("rubin-estimate", "deepseek-v3", "alltoall")])
+def test_auto_dispatcher_follows_megatron_bridges_recipe_on_the_part(part, model, want):
+    """Megatron-Bridge 0.3.1: DeepSeek-V3's recipe runs the flex dispatcher with HybridEP on compute capability 8-10,
+    the Qwen3 MoE ones with DeepEP on 8-9 and the B200/B300 (not a GB200); gpt-oss, Kimi K2 and GLM-4.5 keep
+    alltoall."""
+    from perfmodel.resolve import resolve_hardware
+    from perfmodel.train.scenario import TrainScenario, recipe_dispatcher, resolve_dispatcher
+
+    hw, m = resolve_hardware(part), load_model(model)
+    assert recipe_dispatcher(m, hw) == want
+    assert resolve_dispatcher(TrainScenario(), m, hw).moe_dispatcher == want
+    assert resolve_dispatcher(TrainScenario(moe_dispatcher="alltoall"), m, hw).moe_dispatcher == "alltoall"
+    assert resolve_dispatcher(TrainScenario(), load_model("llama-3.1-8b"), hw).moe_dispatcher == "alltoall"
+
+
+def test_hybridep_takes_the_link_inside_a_domain_and_deepeps_fit_across_nodes():
+    from perfmodel.train import project_train
+
+    hw = load_spec("h200-sxm")
+    deep = project_train("h200-sxm", "deepseek-v3", **TRAIN, moe_dispatcher="deepep")
+    hybrid = project_train("h200-sxm", "deepseek-v3", **TRAIN, moe_dispatcher="hybridep")
+    d, h = _a2a(deep, "moe.dispatch"), _a2a(hybrid, "moe.dispatch")
+    assert h.top.op.bytes == d.top.op.bytes and "kernel" not in h.top.op.params  # the same copies, no one-node kernel
+    assert h.top.op.params["per_node"]["kernel"] == "normal.dispatch"
+    assert h.time == pytest.approx(d.time)  # across 4 nodes both take DeepEP's fit on the same NIC bytes
+    assert _a2a(hybrid, "moe.dispatch.bwd").top.op.params["per_node"]["kernel"] == "normal.combine"
+    inside = {k: project_train("h200-sxm", "deepseek-v3", **{**TRAIN, "pp": 16, "ep": 8}, moe_dispatcher=k)
+              for k in ("deepep", "hybridep")}
+    p = _a2a(inside["hybridep"], "moe.dispatch").top.op
+    assert _a2a(inside["hybridep"], "moe.dispatch").time == pytest.approx(
+        collective_time("all_to_all", p.bytes, 8, 8, hw, inside["hybridep"].profile))  # the collective model
+    assert _a2a(inside["hybridep"], "moe.dispatch").time != pytest.approx(_a2a(inside["deepep"], "moe.dispatch").time)

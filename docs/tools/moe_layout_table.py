@@ -33,5 +33,37 @@ def table() -> str:
     return "\n".join(lines)
 
 
+# Megatron-Bridge-like layouts on 256 GPUs: (model, HGX B200 layout, GB200 NVL72 layout), each (PP, EP, schedule,
+# interleave)
+PAIRS = (("deepseek-v3", (16, 8, "1f1b", 1), (4, 64, "interleaved", 4)),
+         ("qwen3-235b-a22b", (8, 8, "1f1b", 1), (4, 32, "1f1b", 1)))
+PAIR_BASE = dict(gpus=256, tp=1, global_batch=2048, seq=4096, dtype="fp8", fp8_recipe="mxfp8", recompute="full")
+
+
+def pairs_table() -> str:
+    """Each model at an HGX B200 layout against an NVL72 one, per GPU, under each dispatcher and under the one
+    Megatron-Bridge's recipe runs on each part (``auto``)."""
+    from perfmodel.train import project_train
+
+    lines = ["| model | HGX B200 layout | GB200 NVL72 layout | dispatcher | HGX tok/s/GPU | NVL72 tok/s/GPU | "
+             "HGX / NVL72 |", "|---|---|---|---|---|---|---|"]
+    for model, hgx, nvl in PAIRS:
+        for dispatcher in ("alltoall", "deepep", "hybridep", "auto"):
+            runs, names = [], []
+            for part, (pp, ep, schedule, v) in (("b200", hgx), ("gb200", nvl)):
+                p = project_train(part, model, pp=pp, ep=ep, schedule=schedule, interleave=v,
+                                  moe_dispatcher=dispatcher, **PAIR_BASE)
+                runs.append(p)
+                names.append(p.scenario.moe_dispatcher)
+            label = dispatcher if dispatcher != "auto" else f"auto ({names[0]} / {names[1]})"
+            lines.append(f"| {model} | PP {hgx[0]} EP {hgx[1]} | PP {nvl[0]} EP {nvl[1]}"
+                         f"{f' v{nvl[3]}' if nvl[2] == 'interleaved' else ''} | {label} | "
+                         f"{runs[0].tokens_per_s_per_gpu:,.0f} | {runs[1].tokens_per_s_per_gpu:,.0f} | "
+                         f"{runs[0].tokens_per_s_per_gpu / runs[1].tokens_per_s_per_gpu:.2f} |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     print(table())
+    print()
+    print(pairs_table())

@@ -67,6 +67,7 @@ BLOCKS = (
     Block("engines.md", "shared-streams", "streams_check.py", "markdown", slow=True),  # 2 s: eight projections
     Block("engines.md", "model-defaults", "model_defaults_check.py", "markdown", slow=True),  # 27 projections
     Block("training.md", "moe-layouts", "moe_layout_table.py", "table"),
+    Block("training.md", "moe-layout-pairs", "moe_layout_table.py", "pairs_table"),
     Block("vision.md", "vision-encoders", "vision_table.py", "encoders"),
     Block("vision.md", "vision-projections", "vision_table.py", "projections"),
     Block("capacity.md", "capacity-example", "capacity_example.py", "example", slow=True),

@@ -56,9 +56,11 @@ def register(sub) -> None:
                         "Megatron's --overlap-moe-expert-parallel-comm); default: on with --schedule dualpipe")
     g.add_argument("--moe-imbalance", type=float, default=1.0,
                    help="the busiest expert-parallel rank's routed tokens over the mean (default 1: uniform)")
-    g.add_argument("--moe-dispatcher", default="alltoall",
-                   help="expert-parallel token dispatcher: alltoall (Megatron-Core's, a copy per routed pair; default) "
-                        "or deepep (its flex dispatcher with DeepEP: a token once per rank, once per remote node)")
+    g.add_argument("--moe-dispatcher", default="auto",
+                   help="expert-parallel token dispatcher: auto (what Megatron-Bridge's recipe for the model runs on "
+                        "the part; default), alltoall (Megatron-Core's, a copy per routed pair), deepep (its flex "
+                        "dispatcher with DeepEP: a token once per rank, once per remote node) or hybridep (the same "
+                        "with HybridEP, priced at the NVLink all-to-all's rate inside a domain)")
     g.add_argument("--mtp-layers", type=int, default=None,
                    help="multi-token-prediction modules trained on the last stage (default: the model's own, "
                         "DeepSeek-V3's 1; 0 to train without)")
@@ -103,7 +105,7 @@ def cmd_train(args) -> int:
     s = setup(args.arch, args.model, calibration=args.calibration, engine=STANDALONE_ENGINE)
     hw, model, prof = s.hardware, s.model, s.profile
     ts = train_scenario(args)
-    if args.calibration is None and ts.moe_dispatcher == "deepep":
+    if args.calibration is None and ts.moe_dispatcher != "alltoall" and model.moe is not None:
         from ..train import training_profile
 
         prof = training_profile(None, hw, ts)  # with DeepEP's kernels from an engine's measured tables

@@ -140,7 +140,8 @@ def _time_parts(op: Op, hw, prof: Profile, *, mode: str, world: int, xp, sustain
     if k in COMM_KINDS:
         return collective_time(k, p["bytes"], p["group"], world, hw, prof, sol=sol, xp=xp,
                                kernel=p.get("kernel", ""), experts=p.get("experts", 0),
-                               scaleout_bytes=per_node_bytes(p.get("per_node"), p["group"], hw)), 0.0, 0.0
+                               scaleout_bytes=per_node_bytes(p.get("per_node"), p["group"], hw),
+                               scaleout_kernel=(p.get("per_node") or {}).get("kernel")), 0.0, 0.0
     if k in COMPUTE_KINDS:
         peak, eta = matmul_rate(hw, p["dtype"], prof, p.get("scaling"))
         if sol:

@@ -153,11 +153,12 @@ def per_node_bytes(per_node: dict | None, group, hw):
 
 
 def collective_time(kind: str, nbytes, group, world, hw, prof: Profile, *, sol: bool = False, xp=NP,
-                    kernel: str = "", experts: int = 0, scaleout_bytes=None):
+                    kernel: str = "", experts: int = 0, scaleout_bytes=None, scaleout_kernel: str | None = None):
     """Time of one collective; ``group`` ranks take part, ``world`` GPUs make up the model replica; ``kernel``
     an engine's own kernel for it (:func:`deepep_time` inside one NVLink domain, :func:`deepep_scaleout_fit`
     across domains, where a profile fitted it); ``scaleout_bytes`` what an all-to-all's kernel sends over each
-    rank's NIC across domains (:func:`perfmodel.ops.collective`; by default the remote ranks' share)."""
+    rank's NIC across domains (:func:`perfmodel.ops.collective`; by default the remote ranks' share);
+    ``scaleout_kernel`` the kernel whose fit prices that sending, where not ``kernel`` itself."""
     domain = hw.scaleup_domain
     if kind == "all_to_all" and group > domain and scaleout_bytes is None:
         scaleout_bytes = nbytes * (group - domain) / group
@@ -183,7 +184,8 @@ def collective_time(kind: str, nbytes, group, world, hw, prof: Profile, *, sol: 
         own = deepep_time(kernel, nbytes, experts, hw, prof) if kernel else None
         return own if own is not None else _within_domain(kind, nbytes, int(group), hw, prof, xp)
     if kind == "all_to_all":
-        fit = deepep_scaleout_fit(kernel, group / domain, prof) if kernel else None
+        across = kernel if scaleout_kernel is None else scaleout_kernel
+        fit = deepep_scaleout_fit(across, group / domain, prof) if across else None
         if fit is not None:  # DeepEP's normal kernels, measured across nodes: the NIC binds
             return fit[0] + scaleout_bytes / (fit[1] * hw.scaleout_bandwidth)
         return _all_to_all_across(nbytes, scaleout_bytes, int(group), hw, prof, xp)

@@ -30,14 +30,14 @@ def project_train(hardware, model, scenario=None, *, profile=None, **overrides):
 
 def training_profile(calibration, hw, ts):
     """The profile a training projection on ``hw`` takes: plain PyTorch's evidence (the suite's kernels, its
-    training factors), and where ``ts`` dispatches its experts with DeepEP and the calibration is automatic
+    training factors), and where ``ts`` may dispatch its experts with DeepEP and the calibration is automatic
     (None), DeepEP's fitted kernels from the part's evidence for an engine that runs them (SGLang's imported tables,
     perfmodel.fit.deepep): the suite never times DeepEP."""
     from ..evidence import FAMILY_FIELDS
     from ..resolve import resolve_profile
 
     prof = resolve_profile(calibration, hw, "torch")
-    if calibration is not None or ts.moe_dispatcher != "deepep":
+    if calibration is not None or ts.moe_dispatcher == "alltoall":  # (auto may resolve to deepep)
         return prof
     kernels = resolve_profile(None, hw, "sglang")
     source = kernels.provenance.get("families", {}).get("deepep")

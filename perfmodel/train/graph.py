@@ -380,18 +380,22 @@ def _moe_expert_parallel(ops: list[TrainOp], model: Model, ts: TrainScenario, to
     local = moe.num_experts // ts.ep
     per_expert = pairs / local
     out: list[TrainOp] = []
-    deepep = ts.moe_dispatcher == "deepep"
-    # alltoall: a copy per routed pair; deepep: a token once per rank holding any of its experts (once per remote
-    # node across nodes: the kernel's per_node sending, perfmodel.routing)
-    copies = copies_per_token(moe, ts.ep) if deepep else moe.top_k
+    flex = ts.moe_dispatcher in ("deepep", "hybridep")
+    # alltoall: a copy per routed pair; flex: a token once per rank holding any of its experts (once per remote
+    # node across nodes: the kernels' per_node sending, perfmodel.routing)
+    copies = copies_per_token(moe, ts.ep) if flex else moe.top_k
     a2a = tokens * copies * h * _b(act) * imbalance
 
     def exchange(name: str, direction: str, count: float) -> O.Op:
-        if not deepep:
+        if not flex:
             return O.collective(name, "all_to_all", a2a, ts.ep, phase="prefill", count=count)
+        kernel = f"normal.{direction}"
+        if ts.moe_dispatcher == "hybridep":  # inside a domain the link's rate (no kernel measured), across DeepEP's
+            per_node = O.per_node_copies(tokens * imbalance, h * _b(act), moe, kernel=kernel)
+            return O.collective(name, "all_to_all", a2a, ts.ep, phase="prefill", count=count, per_node=per_node)
         per_node = O.per_node_copies(tokens * imbalance, h * _b(act), moe)
         return O.collective(name, "all_to_all", a2a, ts.ep, phase="prefill", count=count,
-                            kernel=f"normal.{direction}", experts=moe.num_experts, per_node=per_node)
+                            kernel=kernel, experts=moe.num_experts, per_node=per_node)
     for t in ops:
         op = t.op
         if op.name in EXPERT_GEMMS:
@@ -597,9 +601,11 @@ def _comm_backward(t: TrainOp, ts: TrainScenario, gathers: dict[str, str]) -> li
     conj = {"all_reduce": "all_reduce", "all_gather": "reduce_scatter", "reduce_scatter": "all_gather",
             "all_to_all": "all_to_all"}[kind]
     params = op.params
-    if str(params.get("kernel", "")).startswith("normal."):  # the gradient of a dispatch is a combine, and back
-        params = {**params, "kernel": {"normal.dispatch": "normal.combine",
-                                       "normal.combine": "normal.dispatch"}[params["kernel"]]}
+    swap = {"normal.dispatch": "normal.combine", "normal.combine": "normal.dispatch"}
+    if params.get("kernel") in swap:  # the gradient of a dispatch is a combine, and back
+        params = {**params, "kernel": swap[params["kernel"]]}
+    if (params.get("per_node") or {}).get("kernel") in swap:
+        params = {**params, "per_node": {**params["per_node"], "kernel": swap[params["per_node"]["kernel"]]}}
     bw = replace(op, name=f"{name}.bwd", kind=conj, params=params)
     hidden = ("*",) if t.hide_under == ("*",) else ()  # an overlapped all-to-all's gradient overlaps too
     out = [TrainOp(bw, "backward", "comm", tp_comm=t.tp_comm, stride=t.stride, hide_under=hidden)]

@@ -36,7 +36,7 @@ from . import graph as G
 from . import memory as M
 from .cost import time_train_op, training_params
 from .graph import TrainOp
-from .scenario import TrainScenario
+from .scenario import TrainScenario, resolve_dispatcher
 from .schedule import PipelineTime, StageTime, pipeline_time
 
 
@@ -226,7 +226,7 @@ def microbatch_time(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Pro
                     embedding: bool = True, head: bool = True) -> float:
     """Forward + backward of one micro-batch through every layer on one GPU (no pipeline, no optimizer):
     what the suite's ``train_step`` measures."""
-    ts = ts.validated(model)
+    ts = resolve_dispatcher(ts.validated(model), model, hw)
     params = training_params(prof)
     layer_t, emb_t, head_t = timed_blocks(hw, model, ts, prof, params, model.layers)
     total = model.layers * sum(x.total for x in layer_t)
@@ -251,7 +251,8 @@ def check_part_runs(hw: HardwareSpec, ts: TrainScenario) -> None:
 
 
 def project_training(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Profile) -> TrainProjection:
-    ts = ts.validated(model)
+    asked_auto = ts.moe_dispatcher == "auto"
+    ts = resolve_dispatcher(ts.validated(model), model, hw)
     auto = ts.recompute == "auto"
     if auto:  # the least recompute that fits; full (and its memory's verdict) where none does
         base = ts.with_(recompute="none")
@@ -336,7 +337,7 @@ def project_training(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Pr
         stages=stages, slowest_stage=slow, ops=ops, breakdown=breakdown,
         assumptions=([f"recompute {ts.recompute}: the least of none, selective and full whose memory fits "
                       "(--recompute auto)" + ("" if mem.fits else "; none does")] if auto else [])
-        + assumptions(hw, model, ts, prof, layers))
+        + assumptions(hw, model, ts, prof, layers, asked_auto=asked_auto))
     _check_finite(proj)
     return proj
 
@@ -548,7 +549,7 @@ def _grouped_note(prof: Profile) -> str:
 
 
 def assumptions(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Profile,
-                layers: list[int] | None = None) -> list[str]:
+                layers: list[int] | None = None, *, asked_auto: bool = False) -> list[str]:
     out = []
     if ts.mode == "sol":
         out.append("speed of light: every operator at max(FLOPs / dense peak, bytes / bandwidth), collectives at "
@@ -592,8 +593,12 @@ def assumptions(hw: HardwareSpec, model: Model, ts: TrainScenario, prof: Profile
     if ts.cp > 1:
         out.append("context parallel: load-balanced ring attention, K/V exchange hidden under attention compute")
     if model.moe is not None:
-        dispatcher = ("DeepEP's normal kernels (a token once per rank, once per remote node; --moe-dispatcher)"
-                      if ts.moe_dispatcher == "deepep" else "NCCL all-to-all, a copy per routed pair")
+        dispatcher = {"deepep": "DeepEP's normal kernels (a token once per rank, once per remote node)",
+                      "hybridep": "HybridEP (a token once per rank at the NVLink all-to-all's rate, once per remote "
+                                  "node at DeepEP's measured rate across nodes: an estimate, its kernels unmeasured)"
+                      }.get(ts.moe_dispatcher, "NCCL all-to-all (a copy per routed pair)")
+        dispatcher += (" as Megatron-Bridge 0.3.1's recipe for this model runs on this part (--moe-dispatcher)"
+                       if asked_auto else " (--moe-dispatcher)")
         out.append(f"MoE: uniform routing, experts spread over ep data-parallel ranks, all-to-alls on {dispatcher} "
                    + ("hidden under another micro-batch's compute (only the excess shows)" if ts.a2a_hidden else
                       "exposed") + "; expert GEMMs forward and backward as per-expert dense GEMMs "

@@ -29,8 +29,39 @@ ATTENTION_IMPLS = ("flash", "unfused")
 KERNELS = ("fused", "torch")
 # Megatron-Core's MoE token dispatchers over expert parallelism: alltoall (--moe-token-dispatcher-type alltoall: NCCL
 # all-to-all of a copy per routed token-expert pair) | deepep (flex with --moe-enable-deepep: DeepEP's normal
-# kernels, a token once to each rank holding any of its experts, once per remote node across nodes)
-MOE_DISPATCHERS = ("alltoall", "deepep")
+# kernels, a token once to each rank holding any of its experts, once per remote node across nodes) | hybridep (flex
+# with HybridEP: the same sending, inside an NVLink domain at the link's rate, across nodes as DeepEP's) | auto (what
+# Megatron-Bridge's recipe for the model runs on the part: recipe_dispatcher)
+MOE_DISPATCHERS = ("auto", "alltoall", "deepep", "hybridep")
+# Megatron-Bridge 0.3.1's pretraining recipes (megatron/bridge/recipes/): the flex dispatcher only where a recipe calls
+# apply_flex_dispatcher_backend (training/flex_dispatcher_backend.py): DeepSeek-V3's with HybridEP (deepseek_v3.py),
+# the Qwen3 MoE and Qwen3-Next ones with DeepEP (qwen3_moe.py, qwen3_next.py). Every other MoE recipe (gpt-oss,
+# Kimi K2, GLM-4.5, DeepSeek-V2, Moonlight, OLMoE) names a flex backend but keeps the alltoall dispatcher.
+RECIPE_FLEX_BY_KEY = {"deepseek-v3": "hybridep"}
+RECIPE_FLEX_BY_FAMILY = {"qwen3_moe": "deepep", "qwen3_next": "deepep"}
+# where apply_flex_dispatcher_backend keeps each backend: DeepEP on compute capability 8 and 9 and on the B200 and B300
+# (by name: not a GB200 or GB300), HybridEP on 8, 9 and 10
+_CC8_9 = ("ampere", "ada", "hopper")
+_CC10 = ("blackwell", "blackwell-ultra")
+
+
+def recipe_dispatcher(model, hw) -> str:
+    """The dispatcher Megatron-Bridge 0.3.1's recipe for ``model`` runs on ``hw`` (module constants above). An HGX
+    Blackwell board (B200, B300) is told from a Grace-Blackwell one by its NVLink domain of at most 8 GPUs."""
+    backend = RECIPE_FLEX_BY_KEY.get(model.key) or RECIPE_FLEX_BY_FAMILY.get(model.family)
+    gen = hw.generation
+    if backend == "hybridep" and gen in _CC8_9 + _CC10:
+        return "hybridep"
+    if backend == "deepep" and (gen in _CC8_9 or (gen in _CC10 and hw.scaleup_domain <= 8)):
+        return "deepep"
+    return "alltoall"
+
+
+def resolve_dispatcher(ts: "TrainScenario", model, hw) -> "TrainScenario":
+    """``ts`` with ``moe_dispatcher`` "auto" replaced by :func:`recipe_dispatcher`'s choice."""
+    if ts.moe_dispatcher != "auto":
+        return ts
+    return ts.with_(moe_dispatcher=recipe_dispatcher(model, hw) if model.moe is not None else "alltoall")
 
 
 @dataclass(frozen=True)
@@ -71,7 +102,7 @@ class TrainScenario:
     # routed products and permutes run that many times the mean rank's work, its all-to-all moves that much more,
     # and it keeps that many more permuted activations
     moe_imbalance: float = 1.0
-    moe_dispatcher: str = "alltoall"  # MOE_DISPATCHERS
+    moe_dispatcher: str = "auto"  # MOE_DISPATCHERS
     # multi-token-prediction modules trained with the model (DeepSeek-V3 report sec. 2.2; Megatron-Core's
     # --mtp-num-layers): each one decoder layer, a projection of [norm(h); norm(emb)] and the shared LM head and
     # loss again, on the last pipeline stage; None: the model's own (config num_nextn_predict_layers)
