@@ -39,8 +39,9 @@ def skew_key(routing: str, ep: bool, tokens_log2: int) -> str:
 def ranks_per_token(num_experts: int, top_k: int, ep: int) -> float:
     """Expected number of distinct EP ranks a token's top_k experts live on (uniform routing, num_experts/ep
     experts a rank): ep * (1 - C(E - E/ep, k) / C(E, k)). A DeepEP-style dispatch sends a token once to each such
-    rank and combines one partial sum from each, not one copy per expert: DeepSeek-V3 over EP 8 sends 5.3 copies
-    of a token, not 8 (0.66 of the bytes); over EP 64, 7.7."""
+    rank and combines one partial sum from each, not one copy per expert: 8 of 256 experts over EP 8 reach 5.3
+    ranks, not 8 (0.66 of the bytes); over EP 64, 7.7. A group-limited router reaches fewer
+    (:func:`copies_per_token`)."""
     per_rank = num_experts // ep
     if ep <= 1 or per_rank <= 0:
         return float(min(top_k, max(ep, 1)))
@@ -54,8 +55,8 @@ def nodes_per_token(num_experts: int, top_k: int, nodes: int, groups: int = 1, c
     """Expected number of distinct nodes a token's top_k experts live on, the experts laid out in order over
     ``nodes`` nodes (num_experts / nodes each), routing uniform within the model's group limit (``chosen`` of
     ``groups`` expert groups a token: ``MoE.expert_groups``, ``groups_per_token``): with whole groups on a node
-    a token reaches at most ``chosen`` nodes. DeepSeek-V3 (8 groups, 4 a token) over 8 nodes: 3.6 nodes, against 5.3 unlimited; over
-    4 nodes 2.9 (3.6 unlimited). DeepEP's normal kernels send a token once to each such node over the network and
+    a token reaches at most ``chosen`` nodes. DeepSeek-V3 (8 groups, 4 a token) over 8 nodes: 3.6 nodes, against
+    5.3 unlimited; over 4 nodes 2.9 (3.6 unlimited). DeepEP's normal kernels send a token once to each such node over the network and
     forward it inside the node over NVLink, so these copies, not the ranks', cross the NICs."""
     e, k = num_experts, top_k
     if nodes <= 1:

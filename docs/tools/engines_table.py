@@ -104,7 +104,8 @@ def table() -> str:
         "MoE over attention-DP ranks": [_est(e, "moe_exchange", e.moe_exchange + (
             ", in the experts' format" if e.moe_quantized_exchange else ", bf16")) for e in engines],
         "--moe-exchange all_to_all runs": [_est(e, "moe_all_to_all", {
-            "deepep": "DeepEP (low-latency for decode, normal with prefill)", "per_rank": "once per rank"}[e.moe_all_to_all])
+            "deepep": "DeepEP (low-latency for decode, normal with prefill)",
+            "per_rank": "once per rank"}[e.moe_all_to_all])
             for e in engines],
         "engine's host work a step (--scheduling)": [_scheduler(e) for e in engines],
         "MoE shared experts (--shared-stream)": [_shared(e) for e in engines],

@@ -716,7 +716,8 @@ def convert_deepep_normal(cols: dict[str, list], gpus_per_node: int) -> Converte
             continue
         rank_copies = tokens * ranks_per_token(experts, top_k, ranks)
         node_copies = tokens * nodes_per_token(experts, top_k, nodes) * (nodes - 1) / nodes
-        for direction, prefix, value_bytes in (("normal.dispatch", "dispatch", 1.0), ("normal.combine", "combine", 2.0)):
+        for direction, prefix, value_bytes in (("normal.dispatch", "dispatch", 1.0),
+                                               ("normal.combine", "combine", 2.0)):
             transmit, notify = _latency_s(r.get(f"{prefix}_transmit_us")), r.get(f"{prefix}_notify_us")
             if transmit is None or not isinstance(notify, (int, float)) or not 0 <= notify < 1e7:
                 out.skip("no positive latency")
