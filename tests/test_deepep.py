@@ -442,3 +442,22 @@ def test_hybridep_takes_the_link_inside_a_domain_and_deepeps_fit_across_nodes():
     assert _a2a(inside["hybridep"], "moe.dispatch").time == pytest.approx(
         collective_time("all_to_all", p.bytes, 8, 8, hw, inside["hybridep"].profile))  # the collective model
     assert _a2a(inside["hybridep"], "moe.dispatch").time != pytest.approx(_a2a(inside["deepep"], "moe.dispatch").time)
+
+
+def test_low_latency_calls_across_nodes_carry_the_remote_share_and_take_their_fit():
+    """Across nodes every routed pair bound for another node's rank crosses the NIC (no forwarding): the rows keep
+    the remote ranks' share of the bytes, and a call across domains takes the fit of its node count."""
+    conv = convert_deepep_ll(_table(nodes=(1, 2)), 8)
+    two = next(r for r in conv.rows if r["params"]["nodes"] == 2 and r["params"]["direction"] == "ll.dispatch")
+    one = next(r for r in conv.rows if r["params"]["nodes"] == 1)
+    assert "scaleout_bytes" not in one["params"] and "ranks" not in one["params"]  # one node's rows as they were
+    assert two["params"]["ranks"] == 16
+    assert two["params"]["scaleout_bytes"] == pytest.approx(two["params"]["bytes"] * 8 / 16)
+    hw = load_spec("h200-sxm")
+    prof = load_profile(ROOT / "calibration" / "h200-sxm-sglang")
+    for n in (2, 4, 8):  # Hopper's NICs: near their 50 GB/s at every node count
+        assert 0.85 < prof.deepep_scaleout_eta[f"ll.dispatch:{n}"] < 1.0
+    nbytes = 64 * 8 * deepep_ll_dispatch_bytes(7168)
+    a, eta = deepep_scaleout_fit("ll.dispatch", 4, prof)
+    got = collective_time("all_to_all", nbytes, 32, 32, hw, prof, kernel="ll.dispatch", experts=256)
+    assert got == pytest.approx(a + nbytes * 24 / 32 / (eta * hw.scaleout_bandwidth))

@@ -94,8 +94,8 @@ ACROSS_VERSION = "0.5.6.post2"
 
 def across_table() -> str:
     """DeepEP's low-latency calls across 2-8 HGX nodes (SGLang 0.5.6.post2's tables, DeepSeek-V3's MoE, EP 8 a
-    node) beside the projection, which prices them by the collective model's all-to-all across NVLink domains
-    (the remote share over each rank's scale-out NIC; one node's fit does not apply there)."""
+    node) beside the projection, which prices them by the part's fit across nodes (the remote ranks' share of the
+    bytes over each rank's NIC; these calls are among the fitted ones)."""
     import pandas as pd
 
     from perfmodel.cost.comm import collective_time

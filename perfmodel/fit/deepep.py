@@ -15,13 +15,13 @@ a 1 ms call at 2,048), with a quarter of the shapes held out by a hash of the sh
 the same tables miss more, worst on the 8- and 16-expert rows (docs/tools/deepep_check.py prints both).
 
 Across nodes the normal kernels send a token once to every other node holding any of its experts, over the NIC to
-the same-index GPU there, which forwards it over NVLink (:func:`perfmodel.routing.nodes_per_token`); the NIC binds, so
-a call is
+the same-index GPU there, which forwards it over NVLink (:func:`perfmodel.routing.nodes_per_token`), and the
+low-latency ones every routed pair bound for another node's rank straight over RDMA; the NIC binds, so a call is
 
     t = alpha + bytes over the NIC per rank / (eta * scale-out bandwidth per GPU)
 
-fitted per direction and node count (the measured bandwidth falls from 4 to 8 nodes: a network's own, not a law
-of the kernel), and priced between node counts by :func:`perfmodel.cost.comm.deepep_scaleout_fit`.
+fitted per direction and node count (the normal kernels' bandwidth falls from 4 to 8 nodes where the low-latency
+ones' holds), and priced between node counts by :func:`perfmodel.cost.comm.deepep_scaleout_fit`.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from ..profile import Profile
 from ..spec import HardwareSpec
 
 DIRECTIONS = ("ll.dispatch", "ll.combine", "normal.dispatch", "normal.combine")
-ACROSS_DIRECTIONS = ("normal.dispatch", "normal.combine")  # the kernels measured across nodes
+ACROSS_DIRECTIONS = DIRECTIONS  # the kernels measured across nodes (both, on Hopper)
 MIN_ROWS = 8  # fewer shapes than this fit nothing (three constants over a spread of sizes)
 HOLDOUT = 0.25
 
@@ -206,7 +206,8 @@ def report_text(report: dict) -> str:
             rows.append(f"| {direction} | {nodes} | {f['alpha_s'] * 1e6:.1f} | {f['bandwidth_gbs']:.1f} | {tr['n']} | "
                         f"{tr['median_abs_error']:.1%} / {tr['p90_abs_error']:.1%} | {ho['n']} | {held} |")
         srcs = sorted({s for f in across.values() for s in f["sources"]})
-        text += ("\nAcross nodes (a token once per remote node over the NIC):\n\n" + "\n".join(rows)
+        text += ("\nAcross nodes, on the bytes each rank sends over its NIC (normal: a token once per remote node; "
+                 "low-latency: every routed pair bound for another node's rank):\n\n" + "\n".join(rows)
                  + f"\n\nFrom {', '.join(srcs)} (perfmodel.fit.deepep).\n")
     return text
 

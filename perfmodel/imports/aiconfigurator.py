@@ -244,40 +244,49 @@ def _gpus_per_node(src: Source, system: str) -> int:
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 8
 
 
+ACROSS_NODE_TABLES = ("wideep_deepep_normal_perf", "wideep_deepep_ll_perf")  # DeepEP's normal and low-latency kernels
+
+
 def _deepep_across_nodes(src: Source, system: str, engine: str, wanted: str | None, tables: dict) -> list[dict]:
-    """DeepEP's normal kernels across nodes where the table the import took times one node only: the rows of
-    two or more nodes from the newest version at or before ``wanted`` that has them (SGLang 0.5.12's tables time
-    one node, 0.5.6.post2's two to eight nodes on Hopper), recorded in ``tables`` under their own entry."""
-    table = "wideep_deepep_normal_perf"
-    taken = tables.get(table, {})
+    """DeepEP's kernels across nodes where the table the import took times one node only: for each of its tables
+    (:data:`ACROSS_NODE_TABLES`) the rows of two or more nodes from the newest version at or before ``wanted`` that
+    has them (SGLang 0.5.12's tables time one node, 0.5.6.post2's two to eight nodes on Hopper), recorded in
+    ``tables`` under their own entry."""
+    out = []
     base = src.data / system / "comm" / engine
     if not base.is_dir():
-        return []
-    versions = sorted((d.name for d in base.iterdir() if (d / f"{table}.parquet").is_file()), key=_version_key)
-    if wanted is not None:
-        versions = [v for v in versions if _version_key(v) <= _version_key(wanted)]
-    for v in reversed(versions):
-        path = base / v / f"{table}.parquet"
-        cols, dropped = checked_columns(read_columns(path, DEEPEP_NORMAL_COLUMNS), path, table)
-        if not any(n > 1 for n in cols["node_num"]):
-            continue
-        if taken.get("engine_version") == v:  # the table taken already holds them
-            return []
-        conv = convert_deepep_normal(cols, _gpus_per_node(src, system))
-        rows = [r for r in conv.rows if r["params"]["nodes"] > 1]
-        for r in rows:
-            r["source"] = f"{table}@{v}"
-        skipped = dict(conv.skipped)
-        if dropped:
-            skipped["a cell null, not a number, out of range"] = dropped
-        one_node = 2 * sum(1 for n in cols["node_num"] if n == 1)
-        if one_node:
-            skipped["one node (from the version the import took)"] = one_node
-        tables[f"{table} (across nodes)"] = {
-            "file": str(path.relative_to(src.systems)), "engine_version": v, "rows_read": conv.read + dropped,
-            "rows_converted": len(rows), "rows_kept": len(rows), "skipped": skipped}
-        return rows
-    return []
+        return out
+    gpus = _gpus_per_node(src, system)
+    for table in ACROSS_NODE_TABLES:
+        normal = table == "wideep_deepep_normal_perf"
+        columns = DEEPEP_NORMAL_COLUMNS if normal else DEEPEP_LL_COLUMNS
+        taken = tables.get(table, {})
+        versions = sorted((d.name for d in base.iterdir() if (d / f"{table}.parquet").is_file()), key=_version_key)
+        if wanted is not None:
+            versions = [v for v in versions if _version_key(v) <= _version_key(wanted)]
+        for v in reversed(versions):
+            path = base / v / f"{table}.parquet"
+            cols, dropped = checked_columns(read_columns(path, columns), path, table)
+            if not any(n > 1 for n in cols["node_num"]):
+                continue
+            if taken.get("engine_version") == v:  # the table taken already holds them
+                break
+            conv = convert_deepep_normal(cols, gpus) if normal else convert_deepep_ll(cols, gpus)
+            rows = [r for r in conv.rows if r["params"]["nodes"] > 1]
+            for r in rows:
+                r["source"] = f"{table}@{v}"
+            skipped = dict(conv.skipped)
+            if dropped:
+                skipped["a cell null, not a number, out of range"] = dropped
+            one_node = 2 * sum(1 for n in cols["node_num"] if n == 1)
+            if one_node:
+                skipped["one node (from the version the import took)"] = one_node
+            tables[f"{table} (across nodes)"] = {
+                "file": str(path.relative_to(src.systems)), "engine_version": v, "rows_read": conv.read + dropped,
+                "rows_converted": len(rows), "rows_kept": len(rows), "skipped": skipped}
+            out += rows
+            break
+    return out
 
 
 def available(src: Source) -> list[dict]:
@@ -667,15 +676,18 @@ MOE_COLUMNS = ("kernel_source", "moe_dtype", "num_tokens", "hidden_size", "inter
                "moe_tp_size", "moe_ep_size", "distribution", "latency")
 
 
-def convert_deepep_ll(cols: dict[str, list]) -> Converted:
+def convert_deepep_ll(cols: dict[str, list], gpus_per_node: int = 8) -> Converted:
     """DeepEP's low-latency kernels (SGLang's wide-EP tables): one row per direction, with the bytes each rank
     sends (every routed token-expert pair a message: :func:`perfmodel.graph.deepep_ll_dispatch_bytes` out, bf16
-    back) beside the shape. The tables give microseconds."""
+    back) beside the shape; across nodes also the ranks and the bytes that cross the rank's NIC (every message to
+    a rank of another node, straight over RDMA: the remote ranks' share under uniform routing). The tables give
+    microseconds."""
     from ..graph import deepep_ll_dispatch_bytes
 
     out = Converted()
     for r in _rows(cols):
         hidden, tokens, top_k = int(r["hidden_size"]), int(r["num_token"]), int(r["num_topk"])
+        nodes = int(r["node_num"])
         pairs = tokens * top_k
         for direction, column, per_pair in (("ll.dispatch", "dispatch_avg_t_us", deepep_ll_dispatch_bytes(hidden)),
                                             ("ll.combine", "combine_avg_t_us", 2.0 * hidden)):
@@ -684,8 +696,11 @@ def convert_deepep_ll(cols: dict[str, list]) -> Converted:
             if t is None:
                 out.skip("no positive latency")
                 continue
-            params = {"op": "deepep", "direction": direction, "nodes": int(r["node_num"]), "hidden": hidden,
+            params = {"op": "deepep", "direction": direction, "nodes": nodes, "hidden": hidden,
                       "tokens": tokens, "top_k": top_k, "experts": int(r["num_experts"]), "bytes": pairs * per_pair}
+            if nodes > 1:  # (one node's rows as they were)
+                ranks = nodes * gpus_per_node
+                params.update(ranks=ranks, scaleout_bytes=pairs * per_pair * (ranks - gpus_per_node) / ranks)
             out.rows.append({"id": _row_id("deepep", params), "kind": "deepep", "params": params, "time_s": t / 1e3})
     return out
 
@@ -816,7 +831,8 @@ def plans(engine: str, gpus_per_node: int = 8) -> list[TablePlan]:
                   None),
         TablePlan("moe", "moe_perf", MOE_COLUMNS, convert_moe, _moe_stratum),
         TablePlan("deltanet", "gdn_perf", GDN_COLUMNS, convert_gdn, None, folder="linear_attention"),
-        TablePlan("deepep", "wideep_deepep_ll_perf", DEEPEP_LL_COLUMNS, convert_deepep_ll, None, folder="comm"),
+        TablePlan("deepep", "wideep_deepep_ll_perf", DEEPEP_LL_COLUMNS, lambda c: convert_deepep_ll(c, gpus_per_node),
+                  None, folder="comm"),
         TablePlan("deepep", "wideep_deepep_normal_perf", DEEPEP_NORMAL_COLUMNS,
                   lambda c: convert_deepep_normal(c, gpus_per_node), None, folder="comm"),
     ]
