@@ -186,7 +186,7 @@ def collective_time(kind: str, nbytes, group, world, hw, prof: Profile, *, sol: 
     if kind == "all_to_all":
         across = kernel if scaleout_kernel is None else scaleout_kernel
         fit = deepep_scaleout_fit(across, group / domain, prof) if across else None
-        if fit is not None:  # DeepEP's normal kernels, measured across nodes: the NIC binds
+        if fit is not None:  # DeepEP's kernels, measured across nodes: the NIC binds
             return fit[0] + scaleout_bytes / (fit[1] * hw.scaleout_bandwidth)
         return _all_to_all_across(nbytes, scaleout_bytes, int(group), hw, prof, xp)
     outer = group / domain
