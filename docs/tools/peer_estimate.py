@@ -55,6 +55,7 @@ class Row(NamedTuple):
     measured_ms: float
     aic_ms: float
     ours_ms: float
+    moe_ep: int = 1  # experts spread over this many ranks (1: each expert split over the MoE ranks, or dense)
 
 
 def _sample_rows() -> dict[int, dict]:
@@ -143,7 +144,8 @@ def compared() -> list[Row]:
     ours = _ours(rows)
     return [Row(r["id"], line_of[r["id"]], r["model"], ours[r["id"]][1].family, ours[r["id"]][1].layers,
                 (r.get("engine") or "").strip().lower(), r["hardware"], int(r["tp"]), int(r["concurrency"]),
-                int(r["osl"]), float(r["value"]), aic[line_of[r["id"]]], ours[r["id"]][0])
+                int(r["osl"]), float(r["value"]), aic[line_of[r["id"]]], ours[r["id"]][0],
+                int(float(r.get("moe_ep") or 1)))
             for r in rows if r["id"] in ours]
 
 
@@ -185,6 +187,28 @@ def gap_table(data: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def ep_table(data: list[Row]) -> str:
+    """Per MoE family and engine with rows both ways, the signed median error of each estimate with the experts
+    split over the MoE ranks (EP 1) and spread over them (EP > 1): what both miss alike at EP > 1 is time the
+    kernel tables do not hold."""
+    cells: dict[tuple, dict[bool, list[Row]]] = defaultdict(lambda: defaultdict(list))
+    for r in data:
+        cells[(r.family, ENGINES.get(r.engine, r.engine))][r.moe_ep > 1].append(r)
+    lines = ["| family | engine | EP 1: rows | aiconfigurator | perfmodel | EP > 1: rows | aiconfigurator | perfmodel |",
+             "|---|---|---|---|---|---|---|---|"]
+    for key in sorted(cells):
+        if len(cells[key]) < 2:
+            continue
+        row = []
+        for spread in (False, True):
+            rs = cells[key][spread]
+            aic = statistics.median(r.aic_ms / r.measured_ms - 1 for r in rs) * 100
+            ours = statistics.median(r.ours_ms / r.measured_ms - 1 for r in rs) * 100
+            row += [f"{len(rs):,}", f"{aic:+.1f}%", f"{ours:+.1f}%"]
+        lines.append(f"| {' | '.join(key)} | {' | '.join(row)} |")
+    return "\n".join(lines)
+
+
 def prologue_table(m: int = 8, k: int = 5120) -> str:
     """Each imported engine folder's fitted input quantization of a linear module (what its table times inside the
     module, its own profile) beside the quantize op a projection on that part and engine adds before the same
@@ -218,6 +242,9 @@ def markdown() -> str:
             f"Measured TPOT beyond each estimate, in microseconds per layer per decode step (aiconfigurator / "
             f"perfmodel; median over the rows at <= {LOW_CONCURRENCY} clients and >= {LONG_OUTPUT} output tokens; "
             f"models with at least two TP degrees):\n\n{gap_table(data)}\n\n"
+            f"Signed median error of each static decode by expert parallelism, for the families measured both ways "
+            f"(EP 1: each expert split over the MoE ranks; EP > 1: the experts spread over them):\n\n{ep_table(data)}"
+            f"\n\n"
             f"A linear module's input quantization at 8 rows of 5,120 (a decode step's): as each engine's fitted "
             f"table prices it inside the module, and as a projection prices the quantize op it adds before the "
             f"product:\n\n{prologue_table()}")
