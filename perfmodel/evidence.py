@@ -65,9 +65,13 @@ FAMILY_FIELDS: dict[str, tuple[str, ...]] = {
     "training": ("training",),
     "power": ("power",),
     "deltanet": ("deltanet_scan",),
-    "deepep": ("deepep_alpha_s", "deepep_expert_s", "deepep_eta", "deepep_scaleout_alpha_s", "deepep_scaleout_eta"),
+    "deepep": ("deepep_alpha_s", "deepep_expert_s", "deepep_eta"),
+    # DeepEP's kernels across nodes: bound by the NICs, not the GPU, and timed on Hopper only (aiconfigurator-core
+    # times Blackwell's on one node), so a family of its own, which a part borrows from the nearest that measured it
+    "deepep_across": ("deepep_scaleout_alpha_s", "deepep_scaleout_eta"),
 }
-ENGINE_FAMILIES = ("gemm", "attention", "comm", "moe", "deltanet", "deepep")
+DEEPEP_FAMILIES = ("deepep", "deepep_across")  # evidence only for an engine that runs DeepEP (runs_deepep)
+ENGINE_FAMILIES = ("gemm", "attention", "comm", "moe", "deltanet") + DEEPEP_FAMILIES
 # Families whose modules differ from one serving engine to another: the engine's own tables from a part of the
 # target's instruction family rank before another engine's tables on the part (module doc).
 ENGINE_FIRST_FAMILIES = ("gemm", "moe", "deltanet")
@@ -193,7 +197,7 @@ def choose(hw: HardwareSpec, engine: str, candidates: list[tuple[Profile, Hardwa
     out = {}
     ref = library_part(hw)
     for family in FAMILY_FIELDS:
-        if family == "deepep" and not runs_deepep(engine):  # another engine's kernels: no evidence for this one
+        if family in DEEPEP_FAMILIES and not runs_deepep(engine):  # another engine's kernels: no evidence for it
             out[family] = None
             continue
         usable = [(p, s) for p, s in candidates if family in measured_families(p) and _usable(hw, p, s)]
@@ -265,21 +269,6 @@ def host_provenance(prof: Profile | None, hw: HardwareSpec) -> dict:
     return {"profile": prof.name, "part": prof.spec_key, "source": f"measured on {where}{carried}"}
 
 
-def _deepep_across_nodes(hw: HardwareSpec, engine: str, candidates: list[tuple[Profile, HardwareSpec | None]],
-                         values: dict) -> tuple[Profile, HardwareSpec | None] | None:
-    """Where the engine runs DeepEP and the deepep evidence chosen has no fit across nodes (aiconfigurator-core
-    times Blackwell's kernels on one node only): the best-ranked candidate that has one. Those calls are bound by
-    the NICs (perfmodel.fit.deepep), so their fit carries as fractions of the target's own scale-out bandwidth.
-    None where nothing is to be borrowed."""
-    if not runs_deepep(engine) or values.get("deepep_scaleout_eta"):
-        return None
-    usable = [(p, s) for p, s in candidates if p.deepep_scaleout_eta and _usable(hw, p, s)]
-    if not usable:
-        return None
-    ref = library_part(hw)
-    return min(usable, key=lambda ps: _rank(hw, engine, "deepep", ps[0], ps[1], ref))
-
-
 def compose(hw: HardwareSpec, engine: str, candidates: list[tuple[Profile, HardwareSpec | None]]) -> Profile:
     """One profile for ``engine`` on ``hw``, each family from its best evidence (module doc); the host costs
     (``Profile.host``) from :func:`choose_host`, unchanged."""
@@ -309,7 +298,7 @@ def compose(hw: HardwareSpec, engine: str, candidates: list[tuple[Profile, Hardw
         if family == "attention":
             continue
         if pick is None:
-            if family != "deepep" or runs_deepep(engine):  # (another engine's kernels: nothing to say)
+            if family not in DEEPEP_FAMILIES or runs_deepep(engine):  # (another engine's kernels: nothing to say)
                 provenance_families[family] = {"source": "documented defaults"}
             for f in FAMILY_FIELDS[family]:
                 values[f] = getattr(DEFAULTS, f)
@@ -370,16 +359,6 @@ def compose(hw: HardwareSpec, engine: str, candidates: list[tuple[Profile, Hardw
         mem_eta, mem_alpha = dict(values["mem_eta"]), dict(values["mem_alpha_s"])
         mem_eta["moe_permute"], mem_alpha["moe_permute"] = moe_prof.mem_eta["moe_permute"], moe_prof.mem_alpha_s["moe_permute"]
         values["mem_eta"], values["mem_alpha_s"] = mem_eta, mem_alpha
-    across = _deepep_across_nodes(hw, engine, candidates, values)
-    if across is not None:  # DeepEP across nodes is the network's: the nearest part that measured it
-        a_prof = on_target(*across)
-        for f in ("deepep_scaleout_alpha_s", "deepep_scaleout_eta"):
-            values[f] = dict(getattr(a_prof, f))
-        entry = dict(provenance_families.get("deepep") or {"source": "documented defaults"})
-        where = _entry(across[0], hw)
-        entry["across_nodes"] = where
-        entry["source"] = f"{entry.get('source', '')}; across nodes {where['source']}"
-        provenance_families["deepep"] = entry
     provenance_families = {f: provenance_families[f] for f in FAMILY_FIELDS if f in provenance_families}
     # uncertainty: the GEMM source's residual bands (attention's from its backends' sources); its validation
     lead_name = chosen[lead_family][0].name if lead_family else ""

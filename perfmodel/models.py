@@ -89,7 +89,7 @@ class MoE:
     shared_expert_gate: bool = False  # a sigmoid gate (hidden -> 1) on the shared experts' output (Qwen2-MoE)
     # Group-limited routing (DeepSeek-V3's n_group 8, topk_group 4): the experts fall in expert_groups equal groups
     # and a token's top_k are picked among its best groups_per_token groups only; 1, 1: no limit. With the groups
-    # laid out node by node it bounds the nodes a token reaches (perfmodel.graph.nodes_per_token).
+    # laid out node by node it bounds the nodes a token reaches (perfmodel.routing.nodes_per_token).
     expert_groups: int = 1
     groups_per_token: int = 1
 

@@ -76,6 +76,12 @@ def nodes_per_token(num_experts: int, top_k: int, nodes: int, groups: int = 1, c
     return nodes * hit
 
 
+def remote_node_copies(tokens, num_experts: int, top_k: int, nodes: int, groups: int = 1, chosen: int = 1):
+    """The copies of ``tokens`` a send-once-per-node all-to-all puts on a rank's NIC: :func:`nodes_per_token` less
+    each token's own node (by symmetry, (nodes - 1) / nodes of them)."""
+    return tokens * nodes_per_token(num_experts, top_k, nodes, groups, chosen) * (nodes - 1.0) / nodes
+
+
 def copies_per_token(moe, ranks: int) -> float:
     """Copies of a token an all-to-all that sends once per rank (or per node, with ``ranks`` the nodes) moves over
     ``ranks`` ranks of ``moe``'s experts: :func:`nodes_per_token` within the model's group limit (DeepSeek-V3 over EP

@@ -164,6 +164,8 @@ def test_committed_fits_reproduce_the_tables_they_came_from(folder):
     the same as a refit of the folder's own rows."""
     prof = load_profile(ROOT / "calibration" / folder)
     assert "deepep" in prof.provenance["measured_families"]
+    # the calls across nodes are their own evidence family where the folder measured them (Hopper's)
+    assert ("deepep_across" in prof.provenance["measured_families"]) == folder.startswith("h")
     for d in DIRECTIONS:
         held = prof.provenance["deepep"][d]["held_out"]
         assert held["n"] >= 20 and held["median_abs_error"] < 0.11, (d, held)
@@ -397,12 +399,14 @@ def test_parts_without_a_fit_across_nodes_borrow_the_nearest_measured_one():
     assert b200.deepep_eta == pytest.approx(own.deepep_eta)
     assert b200.deepep_scaleout_eta == pytest.approx(hopper.deepep_scaleout_eta)
     assert b200.deepep_scaleout_alpha_s == pytest.approx(hopper.deepep_scaleout_alpha_s)
-    fam = b200.provenance["families"]["deepep"]
-    assert fam["profile"] == "b200-sglang" and fam["across_nodes"]["profile"] in ("h200-sxm-sglang", "h100-sxm-sglang")
-    assert "across nodes carried from" in fam["source"]
-    assert resolve_profile(None, resolve_hardware("b200"), "trtllm").deepep_scaleout_eta == {}
+    fams = b200.provenance["families"]
+    assert fams["deepep"]["profile"] == "b200-sglang"
+    assert fams["deepep_across"]["profile"] in ("h200-sxm-sglang", "h100-sxm-sglang")
+    assert fams["deepep_across"]["carried"] and "carried from" in fams["deepep_across"]["source"]
+    trt = resolve_profile(None, resolve_hardware("b200"), "trtllm")
+    assert trt.deepep_scaleout_eta == {} and "deepep_across" not in trt.provenance["families"]
     h200 = resolve_profile(None, resolve_hardware("h200-sxm"), "sglang")
-    assert "across_nodes" not in h200.provenance["families"]["deepep"]  # its own fit
+    assert h200.provenance["families"]["deepep_across"]["profile"] == "h200-sxm-sglang"  # its own fit
 
 
 @pytest.mark.parametrize("part,model,want", [

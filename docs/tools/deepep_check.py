@@ -135,8 +135,6 @@ def normal_across_table() -> str:
     measured, projected by the fit across nodes (perfmodel.fit.deepep, these calls among its rows), by the collective
     model on the same bytes over the NIC (a token once per remote node) and by the collective model on a token once
     per remote rank (what every all-to-all across domains was priced as before)."""
-    import dataclasses
-
     import pandas as pd
 
     from perfmodel import ops as O
@@ -158,7 +156,7 @@ def normal_across_table() -> str:
               & (d.dispatch_sms == DEEPEP_ENGINE_SMS)]
         s = setup(part, "deepseek-v3", {"engine": "sglang"})
         hw, prof = s.hardware, s.profile
-        bare = dataclasses.replace(prof, deepep_scaleout_alpha_s={}, deepep_scaleout_eta={})
+        bare = prof.with_(deepep_scaleout_alpha_s={}, deepep_scaleout_eta={})
         for r in d.sort_values(["node_num", "num_token"]).itertuples():
             if int(r.num_token) not in NORMAL_TOKENS:
                 continue

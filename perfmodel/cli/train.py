@@ -105,10 +105,9 @@ def cmd_train(args) -> int:
     s = setup(args.arch, args.model, calibration=args.calibration, engine=STANDALONE_ENGINE)
     hw, model, prof = s.hardware, s.model, s.profile
     ts = train_scenario(args)
-    if args.calibration is None and ts.moe_dispatcher != "alltoall" and model.moe is not None:
-        from ..train import training_profile
+    from ..train import training_profile
 
-        prof = training_profile(None, hw, ts)  # with DeepEP's kernels from an engine's measured tables
+    prof = training_profile(args.calibration, hw, ts, model, base=prof)  # DeepEP's kernels, where it may run them
     if args.search:
         return _search(args, hw, model, ts, prof)
     from ..train.project import project_training

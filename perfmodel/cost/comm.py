@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 
 from ..profile import Profile
-from ..routing import nodes_per_token
+from ..routing import remote_node_copies
 from .backend import NP
 
 COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
@@ -148,8 +148,8 @@ def per_node_bytes(per_node: dict | None, group, hw):
     if not per_node or group <= hw.scaleup_domain:
         return None
     nodes = math.ceil(group / hw.scaleup_domain)
-    reached = nodes_per_token(*per_node["routing"][:2], nodes, *per_node["routing"][2:])
-    return per_node["tokens"] * reached * (nodes - 1.0) / nodes * per_node["copy_bytes"]
+    experts, top_k, groups, chosen = per_node["routing"]
+    return remote_node_copies(per_node["tokens"], experts, top_k, nodes, groups, chosen) * per_node["copy_bytes"]
 
 
 def collective_time(kind: str, nbytes, group, world, hw, prof: Profile, *, sol: bool = False, xp=NP,

@@ -20,6 +20,7 @@ from ..spec import HardwareSpec
 from .clock import CLOCK_COURSE_DIR, fit_clock
 from .clock import report_text as clock_text
 from .collectives import fit_collectives
+from ..evidence import DEEPEP_FAMILIES
 from .deepep import fit_deepep
 from .deepep import OLD_SECTIONS as OLD_DEEPEP_SECTIONS
 from .deepep import SECTION as DEEPEP_SECTION
@@ -313,7 +314,7 @@ def fit_directory(directory, *, spec: str | None = None, holdout: float = 0.25, 
                     "attention_dispatch": dispatch_seen,
                     **({"sampling": sampling} if sampling else {}),
                     "measured_families": _families_measured(cases, launches, comm_info, training, power)
-                    + (["deltanet"] if deltanet else []) + (["deepep"] if deepep else []),
+                    + (["deltanet"] if deltanet else []) + deepep_families(deepep),
                     **({"deltanet": {k: v for k, v in deltanet.items() if k != "scan"}} if deltanet else {}),
                     **({"deepep": deepep} if deepep else {}),
                     "module_kernels": sorted({"kv_write" for c in cases if c.params.get("includes") == "kv_write"}
@@ -379,6 +380,14 @@ def validation_markdown(prof: Profile, hw: HardwareSpec) -> str:
 REFIT_FAMILIES = ("deepep",)  # families `perfmodel fit --only` refits into an existing profile
 
 
+def deepep_families(report: dict | None) -> list[str]:
+    """The evidence families a DeepEP fit's report measured: one node's calls (deepep), and the calls across nodes
+    where it holds them (deepep_across, perfmodel.evidence)."""
+    if not report:
+        return []
+    return ["deepep"] + (["deepep_across"] if report.get("across") else [])
+
+
 def refit_family(d: str | Path, family: str) -> str:
     """Fit one family from folder ``d``'s rows into its existing ``profile.json`` and ``validation.md``, leaving
     every other fitted value as it is (``perfmodel fit`` fits them all, this family with them: a full refit
@@ -397,7 +406,8 @@ def refit_family(d: str | Path, family: str) -> str:
     if report is None:
         return f"{d}: no DeepEP rows to fit; nothing written\n"
     prov = dict(prof.provenance)
-    prov["measured_families"] = [f for f in prov.get("measured_families", []) if f != family] + [family]
+    prov["measured_families"] = ([f for f in prov.get("measured_families", []) if f not in DEEPEP_FAMILIES]
+                                 + deepep_families(report))
     prov["deepep"] = report
     imported = _import_provenance(d / ENVIRONMENT)
     if imported:  # the import that brought the rows, as a full fit records it

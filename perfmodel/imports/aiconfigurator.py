@@ -712,10 +712,10 @@ def convert_deepep_normal(cols: dict[str, list], gpus_per_node: int) -> Converte
     (:func:`perfmodel.graph.deepep_normal_copy_bytes`; the tables' combine takes about twice the dispatch's time
     across nodes): ``bytes``, a token once to every rank holding any of its experts
     (:func:`perfmodel.routing.ranks_per_token` over ``nodes x gpus_per_node`` ranks), and ``scaleout_bytes``,
-    once to every other node holding any (:func:`perfmodel.routing.nodes_per_token`, uniform routing: the
+    once to every other node holding any (:func:`perfmodel.routing.remote_node_copies`, uniform routing: the
     collector's routing is not published). Microseconds in the tables."""
     from ..graph import deepep_normal_copy_bytes
-    from ..routing import nodes_per_token, ranks_per_token
+    from ..routing import ranks_per_token, remote_node_copies
 
     out = Converted()
     for r in _rows(cols):
@@ -730,7 +730,7 @@ def convert_deepep_normal(cols: dict[str, list], gpus_per_node: int) -> Converte
             out.skip("experts not spread evenly over the ranks", 2)
             continue
         rank_copies = tokens * ranks_per_token(experts, top_k, ranks)
-        node_copies = tokens * nodes_per_token(experts, top_k, nodes) * (nodes - 1) / nodes
+        node_copies = remote_node_copies(tokens, experts, top_k, nodes)
         for direction, prefix, value_bytes in (("normal.dispatch", "dispatch", 1.0),
                                                ("normal.combine", "combine", 2.0)):
             transmit, notify = _latency_s(r.get(f"{prefix}_transmit_us")), r.get(f"{prefix}_notify_us")
