@@ -30,6 +30,25 @@ MODEL_CLASSES = {
 }
 
 
+# the GPUs of one HGX node: a larger NVLink domain (an NVL72 rack) spans several nodes' trays
+NODE_GPUS = 8
+# SGLang's DeepEP payloads (sources["moe_all_to_all"]): the low-latency dispatch in fp8, the normal one in fp8
+# where the experts run fp8 (or narrower), both combines in bf16
+SGLANG_A2A_PAYLOAD = {"ll.dispatch": "fp8", "ll.combine": "bf16", "normal.dispatch": "fp8_experts",
+                      "normal.combine": "bf16"}
+# vLLM's: its DeepEP prepare quantizes to fp8 blocks before either dispatch for block-fp8 experts, else sends bf16
+VLLM_A2A_PAYLOAD = {"ll.dispatch": "fp8_experts", "ll.combine": "bf16", "normal.dispatch": "fp8_experts",
+                    "normal.combine": "bf16"}
+# TensorRT-LLM's, as aiconfigurator-core 0.12.0 reads them (sdk/operations/moe_comm.py communication_dtype_for):
+# DeepEP's low-latency calls in the experts' format both ways (bf16, fp8, NVFP4 out and fp4 back), its
+# high-throughput ones NVFP4 out for NVFP4 experts and bf16 otherwise, bf16 back (its combine under NVFP4 experts
+# times as its bf16 one); the MNNVL all-to-all the experts' format out (the preset quantizes before the exchange)
+# and bf16 back
+TRTLLM_A2A_PAYLOAD = {"ll.dispatch": "experts", "ll.combine": "experts", "normal.dispatch": "fp4_experts",
+                      "normal.combine": "bf16", "mnnvl.dispatch": "experts", "mnnvl.combine": "bf16"}
+A2A_PAYLOAD_RULES = ("bf16", "fp8", "experts", "fp8_experts", "fp4_experts")
+
+
 @dataclass(frozen=True)
 class ModelDefault:
     """A default the engine sets for some models only, as its server arguments resolve per architecture: scenario
@@ -83,6 +102,15 @@ class Engine:
     # (decode steps on DeepEP's low-latency kernels, every routed token-expert pair a message of its own,
     # dispatched in fp8 with a fp32 scale per 128 values and a 16-byte header, combined in bf16; prefill per_rank)
     moe_all_to_all: str = "per_rank"
+    # the kernels of an all_to_all exchange on a part whose NVLink domain spans several nodes (GB200 / GB300 NVL72)
+    # where the engine runs others there: mnnvl (TensorRT-LLM's NVLink one-sided all-to-all, a token once per rank
+    # holding any of its experts, priced from its measured table where a profile fitted it); None: the same
+    moe_all_to_all_nvl: str | None = None
+    # the payload format of DeepEP's calls, per "<kernel>.<direction>" (ll.dispatch, ll.combine, normal.dispatch,
+    # normal.combine): bf16 | fp8 (a fp32 scale per 128 values) | experts (the experts' product format: fp8 or
+    # NVFP4, else bf16) | fp8_experts (fp8 where the experts' products take a byte or less, else bf16) |
+    # fp4_experts (NVFP4 where they run fp4, else bf16); perfmodel.graph.deepep_payload reads it
+    a2a_payload: dict[str, str] = field(default_factory=lambda: dict(SGLANG_A2A_PAYLOAD))
     # the release whose documented defaults the preset follows, and the one NVIDIA's imported kernel tables
     # were measured with (calibration/<part>-<engine>/environment.json)
     version: str = ""
@@ -163,6 +191,13 @@ class Engine:
 
             return np.maximum(0.0, t)
         return xp.maximum(0.0, t)  # an array or a spreadsheet cell, in its backend
+
+    def all_to_all_for(self, hw) -> str:
+        """The kernels an all_to_all exchange runs on ``hw`` (:attr:`moe_all_to_all`, :attr:`moe_all_to_all_nvl`
+        where the part's NVLink domain is larger than one 8-GPU node)."""
+        if self.moe_all_to_all_nvl and getattr(hw, "scaleup_domain", 8) > NODE_GPUS:
+            return self.moe_all_to_all_nvl
+        return self.moe_all_to_all
 
     def attention_for(self, generation: str) -> str:
         return self.attention.get(generation, self.attention["*"])
@@ -373,7 +408,8 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         attention={"*": "trtllm", "ampere": "flash"},
         kernels="fused", rotary="kv_write", launch="auto", fp8_kv=True, fp8_attention=True,
         prefill_chunk=8192, max_batch=2048, mem_policy="free", mem_fraction=0.9, mem_reserve=2 * GiB,
-        moe_exchange="gather", moe_quantized_exchange=True,
+        moe_exchange="gather", moe_quantized_exchange=True, moe_all_to_all="deepep", moe_all_to_all_nvl="mnnvl",
+        a2a_payload=dict(TRTLLM_A2A_PAYLOAD),
         weight_only_moe={"*": "bf16", "blackwell": "fp8", "blackwell-ultra": "fp8"},
         version="TensorRT-LLM 1.0 defaults (PyTorch backend, LLM API); kernel tables measured with 1.3.0rc20",
         near=("trtllm", "vllm", "sglang", "torch", "hf"), admission="no_evict",
@@ -402,6 +438,13 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
                             "quantized (FP8 / NVFP4) inputs of every DP rank and reduce-scatters its outputs "
                             "(tensorrt_llm/_torch/modules/fused_moe); its MNNVL all-to-all is an option for wide EP "
                             "(estimate: which one a given run used is not recorded)",
+            "moe_all_to_all": "estimate: TensorRT-LLM 1.x's wide-EP MoE with attention DP picks its all-to-all "
+                              "per system (fused_moe select_alltoall_method_type, not read here): its MNNVL "
+                              "all-to-all where the NVLink domain spans nodes (GB200 / GB300 NVL72), DeepEP's "
+                              "kernels on an HGX node where enabled (TRTLLM_CAN_USE_DEEP_EP; low-latency under CUDA "
+                              "graphs, normal otherwise); aiconfigurator-core 0.12.0 times both (moe_a2a_perf: "
+                              "trtllm_deepep_ll / _ht on every part it covers; trtllm_alltoall_perf: NVLinkOneSided "
+                              "on the GB200), the payloads in the formats its communication_dtype_for names",
             "kernels": "TensorRT-LLM fuses residual + RMSNorm, SwiGLU and RoPE into the attention preprocessing "
                        "(docs, advanced/gpt-attention.md; PyTorch backend fusion passes)",
             "fp8_kv": "TensorRT-LLM performance docs (perf-overview): FP8 checkpoints are benchmarked with an FP8 "
@@ -420,6 +463,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         kernels="fused", rotary="kernel", launch="auto", fp8_kv=False, fp8_attention=False,
         prefill_chunk=8192, max_batch=1024, mem_policy="total", mem_fraction=0.9, mem_reserve=2 * GiB,
         moe_exchange="gather", moe_quantized_exchange=False, moe_all_to_all="deepep",
+        a2a_payload=dict(VLLM_A2A_PAYLOAD),
         version="vLLM 0.11 defaults (V1 engine); kernel tables measured with 0.24.0",
         near=("vllm", "sglang", "trtllm", "torch", "hf"), admission="preempt", words=("vllm",),
         scheduler_host=VLLM_SCHEDULER_HOST, async_scheduling=False, shared_stream="never", fused_latent_proj=True,
@@ -436,7 +480,10 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
             "moe_all_to_all": "estimate: vLLM runs one DeepEP backend for every step (VLLM_ALL2ALL_BACKEND "
                               "deepep_low_latency or deepep_high_throughput); the preset takes the low-latency "
                               "kernels for decode steps and the normal ones for prefill, as a disaggregated "
-                              "deployment's decode and prefill instances run them (docs/collectives.md)",
+                              "deployment's decode and prefill instances run them (docs/collectives.md); both "
+                              "timed with vLLM 0.24.0 by aiconfigurator-core 0.12.0 (moe_a2a_perf deepep_ll / "
+                              "deepep_ht, its 'default' payload taken as bf16); fp8 blocks out for block-fp8 "
+                              "experts (DeepEP prepare's use_fp8_dispatch), bf16 back",
             "attention": "vLLM V1 FLASH_ATTN backend runs vllm-flash-attn's FA3 on Hopper (FA2 elsewhere); "
                          "FlashInfer on Blackwell (vLLM docs, attention backends)",
             "kernels": "vLLM custom ops fused_add_rms_norm and silu_and_mul; rotary_embedding is its own kernel "

@@ -17,7 +17,10 @@ best profile that measured it, by these rules:
   family beat the nearest other engine's table on the part itself in 12 of 12 GEMM comparisons (h200-sxm-vllm's rows: h100-sxm-vllm carried
   9.3% median against h200-sxm-sglang's 15.0%) and 12 of 12 MoE comparisons (25.3% against 46.0%); from
   another instruction family it won 8 of 12 GEMM and only 2 of 12 MoE comparisons (h200-sxm-vllm's MoE rows:
-  b200-vllm carried 52.5%), so across instruction families the part comes first.
+  b200-vllm carried 52.5%), so across instruction families the part comes first. DeepEP's calls (``deepep``)
+  rank so too: each engine builds and drives DeepEP its own way (TensorRT-LLM's low-latency dispatch on the
+  H200 takes 66 us where SGLang's takes 9, docs/collectives.md), so SGLang on a GB200 takes its B200 fit, not
+  TensorRT-LLM's GB200 one.
 - **GEMMs of plain PyTorch (torch) and transformers (hf): the part first**, then the engine's nearness
   (each preset's ``near``, :mod:`perfmodel.engines`). Their unquantized products are the very call every engine table times for bf16
   (``torch.nn.functional.linear``, named in the imported rows), and the part's clocks and power limit set its
@@ -74,7 +77,7 @@ DEEPEP_FAMILIES = ("deepep", "deepep_across")  # evidence only for an engine tha
 ENGINE_FAMILIES = ("gemm", "attention", "comm", "moe", "deltanet") + DEEPEP_FAMILIES
 # Families whose modules differ from one serving engine to another: the engine's own tables from a part of the
 # target's instruction family rank before another engine's tables on the part (module doc).
-ENGINE_FIRST_FAMILIES = ("gemm", "moe", "deltanet")
+ENGINE_FIRST_FAMILIES = ("gemm", "moe", "deltanet", "deepep")
 # An engine's attention module includes writing the new K and V into the cache: that kernel's parameters travel
 # with the attention family when the attention source fitted them.
 ATTENTION_MEMORY_KINDS = ("kv_write",)

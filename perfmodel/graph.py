@@ -583,11 +583,41 @@ def deepep_normal_copy_bytes(hidden: int, value_bytes: float) -> float:
     return hidden * value_bytes + (4.0 * hidden / 128 if value_bytes < 2 else 0.0)
 
 
-def deepep_ll_dispatch_bytes(hidden: int) -> float:
-    """Bytes of one token-expert message of DeepEP's low-latency dispatch: fp8 values, a fp32 scale per 128 of them
-    and a 16-byte header; 7,408 at hidden 7,168, as aiconfigurator-core's measured tables count them on every part
-    (docs/collectives.md). Its combine sends bf16 values alone."""
-    return hidden + 4.0 * hidden / 128 + 16.0
+def deepep_ll_dispatch_bytes(hidden: int, fmt: str = "fp8") -> float:
+    """Bytes of one token-expert message of DeepEP's low-latency dispatch: the values in ``fmt``
+    (:func:`payload_bytes`) and a 16-byte header; 7,408 at hidden 7,168 in fp8, as aiconfigurator-core's measured
+    tables count them on every part (docs/collectives.md). SGLang's combine sends bf16 values alone."""
+    return payload_bytes(hidden, fmt) + 16.0
+
+
+PAYLOAD_FORMATS = ("bf16", "fp8", "nvfp4")
+
+
+def deepep_payload(model: Model, sc: Scenario, call: str) -> str:
+    """The payload format (:data:`PAYLOAD_FORMATS`) of the engine's all-to-all ``call`` (``ll.dispatch``,
+    ``normal.combine``, ``mnnvl.dispatch``...) by its preset's rule (:attr:`perfmodel.engines.Engine.a2a_payload`;
+    SGLang's for an engine without one): bf16, fp8, or from the format the routed experts' products run in."""
+    from .engines import ENGINES, SGLANG_A2A_PAYLOAD
+
+    eng = ENGINES.get(sc.engine)
+    rule = (eng.a2a_payload if eng is not None else SGLANG_A2A_PAYLOAD).get(call, "bf16")
+    product = expert_product_format(model, sc)
+    experts = "nvfp4" if product == "fp4" else "fp8" if product == "fp8" else "bf16"
+    return {"bf16": "bf16", "fp8": "fp8", "experts": experts, "fp8_experts": "fp8" if experts != "bf16" else "bf16",
+            "fp4_experts": "nvfp4" if experts == "nvfp4" else "bf16"}[rule]
+
+
+def payload_bytes(hidden: int, fmt: str) -> float:
+    """Bytes of one token's values in an all-to-all payload: bf16 alone; fp8 with a fp32 scale per 128 values
+    (DeepEP's and the engines' block scales); nvfp4 (TensorRT-LLM's fp4 dispatch and combine) with an fp8 scale
+    per 16 values, NVFP4's blocks."""
+    if fmt == "bf16":
+        return 2.0 * hidden
+    if fmt == "fp8":
+        return hidden + 4.0 * hidden / 128
+    if fmt == "nvfp4":
+        return hidden / 2 + hidden / 16
+    raise ValueError(f"unknown payload format {fmt!r}; expected one of {', '.join(PAYLOAD_FORMATS)}")
 
 
 def moe_expert_ops(tokens, hidden: int, width: int, top_k: int, num_experts: int, ep: int, w: str, act: str,
@@ -745,27 +775,27 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
     # the tokens travel in the experts' GEMM format where the engine quantizes before the exchange
     sent = _b(w) if exchange_quantized(sc) else _b(act)
     exchange = moe_exchange(sc)
-    deepep_kernels = exchange == "all_to_all" and sc.moe_all_to_all == "deepep"
-    low_latency = deepep_kernels and ph == "decode"
-    # DeepEP's normal kernels quantize the dispatch to fp8 in 128-blocks for fp8 experts whatever the gather path
-    # sends (SGLang 0.5.9 token_dispatcher/deepep.py, _DeepEPDispatcherImplNormal.dispatch_a), combine in bf16
-    copy_out = deepep_normal_copy_bytes(h, 1.0 if _b(expert_product_format(model, sc)) <= 1 else sent)
-    if low_latency:  # DeepEP's low-latency kernels: a message per routed pair, fp8 out, bf16 back
-        dispatch_bytes, combine_bytes = routed * deepep_ll_dispatch_bytes(h), routed * h * _b("bf16")
+    # an all-to-all on an engine's own kernels (DeepEP's, TensorRT-LLM's MNNVL one), priced from their measured
+    # tables where a profile fitted them, each call's payload in the format the engine sends (deepep_payload)
+    own_kernels = sc.moe_all_to_all if exchange == "all_to_all" and sc.moe_all_to_all != "per_rank" else None
+    kind = "ll" if own_kernels == "deepep" and ph == "decode" else "normal" if own_kernels == "deepep" else own_kernels
+    payload = {d: deepep_payload(model, sc, f"{kind}.{d}") for d in ("dispatch", "combine")} if kind else {}
+    if kind == "ll":  # DeepEP's low-latency kernels: a message per routed pair
+        dispatch_bytes = routed * deepep_ll_dispatch_bytes(h, payload["dispatch"])
+        combine_bytes = routed * payload_bytes(h, payload["combine"])
     else:  # once to each rank holding any of the token's experts, not once per expert
         copies = copies_per_token(moe, ep) / moe.top_k if exchange == "all_to_all" else 1.0
-        out = copy_out if deepep_kernels else h * sent
-        dispatch_bytes, combine_bytes = routed * copies * out, routed * copies * h * _b(act)
+        out = payload_bytes(h, payload["dispatch"]) if kind else h * sent
+        back = payload_bytes(h, payload["combine"]) if kind else h * _b(act)
+        dispatch_bytes, combine_bytes = routed * copies * out, routed * copies * back
 
-    def deepep(direction: str) -> dict:  # DeepEP's kernels: priced from their tables where a profile fitted them
-        if not deepep_kernels:
+    def deepep(direction: str) -> dict:  # the engine's own kernel for the call, and the payload's format
+        if not kind:
             return {}
-        if low_latency:
-            return {"kernel": f"ll.{direction}", "experts": moe.num_experts}
-        # the normal kernels send a token once per remote node across nodes (perfmodel.routing.nodes_per_token)
-        copy = copy_out if direction == "dispatch" else h * _b(act)
-        return {"kernel": f"normal.{direction}", "experts": moe.num_experts,
-                "per_node": O.per_node_copies(group_tokens / ep, copy, moe)}
+        call = {"kernel": f"{kind}.{direction}@{payload[direction]}", "experts": moe.num_experts}
+        if kind == "normal":  # across nodes a token goes once per remote node (perfmodel.routing.nodes_per_token)
+            call["per_node"] = O.per_node_copies(group_tokens / ep, payload_bytes(h, payload[direction]), moe)
+        return call
 
     if exchange == "all_to_all":
         ops.append(O.collective("moe.dispatch", "all_to_all", dispatch_bytes, ep, phase=ph, **deepep("dispatch")))

@@ -521,7 +521,7 @@ def _check_field(key: str, value, default, file: str) -> None:
             raise bad(problem)
     elif key in _NUMBER_DICTS:
         if not isinstance(value, dict) or not all(isinstance(k, str) and (_positive(v) or (v == 0 and key in (
-                "host_floor_s", "deepep_expert_s"))) for k, v in value.items()):
+                "host_floor_s", "deepep_expert_s", "deepep_alpha_s"))) for k, v in value.items()):
             raise bad("an object of positive finite numbers")
         for k, v in value.items():
             problem = _range_problem(key, v)

@@ -497,10 +497,19 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
     exchange = moe_exchange(sc) if model.moe is not None else "none"
     if exchange in ("all_to_all", "gather"):
         fmt = "in the experts' format" if exchange_quantized(sc) else "in bf16"
-        if exchange == "all_to_all" and sc.moe_all_to_all == "deepep":
-            fmt = ("on DeepEP's kernels (low-latency in decode: a message per routed pair, out in fp8; normal with "
-                   "prefill work: a token once per rank and once per remote node, out in fp8 where the experts run "
-                   "fp8; back in bf16; priced from the engine's measured DeepEP tables where a profile fitted them)")
+        if exchange == "all_to_all" and sc.moe_all_to_all in ("deepep", "mnnvl"):
+            from .graph import deepep_payload
+
+            def ways(kind: str) -> str:
+                out, back = (deepep_payload(model, sc, f"{kind}.{d}") for d in ("dispatch", "combine"))
+                return f"out in {out}, back in {back}"
+
+            fmt = ("on DeepEP's kernels (low-latency in decode: a message per routed pair, " + ways("ll")
+                   + "; normal with prefill work: a token once per rank and once per remote node, " + ways("normal")
+                   + "; priced from the engine's measured DeepEP tables where a profile fitted them)"
+                   if sc.moe_all_to_all == "deepep" else
+                   "on TensorRT-LLM's MNNVL all-to-all (a token once per rank holding any of its experts, "
+                   + ways("mnnvl") + "; priced from its measured table where a profile fitted it)")
         out.append("MoE exchange: " + (
             f"tokens dispatched to their experts' ranks and combined back by all-to-all, {fmt}"
             if exchange == "all_to_all" else

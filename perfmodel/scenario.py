@@ -87,7 +87,7 @@ class Scenario:
     # engine's (perfmodel.engines: moe_exchange, moe_quantized_exchange)
     moe_exchange: str | None = None
     moe_quantized_exchange: bool | None = None
-    moe_all_to_all: str | None = None  # per_rank | deepep: the kernels of an all_to_all exchange (engine's)
+    moe_all_to_all: str | None = None  # per_rank | deepep | mnnvl: the kernels of an all_to_all exchange (engine's)
     # whether the engine schedules the next step while the device runs this one (its host work a step then hides
     # behind the device's, perfmodel.engines.Engine.scheduler_host); None: the engine's release default
     async_scheduling: bool | None = None
@@ -238,7 +238,7 @@ class Scenario:
             "batching": eng.batching,
             "moe_exchange": eng.moe_exchange,
             "moe_quantized_exchange": eng.moe_quantized_exchange,
-            "moe_all_to_all": eng.moe_all_to_all,
+            "moe_all_to_all": eng.all_to_all_for(hw),
             "async_scheduling": eng.async_scheduling,
             "schedule": eng.schedule,
             "shared_stream": eng.shared_stream,
@@ -306,7 +306,7 @@ class Scenario:
         check_moe_imbalance(self.moe_imbalance)
         _choice(self.mode, ("latency", "sol"), "--mode")
         _choice(self.moe_exchange, ("gather", "all_to_all"), "--moe-exchange")
-        _choice(self.moe_all_to_all, ("per_rank", "deepep"), "moe_all_to_all")
+        _choice(self.moe_all_to_all, ("per_rank", "deepep", "mnnvl"), "moe_all_to_all")
         _choice(self.schedule, SCHEDULES, "--schedule")
         from .engines import SHARED_STREAMS
         _choice(self.shared_stream, SHARED_STREAMS, "--shared-stream")

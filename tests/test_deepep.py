@@ -14,7 +14,7 @@ from perfmodel import ops as O
 from perfmodel.cost import time_op
 from perfmodel.cost.comm import collective_time, deepep_scaleout_fit, deepep_time, per_node_bytes
 from perfmodel.errors import InputError
-from perfmodel.fit.deepep import ACROSS_DIRECTIONS, DIRECTIONS, deepep_rows, fit_deepep, predict
+from perfmodel.fit.deepep import ACROSS_DIRECTIONS, DEEPEP_DIRECTIONS as DIRECTIONS, deepep_rows, fit_deepep, predict
 from perfmodel.fit.directory import refit_family
 from perfmodel.graph import deepep_ll_dispatch_bytes, deepep_normal_copy_bytes
 from perfmodel.imports.aiconfigurator import DEEPEP_ENGINE_SMS, convert_deepep_ll, convert_deepep_normal
@@ -111,11 +111,12 @@ def _exchange(phase: str, **kw):
 
 def test_a_decode_step_under_deepep_is_priced_by_the_engines_fit():
     ops = _exchange("decode")
-    for name, kernel in (("moe.dispatch", "ll.dispatch"), ("moe.combine", "ll.combine")):
+    # each call with its payload's format: SGLang's low-latency dispatch in fp8, its combines in bf16
+    for name, kernel in (("moe.dispatch", "ll.dispatch@fp8"), ("moe.combine", "ll.combine@bf16")):
         t = ops[name]
         assert t.op.params["kernel"] == kernel and t.op.params["experts"] == 256
     prefill = _exchange("prefill")
-    for name, kernel in (("moe.dispatch", "normal.dispatch"), ("moe.combine", "normal.combine")):
+    for name, kernel in (("moe.dispatch", "normal.dispatch@fp8"), ("moe.combine", "normal.combine@bf16")):
         p = prefill[name].op.params
         assert p["kernel"] == kernel and p["per_node"]["routing"] == [256, 8, 8, 4]
     # fp8 out with its block scales (SGLang quantizes before a DeepEP dispatch for fp8 experts), bf16 back
@@ -127,8 +128,13 @@ def test_the_assumptions_name_deepeps_kernels_under_an_engine_that_runs_them():
     from perfmodel.projection import assumptions
     from perfmodel.resolve import setup
 
-    for engine, want in (("sglang", "on DeepEP's kernels"), ("trtllm", "by all-to-all, in")):
-        s = setup("h200-sxm", "deepseek-v3", {"engine": engine, "attention_dp": 8, "ep": 8, "tp": 1,
+    for engine, part, want in (("sglang", "h200-sxm", "on DeepEP's kernels (low-latency in decode: a message per "
+                                                         "routed pair, out in fp8, back in bf16"),
+                               ("trtllm", "h200-sxm", "on DeepEP's kernels (low-latency in decode: a message per "
+                                                      "routed pair, out in fp8, back in fp8"),
+                               ("trtllm", "gb200", "on TensorRT-LLM's MNNVL all-to-all"),
+                               ("torch", "h200-sxm", "by all-to-all, in")):
+        s = setup(part, "deepseek-v3", {"engine": engine, "attention_dp": 8, "ep": 8, "tp": 1,
                                               "moe_exchange": "all_to_all", "dtype": "fp8"})
         line = next(a for a in assumptions(s.hardware, s.model, s.scenario, s.profile) if a.startswith("MoE exchange"))
         assert want in line, line
@@ -389,8 +395,8 @@ def test_training_dispatcher_flag_is_checked_and_shown(capsys):
 
 def test_parts_without_a_fit_across_nodes_borrow_the_nearest_measured_one():
     """aiconfigurator-core times Blackwell's DeepEP kernels on one node only: a B200 under SGLang keeps its own
-    one-node fit and takes the Hopper fit across nodes (NIC-bound), and says so; an engine that does not run
-    DeepEP borrows nothing."""
+    one-node fit and takes the Hopper fit across nodes (NIC-bound), and says so, as TensorRT-LLM's DeepEP build
+    does; an engine that does not run DeepEP borrows nothing."""
     from perfmodel.resolve import resolve_hardware, resolve_profile
 
     hopper = load_profile(ROOT / "calibration" / "h200-sxm-sglang")
@@ -403,8 +409,10 @@ def test_parts_without_a_fit_across_nodes_borrow_the_nearest_measured_one():
     assert fams["deepep"]["profile"] == "b200-sglang"
     assert fams["deepep_across"]["profile"] in ("h200-sxm-sglang", "h100-sxm-sglang")
     assert fams["deepep_across"]["carried"] and "carried from" in fams["deepep_across"]["source"]
-    trt = resolve_profile(None, resolve_hardware("b200"), "trtllm")
-    assert trt.deepep_scaleout_eta == {} and "deepep_across" not in trt.provenance["families"]
+    trt = resolve_profile(None, resolve_hardware("b200"), "trtllm")  # its DeepEP build on an HGX node: the same
+    assert trt.deepep_scaleout_eta == pytest.approx(hopper.deepep_scaleout_eta)
+    plain = resolve_profile(None, resolve_hardware("b200"), "torch")
+    assert plain.deepep_scaleout_eta == {} and "deepep_across" not in plain.provenance["families"]
     h200 = resolve_profile(None, resolve_hardware("h200-sxm"), "sglang")
     assert h200.provenance["families"]["deepep_across"]["profile"] == "h200-sxm-sglang"  # its own fit
 

@@ -50,8 +50,8 @@ def test_the_moe_exchange_follows_the_engine_or_the_flag():
     """All-to-all when asked. vLLM's and SGLang's run DeepEP: a decode step on its low-latency kernels, each of the
     rank's 8 sequences' 64 token-expert pairs a message of its own, fp8 with its scales out (7,408 bytes at hidden
     7,168, as the measured tables count them) and bf16 back; a prefill on its normal kernels, a token once per rank
-    holding any of its experts, bf16 under vLLM (no quantizing before the exchange). TensorRT-LLM's all-to-all
-    sends once per rank in decode too, in the experts' format."""
+    holding any of its experts, fp8 with its scales for fp8 experts. TensorRT-LLM's runs its DeepEP build on an
+    HGX node (its payloads in the experts' format) and its MNNVL all-to-all, once per rank, on an NVL72 rack."""
     a2a = _ops(Scenario(tp=1, attention_dp=8, ep=8, dtype="fp8", engine="vllm", moe_exchange="all_to_all"))
     assert a2a["moe.dispatch"].kind == "all_to_all" and a2a["moe.dispatch"].params["group"] == 8
     assert a2a["moe.dispatch"].bytes == pytest.approx(64 * 7408)
@@ -67,9 +67,18 @@ def test_the_moe_exchange_follows_the_engine_or_the_flag():
     pre = _prefill_ops(Scenario(tp=1, attention_dp=8, ep=8, dtype="fp8", engine="vllm", moe_exchange="all_to_all"))
     # 4,096 tokens over 8 ranks, DeepEP's normal dispatch in fp8 with a fp32 scale per 128 values (fp8 experts)
     assert pre["moe.dispatch"].bytes == pytest.approx(8 * 512 / 8 * copies * (7168 + 4 * 7168 / 128))
+    # TensorRT-LLM on an HGX node: its DeepEP build, low-latency in decode in the experts' fp8 both ways
     trt = _ops(Scenario(tp=1, attention_dp=8, ep=8, dtype="fp8", engine="trtllm", moe_exchange="all_to_all"))
-    assert trt["moe.dispatch"].bytes == pytest.approx(64 / 8 * copies * 7168 * 1)
-    assert trt["moe.combine"].bytes == pytest.approx(64 / 8 * copies * 7168 * 2)
+    assert trt["moe.dispatch"].bytes == pytest.approx(64 * 7408)
+    assert trt["moe.combine"].bytes == pytest.approx(64 * (7168 + 4 * 7168 / 128))
+    assert trt["moe.dispatch"].params["kernel"] == "ll.dispatch@fp8"
+    # on an NVL72 rack its MNNVL all-to-all: once per rank holding any of a token's experts, fp8 out, bf16 back
+    nvl = Scenario(tp=1, attention_dp=8, ep=8, dtype="fp8", engine="trtllm", moe_exchange="all_to_all")
+    nvl = {op.name: op for op in build_ops(DS, Step("decode", 64, 1, 1024), nvl.validated().for_hardware(
+        load_spec("gb200")))}
+    assert nvl["moe.dispatch"].bytes == pytest.approx(64 / 8 * copies * (7168 + 4 * 7168 / 128))
+    assert nvl["moe.combine"].bytes == pytest.approx(64 / 8 * copies * 7168 * 2)
+    assert nvl["moe.dispatch"].params["kernel"] == "mnnvl.dispatch@fp8"
     gather = _ops(Scenario(tp=1, attention_dp=8, ep=8, dtype="fp8", engine="vllm"))
     assert gather["moe.gather"].bytes == pytest.approx(64 * 7168 * 2)  # bf16: vLLM's allgather_reducescatter
     with pytest.raises(InputError, match="moe-exchange"):

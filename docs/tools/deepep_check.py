@@ -63,7 +63,7 @@ def fit_table() -> str:
     import numpy as np
     from scipy.optimize import nnls
 
-    from perfmodel.fit.deepep import DIRECTIONS, deepep_rows
+    from perfmodel.fit.deepep import DEEPEP_DIRECTIONS as DIRECTIONS, deepep_rows
     from perfmodel.fit.directory import measurements_path
     from perfmodel.measure.store import read_rows
     from perfmodel.profile import load_profile

@@ -15,6 +15,24 @@ HUGE = 1 << 29
 EXAMPLE_PARTS = ("h200-sxm", "b200")  # where a preset whose settings follow the GPU's memory is shown
 
 
+A2A_KERNELS = {"deepep": "DeepEP (low-latency for decode, normal with prefill)", "per_rank": "once per rank",
+               "mnnvl": "its MNNVL all-to-all, once per rank"}
+PAYLOAD = {"bf16": "bf16", "fp8": "fp8", "experts": "the experts' format", "fp8_experts": "fp8 for fp8 or fp4 experts, else bf16",
+           "fp4_experts": "NVFP4 for fp4 experts, else bf16"}
+
+
+def _payloads(e) -> str:
+    """The formats the preset's all-to-all kernels send (``Engine.a2a_payload``; bf16 where a rule says
+    otherwise)."""
+    kinds = {"deepep": ("ll", "normal"), "mnnvl": ("mnnvl",), "per_rank": ()}
+    shown = [k for kind in (e.moe_all_to_all, e.moe_all_to_all_nvl) if kind for k in kinds[kind]]
+    if not shown:
+        return "the exchange's (above)"
+    names = {"ll": "low-latency", "normal": "normal", "mnnvl": "MNNVL"}
+    return "; ".join(f"{names[k]}: {PAYLOAD[e.a2a_payload[k + '.dispatch']]} / {PAYLOAD[e.a2a_payload[k + '.combine']]}"
+                     for k in shown)
+
+
 def _schedule(e) -> str:
     """The serving simulation's schedule of a preset, and the engine's own where it differs (docs/serving.md,
     Schedules)."""
@@ -103,10 +121,10 @@ def table() -> str:
         "serving steps (serve --schedule)": [_schedule(e) for e in engines],
         "MoE over attention-DP ranks": [_est(e, "moe_exchange", e.moe_exchange + (
             ", in the experts' format" if e.moe_quantized_exchange else ", bf16")) for e in engines],
-        "--moe-exchange all_to_all runs": [_est(e, "moe_all_to_all", {
-            "deepep": "DeepEP (low-latency for decode, normal with prefill)",
-            "per_rank": "once per rank"}[e.moe_all_to_all])
-            for e in engines],
+        "--moe-exchange all_to_all runs": [_est(e, "moe_all_to_all", A2A_KERNELS[e.moe_all_to_all] + (
+            f"; {A2A_KERNELS[e.moe_all_to_all_nvl]} where the NVLink domain spans nodes (NVL72)"
+            if e.moe_all_to_all_nvl else "")) for e in engines],
+        "all-to-all payloads, out / back": [_payloads(e) for e in engines],
         "engine's host work a step (--scheduling)": [_scheduler(e) for e in engines],
         "MoE shared experts (--shared-stream)": [_shared(e) for e in engines],
         "TP all-reduce and the next RMSNorm": [_allreduce_norm(e) for e in engines],

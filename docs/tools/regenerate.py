@@ -77,6 +77,7 @@ BLOCKS = (
           needs="aiconfigurator-core==0.12.0"),
     Block("collectives.md", "deepep-ll", "deepep_check.py", "markdown", slow=True,
           needs="aiconfigurator-core==0.12.0"),
+    Block("collectives.md", "a2a-engines", "a2a_engines.py", "markdown", slow=True),  # 2 s: 27 projected steps
     Block("engines.md", "dsa-module", "dsa_module_check.py", "markdown", slow=True,  # 6 s: 72 decode steps
           needs="aiconfigurator-core==0.12.0"),
 )

@@ -114,20 +114,44 @@ def _within_domain(kind: str, nbytes, p: int, hw, prof: Profile, xp=NP):
     return t
 
 
-def deepep_time(kernel: str, nbytes, experts: int, hw, prof: Profile):
-    """One call of DeepEP's ``kernel`` inside one node (``ll.dispatch``, ``ll.combine``: low-latency;
-    ``normal.dispatch``, ``normal.combine``: normal) moving ``nbytes`` from this rank in a model of ``experts``
-    experts, from the profile's fit to an engine's measured tables (:mod:`perfmodel.fit.deepep`), or None where
-    no profile fitted it."""
-    if kernel not in prof.deepep_eta:
+# the all-to-all kernels whose fits count only the copies that leave the rank: TensorRT-LLM's MNNVL all-to-all
+# (a rank's own copies never cross NVLink; on the GB200's table the fit on those misses less than one on every copy
+# in 9 of its 10 groups of a call at one expert-parallel size: docs/collectives.md, docs/tools/a2a_engines.py)
+REMOTE_ONLY = ("mnnvl.",)
+
+
+def linked_bytes(kernel: str, nbytes, ranks):
+    """The bytes of an all-to-all call of ``nbytes`` over ``ranks`` that its kernel's fit prices
+    (:data:`REMOTE_ONLY`)."""
+    return nbytes * (ranks - 1) / ranks if kernel.startswith(REMOTE_ONLY) else nbytes
+
+
+def fitted_kernel(kernel: str, fits: dict) -> str | None:
+    """The key of ``fits`` that prices an engine's all-to-all ``kernel`` (``ll.dispatch@fp8``: a call and its
+    payload's format): the format's own fit (an engine whose tables time several formats,
+    :func:`perfmodel.fit.deepep.fit_keys`), else the call's one fit (tables of one format: the bytes carry the
+    format), else its bf16 fit; None where none was fitted."""
+    call = kernel.partition("@")[0]
+    return next((k for k in (kernel, call, call + "@bf16") if k in fits), None)
+
+
+def deepep_time(kernel: str, nbytes, experts: int, hw, prof: Profile, ranks: int = 8):
+    """One call of an engine's all-to-all ``kernel`` inside one NVLink domain (DeepEP's ``ll.dispatch``,
+    ``ll.combine``: low-latency; ``normal.dispatch``, ``normal.combine``: normal; TensorRT-LLM's
+    ``mnnvl.dispatch``, ``mnnvl.combine``; each with its payload's format after an ``@``) moving ``nbytes`` from
+    this rank to ``ranks`` in a model of ``experts`` experts, from the profile's fit to an engine's measured tables
+    (:mod:`perfmodel.fit.deepep`, :func:`fitted_kernel`), or None where no profile fitted it."""
+    key = fitted_kernel(kernel, prof.deepep_eta)
+    if key is None:
         return None
-    return (prof.deepep_alpha_s[kernel] + prof.deepep_expert_s.get(kernel, 0.0) * experts
-            + nbytes / (prof.deepep_eta[kernel] * hw.scaleup_bandwidth))
+    return (prof.deepep_alpha_s[key] + prof.deepep_expert_s.get(key, 0.0) * experts
+            + linked_bytes(key, nbytes, ranks) / (prof.deepep_eta[key] * hw.scaleup_bandwidth))
 
 
 def deepep_scaleout_fit(kernel: str, nodes: float, prof: Profile) -> tuple[float, float] | None:
     """(alpha s, eta) of DeepEP's ``kernel`` across ``nodes`` nodes: a measured node count's own, linear in the
     node count between two measured ones, the nearest measured one's outside them; None where none was fitted."""
+    kernel = kernel.partition("@")[0]  # (measured across nodes in one format: the bytes carry the format)
     measured = sorted(int(k.rpartition(":")[2]) for k in prof.deepep_scaleout_eta if k.startswith(kernel + ":"))
     if not measured:
         return None
@@ -181,7 +205,7 @@ def collective_time(kind: str, nbytes, group, world, hw, prof: Profile, *, sol: 
     if group <= 1:
         return 0.0 * nbytes
     if group <= domain:
-        own = deepep_time(kernel, nbytes, experts, hw, prof) if kernel else None
+        own = deepep_time(kernel, nbytes, experts, hw, prof, group) if kernel else None
         return own if own is not None else _within_domain(kind, nbytes, int(group), hw, prof, xp)
     if kind == "all_to_all":
         across = kernel if scaleout_kernel is None else scaleout_kernel

@@ -31,11 +31,14 @@ import math
 import numpy as np
 from scipy.optimize import nnls
 
+from ..cost.comm import linked_bytes
 from ..profile import Profile
 from ..spec import HardwareSpec
 
-DIRECTIONS = ("ll.dispatch", "ll.combine", "normal.dispatch", "normal.combine")
-ACROSS_DIRECTIONS = DIRECTIONS  # the kernels measured across nodes (both, on Hopper)
+DEEPEP_DIRECTIONS = ("ll.dispatch", "ll.combine", "normal.dispatch", "normal.combine")
+MNNVL_DIRECTIONS = ("mnnvl.dispatch", "mnnvl.combine")  # TensorRT-LLM's NVLink one-sided all-to-all
+DIRECTIONS = DEEPEP_DIRECTIONS + MNNVL_DIRECTIONS
+ACROSS_DIRECTIONS = DEEPEP_DIRECTIONS  # the kernels measured across nodes (DeepEP's, on Hopper)
 MIN_ROWS = 8  # fewer shapes than this fit nothing (three constants over a spread of sizes)
 HOLDOUT = 0.25
 
@@ -73,18 +76,33 @@ def _held_out(r: dict) -> bool:
 def _design(rows: list[dict], link_bw: float) -> tuple[np.ndarray, np.ndarray]:
     t = np.array([r["time_s"] for r in rows], dtype=float)
     a = np.c_[np.ones(len(rows)), [r["params"]["experts"] for r in rows],
-              [r["params"]["bytes"] / link_bw for r in rows]]
+              [linked_bytes(r["params"]["direction"], r["params"]["bytes"], r["params"].get("ranks", 8)) / link_bw
+               for r in rows]]
     return a, t
 
 
+MAX_ETA = 1.0  # a call moves its bytes at most at the link's bandwidth
+
+
 def solve(rows: list[dict], link_bw: float) -> tuple[float, float, float] | None:
-    """(alpha s, s per expert, eta) of one direction's rows, or None with too few or a degenerate fit."""
+    """(alpha s, s per expert, eta) of one direction's rows, or None with too few or a degenerate fit. Rows of
+    one expert count fit no per-expert time (it would be their fixed time under another name). Where the best fit
+    moves the bytes faster than the link (calls flat in their bytes: TensorRT-LLM's low-latency dispatch holds
+    70 us from 1 to 96 tokens on the H200), the bandwidth is the link's and the rest refitted: the best fit
+    within that bound lies on it (the problem is convex)."""
     if len(rows) < MIN_ROWS:
         return None
     a, t = _design(rows, link_bw)
-    x, _ = nnls(a / t[:, None], np.ones(len(t)))
+    if len({r["params"]["experts"] for r in rows}) == 1:
+        a[:, 1] = 0.0
+    w = a / t[:, None]
+    x, _ = nnls(w, np.ones(len(t)))
     if x[2] <= 0:  # no bandwidth term: the rows do not grow with the bytes
         return None
+    if x[2] < 1.0 / MAX_ETA:
+        x2 = 1.0 / MAX_ETA
+        x01, _ = nnls(w[:, :2], 1.0 - w[:, 2] * x2)
+        x = np.array([x01[0], x01[1], x2])
     return float(x[0]), float(x[1]), float(1.0 / x[2])
 
 
@@ -146,6 +164,19 @@ def fit_across(rows: list[dict], hw: HardwareSpec) -> tuple[dict, dict, dict]:
     return alpha, eta, report
 
 
+def fit_keys(rows: list[dict]) -> dict[int, str]:
+    """Each row's fit (by ``id``): its direction, or ``direction@format`` where the rows time that direction with
+    payloads of several formats (TensorRT-LLM's tables: bf16, fp8 and NVFP4 calls, which one bandwidth does not
+    price: its NVFP4 dispatch takes 0.56 of the bf16 one's time for 0.28 of the bytes). An engine whose tables time
+    one format (SGLang's, vLLM's) keeps one fit a direction."""
+    formats: dict[str, set] = {}
+    for r in rows:
+        formats.setdefault(r["params"]["direction"], set()).add(r["params"].get("format"))
+    return {id(r): (f"{r['params']['direction']}@{r['params']['format']}"
+                    if len(formats[r["params"]["direction"]]) > 1 and r["params"].get("format")
+                    else r["params"]["direction"]) for r in rows}
+
+
 def fit_deepep(prof: Profile, rows: list[dict], hw: HardwareSpec) -> tuple[Profile, dict | None]:
     """The profile with ``deepep_*`` fitted from ``rows`` where they hold a direction's calls (else unchanged),
     and the fit's report (None without any): one node's per direction, across nodes per direction and node count
@@ -153,15 +184,16 @@ def fit_deepep(prof: Profile, rows: list[dict], hw: HardwareSpec) -> tuple[Profi
     usable = deepep_rows(rows)
     link_bw = hw.scaleup_bandwidth
     alpha, expert, eta, report = {}, {}, {}, {}
-    for direction in DIRECTIONS:
-        mine = [r for r in usable if r["params"]["direction"] == direction]
+    keys = fit_keys(usable)
+    for key in sorted(set(keys.values()), key=lambda k: (DIRECTIONS.index(k.partition("@")[0]), k)):
+        mine = [r for r in usable if keys[id(r)] == key]
         train = [r for r in mine if not _held_out(r)]
         held = [r for r in mine if _held_out(r)]
         fit = solve(train, link_bw)
         if fit is None:
             continue
-        alpha[direction], expert[direction], eta[direction] = fit
-        report[direction] = {"alpha_s": fit[0], "expert_s": fit[1], "eta": fit[2],
+        alpha[key], expert[key], eta[key] = fit
+        report[key] = {"alpha_s": fit[0], "expert_s": fit[1], "eta": fit[2],
                              "bandwidth_gbs": fit[2] * link_bw / 1e9,
                              "train": _errors(train, fit, link_bw), "held_out": _errors(held, fit, link_bw),
                              "sources": sorted({str(r.get("source", "")) for r in mine})}

@@ -340,11 +340,15 @@ REQUIRED_COLUMNS = {
     "wideep_deepep_ll_perf": ("node_num", "hidden_size", "num_token", "num_topk", "num_experts"),
     "wideep_deepep_normal_perf": ("node_num", "hidden_size", "num_token", "num_topk", "num_experts", "dispatch_sms",
                                   "combine_sms"),
+    "moe_a2a_perf": ("comm_backend", "phase", "comm_dtype", "ep_size", "node_num", "hidden_size", "topk",
+                     "num_experts", "num_tokens", "latency"),
+    "trtllm_alltoall_perf": ("op_name", "kernel_source", "moe_dtype", "num_tokens", "hidden_size", "topk",
+                             "num_experts", "moe_ep_size", "latency"),
 }
 TEXT_COLUMNS = frozenset({"kernel_source", "gemm_dtype", "attn_dtype", "kv_cache_dtype", "mla_dtype", "op_name",
                           "nccl_dtype", "allreduce_dtype", "implementation", "backend", "moe_dtype", "distribution",
-                          "quant_dtype", "phase"})
-MAY_BE_ZERO = frozenset({"step", "window_size", "isl", "dispatch_notify_us", "combine_notify_us"})
+                          "quant_dtype", "phase", "comm_backend", "comm_dtype"})
+MAY_BE_ZERO = frozenset({"step", "window_size", "isl", "dispatch_notify_us", "combine_notify_us", "sms"})
 MAX_CELL = 2**40  # a size, a count or a latency in ms: past it no table row is a measurement
 MAX_TEXT = 200
 
@@ -746,6 +750,116 @@ def convert_deepep_normal(cols: dict[str, list], gpus_per_node: int) -> Converte
     return out
 
 
+# moe_a2a_perf: the MoE all-to-all calls vLLM and TensorRT-LLM time with their own DeepEP builds (one node)
+A2A_COLUMNS = ("comm_backend", "phase", "comm_dtype", "ep_size", "node_num", "hidden_size", "topk", "num_experts",
+               "num_tokens", "sms", "latency")
+# the table's backends and the DeepEP kernels they run: low-latency (decode, CUDA graphs) or normal (prefill)
+A2A_KERNELS = {"deepep_ll": "ll", "deepep_ht": "normal", "trtllm_deepep_ll": "ll", "trtllm_deepep_ht": "normal"}
+# the payload formats the table names; "default" is vLLM's: its DeepEP prepare sends the activations as they are
+# (bf16) unless the model's quantization asks for fp8 blocks (estimate: the collector does not record it)
+A2A_FORMATS = {"bfloat16": "bf16", "default": "bf16", "fp8": "fp8", "nvfp4": "nvfp4", "fp4": "nvfp4"}
+
+
+def _a2a_call(r: dict, ranks_column: str, out: Converted) -> tuple | None:
+    """(hidden, tokens a rank, top-k, experts, ranks, latency in the table's unit / 1e3) of an all-to-all table row,
+    or None (counted in ``out``'s skips) where its experts do not spread over its ranks or it has no latency."""
+    hidden, tokens, top_k = int(r["hidden_size"]), int(r["num_tokens"]), int(r["topk"])
+    experts, ranks = int(r["num_experts"]), int(r[ranks_column])
+    if ranks < 2 or experts % ranks:
+        out.skip("experts not spread evenly over two or more ranks")
+        return None
+    t = _latency_s(r.get("latency"))
+    if t is None:
+        out.skip("no positive latency")
+        return None
+    return hidden, tokens, top_k, experts, ranks, t
+
+
+def convert_moe_a2a(cols: dict[str, list]) -> Converted:
+    """vLLM's and TensorRT-LLM's DeepEP calls (``moe_a2a_perf``): one row per call as SGLang's tables give them
+    (:func:`convert_deepep_ll`, :func:`convert_deepep_normal`), with the payload's format and the ranks (the
+    table's expert-parallel size: 4 on a GB200 or GB300 tray, 8 elsewhere). Each rank sends, low-latency, every
+    routed pair of its tokens as a message (the values, their scales and a 16-byte header out; the values and
+    scales back); normal, a token once to every rank holding any of its experts
+    (:func:`perfmodel.routing.ranks_per_token`). The table's latency is in microseconds."""
+    from ..graph import deepep_ll_dispatch_bytes, payload_bytes
+    from ..routing import ranks_per_token
+
+    out = Converted()
+    for r in _rows(cols):
+        out.read += 1
+        kernel = A2A_KERNELS.get(str(r["comm_backend"]))
+        fmt = A2A_FORMATS.get(str(r["comm_dtype"]))
+        direction = str(r["phase"])
+        if kernel is None:
+            out.skip(f"backend {r['comm_backend']} (not a DeepEP kernel the presets run)")
+            continue
+        if fmt is None or direction not in ("dispatch", "combine"):
+            out.skip("a payload format or phase this import does not know")
+            continue
+        if kernel == "normal" and direction == "combine" and fmt == "nvfp4":
+            # TensorRT-LLM's high-throughput combine under NVFP4 experts: bf16 on the wire, its bf16 rows time it
+            out.skip("a combine under NVFP4 experts (bf16 on the wire: the bf16 rows time it)")
+            continue
+        if int(r["node_num"]) != 1:
+            out.skip("more than one node")
+            continue
+        call = _a2a_call(r, "ep_size", out)
+        if call is None:
+            continue
+        hidden, tokens, top_k, experts, ranks, t = call
+        t /= 1e3  # microseconds in this table
+        if kernel == "ll":
+            per_copy = deepep_ll_dispatch_bytes(hidden, fmt) if direction == "dispatch" else payload_bytes(hidden, fmt)
+            copies = tokens * top_k
+        else:
+            per_copy, copies = payload_bytes(hidden, fmt), tokens * ranks_per_token(experts, top_k, ranks)
+        params = {"op": "deepep", "direction": f"{kernel}.{direction}", "nodes": 1, "ranks": ranks, "hidden": hidden,
+                  "tokens": tokens, "top_k": top_k, "experts": experts, "format": fmt, "bytes": copies * per_copy}
+        if kernel == "normal" and int(r.get("sms") or 0):
+            params["sms"] = int(r["sms"])
+        out.rows.append({"id": _row_id("deepep", params), "kind": "deepep", "params": params, "time_s": t})
+    return out
+
+
+# trtllm_alltoall_perf: TensorRT-LLM's all-to-all over a multi-node NVLink domain (GB200), tokens per rank
+MNNVL_COLUMNS = ("op_name", "kernel_source", "moe_dtype", "num_tokens", "hidden_size", "topk", "num_experts",
+                 "moe_ep_size", "latency")
+MNNVL_KERNEL = "NVLinkOneSided"  # the CUTLASS MoE's (the preset's MoE backend); NVLinkTwoSided is the WIDEEP one's
+
+
+def convert_trtllm_alltoall(cols: dict[str, list]) -> Converted:
+    """TensorRT-LLM's MNNVL all-to-all (``trtllm_alltoall_perf``, the GB200's): one row per call of its
+    NVLink one-sided kernel, as :func:`convert_moe_a2a` gives DeepEP's normal ones: each rank sends a token once to
+    every rank holding any of its experts (:func:`perfmodel.routing.ranks_per_token`), out in the table's format,
+    back in bf16 (its combine times alike under every format: about 3.5 times its NVFP4 dispatch at EP 8 and
+    over, the bytes' ratio). Milliseconds in the table."""
+    from ..graph import payload_bytes
+    from ..routing import ranks_per_token
+
+    out = Converted()
+    for r in _rows(cols):
+        out.read += 1
+        op, fmt = str(r["op_name"]), A2A_FORMATS.get(str(r["moe_dtype"]))
+        if str(r["kernel_source"]) != MNNVL_KERNEL:
+            out.skip(f"{r['kernel_source']} (the WIDEEP MoE backend's; the preset's CUTLASS MoE runs {MNNVL_KERNEL})")
+            continue
+        if op not in ("alltoall_dispatch", "alltoall_combine") or fmt is None:
+            out.skip("a call or payload format this import does not know")
+            continue
+        call = _a2a_call(r, "moe_ep_size", out)
+        if call is None:
+            continue
+        hidden, tokens, top_k, experts, ranks, t = call
+        direction = op.removeprefix("alltoall_")
+        wire = fmt if direction == "dispatch" else "bf16"
+        params = {"op": "deepep", "direction": f"mnnvl.{direction}", "nodes": 1, "ranks": ranks, "hidden": hidden,
+                  "tokens": tokens, "top_k": top_k, "experts": experts, "format": wire,
+                  "bytes": tokens * ranks_per_token(experts, top_k, ranks) * payload_bytes(hidden, wire)}
+        out.rows.append({"id": _row_id("deepep", params), "kind": "deepep", "params": params, "time_s": t})
+    return out
+
+
 def _kernel_of(r: dict) -> str:
     return str(r.get("kernel") or r["params"].get("kernel") or "")
 
@@ -835,6 +949,8 @@ def plans(engine: str, gpus_per_node: int = 8) -> list[TablePlan]:
                   None, folder="comm"),
         TablePlan("deepep", "wideep_deepep_normal_perf", DEEPEP_NORMAL_COLUMNS,
                   lambda c: convert_deepep_normal(c, gpus_per_node), None, folder="comm"),
+        TablePlan("deepep", "moe_a2a_perf", A2A_COLUMNS, convert_moe_a2a, None, folder="comm"),
+        TablePlan("deepep", "trtllm_alltoall_perf", MNNVL_COLUMNS, convert_trtllm_alltoall, None, folder="comm"),
     ]
 
 
