@@ -49,6 +49,29 @@ TRTLLM_A2A_PAYLOAD = {"ll.dispatch": "experts", "ll.combine": "experts", "normal
 A2A_PAYLOAD_RULES = ("bf16", "fp8", "experts", "fp8_experts", "fp4_experts")
 
 
+def host_curve(knots, seqs, xp=None):
+    """Seconds at ``seqs`` sequences along a measured curve ``knots`` ((sequences, seconds), ascending): from none at
+    no sequences straight to the first, linear between measured counts, past the last at the last stretch's slope.
+    Written as a sum of clipped stretches so that numbers, arrays and spreadsheet cells (``xp``, a math backend of
+    :mod:`perfmodel.cost.backend`) take the same formula."""
+    if isinstance(seqs, (int, float)):
+        def clip(v, width):
+            return max(v, 0.0) if width is None else min(max(v, 0.0), width)
+    else:
+        if xp is None:  # an array of sequences (a sweep): numpy's own
+            import numpy as xp
+
+        def clip(v, width):
+            return xp.maximum(v, 0.0) if width is None else xp.clip(v, 0.0, width)
+
+    pts = ((0, 0.0),) + tuple(knots)
+    t = 0.0
+    for i, ((x0, y0), (x1, y1)) in enumerate(zip(pts, pts[1:])):
+        last = i == len(pts) - 2
+        t = t + (y1 - y0) / (x1 - x0) * clip(seqs - x0, None if last else x1 - x0)
+    return t
+
+
 @dataclass(frozen=True)
 class ModelDefault:
     """A default the engine sets for some models only, as its server arguments resolve per architecture: scenario
@@ -140,11 +163,11 @@ class Engine:
     # the words a benchmark row's source or notes name the engine by (perfmodel.validate.engine_of), lower case
     words: tuple[str, ...] = ()
     # the engine's own host work a step against the sequences it runs (scheduling, KV-block bookkeeping, output
-    # processing): max(0, a + b x sequences) seconds, (a, b) per scheduling mode, "sync" (the host work runs
+    # processing): a measured curve ((sequences, seconds), host_curve) per scheduling mode, "sync" (the host work runs
     # between the device's steps: the step takes their sum) and "async" (the next step is scheduled while the
     # device runs this one: the step takes the longer); empty: not measured, no cost. ``async_scheduling``: the
     # mode the preset's release runs by default (:func:`async_scheduling_for` gives another release's)
-    scheduler_host: dict[str, tuple[float, float]] = field(default_factory=dict)
+    scheduler_host: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     # the engine's own defaults for the step budget and memory share from the device's memory and the layout:
     # (visible bytes, tp, pp, attention_dp, model, chunk or None) -> (prefill_chunk, mem_fraction); None: fixed
     memory_rule: Callable | None = None
@@ -180,17 +203,8 @@ class Engine:
     def scheduler_host_s(self, seqs, async_scheduling: bool, xp=None):
         """The engine's host seconds for a step of ``seqs`` sequences in the given mode (``xp``: a math backend,
         :mod:`perfmodel.cost.backend`, for arrays or spreadsheet formulas); 0 where not measured."""
-        a, b = self.scheduler_host.get("async" if async_scheduling else "sync", (0.0, 0.0))
-        if not b and not a:
-            return 0.0
-        t = a + b * seqs
-        if isinstance(t, (int, float)):
-            return max(0.0, t)
-        if xp is None:  # an array of sequences (a sweep)
-            import numpy as np
-
-            return np.maximum(0.0, t)
-        return xp.maximum(0.0, t)  # an array or a spreadsheet cell, in its backend
+        knots = self.scheduler_host.get("async" if async_scheduling else "sync")
+        return host_curve(knots, seqs, xp) if knots else 0.0
 
     def all_to_all_for(self, hw) -> str:
         """The kernels an all_to_all exchange runs on ``hw`` (:attr:`moe_all_to_all`, :attr:`moe_all_to_all_nvl`
@@ -222,13 +236,18 @@ class Engine:
 
 # vLLM V1's engine-core host work a decode step, measured without a GPU on this project's development machine
 # (calibration/engine-host/vllm: vLLM 0.34.0's real Scheduler and output handling driven with a fake model
-# output, B = 1 to 2,048 running sequences, a 2-vCPU AMD EPYC VM at load 0.7-1.8): least squares of the medians,
-# seconds = a + b x sequences (tests/test_engine_host.py refits them from the committed results)
-VLLM_SCHEDULER_HOST = {"sync": (-0.913e-3, 15.39e-6), "async": (-1.139e-3, 17.16e-6)}
+# output, B = 1 to 2,048 running sequences, a 2-vCPU AMD EPYC VM at load 0.7-1.8): the medians, (sequences,
+# seconds) per scheduling mode, priced along them (host_curve; tests/test_engine_host.py reads them from the
+# committed results). A line through them had put 0.07 ms at 64 sequences where the run measured 0.66.
+VLLM_SCHEDULER_HOST = {
+    "sync": ((1, 44.5e-6), (8, 129.6e-6), (64, 660.7e-6), (256, 2492.9e-6), (512, 5797.0e-6), (1024, 11861.0e-6),
+             (1536, 24387.8e-6), (2048, 31199.0e-6)),
+    "async": ((1, 49.0e-6), (8, 147.1e-6), (64, 759.1e-6), (256, 2892.5e-6), (512, 6117.7e-6), (1024, 13714.7e-6),
+              (1536, 24132.4e-6), (2048, 36567.2e-6))}
 VLLM_SCHEDULER_SOURCE = (
     "measured: vLLM 0.34.0's Scheduler.schedule, update_from_output, the model runner's CPU-only batch gathering "
     "and the output serialisation, per decode step, on a 2-vCPU AMD EPYC VM without a GPU "
-    "(calibration/engine-host/vllm, REPORT.md): 15.4 us a running sequence synchronous, 17.2 asynchronous; the "
+    "(calibration/engine-host/vllm, REPORT.md), its medians at 1 to 2,048 running sequences, interpolated; the "
     "model runner's work that needs CUDA (block tables, input and metadata preparation, launches) and the API "
     "server's process (a separate process, 9.8 us a sequence, overlapped) are not in it; a datacenter host's "
     "faster cores would take less (not measured)")
@@ -243,13 +262,18 @@ VLLM_ASYNC_SOURCE = (
 # SGLang's scheduler thread a decode step, measured the same way (calibration/engine-host/sglang: SGLang 0.5.23's
 # filter_batch, update_running_batch with prepare_for_decode, the batch copy and process_batch_result_decode with
 # stream_output, the forward faked; the same VM at load 2.0-2.5): "async" its default overlap scheduler, "sync"
-# --disable-overlap-schedule
-SGLANG_SCHEDULER_HOST = {"sync": (-0.626e-3, 19.74e-6), "async": (-1.927e-3, 22.16e-6)}
+# --disable-overlap-schedule; the medians as vLLM's
+SGLANG_SCHEDULER_HOST = {
+    "sync": ((1, 128.1e-6), (8, 180.8e-6), (64, 608.9e-6), (256, 3993.5e-6), (512, 8770.3e-6), (1024, 18394.8e-6),
+             (1536, 30345.8e-6), (2048, 40156.9e-6)),
+    "async": ((1, 183.5e-6), (8, 199.4e-6), (64, 638.8e-6), (256, 2737.7e-6), (512, 6645.4e-6), (1024, 17497.2e-6),
+              (1536, 29902.1e-6), (2048, 47504.9e-6))}
 SGLANG_SCHEDULER_SOURCE = (
     "measured: SGLang 0.5.23's scheduler-thread work a decode step (batch filtering, prepare_for_decode with the CPU "
     "KV allocator and radix cache, the batch copy, process_batch_result_decode and stream_output's pickling) on the "
     "2-vCPU AMD EPYC development VM at load 2.0-2.5, the forward faked (calibration/engine-host/sglang, REPORT.md): "
-    "22.2 us a running sequence with the overlap scheduler, 19.7 without; ForwardBatch set-up and launches, and the "
+    "its medians at 1 to 2,048 running sequences with and without the overlap scheduler, interpolated; ForwardBatch "
+    "set-up and launches, and the "
     "detokenizer and tokenizer-manager processes (separate, overlapped) are not in it")
 VLLM_SHARED_STREAM_SOURCE = (
     "vLLM from 0.12.0 runs a MoE layer's shared experts on a separate CUDA stream, started before the router, in "

@@ -432,10 +432,12 @@ def _scheduler_text(sc: Scenario) -> str:
     if found is None:
         return ""
     eng, overlapped = found
-    a, b = eng.scheduler_host["async" if overlapped else "sync"]
-    rank = " (an attention-DP rank's share)" if sc.attention_dp > 1 else ""
-    return (f"{eng.name}'s host work a step (scheduling, KV-block bookkeeping, output handling) "
-            f"max(0, {a * 1e3:.2f} ms + {b * 1e6:.1f} us x sequences{rank}), measured on a development VM's CPU "
+    seqs = sc.batch if isinstance(sc.batch, int) else None
+    share = seqs / sc.attention_dp if seqs else None
+    at = (f": {eng.scheduler_host_s(share, overlapped) * 1e3:.2f} ms at {share:g} sequences"
+          + (" (an attention-DP rank's share)" if sc.attention_dp > 1 else "")) if share else ""
+    return (f"{eng.name}'s host work a step (scheduling, KV-block bookkeeping, output handling) by its running "
+            f"sequences, interpolated between its medians at 1 to 2,048{at}, measured on a development VM's CPU "
             + ("while the device runs the previous step (asynchronous scheduling): the step takes the longer"
                if overlapped else "between the device's steps (synchronous scheduling): added to each step"))
 

@@ -15,38 +15,59 @@ RESULTS = calibration_dir() / "engine-host" / "vllm" / "results.json"
 SGLANG_RESULTS = calibration_dir() / "engine-host" / "sglang" / "results.json"
 
 
-def _line(seqs, seconds) -> tuple[float, float]:
-    a, b = np.linalg.lstsq(np.vstack([np.ones(len(seqs)), np.array(seqs, float)]).T, np.array(seconds), rcond=None)[0]
-    return float(a), float(b)
+def _medians_match(knots, measured: dict[int, float]) -> None:
+    """The preset's curve is the committed run's medians, to the 0.1 us they are typed to."""
+    assert [n for n, _ in knots] == sorted(measured)
+    for n, seconds in knots:
+        assert abs(seconds - measured[n]) < 0.051e-6, (n, seconds, measured[n])
 
 
-def test_the_preset_is_the_fit_of_the_committed_measurement():
-    """(a, b) of the vLLM preset: least squares of the engine core's per-step medians against the running
-    sequences, per scheduling mode, as the committed results give them (no figure typed in by hand)."""
+def test_the_preset_is_the_committed_measurement():
+    """The vLLM preset's curve: the engine core's per-step medians against the running sequences, per scheduling
+    mode, as the committed results give them (no figure typed in by hand)."""
     doc = json.loads(RESULTS.read_text())
     assert doc["env"]["vllm"] == "0.34.0"
     for mode in ("sync", "async"):
         pooled = doc["pooled"][mode]
-        seqs = sorted(int(b) for b in pooled)
-        a, b = _line(seqs, [pooled[str(n)]["engine_core_sum"]["wall_median_s"] for n in seqs])
-        want_a, want_b = VLLM_SCHEDULER_HOST[mode]
-        assert abs(a - want_a) < 5e-7 and abs(b - want_b) < 5e-9, (mode, a, b)
+        _medians_match(VLLM_SCHEDULER_HOST[mode],
+                       {int(b): pooled[b]["engine_core_sum"]["wall_median_s"] for b in pooled})
     assert ENGINES["vllm"].scheduler_host == VLLM_SCHEDULER_HOST
     assert "calibration/engine-host/vllm" in ENGINES["vllm"].sources["scheduler_host"]
 
 
-def test_the_sglang_preset_is_the_fit_of_its_measurement():
-    """SGLang's scheduler thread: the line of its per-step medians, overlap scheduler (async, the default) and
+def test_the_sglang_preset_is_its_measurement():
+    """SGLang's scheduler thread: its per-step medians, overlap scheduler (async, the default) and
     --disable-overlap-schedule (sync)."""
     doc = json.loads(SGLANG_RESULTS.read_text())
     assert doc["sglang_version"].startswith("0.5.23 ")
     for mode, key in (("async", "main_overlap_default"), ("sync", "normal_disable_overlap_schedule")):
         table = doc[key]["table"]
-        seqs = sorted(int(b) for b in table)
-        a, b = _line(seqs, [table[str(n)]["scheduler_sum"]["median_ms"] * 1e-3 for n in seqs])
-        want_a, want_b = SGLANG_SCHEDULER_HOST[mode]
-        assert abs(a - want_a) < 5e-7 and abs(b - want_b) < 5e-9, (mode, a, b)
+        _medians_match(SGLANG_SCHEDULER_HOST[mode],
+                       {int(b): table[b]["scheduler_sum"]["median_ms"] * 1e-3 for b in table})
     assert ENGINES["sglang"].scheduler_host == SGLANG_SCHEDULER_HOST and ENGINES["sglang"].async_scheduling
+
+
+def test_the_curve_passes_through_its_medians_and_every_backend_prices_it_alike():
+    """Between the measured counts the line between their medians; from none at no sequences to the first; past
+    the last its last stretch's slope; a number, an array and a spreadsheet formula agree."""
+    from perfmodel.cost.backend import XL, Expr
+    from perfmodel.engines import host_curve
+
+    knots = VLLM_SCHEDULER_HOST["sync"]
+    for n, seconds in knots:
+        assert host_curve(knots, n) == pytest.approx(seconds, rel=1e-12)
+    (n1, t1), (n2, t2) = knots[2], knots[3]
+    mid = (n1 + n2) / 2
+    assert host_curve(knots, mid) == pytest.approx((t1 + t2) / 2)
+    assert host_curve(knots, 0.5) == pytest.approx(knots[0][1] / 2)
+    (na, ta), (nb, tb) = knots[-2], knots[-1]
+    assert host_curve(knots, 4096) == pytest.approx(tb + (tb - ta) / (nb - na) * (4096 - nb))
+    seqs = np.array([0.5, 8.0, 100.0, 3000.0])
+    assert list(host_curve(knots, seqs)) == pytest.approx([host_curve(knots, float(x)) for x in seqs])
+    text = str(host_curve(knots, Expr("B1"), XL))
+    assert text.count("MIN(MAX(") == len(knots) - 1 and "B1" in text
+    assert eval(text.replace("MIN(MAX(", "min(max(").replace("MAX(", "max(").replace("B1", "100.0")) == \
+        pytest.approx(host_curve(knots, 100.0))
 
 
 def test_each_attention_dp_rank_schedules_its_share():
@@ -69,7 +90,8 @@ def test_sync_adds_async_takes_the_longer_and_none_changes_nothing():
 
 def test_host_work_is_never_negative_and_grows_with_sequences():
     eng = ENGINES["vllm"]
-    assert eng.scheduler_host_s(1, False) == 0.0  # the fit's intercept is negative: clamped
+    steps = [eng.scheduler_host_s(n, False) for n in (1, 8, 64, 256, 1024, 2048, 4096)]
+    assert steps[0] > 0 and all(b > a for a, b in zip(steps, steps[1:]))
     assert 25e-3 < eng.scheduler_host_s(2048, False) < 35e-3
     assert eng.scheduler_host_s(2048, True) > eng.scheduler_host_s(2048, False)  # async's update caches blocks too
     assert all(ENGINES[k].scheduler_host_s(2048, True) == 0.0 for k in ("trtllm", "torch", "hf"))

@@ -72,8 +72,8 @@ def _scheduler(e) -> str:
     mode = "async" if e.async_scheduling else "sync"
     if not e.scheduler_host:
         return "not measured (none)"
-    a, b = e.scheduler_host[mode]
-    return f"{b * 1e6:.1f} us a sequence ({a * 1e3:+.2f} ms), {mode}: measured"
+    at = ", ".join(f"{e.scheduler_host_s(n, mode == 'async') * 1e3:.2f} ms at {n:,}" for n in (8, 64, 1024))
+    return f"{at} sequences, {mode}: measured"
 
 
 def _shared(e) -> str:
