@@ -75,6 +75,7 @@ BLOCKS = (
     Block("backtest.md", "h100-carry", "h100_carry_check.py", "markdown"),
     Block("validation-silicon.md", "peer-estimate", "peer_estimate.py", "markdown", slow=True,
           needs="aiconfigurator-core==0.12.0"),
+    Block("validation-silicon.md", "ep-skew", "ep_skew_table.py", "table"),
     Block("collectives.md", "deepep-ll", "deepep_check.py", "markdown", slow=True,
           needs="aiconfigurator-core==0.12.0"),
     Block("collectives.md", "a2a-engines", "a2a_engines.py", "markdown", slow=True),  # 2 s: 27 projected steps
