@@ -83,6 +83,7 @@ def describe(model: Model, sc: Scenario) -> str:
     tree = (f"; a token tree: each draft step after the first expands the {sc.spec_topk} best candidates of a "
             f"sequence ({sc.spec_topk} tokens a sequence a step) and the verify step checks {sc.verify_tokens} of "
             "its nodes, the acceptance being the tree's accepted path at each depth" if sc.tree else "")
-    return (f"speculative decoding: {sc.mtp} draft tokens a step from {source}{tree}, accepted with probability "
+    tokens = "token" if sc.mtp == 1 else "tokens"
+    return (f"speculative decoding: {sc.mtp} draft {tokens} a step from {source}{tree}, accepted with probability "
             f"{rates} given the ones before: a verify step of {sc.verify_tokens} tokens emits 1..{1 + sc.mtp} with "
-            f"probability {run}, {sc.tokens_per_step:.2f} on average; TPOT is the time per emitted token")
+            f"probability {run} ({sc.tokens_per_step:.2f} on average); TPOT is the time per emitted token")

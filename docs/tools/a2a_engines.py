@@ -100,8 +100,8 @@ def _exchange(part: str, engine: str, phase: str, tokens: int) -> tuple[float, f
 def steps() -> str:
     from perfmodel.resolve import resolve_hardware, resolve_profile
 
-    lines = ["| part | engine | kernels (dispatch) | DeepEP fit from | decode, 8 tokens a rank: dispatch / combine (us) "
-             "| decode, 128 | prefill, 4,096 |", "|---|---|---|---|---|---|---|"]
+    lines = ["| part | engine | kernels (dispatch) | DeepEP fit from | decode, 8 tokens a rank: dispatch / combine "
+             "(us) | decode, 128 | prefill, 4,096 |", "|---|---|---|---|---|---|---|"]
     for part in PARTS:
         for engine in ENGINES:
             prof = resolve_profile(None, resolve_hardware(part), engine)
