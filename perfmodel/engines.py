@@ -36,8 +36,11 @@ NODE_GPUS = 8
 # where the experts run fp8 (or narrower), both combines in bf16
 SGLANG_A2A_PAYLOAD = {"ll.dispatch": "fp8", "ll.combine": "bf16", "normal.dispatch": "fp8_experts",
                       "normal.combine": "bf16"}
-# vLLM's: its DeepEP prepare quantizes to fp8 blocks before either dispatch for block-fp8 experts, else sends bf16
-VLLM_A2A_PAYLOAD = {"ll.dispatch": "fp8_experts", "ll.combine": "bf16", "normal.dispatch": "fp8_experts",
+# vLLM's: fp8 blocks out for block-fp8 experts, else bf16 (its DeepEP dispatch takes fp8 with 128-blocks of scales
+# only: vLLM 0.24.0's fused_moe/all2all_utils.py use_fp8_dispatch for the low-latency kernels, and
+# prepare_finalize/deepep_ht.py quantizing before the normal dispatch only for block quantization, read from its
+# wheel), bf16 back
+VLLM_A2A_PAYLOAD = {"ll.dispatch": "block_fp8_experts", "ll.combine": "bf16", "normal.dispatch": "block_fp8_experts",
                     "normal.combine": "bf16"}
 # TensorRT-LLM's, as aiconfigurator-core 0.12.0 reads them (sdk/operations/moe_comm.py communication_dtype_for):
 # DeepEP's low-latency calls in the experts' format both ways (bf16, fp8, NVFP4 out and fp4 back), its
@@ -46,7 +49,7 @@ VLLM_A2A_PAYLOAD = {"ll.dispatch": "fp8_experts", "ll.combine": "bf16", "normal.
 # and bf16 back
 TRTLLM_A2A_PAYLOAD = {"ll.dispatch": "experts", "ll.combine": "experts", "normal.dispatch": "fp4_experts",
                       "normal.combine": "bf16", "mnnvl.dispatch": "experts", "mnnvl.combine": "bf16"}
-A2A_PAYLOAD_RULES = ("bf16", "fp8", "experts", "fp8_experts", "fp4_experts")
+A2A_PAYLOAD_RULES = ("bf16", "fp8", "experts", "fp8_experts", "block_fp8_experts", "fp4_experts")
 
 
 def host_curve(knots, seqs, xp=None):
@@ -132,7 +135,8 @@ class Engine:
     # the payload format of DeepEP's calls, per "<kernel>.<direction>" (ll.dispatch, ll.combine, normal.dispatch,
     # normal.combine): bf16 | fp8 (a fp32 scale per 128 values) | experts (the experts' product format: fp8 or
     # NVFP4, else bf16) | fp8_experts (fp8 where the experts' products take a byte or less, else bf16) |
-    # fp4_experts (NVFP4 where they run fp4, else bf16); perfmodel.graph.deepep_payload reads it
+    # block_fp8_experts (fp8 where they run fp8 with block scales, else bf16) | fp4_experts (NVFP4 where they run
+    # fp4, else bf16); perfmodel.graph.deepep_payload reads it
     a2a_payload: dict[str, str] = field(default_factory=lambda: dict(SGLANG_A2A_PAYLOAD))
     # the release whose documented defaults the preset follows, and the one NVIDIA's imported kernel tables
     # were measured with (calibration/<part>-<engine>/environment.json)
@@ -507,7 +511,8 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
                               "deployment's decode and prefill instances run them (docs/collectives.md); both "
                               "timed with vLLM 0.24.0 by aiconfigurator-core 0.12.0 (moe_a2a_perf deepep_ll / "
                               "deepep_ht, its 'default' payload taken as bf16); fp8 blocks out for block-fp8 "
-                              "experts (DeepEP prepare's use_fp8_dispatch), bf16 back",
+                              "experts, bf16 otherwise and back (vLLM 0.24.0's all2all_utils.py and "
+                              "prepare_finalize/deepep_ht.py, read from its wheel)",
             "attention": "vLLM V1 FLASH_ATTN backend runs vllm-flash-attn's FA3 on Hopper (FA2 elsewhere); "
                          "FlashInfer on Blackwell (vLLM docs, attention backends)",
             "kernels": "vLLM custom ops fused_add_rms_norm and silu_and_mul; rotary_embedding is its own kernel "

@@ -603,8 +603,9 @@ def deepep_payload(model: Model, sc: Scenario, call: str) -> str:
     rule = (eng.a2a_payload if eng is not None else SGLANG_A2A_PAYLOAD).get(call, "bf16")
     product = expert_product_format(model, sc)
     experts = "nvfp4" if product == "fp4" else "fp8" if product == "fp8" else "bf16"
+    block = "fp8" if experts == "fp8" and model.fp8_scaling == "block" else "bf16"
     return {"bf16": "bf16", "fp8": "fp8", "experts": experts, "fp8_experts": "fp8" if experts != "bf16" else "bf16",
-            "fp4_experts": "nvfp4" if experts == "nvfp4" else "bf16"}[rule]
+            "block_fp8_experts": block, "fp4_experts": "nvfp4" if experts == "nvfp4" else "bf16"}[rule]
 
 
 def payload_bytes(hidden: int, fmt: str) -> float:

@@ -155,7 +155,12 @@ def test_presets_pick_their_all_to_all_per_part_and_send_their_formats():
     assert formats("trtllm", "fp4") == {"ll.dispatch": "nvfp4", "ll.combine": "nvfp4", "normal.dispatch": "nvfp4",
                                         "normal.combine": "bf16", "mnnvl.dispatch": "nvfp4", "mnnvl.combine": "bf16"}
     assert formats("trtllm", "fp8")["normal.dispatch"] == "bf16"  # its high-throughput kernels: bf16 for fp8 models
+    # vLLM: fp8 blocks only (DeepSeek-V3's checkpoint is block-scaled), bf16 for NVFP4 experts
     assert formats("vllm", "bf16")["ll.dispatch"] == "bf16" and formats("vllm", "fp8")["ll.dispatch"] == "fp8"
+    assert formats("vllm", "fp4")["normal.dispatch"] == "bf16" and formats("sglang", "fp4")["normal.dispatch"] == "fp8"
+    tensor = load_model("qwen3-30b-a3b")  # per-tensor fp8 scaling
+    sc = Scenario(tp=1, attention_dp=8, ep=8, dtype="fp8", engine="vllm").validated().for_hardware(B200)
+    assert tensor.fp8_scaling == "tensor" and deepep_payload(tensor, sc, "ll.dispatch") == "bf16"
     assert formats("sglang", "bf16")["ll.dispatch"] == "fp8"  # SGLang quantizes its low-latency dispatch always
     assert formats("sglang", "bf16")["normal.dispatch"] == "bf16"
 

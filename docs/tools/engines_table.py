@@ -18,7 +18,8 @@ EXAMPLE_PARTS = ("h200-sxm", "b200")  # where a preset whose settings follow the
 A2A_KERNELS = {"deepep": "DeepEP (low-latency for decode, normal with prefill)", "per_rank": "once per rank",
                "mnnvl": "its MNNVL all-to-all, once per rank"}
 PAYLOAD = {"bf16": "bf16", "fp8": "fp8", "experts": "the experts' format",
-           "fp8_experts": "fp8 for fp8 or fp4 experts, else bf16", "fp4_experts": "NVFP4 for fp4 experts, else bf16"}
+           "fp8_experts": "fp8 for fp8 or fp4 experts, else bf16", "fp4_experts": "NVFP4 for fp4 experts, else bf16",
+           "block_fp8_experts": "fp8 for block-fp8 experts, else bf16"}
 
 
 def _payloads(e) -> str:
