@@ -2,22 +2,14 @@
 (docs/tools/ep_skew_table.py): the figures its prose gives are the table's."""
 from __future__ import annotations
 
-import importlib.util
 import statistics
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _tool():
-    spec = importlib.util.spec_from_file_location("ep_skew_table", ROOT / "docs" / "tools" / "ep_skew_table.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_the_prose_states_the_tables_range_of_the_busiest_ranks_cost():
-    tool = _tool()
+def test_the_prose_states_the_tables_range_of_the_busiest_ranks_cost(docs_tool):
+    tool = docs_tool("ep_skew_table.py")
     by_band: dict[str, list[float]] = {}
     for folder in tool.FOLDERS:
         r = tool.ratios(folder)
@@ -27,8 +19,7 @@ def test_the_prose_states_the_tables_range_of_the_busiest_ranks_cost():
     big, small = by_band[tool.BANDS[-1][1]], by_band[tool.BANDS[0][1]]
     # the busiest rank under skew costs EP more than TP at every folder's largest steps
     assert min(big) > 1.15
-    doc = (ROOT / "docs" / "validation-silicon.md").read_text()
-    text = " ".join(doc.split())
+    text = " ".join((ROOT / "docs" / "validation-silicon.md").read_text().split())
     lo, hi = (round((x - 1) * 100) for x in (min(big), max(big)))
     assert f"costs {lo}-{hi}% more against splitting them than under balanced routing" in text
     lo, hi = (round((x - 1) * 100) for x in (min(small), max(small)))
