@@ -49,7 +49,6 @@ VLLM_A2A_PAYLOAD = {"ll.dispatch": "block_fp8_experts", "ll.combine": "bf16", "n
 # and bf16 back
 TRTLLM_A2A_PAYLOAD = {"ll.dispatch": "experts", "ll.combine": "experts", "normal.dispatch": "fp4_experts",
                       "normal.combine": "bf16", "mnnvl.dispatch": "experts", "mnnvl.combine": "bf16"}
-A2A_PAYLOAD_RULES = ("bf16", "fp8", "experts", "fp8_experts", "block_fp8_experts", "fp4_experts")
 
 
 def host_curve(knots, seqs, xp=None):

@@ -578,9 +578,9 @@ def active_experts(num_experts: int, top_k: int, routed_tokens):
 
 
 def deepep_normal_copy_bytes(hidden: int, value_bytes: float) -> float:
-    """Bytes of one token copy in DeepEP's normal dispatch or combine: the values, and a fp32 scale per 128 of
-    them when they travel quantized (fp8 or narrower; bf16 travels alone)."""
-    return hidden * value_bytes + (4.0 * hidden / 128 if value_bytes < 2 else 0.0)
+    """Bytes of one token copy in DeepEP's normal dispatch or combine of ``value_bytes`` a value: fp8 (1) with its
+    scales, or bf16 (2) alone (:func:`payload_bytes`)."""
+    return payload_bytes(hidden, "fp8" if value_bytes < 2 else "bf16")
 
 
 def deepep_ll_dispatch_bytes(hidden: int, fmt: str = "fp8") -> float:

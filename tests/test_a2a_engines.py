@@ -165,6 +165,19 @@ def test_presets_pick_their_all_to_all_per_part_and_send_their_formats():
     assert formats("sglang", "bf16")["normal.dispatch"] == "bf16"
 
 
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_every_presets_payload_rule_gives_a_format(engine):
+    """Each call a preset names a rule for resolves to a payload format at every experts' format (an unknown rule
+    would stop the projection)."""
+    from perfmodel.graph import PAYLOAD_FORMATS
+
+    ds = load_model("deepseek-v3")
+    for dtype in ("bf16", "fp8", "fp4"):
+        sc = Scenario(tp=1, attention_dp=8, ep=8, dtype=dtype, engine=engine).validated().for_hardware(B200)
+        for call in ENGINES[engine].a2a_payload:
+            assert deepep_payload(ds, sc, call) in PAYLOAD_FORMATS, (engine, dtype, call)
+
+
 def test_a_step_sends_the_engines_payload_to_the_engines_kernel():
     """DeepSeek-V3 in NVFP4 under TensorRT-LLM on a B200: a prefill's normal dispatch NVFP4 once per rank, its
     combine bf16; each call names its payload's format."""

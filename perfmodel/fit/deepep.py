@@ -88,7 +88,7 @@ def solve(rows: list[dict], link_bw: float) -> tuple[float, float, float] | None
     """(alpha s, s per expert, eta) of one direction's rows, or None with too few or a degenerate fit. Rows of
     one expert count fit no per-expert time (it would be their fixed time under another name). Where the best fit
     moves the bytes faster than the link (calls flat in their bytes: TensorRT-LLM's low-latency dispatch holds
-    70 us from 1 to 96 tokens on the H200), the bandwidth is the link's and the rest refitted: the best fit
+    70-78 us from 1 to 96 tokens on the H200), the bandwidth is the link's and the rest refitted: the best fit
     within that bound lies on it (the problem is convex)."""
     if len(rows) < MIN_ROWS:
         return None
