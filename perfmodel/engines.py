@@ -158,6 +158,9 @@ class Engine:
     schedule: str = "mixed"
     schedule_source: str = ""
     own_schedule: str | None = None
+    # each attention-data-parallel rank's step budget: "per_rank" (every rank schedules its own requests within the
+    # whole prefill_chunk) | "split" (within prefill_chunk / attention_dp); ``sources["dp_budget"]``
+    dp_budget: str = "per_rank"
     # the launch mode with a static KV cache where it differs from ``launch`` (transformers' generate() compiles the
     # decode step of a compileable cache: ``sources["launch"]``); None: ``launch``
     static_cache_launch: str | None = None
@@ -448,6 +451,8 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
                         "iteration run in one forward pass (batch_manager, enable_chunked_context)",
         words=("tensorrt-llm", "trt-llm", "trtllm"), shared_stream="graph", fused_latent_proj=True,
         sources={
+            "dp_budget": "estimate: with enable_attention_dp every rank's executor schedules its own requests within "
+                         "max_num_tokens (TensorRT-LLM's source could not be read here)",
             "fused_latent_proj": "TensorRT-LLM's DeepSeek-V3 attention projects the query and KV latents with one "
                                  "product (fused_a); aiconfigurator-core 0.12.0 composes its decode with the same "
                                  "2,112-wide product (sdk/models/deepseek.py, generation_downscale_gemm)",
@@ -501,6 +506,10 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         schedule_source="vLLM V1 scheduler: the running requests' decode tokens first, then chunks of prompts, in "
                         "one step within max_num_batched_tokens (docs: chunked prefill, always on in V1)",
         sources={
+            "dp_budget": "vLLM 0.24.0 (its wheel read offline): every data-parallel rank runs an engine core with its "
+                         "own scheduler under the same max_num_batched_tokens (engine/arg_utils.py sets it without "
+                         "regard to data_parallel_size); the coordinator sends a request to the engine of least 4 x "
+                         "waiting + running (v1/engine/core_client.py)",
             "moe_exchange": "vLLM VLLM_ALL2ALL_BACKEND default allgather_reducescatter with data-parallel attention "
                             "and expert parallelism (vllm/envs.py, v0.11); DeepEP's kernels when asked "
                             "(--moe-exchange all_to_all); bf16 tokens (estimate for other versions)",
@@ -538,7 +547,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         mem_reserve=2 * GiB, moe_exchange="gather", moe_quantized_exchange=False, moe_all_to_all="deepep",
         version="SGLang 0.5.9 defaults (server_args.py); kernel tables measured with 0.5.14",
         near=("sglang", "vllm", "trtllm", "torch", "hf"), admission="preempt", words=("sglang",),
-        schedule="mixed", schedule_source=SGLANG_SCHEDULE_SOURCE, own_schedule="prefill_first",
+        schedule="mixed", schedule_source=SGLANG_SCHEDULE_SOURCE, own_schedule="prefill_first", dp_budget="split",
         scheduler_host=SGLANG_SCHEDULER_HOST, async_scheduling=True, shared_stream="graph", fused_shared_expert=True,
         fused_latent_proj=True,
         allreduce_norm=("deepseek_v3", "gpt_oss", "glm4_moe", "qwen3_moe"),
@@ -547,6 +556,9 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         admission_source="SGLang's scheduler admits while the KV pool holds the prompt (max_running_requests caps "
                          "the running sequences) and retracts requests when decode runs out (scheduler.py)",
         sources={
+            "dp_budget": "SGLang 0.5.9 server_args.py _handle_data_parallelism (read offline): with "
+                         "--enable-dp-attention chunked_prefill_size becomes chunked_prefill_size // dp_size, each DP "
+                         "rank's scheduler its own requests within it (the DP controller deals them round robin)",
             "moe_exchange": "SGLang --moe-a2a-backend default none: with --enable-dp-attention every DP rank's tokens "
                             "are gathered before the MoE and its output scattered back (layers/dp_attention.py); "
                             "DeepEP (--moe-a2a-backend deepep) when asked (--moe-exchange all_to_all); estimate for "

@@ -34,6 +34,10 @@ class Step:
     batch: object  # sequences (int or array)
     seq: object  # new tokens per sequence
     context: object  # tokens already cached per sequence
+    # with attention data parallelism: None, the step is the whole instance's (its sequences dealt whole over the
+    # attention-DP ranks, the busiest rank's share timed: rank_step); else the step is one rank's own and this is
+    # the MoE group's tokens that step (every rank's together), as a serving simulation's ranks carry unequal work
+    group_tokens: object = None
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -122,14 +126,27 @@ def allreduce_folds_norm(model: Model, sc: Scenario, ph: str, tokens) -> bool:
     return ph == "decode"
 
 
+def rank_step(step: Step, dp: int) -> tuple[Step, object]:
+    """(the step one attention-DP rank runs, the MoE group's tokens) of ``step`` over ``dp`` ranks: an instance's
+    step deals its sequences whole over the ranks, the busiest taking ceil(batch / dp) of them, and the MoE layers
+    meet every rank's actual tokens (batch x seq); a rank's own step (``group_tokens`` given) as it is."""
+    if step.group_tokens is not None:
+        return step, step.group_tokens
+    tokens = step.batch * step.seq
+    if dp == 1:
+        return step, tokens
+    xp = O.backend_of(step.batch)
+    return Step(step.phase, xp.ceil(step.batch / dp), step.seq, step.context), tokens
+
+
 def build_ops(model: Model, step: Step, sc: Scenario) -> list[O.Op]:
-    """Every operator of one forward step on one GPU (all pipeline stages counted; see module doc).
+    """Every operator of one forward step on one GPU (all pipeline stages counted; see module doc). With attention
+    data parallelism the GPU is the busiest attention-DP rank's, or the rank a step names (:func:`rank_step`).
 
     ``sc`` is resolved for the part (:func:`perfmodel.resolve.resolve_scenario`)."""
     require_resolved(sc, "graph.build_ops")
     ph = step.phase
-    if sc.attention_dp > 1:  # each attention group runs its own share of the sequences
-        step = Step(step.phase, step.batch / sc.attention_dp, step.seq, step.context)
+    step, group_tokens = rank_step(step, sc.attention_dp)
     tokens = step.batch * step.seq
     act = sc.act_dtype
     w = sc.dtype
@@ -175,7 +192,7 @@ def build_ops(model: Model, step: Step, sc: Scenario) -> list[O.Op]:
     if counts["dense"]:
         out += [op.with_count(counts["dense"]) for op in _dense_ffn(model, ph, sc, tokens, w, act, prefix="ffn")]
     if counts["moe"]:
-        out += [op.with_count(counts["moe"]) for op in _moe_ffn(model, ph, sc, tokens, w, act)]
+        out += [op.with_count(counts["moe"]) for op in _moe_ffn(model, ph, sc, tokens, w, act, group_tokens)]
 
     if model.draft_fuses:  # an EAGLE head: the target's hidden states fused into its layer's input
         out += _eagle_fusion(model, sc, tokens, w, ph)
@@ -742,8 +759,9 @@ def shared_stream_on(sc: Scenario, ph: str, tokens):
     return None
 
 
-def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> list[O.Op]:
-    """Routed experts (uniform routing assumed), shared experts, and the collectives EP or TP adds.
+def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str, group_tokens) -> list[O.Op]:
+    """Routed experts (uniform routing assumed), shared experts, and the collectives EP or TP adds; ``tokens``: the
+    rank's, ``group_tokens``: the MoE group's (every attention-DP rank's together: :func:`rank_step`).
 
     With ep > 1 each rank holds num_experts/ep whole experts (split moe_group/ep ways when ep < moe_group);
     with ep = 1 every expert is sharded over the MoE group. How the MoE group meets the tokens is the engine's
@@ -770,8 +788,6 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str) -> l
     ep = sc.ep
     shard = sc.moe_group // ep  # TP ways each expert is split
     width = _ceil_div(moe.expert_intermediate, shard)
-    # tokens of the whole MoE group: with attention data parallel every attention group brings its own
-    group_tokens = tokens * sc.attention_dp
     routed = group_tokens * moe.top_k / ep  # token-expert pairs this rank computes (uniform routing)
     # the tokens travel in the experts' GEMM format where the engine quantizes before the exchange
     sent = _b(w) if exchange_quantized(sc) else _b(act)

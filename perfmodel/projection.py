@@ -230,14 +230,15 @@ def serving_times(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, b
 
 def prefill_requests(sc: Scenario, batch, xp=NP):
     """Requests that prefill together: the whole batch under static batching; under continuous batching
-    ``max(1, min(batch, prefill_chunk // isl))``, in every attention group on its own sequences."""
+    ``max(1, min(batch, prefill_chunk // isl))``; with attention data parallelism every rank as many of its own
+    sequences (ceil(batch / DP) of them) within its own budget (``Scenario.rank_chunk``), at most the batch."""
     if sc.batching == "static":
         return batch
-    per_chunk = xp.floor(sc.prefill_chunk / sc.prompt)
     dp = sc.attention_dp
+    per_chunk = xp.floor(sc.rank_chunk / sc.prompt)
     if dp == 1:
         return xp.maximum(1, xp.minimum(batch, per_chunk))
-    return dp * xp.maximum(1, xp.minimum(batch / dp, per_chunk))
+    return xp.minimum(batch, dp * xp.maximum(1, xp.minimum(xp.ceil(batch / dp), per_chunk)))
 
 
 @dataclass
@@ -433,7 +434,7 @@ def _scheduler_text(sc: Scenario) -> str:
         return ""
     eng, overlapped = found
     seqs = sc.batch if isinstance(sc.batch, int) else None
-    share = seqs / sc.attention_dp if seqs else None
+    share = -(-seqs // sc.attention_dp) if seqs else None
     at = (f": {eng.scheduler_host_s(share, overlapped) * 1e3:.2f} ms at {share:g} sequences"
           + (" (an attention-DP rank's share)" if sc.attention_dp > 1 else "")) if share else ""
     return (f"{eng.name}'s host work a step (scheduling, KV-block bookkeeping, output handling) by its running "
@@ -490,7 +491,8 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
             out.append(scheduler)
     if sc.attention_dp > 1:
         out.append(f"attention data parallel: {sc.attention_dp} groups of TP {sc.tp} run attention and dense layers "
-                   f"on their own sequences; the MoE layers spread over all {sc.moe_group} GPUs (EP {sc.ep}"
+                   "on their own sequences (the busiest rank's share timed, the others wait for it at the MoE "
+                   f"layers); the MoE layers spread over all {sc.moe_group} GPUs (EP {sc.ep}"
                    + (f", each expert split {sc.moe_group // sc.ep} ways)" if sc.moe_group // sc.ep > 1 else ")"))
     if sc.mtp:
         out.append(describe_speculation(model, sc))

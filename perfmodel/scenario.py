@@ -11,6 +11,7 @@ ENGINE_FIELDS = ("kernels", "rotary", "launch", "attention_kernel", "fp8_attenti
                  "mem_policy", "mem_fraction", "mem_reserve", "kv_cache", "batching", "weight_only_moe_act")
 KV_CACHES = ("paged", "dynamic", "static")
 SCHEDULES = ("mixed", "prefill_first")  # perfmodel.engines.Engine.schedule
+DP_BUDGETS = ("per_rank", "split")  # perfmodel.engines.Engine.dp_budget
 # how a closed loop's first C requests start (perfmodel.serve.workload.closed_loop_requests, docs/serving.md)
 CLOSED_LOOP_STARTS = ("burst", "spread")
 
@@ -94,6 +95,9 @@ class Scenario:
     # how the serving simulation's steps meet prompts and decoding sequences: mixed (prompt chunks ride in the decode
     # steps) | prefill_first (prompts run in steps of their own, the decoding sequences wait); None: the engine's
     schedule: str | None = None
+    # each attention-data-parallel rank's step budget: per_rank (every rank schedules its own requests within the
+    # whole prefill_chunk) | split (each rank within prefill_chunk / attention_dp); None: the engine's
+    dp_budget: str | None = None
     # when a MoE layer's shared experts run on a second CUDA stream beside the routed ones: graph (decode steps
     # replayed from a CUDA graph) | small (steps of at most 256 tokens a rank) | never; and whether a DeepSeek-V3
     # layout's shared expert is folded into the routed experts' module; None: the engine's (perfmodel.engines)
@@ -128,6 +132,14 @@ class Scenario:
     @property
     def gpus(self) -> int:
         return self.tp * self.pp * self.attention_dp
+
+    @property
+    def rank_chunk(self) -> int:
+        """Tokens one attention-data-parallel rank's step may carry: the prefill chunk, or its share of it where the
+        engine splits the chunk over the ranks (``dp_budget``); the chunk itself without attention DP."""
+        if self.attention_dp == 1 or self.dp_budget != "split":
+            return self.prefill_chunk
+        return max(self.prefill_chunk // self.attention_dp, 1)
 
     @property
     def acceptance(self) -> tuple[float, ...]:
@@ -241,6 +253,7 @@ class Scenario:
             "moe_all_to_all": eng.all_to_all_for(hw),
             "async_scheduling": eng.async_scheduling,
             "schedule": eng.schedule,
+            "dp_budget": eng.dp_budget,
             "shared_stream": eng.shared_stream,
             "fused_shared_expert": eng.fused_shared_expert,
             "fused_latent_proj": eng.fused_latent_proj,
@@ -308,6 +321,7 @@ class Scenario:
         _choice(self.moe_exchange, ("gather", "all_to_all"), "--moe-exchange")
         _choice(self.moe_all_to_all, ("per_rank", "deepep", "mnnvl"), "moe_all_to_all")
         _choice(self.schedule, SCHEDULES, "--schedule")
+        _choice(self.dp_budget, DP_BUDGETS, "dp_budget")
         from .engines import SHARED_STREAMS
         _choice(self.shared_stream, SHARED_STREAMS, "--shared-stream")
         from .routing import ROUTINGS

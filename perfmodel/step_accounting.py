@@ -96,8 +96,8 @@ def scheduler_rules(sc, seqs, xp=NP) -> dict:
     if found is None or sc.mode == "sol":
         return {}
     eng, overlapped = found
-    # each attention-data-parallel rank runs a scheduler of its own over its share of the sequences
-    share = seqs / sc.attention_dp if sc.attention_dp > 1 else seqs
+    # each attention-data-parallel rank runs a scheduler of its own over its share of the sequences: the busiest's
+    share = xp.ceil(seqs / sc.attention_dp) if sc.attention_dp > 1 else seqs
     return {"scheduler_s": eng.scheduler_host_s(share, overlapped, xp), "scheduler_overlap": overlapped}
 
 

@@ -274,6 +274,8 @@ class _Serving:
                 raise
             rec["reason"], rec["status"] = "projection refused", f"not projected: {e}"
             return rec
+        # the layout's class, for the summary: one scheduler (tp), attention-DP ranks, or disaggregated workers
+        rec["layout"] = "disaggregated" if sides is not None else "attention-dp" if sc.attention_dp > 1 else "tp"
         result = self._simulate(hw, model, prof, sc, rec["concurrency"], opts)
         if isinstance(result, InputError):
             rec["reason"], rec["status"] = "projection refused", f"not projected: {result}"
@@ -491,12 +493,14 @@ def _stats(groups: dict[str, list[float]]) -> dict:
 def summary(rows: list[dict]) -> dict:
     """Median |error| overall and by metric, and the median and signed median by part and metric; for
     serving-benchmark rows also by part x engine x metric, by model checkpoint x metric, and the coverage
-    (rows by reason: projected, or why not)."""
+    (rows by reason: projected, or why not) and by layout class x metric (one scheduler, attention-DP ranks,
+    disaggregated workers)."""
     done = [r for r in rows if r["error"] is not None]
     by_metric: dict[str, list[float]] = {}
     by_part: dict[str, list[float]] = {}
     by_engine: dict[str, list[float]] = {}
     by_model: dict[str, list[float]] = {}
+    by_layout: dict[str, list[float]] = {}
     burst: dict[str, list[float]] = {}
     coverage: dict[str, int] = {}
     for r in done:
@@ -509,6 +513,7 @@ def summary(rows: list[dict]) -> dict:
         if r["error"] is not None:
             by_engine.setdefault(f"{r['hardware']} {r['engine']} {r['metric']}", []).append(r["error"])
             by_model.setdefault(f"{r['checkpoint']} {r['metric']}", []).append(r["error"])
+            by_layout.setdefault(f"{r['layout']} {r['metric']}", []).append(r["error"])
             if r.get("first_wave"):
                 burst.setdefault(f"{r['engine']} {r['metric']}", []).append(r["first_wave"] / r["published"] - 1.0)
     out = {"rows": len(done), "refused": sum(1 for r in rows if r["status"].startswith("does not fit")),
@@ -518,6 +523,7 @@ def summary(rows: list[dict]) -> dict:
     if coverage:
         out["serving"] = {"coverage": dict(sorted(coverage.items(), key=lambda kv: (-kv[1], kv[0]))),
                           "by_part_engine": _stats(by_engine), "by_model": _stats(by_model),
+                          "by_layout": _stats(by_layout),
                           "first_wave_by_engine": _stats(burst)}
     return out
 
@@ -555,6 +561,7 @@ def _serving_lines(sv: dict, total: int) -> list[str]:
     lines = ["", f"serving-benchmark rows: {n} (closed-loop simulation; steady-state mean TTFT and mean TPOT)"]
     lines += [f"  {k:<40} {v:>6}  {v / n:>6.1%}" for k, v in sv["coverage"].items()]
     for title, key in (("by part, engine and metric", "by_part_engine"), ("by model and metric", "by_model"),
+                       ("by layout class and metric", "by_layout"),
                        ("diagnostic, not the prediction: the mean over the first C requests (the initial burst) "
                         "instead of the steady state, by engine and metric", "first_wave_by_engine")):
         if not sv[key]:
@@ -571,5 +578,5 @@ def validation_csv(rows: list[dict]) -> str:
     cols = ["id", "kind", "hardware", "model", "metric", "unit", "published", "predicted", "error", "status",
             "calibration", "engine"]
     if any("reason" in r for r in rows):
-        cols += ["concurrency", "checkpoint", "reason", "first_wave"]
+        cols += ["concurrency", "checkpoint", "layout", "reason", "first_wave"]
     return csv_dicts_text(cols, rows)

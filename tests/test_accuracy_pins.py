@@ -63,3 +63,14 @@ def test_silicon_doc_states_the_pinned_figures():
             cells.append(f"{x['median_abs_error']:.1%} ({x['signed_median']:+.1%})")
         latest = doc.split("## Results")[1].split("\n**After ")[1].split("\n\n**")[0]  # the newest section first
         assert f"| {cells[0]} | {cells[1]} |" in latest, name
+    for layout in ("tp", "attention-dp", "disaggregated"):  # and by the layout's class
+        cells = [f"{x['median_abs_error']:.1%} ({x['signed_median']:+.1%})"
+                 for x in (PINS["silicon"][f"layout {layout} {m}"] for m in ("tpot", "ttft"))]
+        assert f"| {cells[0]} | {cells[1]} |" in latest, layout
+
+
+def test_readme_states_the_pinned_attention_dp_figures():
+    """README.md's "Not yet" gives the attention-DP rows' signed medians as the silicon pins have them."""
+    tpot, ttft = (-PINS["silicon"][f"layout attention-dp {m}"]["signed_median"] for m in ("tpot", "ttft"))
+    text = " ".join((ROOT / "README.md").read_text().split())
+    assert f"TPOT by {tpot:.1%} and TTFT by {ttft:.1%} at the signed median" in text

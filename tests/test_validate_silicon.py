@@ -293,6 +293,9 @@ def test_summary_and_outputs(validated, converted, capsys):
     s = summary(rows)["serving"]
     assert s["coverage"]["projected"] == 32 and sum(s["coverage"].values()) == 46
     assert "h200-sxm vllm ttft" in s["by_part_engine"] and "deepseek-ai/DeepSeek-R1 tpot" in s["by_model"]
+    # every projected row in one layout class: one scheduler, attention-DP ranks or disaggregated workers
+    assert sum(v["n"] for v in s["by_layout"].values()) == s["coverage"]["projected"]
+    assert set(k.rsplit(" ", 1)[0] for k in s["by_layout"]) <= {"tp", "attention-dp", "disaggregated"}
     text = validation_table(rows, summary_only=True)
     assert "by part, engine and metric" in text and "aic-8-ttft" not in text
     table = list(csv.DictReader(io.StringIO(validation_csv(rows))))

@@ -62,7 +62,12 @@ def backtest_blind() -> dict:
 
 
 def silicon() -> dict:
-    return _by_part(repo_root() / "workloads" / "validation" / "aiconfigurator_silicon.csv")
+    """By part and metric, and by layout class and metric (``layout tp ttft``, ``layout attention-dp tpot``, ...)."""
+    from perfmodel.validate import run_validation, summary
+
+    stats = summary(run_validation(repo_root() / "workloads" / "validation" / "aiconfigurator_silicon.csv"))
+    layouts = {f"layout {k}": v for k, v in stats["serving"]["by_layout"].items()}
+    return _pinned({**stats["by_part"], **layouts})
 
 
 FAST = {"public": public, "kernels": kernels}

@@ -120,6 +120,8 @@ def table() -> str:
         "memory": [_memory(e) for e in engines],
         "batching": [e.batching for e in engines],
         "serving steps (serve --schedule)": [_schedule(e) for e in engines],
+        "each attention-DP rank's step budget": [_est(e, "dp_budget", "the chunk / DP" if e.dp_budget == "split"
+                                                      else "the whole chunk") for e in engines],
         "MoE over attention-DP ranks": [_est(e, "moe_exchange", e.moe_exchange + (
             ", in the experts' format" if e.moe_quantized_exchange else ", bf16")) for e in engines],
         "--moe-exchange all_to_all runs": [_est(e, "moe_all_to_all", A2A_KERNELS[e.moe_all_to_all] + (

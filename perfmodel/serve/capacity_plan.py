@@ -225,17 +225,18 @@ class Planner:
         # them on average, so TPOT is the step over that and a step finishes that many times the requests
         tps, q = float(sc.tokens_per_step), sc.verify_tokens
         decode = {b: steps.step(b, ctx, ())[0] / tps for b in caps}
-        budget = inst.cfg.token_budget
+        budget = inst.cfg.token_budget  # a rank's (attention data parallelism: each rank its own)
+        ranks = inst.cfg.ranks
         isl = max(int(round(self.isl)), 1)
         mixed = {}
         for b in caps:  # the steady state (module doc): b decodes and the prompt tokens that keep b running
-            p = max(min(b * tps * self.isl / max(self.osl, 1.0), budget - b * q), 1.0)
+            p = max(min(b * tps * self.isl / max(self.osl, 1.0), ranks * budget - b * q), 1.0)
             whole, rest = divmod(int(round(p)), isl)
             pieces = [(isl, 0)] * whole + ([(rest, 0)] if rest else [])
             t = steps.step(b, ctx, pieces)[0]
             mixed[b] = (t / tps, min(b * tps / self.osl, p / self.isl) / t)
         piece = min(isl, budget)
-        per_step = max(1, min(budget // isl, inst.cfg.max_seqs))
+        per_step = max(1, min(ranks * max(budget // isl, 1), inst.cfg.max_seqs))
         chunks = math.ceil(isl / budget)
         t_batch, _ = steps.step(0, 0.0, [(piece, 0)] * per_step)
         t_one, _ = steps.step(0, 0.0, [(piece, 0)])

@@ -18,6 +18,9 @@ The scheduler follows vLLM's (V1) as documented in its source and docs:
   prefill, stays while referenced, and is evicted least recently used when blocks run short;
 - the step that completes a request's prompt produces its first token; each later step one more.
 
+With attention data parallelism (``ranks``) every rank has a token budget of its own: a step takes up to ``ranks``
+budgets, each prompt piece within one rank's (:mod:`perfmodel.serve.dp_ranks`).
+
 With ``prefill_first`` (SGLang's default schedule, ``--schedule prefill_first``) a step that can take waiting or
 part-done prompts carries only them, with the whole budget, and the decoding sequences wait through it (their next
 inter-token gap carries the wait); a step that admits none decodes as above.
@@ -55,6 +58,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InputError
+from .dp_ranks import RankBudgets
 
 BLOCK_SIZE = 16  # vLLM's default --block-size
 SPEC_STREAM = 25  # the accepted runs' random stream beside the workload's (seeded by the same --seed)
@@ -76,6 +80,10 @@ class EngineConfig:
     # prompts run in steps of their own, ahead of the decoding sequences, which wait (SGLang's default schedule)
     # rather than riding in the decode steps (vLLM V1, TensorRT-LLM): perfmodel.engines.Engine.schedule
     prefill_first: bool = False
+    # attention data parallelism: the ranks that each schedule their own requests within ``token_budget`` tokens a
+    # step (perfmodel.serve.dp_ranks); 1: one scheduler
+    ranks: int = 1
+
     @property
     def spec_tokens(self) -> int:
         """Cache slots a decoding sequence's verify step writes beyond the verified token: a chain's K draft tokens
@@ -180,7 +188,8 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
     q = 1 + spec  # tokens a decoding sequence carries a step
     if spec and runs is None:  # a caller that draws none (a plan's rate search): the instance's own, seeded
         runs = AcceptedRuns.draw(reqs.osl, cfg.accepted_run, np.random.default_rng([cfg.seed, SPEC_STREAM]))
-    budget_max = max(int(cfg.token_budget), m * q if role == "decode" else 1)
+    ranks = max(int(cfg.ranks), 1)
+    budget_max = max(int(cfg.token_budget), -(-m // ranks) * q if role == "decode" else 1)  # a rank's
     prefill_first = cfg.prefill_first and role == "mixed"
     stall_s, stalled = 0.0, 0  # time the decoding sequences have waited through prompt steps, and how many waited
 
@@ -462,12 +471,13 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
         # SGLang's schedule: while prompts wait or are part-way through, a step carries only them (the whole budget)
         # and the decoding sequences stall (a step that admits none decodes as usual)
         prefill_only = prefill_first and decoding and (prefilling or waiting)
-        budget = budget_max - (0 if prefill_only else decoding * q)
+        budgets = RankBudgets(ranks, budget_max, 0 if prefill_only else decoding, q)
 
         # 2. prompts part-way through first, then admissions, first come first served
         pieces = []  # (slot, new tokens, tokens already cached)
         entrants = []  # decode role: requests joining the decoding sequences this step
         for slot in list(prefilling):
+            budget = budgets.room()
             if budget <= 0:
                 break
             piece = min(s_prompt[slot] - s_done[slot], budget)
@@ -483,20 +493,19 @@ def simulate_instance(steps, cfg: EngineConfig, reqs, runs: AcceptedRuns | None 
             s_palloc[slot] += max(want, 0)
             p_alloc += max(want, 0)
             pieces.append((slot, piece, s_done[slot]))
-            budget -= piece
+            budgets.take(piece)
         wm = watermark if (decoding or prefilling) else 0
-        while waiting and free_slots and budget > 0:
-            got = admit(waiting[0], budget, wm)
+        while waiting and free_slots and budgets.room() > 0:
+            got = admit(waiting[0], budgets.room(), wm)
             if got is None:
                 break
             r = waiting.popleft()
             slot, piece, cached = got
             if piece:
                 pieces.append((slot, piece, cached))
-                budget -= piece
             else:
                 entrants.append(r)
-                budget -= q
+            budgets.take(piece or q)
         reserved = 0
 
         n_dec = 0 if prefill_only and pieces else decoding

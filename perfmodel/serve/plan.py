@@ -215,8 +215,8 @@ def _disaggregated(hw, model, sc, layouts, prof, base, space, opts, power) -> li
             return attained(r.first_token, r.first_token, reqs.arrival, reqs.osl, opts.slo_ttft_s, None)
 
         isl = max(int(round(float(base.isl.mean()))), 1)
-        budget = inst.cfg.token_budget
-        per_step = max(1, min(budget // isl, inst.cfg.max_seqs))
+        budget = inst.cfg.token_budget  # a rank's (attention data parallelism: each rank its own)
+        per_step = max(1, min(inst.cfg.ranks * max(budget // isl, 1), inst.cfg.max_seqs))
         t, _ = inst.steps.step(0, 0.0, [(min(isl, budget), 0)] * per_step)
         r, _ = max_rate(attain, 1.3 * per_step / t, space.attainment)
         if r > 0:

@@ -128,7 +128,7 @@ def build_instance(hw, model, sc, prof, reqs, role: str, opts: ServeOptions, pow
         from .. import capacity
 
         capacity.check_fits(model, sc, hw, 0)
-    cfg = EngineConfig(max_seqs=max_seqs, token_budget=sc.prefill_chunk, kv_blocks=blocks,
+    cfg = EngineConfig(max_seqs=max_seqs, token_budget=sc.rank_chunk, kv_blocks=blocks, ranks=sc.attention_dp,
                        block_size=opts.block_size, prefix_caching=opts.prefix_caching, role=role,
                        spec=int(getattr(sc, "mtp", 0) or 0), verify=sc.verify_tokens if sc.tree else 0,
                        seed=opts.seed, prefill_first=sc.schedule == "prefill_first",
@@ -137,7 +137,7 @@ def build_instance(hw, model, sc, prof, reqs, role: str, opts: ServeOptions, pow
     if steps is None or steps.max_seqs < max_seqs:
         lengths = np.unique(reqs.isl)
         hint = tuple(int(x) for x in lengths[:16]) if lengths.size <= 16 else ()
-        kw = dict(max_tokens=sc.prefill_chunk if role != "decode" else max_seqs, max_seqs=max_seqs,
+        kw = dict(max_tokens=sc.rank_chunk if role != "decode" else max_seqs, max_seqs=max_seqs,
                   max_context=int((reqs.isl + reqs.osl).max()) + 1, piece_hint=hint)
         key = (id(model), id(hw), id(prof), sc, power is None, tuple(sorted(kw.items())))
         steps = cache.get(key) if cache is not None else None

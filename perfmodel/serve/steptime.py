@@ -24,6 +24,11 @@ decode launch mode (CUDA graph under ``--launch auto``), one with prefill with t
 times add up because a step's shares do; a step rule that is not a sum over its ops would need the tables to
 hold :data:`perfmodel.step_accounting.PARTS` apart.)
 
+With attention data parallelism (:mod:`perfmodel.serve.dp_ranks`) the token, per-sequence and attention classes are
+one rank's (the step's own sequences and pieces, as the ranks share them) and a fifth class, the **group ops** (the
+routed experts and their exchange: what the other ranks' tokens change), is tabulated over every rank's tokens; a
+step is its busiest rank's part plus the group's.
+
 With pipeline parallelism the running sequences are cut into ``pp`` micro-batches that fill the stages (as
 the projection's TPOT assumes): a step advancing every sequence by one token takes one micro-batch's pass
 through all stages; a prefill piece is not split.
@@ -57,10 +62,11 @@ from ..cost.overlap import resolve_method
 from ..power_clock import clock_model, steady_stretch
 from ..energy.model import limit_w, op_energy
 from ..graph import Step, build_ops
-from ..ops import COMPUTE_KINDS
+from ..ops import COMPUTE_KINDS, STREAM
 from ..host_costs import host_rules
 from ..memo import Bounded, typed_key, value_key
 from ..step_accounting import Rules, account, scheduled_step, scheduler_rules
+from .dp_ranks import place
 
 
 def _key_list(ops) -> list[tuple[str, int]]:
@@ -86,26 +92,48 @@ def _differs(a, b) -> set:
 
 @dataclass(frozen=True)
 class OpClasses:
-    """Keys (name, occurrence) of the ops in each class (module doc)."""
+    """Keys (name, occurrence) of the ops in each class (module doc); ``group``: with attention data parallelism, the
+    token ops of the MoE group's tokens (every rank's together: the routed experts and their exchange), apart from
+    ``token``, a rank's own."""
 
     token: frozenset
     per_seq: frozenset
     decode_attn: frozenset
     prefill_attn: frozenset
+    group: frozenset = frozenset()
+
+
+def rank_step(sc, phase: str, batch, seq, context, group=None) -> Step:
+    """One attention-DP rank's step of ``batch`` sequences (the MoE group's tokens ``group``, by default every rank
+    alike: batch x seq x DP); the step itself without attention DP."""
+    dp = sc.attention_dp
+    if dp == 1:
+        return Step(phase, batch, seq, context)
+    return Step(phase, batch, seq, context, batch * seq * dp if group is None else group)
 
 
 def classify_ops(model, sc) -> OpClasses:
-    pre = build_ops(model, Step("prefill", 1, 8, 0), sc)
-    pre_ctx = _differs(pre, build_ops(model, Step("prefill", 1, 8, 16), sc))
-    pre_seq = _differs(pre, build_ops(model, Step("prefill", 2, 4, 0), sc)) - pre_ctx
-    dec = build_ops(model, Step("decode", 4, 1, 8), sc)
-    dec_ctx = _differs(dec, build_ops(model, Step("decode", 4, 1, 16), sc))
+    def ops(phase, batch, seq, context, group=None):
+        return build_ops(model, rank_step(sc, phase, batch, seq, context, group), sc)
+
+    pre = ops("prefill", 1, 8, 0)
+    pre_ctx = _differs(pre, ops("prefill", 1, 8, 16))
+    pre_seq = _differs(pre, ops("prefill", 2, 4, 0)) - pre_ctx
+    dec = ops("decode", 4, 1, 8)
+    dec_ctx = _differs(dec, ops("decode", 4, 1, 16))
     kp, kd = set(_key_list(pre)), set(_key_list(dec))
     decode_attn = dec_ctx | (kd - kp)
     prefill_attn = pre_ctx | (kp - kd)
     per_seq = pre_seq - decode_attn - prefill_attn
     token = (kp & kd) - decode_attn - prefill_attn - per_seq
-    return OpClasses(frozenset(token), frozenset(per_seq), frozenset(decode_attn), frozenset(prefill_attn))
+    group = set()
+    if sc.attention_dp > 1:  # what the other ranks' tokens change at a rank's own step
+        group = _differs(pre, ops("prefill", 1, 8, 0, 16 * sc.attention_dp))
+        group |= _differs(dec, ops("decode", 4, 1, 8, 8 * sc.attention_dp))
+        if not group <= token:
+            raise RuntimeError(f"ops of the MoE group's tokens that are not token ops (a bug): {sorted(group - token)}")
+    return OpClasses(frozenset(token - group), frozenset(per_seq), frozenset(decode_attn), frozenset(prefill_attn),
+                     frozenset(group))
 
 
 # The power-limited clock of a step depends on the whole step's demand (perfmodel.cost.step_demand), which a table
@@ -123,8 +151,10 @@ def _class_fields(ops, keys, wanted, launch: str, sc, prof, hw, power) -> dict:
     power limit, and their part of the step's power demand."""
     sel = [(op, k) for op, k in zip(ops, keys) if k in wanted]
     # a collective's share depends on the ops it overlaps: every op of the step is timed, the class's summed; with
-    # no overlap (or a fixed share hidden) each op's share is its own, and the class's ops alone are timed
-    alone = resolve_method(sc.overlap)[0] in ("none", "fixed")
+    # no overlap (or a fixed share hidden) each op's share is its own, and the class's ops alone are timed, unless
+    # the class holds part of a two-stream region (a MoE's shared experts beside routed ones of another class)
+    region = [k in wanted for op, k in zip(ops, keys) if STREAM in op.params]
+    alone = resolve_method(sc.overlap)[0] in ("none", "fixed") and (all(region) or not any(region))
     timed = [op for op, _ in sel] if alone else ops
     mask = None if alone else [k in wanted for k in keys]
     rules = Rules.of(sc, launch=launch, **host_rules(sc, prof))
@@ -273,6 +303,7 @@ class StepModel:
                  piece_hint=(), power: dict | None = None, rows_per_seq: int | None = None):
         self.model, self.hw, self.sc, self.prof = model, hw, sc, prof
         self.pp = sc.pp
+        self.ranks = sc.attention_dp
         self.max_tokens = int(max(max_tokens, max_seqs, 1))
         self.max_seqs = int(max(max_seqs, 1))
         self.max_context = int(max(max_context, 2))
@@ -322,14 +353,23 @@ class StepModel:
         idx = np.arange(1, min(n, EXACT_MAX) + 1, dtype=float)
         if n > EXACT_MAX:
             idx = np.concatenate([idx, np.unique(np.round(np.geomspace(EXACT_MAX, n, 64)[1:]))])
-        if phase == "prefill":
-            step = Step("prefill", 1, idx, 0) if wanted is self.classes.token else Step("prefill", idx, 1, 0)
-        else:
-            step = Step("decode", idx, 1, 1)
-        ops = build_ops(self.model, step, self.sc)
+        ops = build_ops(self.model, self._table_step(phase, wanted, idx), self.sc)
         fields = _class_fields(ops, _key_list(ops), wanted, launch, self.sc, self.prof, self.hw, self.power)
         cols = [np.concatenate([[0.0], np.broadcast_to(fields[f], idx.shape)]).tolist() for f in FIELDS]
         return {"counts": np.concatenate([[0.0], idx]).tolist(), "rows": list(zip(*cols))}
+
+    def _table_step(self, phase: str, wanted, idx) -> Step:
+        """The step whose ``wanted`` ops a 1-D table times at counts ``idx``: the tokens of one sequence (token ops) or
+        sequences of one token (per-sequence ops, and every op of a decode step); with attention data parallelism a
+        rank's own (:func:`rank_step`), and for the MoE group's ops the group's tokens, the busiest rank's share
+        with them."""
+        c, sc = self.classes, self.sc
+        if wanted is c.group:
+            rank = np.ceil(idx / sc.attention_dp)
+            return Step(phase, 1, rank, 0, idx) if phase == "prefill" else Step("decode", rank, 1, 1, idx)
+        if phase == "prefill":
+            return rank_step(sc, "prefill", 1, idx, 0) if wanted is c.token else rank_step(sc, "prefill", idx, 1, 0)
+        return rank_step(sc, "decode", idx, 1, 1)
 
     def _grid(self, step: Step, wanted, launch: str, axes: tuple) -> list:
         """One op class over a 2-D grid of ``axes`` (the step's shapes), as :func:`_rows`; remembered as the 1-D tables
@@ -347,25 +387,30 @@ class StepModel:
     def _build(self, piece_hint) -> None:
         c, sc = self.classes, self.sc
         modes = {self.mixed_launch, self.decode_launch}
-        self.token, self.seq = {}, {}  # launch -> (counts, times, joules)
+        # launch -> a 1-D table (_lookup); with attention data parallelism token and seq are a rank's, group the
+        # MoE group's ops over every rank's tokens
+        self.token, self.seq, self.group = {}, {}, {}
         for launch in modes:
             phase = "prefill" if launch == self.mixed_launch else "decode"
             n_tok = self.max_tokens if phase == "prefill" else self.max_seqs * self.q
             self.token[launch] = self._tables_1d(phase, n_tok, c.token, launch)
             # logits rows: 1 + K a decoding sequence (a verify step scores every draft position), one a prefill piece
             self.seq[launch] = self._tables_1d(phase, self.max_seqs * self.q, c.per_seq, launch)
+            if self.ranks > 1:
+                n_group = self.max_tokens * self.ranks if phase == "prefill" else self.max_seqs * self.q
+                self.group[launch] = self._tables_1d(phase, n_group, c.group, launch)
         # decode attention over (sequences, mean context)
         n_grid = _geom_grid(1, self.max_seqs, 40, exact_below=16)
         c_grid = _geom_grid(1, self.max_context, 40, exact_below=4)
         self.dec_n, self.dec_c = n_grid.tolist(), c_grid.tolist()
-        self.dec = {launch: self._grid(Step("decode", n_grid[:, None], self.q, c_grid[None, :]), c.decode_attn,
-                                       launch, (n_grid, c_grid)) for launch in modes}
+        self.dec = {launch: self._grid(rank_step(sc, "decode", n_grid[:, None], self.q, c_grid[None, :]),
+                                       c.decode_attn, launch, (n_grid, c_grid)) for launch in modes}
         # prefill attention of one piece: p new tokens over x cached ones
         p_grid = _geom_grid(1, self.max_tokens, 48, exact_below=16, extra=piece_hint)
         x_grid = np.concatenate([[0.0], _geom_grid(1, self.max_context, 32, exact_below=2)])
         self.pre_p, self.pre_x = p_grid.tolist(), x_grid.tolist()
-        self.pre = self._grid(Step("prefill", 1, p_grid[:, None], x_grid[None, :]), c.prefill_attn, self.mixed_launch,
-                              (p_grid, x_grid))
+        self.pre = self._grid(rank_step(sc, "prefill", 1, p_grid[:, None], x_grid[None, :]), c.prefill_attn,
+                              self.mixed_launch, (p_grid, x_grid))
         self._build_drafts(n_grid, c_grid)
         model = clock_model(self.prof)
         self.alpha = model.alpha
@@ -492,11 +537,29 @@ class StepModel:
         return hit
 
     def _step(self, n_dec: int, ctx_mean: float, pieces: list[tuple[int, int]]) -> tuple[float, float]:
-        pp = self.pp
         launch = self.mixed_launch if pieces else self.decode_launch
+        n_all = n_dec
+        if self.ranks > 1:
+            acc = self._ranks_fields(n_dec, ctx_mean, pieces, launch)
+        else:
+            acc = self._rank_fields(n_dec, ctx_mean, pieces, launch)
+        if self.pp > 1:
+            n_dec = -(-n_dec // self.pp)
+        seqs = n_dec + len(pieces)  # a micro-batch's, as the scheduler hands one to the device
+        if not self.spec:
+            return self._finish(acc, launch, seqs)
+        t, e = self._finish(acc, launch)
+        dt, de = self._drafts(n_all, ctx_mean, pieces)
+        t = self._scheduled(t + dt, seqs)
+        return t, min(e + de, self.headroom * t)
+
+    def _rank_fields(self, n_dec: int, ctx_mean: float, pieces, launch: str) -> tuple:
+        """The summed :data:`FIELDS` of one rank's part of a step (the whole step's without attention data
+        parallelism): ``n_dec`` decoding sequences at mean context ``ctx_mean`` and prompt ``pieces``, cut into
+        micro-batches over the pipeline stages."""
+        pp = self.pp
         tokens = n_dec * self.q + sum(p for p, _ in pieces)
         rows = n_dec * self.q + len(pieces)
-        n_all = n_dec
         if pp > 1:
             biggest = max((p for p, _ in pieces), default=0)
             tokens = max(-(-tokens // pp), biggest)
@@ -512,13 +575,30 @@ class StepModel:
             acc = _add_fields(acc, self._pieces_total(tuple(pieces)))
             if self.mtp_draft is not None:
                 acc = _add_fields(acc, self._mtp_prefill(pieces))
-        seqs = n_dec + len(pieces)  # a micro-batch's, as the scheduler hands one to the device
-        if not self.spec:
-            return self._finish(acc, launch, seqs)
-        t, e = self._finish(acc, launch)
-        dt, de = self._drafts(n_all, ctx_mean, pieces)
-        t = self._scheduled(t + dt, seqs)
-        return t, min(e + de, self.headroom * t)
+        return acc
+
+    def _ranks_fields(self, n_dec: int, ctx_mean: float, pieces, launch: str) -> tuple:
+        """The summed :data:`FIELDS` of a step under attention data parallelism: its busiest rank's part (each rank's
+        decoding sequences and pieces as :func:`perfmodel.serve.dp_ranks.place` lays them) and the MoE group's ops
+        over every rank's tokens (the MTP module's too). The ranks step together; the joules are the busiest
+        rank's (an upper estimate for the others)."""
+        busiest, tokens, prompt = None, 0, 0
+        for n, own in place(self.ranks, n_dec, self.q, pieces):
+            if not (n or own):
+                continue
+            acc = self._rank_fields(n, ctx_mean, own, launch)
+            if busiest is None or acc[0] > busiest[0]:
+                busiest = acc
+            own_tokens = sum(p for p, _ in own)
+            rank_tokens = n * self.q + own_tokens
+            if self.pp > 1:  # a micro-batch's, as _rank_fields takes it
+                rank_tokens = max(-(-rank_tokens // self.pp), max((p for p, _ in own), default=0))
+            tokens += rank_tokens
+            prompt += own_tokens
+        acc = _add_fields(busiest, _lookup(self.group[launch], tokens))
+        if prompt and self.mtp_draft is not None:  # the MTP layer's experts over the prompts' tokens
+            acc = _add_fields(acc, tuple(x / self.model.layers for x in _lookup(self.group[launch], prompt)))
+        return acc
 
     def _total(self, parts: list, launch: str) -> tuple[float, float]:
         """(seconds, joules) of a step from its parts' :data:`FIELDS`."""
@@ -567,8 +647,15 @@ class StepModel:
 
     def _fixed_rows(self, m: int) -> tuple:
         """A decode micro-batch of ``m`` sequences: its token and sequence rows summed (as :func:`_sum_fields`) and
-        its cell on the decode grid (``m`` > 0), remembered."""
+        its cell on the decode grid (``m`` > 0), remembered. With attention data parallelism the busiest rank's
+        rows (``ceil(m / DP)`` sequences) and the MoE group's ops over all ``m``."""
         launch = self.decode_launch
+        if self.ranks > 1:
+            own = -(-m // self.ranks)
+            fixed = _sum_fields([_lookup(self.token[launch], own), _lookup(self.seq[launch], own),
+                                 _lookup(self.group[launch], m)])
+            hit = self._decode_fixed[m] = (fixed, *(self._row_cell(own) if m else (0, 0.0)))
+            return hit
         fixed = _sum_fields([_lookup(self.token[launch], m), _lookup(self.seq[launch], m)])
         hit = self._decode_fixed[m] = (fixed, *(self._row_cell(m) if m else (0, 0.0)))
         return hit
@@ -601,32 +688,40 @@ def _sum_fields(parts) -> tuple:
 
 def exact_step(model, hw, sc, prof, n_dec: int, ctx_mean: float, pieces: list[tuple[int, int]]) -> float:
     """The same mixed step timed directly from one op list (one power-limited clock for all of it); slow,
-    for checking the surrogate. Without speculation (a verify step and its drafts are checked against the
-    projection's steps instead: tests/test_serve_spec.py)."""
+    for checking the surrogate. With attention data parallelism each rank's op list (its part as
+    :func:`perfmodel.serve.dp_ranks.place` lays it, and the MoE group's ops over every rank's tokens), the slowest
+    taken. Without speculation (a verify step and its drafts are checked against the projection's steps instead:
+    tests/test_serve_spec.py)."""
     c = classify_ops(model, sc)
     launch = sc.launch_for("prefill") if pieces else sc.launch_for("decode")
-    tokens = n_dec + sum(p for p, _ in pieces)
-    rows = n_dec + len(pieces)
-    parts = []
-
-    def take(step, wanted):
-        ops = build_ops(model, step, sc)
-        parts.extend(op for op, k in zip(ops, _key_list(ops)) if k in wanted)
-
-    if pieces:
-        take(Step("prefill", 1, tokens, 0), c.token)
-        take(Step("prefill", rows, 1, 0), c.per_seq)
-    else:  # a decode-only step, as its tables are built (a kernel style may differ by phase: compiled decode)
-        take(Step("decode", tokens, 1, 1), c.token)
-        take(Step("decode", rows, 1, 1), c.per_seq)
-    if n_dec:
-        take(Step("decode", n_dec, 1, ctx_mean), c.decode_attn)
-    for p, x in pieces:
-        take(Step("prefill", 1, p, x), c.prefill_attn)
-    times = time_ops(parts, hw, prof, mode=sc.mode, world=sc.gpus)
+    dp = sc.attention_dp
+    group = n_dec + sum(p for p, _ in pieces)
     rules = Rules.of(sc, launch=launch, **host_rules(sc, prof))
-    device = float(account(times, rules, prof, hw=hw, world=sc.gpus).total()) + rules.serial_s
-    return float(scheduled_step(device, sc, rows))
+    slowest = 0.0
+    for n, own in (place(dp, n_dec, 1, pieces) if dp > 1 else [(n_dec, list(pieces))]):
+        if not (n or own):
+            continue
+        tokens = n + sum(p for p, _ in own)
+        rows = n + len(own)
+        parts = []
+
+        def take(phase, batch, seq, context, wanted):
+            ops = build_ops(model, rank_step(sc, phase, batch, seq, context, group), sc)
+            parts.extend(op for op, k in zip(ops, _key_list(ops)) if k in wanted)
+
+        if pieces:
+            take("prefill", 1, tokens, 0, c.token | c.group)
+            take("prefill", rows, 1, 0, c.per_seq)
+        else:  # a decode-only step, as its tables are built (a kernel style may differ by phase: compiled decode)
+            take("decode", tokens, 1, 1, c.token | c.group)
+            take("decode", rows, 1, 1, c.per_seq)
+        if n:
+            take("decode", n, 1, ctx_mean, c.decode_attn)
+        for p, x in own:
+            take("prefill", 1, p, x, c.prefill_attn)
+        times = time_ops(parts, hw, prof, mode=sc.mode, world=sc.gpus)
+        slowest = max(slowest, float(account(times, rules, prof, hw=hw, world=sc.gpus).total()) + rules.serial_s)
+    return float(scheduled_step(slowest, sc, n_dec + len(pieces)))
 
 
 def kv_pool_blocks(model, hw, sc, max_seqs: int, block_size: int, mean_len: float | None = None) -> int:
