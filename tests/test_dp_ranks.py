@@ -107,3 +107,15 @@ def test_an_instance_step_is_its_busiest_ranks(b200, batch):
     ops = build_ops(m, Step("decode", batch, 1, 4096), sc)
     rank = build_ops(m, Step("decode", busiest, 1, 4096, group_tokens=batch), sc)
     assert [(o.name, o.flops, o.bytes) for o in ops] == [(o.name, o.flops, o.bytes) for o in rank]
+
+
+def test_the_serving_table_names_each_ranks_budget(capsys):
+    # the layout line of `perfmodel serve` says the budget is each rank's (SGLang's: the chunk / DP)
+    from perfmodel.cli import main
+
+    rc = main(["serve", "--arch", "b200", "--model", "deepseek-v3", "--dtype", "fp4", "--tp", "1", "--attention-dp",
+               "8", "--ep", "8", "--engine", "sglang", "--concurrency", "16", "--requests", "40", "--isl", "1024",
+               "--osl", "32"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "(TP 1 x attention DP 8, EP 8, PP 1) = 8 GPUs" in out and "2048 tokens a step on each of 8 ranks" in out

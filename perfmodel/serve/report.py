@@ -72,8 +72,11 @@ def _layout_line(doc: dict) -> str:
     lay = doc["layout"]
     if lay["mode"] == "aggregated":
         i = lay["instance"]
-        return (f"aggregated: {lay['replicas']} x (TP {i['tp']}, PP {i['pp']}) = {lay['gpus']} GPUs; engine "
-                f"{i['engine']}; up to {i['max_seqs']} sequences, {i['token_budget']} tokens a step, "
+        dp = i.get("attention_dp", 1)
+        group = f"TP {i['tp']} x attention DP {dp}, EP {i['ep']}" if dp > 1 else f"TP {i['tp']}"
+        budget = f"{i['token_budget']} tokens a step" + (f" on each of {dp} ranks" if dp > 1 else "")
+        return (f"aggregated: {lay['replicas']} x ({group}, PP {i['pp']}) = {lay['gpus']} GPUs; engine "
+                f"{i['engine']}; up to {i['max_seqs']} sequences, {budget}, "
                 f"KV cache {i['kv_tokens']:,} tokens{', prefix caching' if i['prefix_caching'] else ''}")
     p, d = lay["prefill"], lay["decode"]
     return (f"disaggregated {lay['prefill_instances']}P{lay['decode_instances']}D: prefill TP {p['tp']}, decode "

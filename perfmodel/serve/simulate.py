@@ -399,8 +399,9 @@ def _disaggregated(hw, model, sc, prof, reqs, opts, power, t0, drawn=None) -> di
 
 def _instance_info(inst: Instance) -> dict:
     c = inst.cfg
-    return {"engine": getattr(inst.sc, "engine", None), "tp": inst.sc.tp, "pp": inst.sc.pp, "ep": inst.sc.ep, "gpus": inst.sc.gpus, "max_seqs": c.max_seqs,
-            "token_budget": c.token_budget, "kv_blocks": c.kv_blocks, "block_size": c.block_size,
+    return {"engine": getattr(inst.sc, "engine", None), "tp": inst.sc.tp, "pp": inst.sc.pp, "ep": inst.sc.ep,
+            "attention_dp": c.ranks, "gpus": inst.sc.gpus, "max_seqs": c.max_seqs,
+            "token_budget": c.token_budget,  # a rank's, with attention data parallelism (each its own) "kv_blocks": c.kv_blocks, "block_size": c.block_size,
             "kv_tokens": c.kv_blocks * c.block_size, "prefix_caching": c.prefix_caching, "role": c.role}
 
 
