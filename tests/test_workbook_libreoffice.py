@@ -31,6 +31,9 @@ def _recalculated(xlsx: Path, out: Path) -> dict[str, list[list[str]]]:
     (["--model", "mixtral-8x7b", "--batch", "max", "--isl", "2048"], dict(batch="max", isl=2048)),
     (["--model", "deepseek-v3", "--tp", "8", "--dtype", "fp8", "--batching", "static", "--batch", "64"],
      dict(tp=8, dtype="fp8", batching="static", batch=64)),
+    # attention data parallelism: the busiest rank's ceil(batch / DP) sequences, the MoE over every rank's tokens
+    (["--model", "deepseek-v3", "--tp", "1", "--attention-dp", "8", "--ep", "8", "--dtype", "fp8", "--batch", "12"],
+     dict(tp=1, attention_dp=8, ep=8, dtype="fp8", batch=12)),
 ])
 def test_moe_workbooks_recalculate_in_libreoffice_without_errors(tmp_path, capsys, args, scenario):
     xlsx = tmp_path / "w.xlsx"
