@@ -74,6 +74,17 @@ def _trace(tmp_path, text, name="t.csv"):
     return str(p)
 
 
+def test_plan_verifies_a_disaggregated_plan_at_each_sides_own_cap(capsys):
+    # DeepSeek-V3 in NVFP4 on B200s: a TP 2 prefill worker holds the weights with room for its own prompts; the plan
+    # simulated it at the decode side's batch, whose activations and logits left it 0.1 GiB of KV cache, and refused
+    rc, out, err = run(["plan", "--arch", "b200", "--model", "deepseek-v3", "--dtype", "fp4", "--gpus", "8",
+                        "--slo-ttft-ms", "2000", "--slo-tpot-ms", "50", "--isl", "2048", "--osl", "256",
+                        "--format", "json"], capsys)
+    assert rc == 0, err
+    rows = json.loads(out)["candidates"]
+    assert any(r["layout"] == "disaggregated" and r["tp"] == 2 for r in rows)
+
+
 @pytest.mark.parametrize("extra,needle", [
     (["--rate", "-1"], "--rate"),
     (["--rate", "nan"], "--rate"),

@@ -271,7 +271,10 @@ def _disaggregated(hw, model, sc, layouts, prof, base, space, opts, power) -> li
     rows = []
     for (key, x, y, rate, used), lp, ld, b in combos[: space.verify]:
         reqs = base.with_arrival(base.arrival / rate)
-        o = ServeOptions(**{**opts.__dict__, "disagg": (x, y), "prefill_tp": lp.tp, "decode_tp": ld.tp})
+        # each side at the sequence cap it was screened at (the prefill side's own, not the decode side's batch,
+        # whose activations and logits could leave a prefill instance no KV cache for a prompt)
+        o = ServeOptions(**{**opts.__dict__, "disagg": (x, y), "prefill_tp": lp.tp, "decode_tp": ld.tp,
+                            "prefill_layout": (("batch", lp.batch),)})
         out = simulate(hw, model, sc.with_(batch=b, tp=lp.tp, pp=1), prof, reqs, o)
         row = {"layout": "disaggregated",
                "describe": f"{x}P (tp {lp.tp}) + {y}D (tp {ld.tp}), decode batch {b}",
