@@ -122,6 +122,9 @@ class Engine:
     # in the experts' GEMM format (fp8 or NVFP4 with their scales) rather than bf16
     moe_exchange: str = "gather"
     moe_quantized_exchange: bool = False
+    # wide expert parallelism: where attention DP spreads the MoE over more GPUs than one node, the engine's
+    # deployments exchange by all_to_all on its own kernels instead (``sources["wide_ep"]``; exchange_for)
+    wide_ep_all_to_all: bool = False
     # the kernels an all_to_all exchange runs on: per_rank (a token sent once to every rank holding any of its
     # experts, in the exchange format above: TensorRT-LLM's MNNVL all-to-all, DeepEP's normal mode) | deepep
     # (decode steps on DeepEP's low-latency kernels, every routed token-expert pair a message of its own,
@@ -211,6 +214,13 @@ class Engine:
         :mod:`perfmodel.cost.backend`, for arrays or spreadsheet formulas); 0 where not measured."""
         knots = self.scheduler_host.get("async" if async_scheduling else "sync")
         return host_curve(knots, seqs, xp) if knots else 0.0
+
+    def exchange_for(self, moe_group: int, attention_dp: int, ep: int) -> str:
+        """How the MoE layers of a layout meet other ranks' tokens: all_to_all where attention data parallelism
+        spreads the experts over more GPUs than one node (:attr:`wide_ep_all_to_all`), else :attr:`moe_exchange`."""
+        if self.wide_ep_all_to_all and attention_dp > 1 and ep > 1 and moe_group > NODE_GPUS:
+            return "all_to_all"
+        return self.moe_exchange
 
     def all_to_all_for(self, hw) -> str:
         """The kernels an all_to_all exchange runs on ``hw`` (:attr:`moe_all_to_all`, :attr:`moe_all_to_all_nvl`
@@ -439,6 +449,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         kernels="fused", rotary="kv_write", launch="auto", fp8_kv=True, fp8_attention=True,
         prefill_chunk=8192, max_batch=2048, mem_policy="free", mem_fraction=0.9, mem_reserve=2 * GiB,
         moe_exchange="gather", moe_quantized_exchange=True, moe_all_to_all="deepep", moe_all_to_all_nvl="mnnvl",
+        wide_ep_all_to_all=True,
         a2a_payload=dict(TRTLLM_A2A_PAYLOAD),
         weight_only_moe={"*": "bf16", "blackwell": "fp8", "blackwell-ultra": "fp8"},
         version="TensorRT-LLM 1.0 defaults (PyTorch backend, LLM API); kernel tables measured with 1.3.0rc20",
@@ -453,6 +464,9 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         sources={
             "dp_budget": "estimate: with enable_attention_dp every rank's executor schedules its own requests within "
                          "max_num_tokens (TensorRT-LLM's source could not be read here)",
+            "wide_ep": "estimate: TensorRT-LLM's wide-EP deployments (attention DP over a GB200 NVL72's or several "
+                       "nodes' GPUs) run its all-to-all MoE (NVIDIA's 'Scaling Expert Parallelism in TensorRT-LLM' "
+                       "blogs, read from memory, not here): the MNNVL kernels on NVL72, DeepEP's across HGX nodes",
             "fused_latent_proj": "TensorRT-LLM's DeepSeek-V3 attention projects the query and KV latents with one "
                                  "product (fused_a); aiconfigurator-core 0.12.0 composes its decode with the same "
                                  "2,112-wide product (sdk/models/deepseek.py, generation_downscale_gemm)",
@@ -494,7 +508,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         attention={"*": "flash", "hopper": "fa3", "blackwell": "flashinfer", "blackwell-ultra": "flashinfer"},
         kernels="fused", rotary="kernel", launch="auto", fp8_kv=False, fp8_attention=False,
         prefill_chunk=8192, max_batch=1024, mem_policy="total", mem_fraction=0.9, mem_reserve=2 * GiB,
-        moe_exchange="gather", moe_quantized_exchange=False, moe_all_to_all="deepep",
+        moe_exchange="gather", moe_quantized_exchange=False, moe_all_to_all="deepep", wide_ep_all_to_all=True,
         a2a_payload=dict(VLLM_A2A_PAYLOAD),
         version="vLLM 0.11 defaults (V1 engine); kernel tables measured with 0.24.0",
         near=("vllm", "sglang", "trtllm", "torch", "hf"), admission="preempt", words=("vllm",),
@@ -506,6 +520,10 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         schedule_source="vLLM V1 scheduler: the running requests' decode tokens first, then chunks of prompts, in "
                         "one step within max_num_batched_tokens (docs: chunked prefill, always on in V1)",
         sources={
+            "wide_ep": "estimate: vLLM's expert-parallel deployment guide runs data parallelism over several nodes "
+                       "with a DeepEP backend (--all2all-backend deepep_low_latency / deepep_high_throughput in "
+                       "0.24.0's config/parallel.py; the default allgather_reducescatter gathers every rank's "
+                       "tokens); the guide read from memory, not here",
             "dp_budget": "vLLM 0.24.0 (its wheel read offline): every data-parallel rank runs an engine core with its "
                          "own scheduler under the same max_num_batched_tokens (engine/arg_utils.py sets it without "
                          "regard to data_parallel_size); the coordinator sends a request to the engine of least 4 x "
@@ -545,6 +563,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         prefill_chunk=8192, max_batch=4096, mem_policy="static", mem_fraction={1: 0.88, 2: 0.87, 4: 0.85, 8: 0.81},
         memory_rule=sglang_memory,
         mem_reserve=2 * GiB, moe_exchange="gather", moe_quantized_exchange=False, moe_all_to_all="deepep",
+        wide_ep_all_to_all=True,
         version="SGLang 0.5.9 defaults (server_args.py); kernel tables measured with 0.5.14",
         near=("sglang", "vllm", "trtllm", "torch", "hf"), admission="preempt", words=("sglang",),
         schedule="mixed", schedule_source=SGLANG_SCHEDULE_SOURCE, own_schedule="prefill_first", dp_budget="split",
@@ -556,6 +575,10 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         admission_source="SGLang's scheduler admits while the KV pool holds the prompt (max_running_requests caps "
                          "the running sequences) and retracts requests when decode runs out (scheduler.py)",
         sources={
+            "wide_ep": "estimate: SGLang's large-scale expert-parallel deployments (LMSYS's DeepSeek on 96 H100s and "
+                       "on GB200 NVL72, read from memory) run --moe-a2a-backend deepep, --deepep-mode auto (0.5.14's "
+                       "server_args.py: low-latency kernels for decode batches, normal ones for prefill; DeepEP sets "
+                       "ep_size to tp_size) where the default none gathers every rank's tokens",
             "dp_budget": "SGLang 0.5.9 server_args.py _handle_data_parallelism (read offline): with "
                          "--enable-dp-attention chunked_prefill_size becomes chunked_prefill_size // dp_size, each DP "
                          "rank's scheduler its own requests within it (the DP controller deals them round robin)",

@@ -427,6 +427,16 @@ def _bands(prof, prefill, decode, ttft, tpot, thr, hw, sc):
     }
 
 
+def _wide_default(sc: Scenario) -> bool:
+    """Whether the engine's preset, not its default exchange, chose the all-to-all: wide expert parallelism
+    (:meth:`perfmodel.engines.Engine.exchange_for`)."""
+    from .engines import engine_for
+
+    eng = engine_for(sc.engine)
+    return sc.moe_exchange == "all_to_all" != eng.moe_exchange and \
+        eng.exchange_for(sc.moe_group, sc.attention_dp, sc.ep) == "all_to_all"
+
+
 def _scheduler_text(sc: Scenario) -> str:
     """How the engine's own host work a step joins it (perfmodel.engines.Engine.scheduler_host), or ''."""
     found = engine_scheduling(sc)
@@ -518,7 +528,9 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
             f"tokens dispatched to their experts' ranks and combined back by all-to-all, {fmt}"
             if exchange == "all_to_all" else
             f"every attention-DP rank's tokens all-gathered before the experts, {fmt}, and the outputs "
-            "reduce-scattered after") + " (--moe-exchange; the engine's default in docs/engines.md)")
+            "reduce-scattered after") + " (--moe-exchange; the engine's default in docs/engines.md"
+            + (", all-to-all where attention DP spreads the experts over more than one node: its wide-EP deployments, "
+               "an estimate" if _wide_default(sc) else "") + ")")
     if sc.moe_imbalance > 1.0:
         out.append(f"expert load imbalance {sc.moe_imbalance:g}: the busiest EP rank routes that many times the mean "
                    "and sets the pace")

@@ -248,7 +248,7 @@ class Scenario:
             "mem_reserve": eng.mem_reserve,
             "kv_cache": eng.kv_cache,
             "batching": eng.batching,
-            "moe_exchange": eng.moe_exchange,
+            "moe_exchange": eng.exchange_for(self.moe_group, self.attention_dp, self.ep),
             "moe_quantized_exchange": eng.moe_quantized_exchange,
             "moe_all_to_all": eng.all_to_all_for(hw),
             "async_scheduling": eng.async_scheduling,

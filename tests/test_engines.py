@@ -233,3 +233,33 @@ def test_workbook_follows_an_overlap_method(tmp_path):
     ph = evaluate_step(model, hw, resolve_scenario(Scenario(tp=2, overlap="stream"), hw, None), resolve_profile(None, hw),
                        Step("decode", 1, 1, 1024))
     assert float(vals[cell].value[0, 0]) == pytest.approx(ph.time_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("engine", ["trtllm", "vllm", "sglang"])
+def test_wide_expert_parallelism_exchanges_by_all_to_all(engine):
+    # attention DP over more GPUs than one node: the engines' wide-EP deployments run their all-to-all kernels
+    # (Engine.wide_ep_all_to_all, an estimate with its source); within a node, and where the user says, the preset's
+    from perfmodel.resolve import resolve_hardware, resolve_model
+
+    hw = resolve_hardware("gb200")
+    m = resolve_model("deepseek-v3")
+
+    def exchange(**kw):
+        sc = Scenario(**{"tp": 1, "dtype": "fp4", "engine": engine, **kw}).validated()
+        return resolve_scenario(sc, hw, m).moe_exchange
+
+    assert exchange(attention_dp=32, ep=32) == "all_to_all"
+    assert exchange(attention_dp=16, ep=16) == "all_to_all"
+    assert exchange(attention_dp=8, ep=8) == "gather"
+    assert exchange(attention_dp=32, ep=32, moe_exchange="gather") == "gather"
+    assert ENGINES[engine].sources["wide_ep"].startswith("estimate")
+
+
+def test_the_projection_says_why_a_wide_layout_exchanges_by_all_to_all():
+    from perfmodel.projection import project
+
+    wide = project("gb200", "deepseek-v3", tp=1, attention_dp=32, ep=32, dtype="fp4", engine="sglang", batch=64)
+    node = project("gb200", "deepseek-v3", tp=1, attention_dp=8, ep=8, dtype="fp4", engine="sglang", batch=64)
+    said = [a for a in wide.assumptions if a.startswith("MoE exchange")]
+    assert len(said) == 1 and "by all-to-all" in said[0] and "wide-EP deployments, an estimate" in said[0]
+    assert not any("wide-EP" in a for a in node.assumptions)

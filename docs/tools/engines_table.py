@@ -123,7 +123,9 @@ def table() -> str:
         "each attention-DP rank's step budget": [_est(e, "dp_budget", "the chunk / DP" if e.dp_budget == "split"
                                                       else "the whole chunk") for e in engines],
         "MoE over attention-DP ranks": [_est(e, "moe_exchange", e.moe_exchange + (
-            ", in the experts' format" if e.moe_quantized_exchange else ", bf16")) for e in engines],
+            ", in the experts' format" if e.moe_quantized_exchange else ", bf16")) + (
+            _est(e, "wide_ep", "; all_to_all where the ranks span more than one 8-GPU node")
+            if e.wide_ep_all_to_all else "") for e in engines],
         "--moe-exchange all_to_all runs": [_est(e, "moe_all_to_all", A2A_KERNELS[e.moe_all_to_all] + (
             f"; {A2A_KERNELS[e.moe_all_to_all_nvl]} where the NVLink domain spans nodes (NVL72)"
             if e.moe_all_to_all_nvl else "")) for e in engines],
