@@ -355,6 +355,49 @@ def test_moe_layout_with_mtp_and_fp8(plan_doc, tmp_path, capsys, engine, mode):
     assert "2 draft tokens" in readme and "weights: fp8 (the plan)" in readme
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("width", [8, 16])
+def test_wide_expert_parallelism_deploys_the_all_to_all_it_was_planned_with(plan_doc, tmp_path, capsys, engine, width):
+    # attention DP over more GPUs than one node: the plan priced the engine's all-to-all (Engine.exchange_for), and
+    # the launch files select it where the engine's option is known (SGLang's flag, vLLM's environment variable);
+    # within a node the engines' default gather, nothing written
+    doc = moe_plan(plan_doc, "disaggregated")
+    doc["scenario"].update(ep=width, attention_dp=width, engine=engine)
+    row = next(c for c in doc["candidates"] if c["layout"] == "disaggregated")
+    row.update(engine=engine, gpus=3 * width)
+    out = tmp_path / "out"
+    rc, _, err = deploy(capsys, write_plan(tmp_path, doc), "--engine", engine, "--out", out, "--rank", row["rank"])
+    assert rc == 0, err
+    found = check_folder(out, engine)
+    wide = width > 8
+    readme = (out / "README.txt").read_text()
+    if engine == "sglang":
+        for name in ("prefill.sh", "decode.sh"):
+            flags = found["scripts"][name][0][2]
+            assert flags.get("--moe-a2a-backend") == (["deepep"] if wide else None), name
+    elif engine == "vllm":
+        env = {name: found["scripts"][name][0][0].get("VLLM_ALL2ALL_BACKEND") for name in ("prefill.sh", "decode.sh")}
+        assert env == ({"prefill.sh": "deepep_high_throughput", "decode.sh": "deepep_low_latency"} if wide
+                       else {"prefill.sh": None, "decode.sh": None})
+    else:
+        assert ("TensorRT-LLM's all-to-all" in " ".join(readme.split())) == wide
+
+
+def test_a_plans_recorded_exchange_is_deployed_and_checked(plan_doc, tmp_path, capsys):
+    doc = moe_plan(plan_doc, "aggregated")
+    doc["scenario"].update(engine="sglang", moe_exchange="all_to_all")  # --moe-exchange all_to_all at DEP 8
+    row = next(c for c in doc["candidates"] if c["layout"] == "aggregated")
+    row["engine"] = "sglang"
+    rc, _, err = deploy(capsys, write_plan(tmp_path, doc), "--engine", "sglang", "--out", tmp_path / "a",
+                        "--rank", row["rank"])
+    assert rc == 0, err
+    assert check_folder(tmp_path / "a", "sglang")["scripts"]["serve.sh"][0][2]["--moe-a2a-backend"] == ["deepep"]
+    doc["scenario"]["moe_exchange"] = "broadcast"
+    rc, _, err = deploy(capsys, write_plan(tmp_path, doc, "bad.json"), "--engine", "sglang", "--out", tmp_path / "b",
+                        "--rank", row["rank"])
+    assert rc == 2 and "scenario.moe_exchange" in err and "expected gather or all_to_all" in err
+
+
 @pytest.mark.parametrize("engine, change, field", [
     ("trtllm", {"tp": 2, "gpus": 32}, "scenario.attention_dp"),  # enable_attention_dp runs attention at TP 1
     ("trtllm", {"draft": "llama-3.1-8b"}, "scenario.draft"),  # only MTP is mapped for TensorRT-LLM

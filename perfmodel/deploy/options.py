@@ -129,6 +129,9 @@ class Argv:
     def setenv(self, name: str, value: str) -> "Argv":
         if name not in self.env_spec:
             raise OptionError(f"{self.engine}: environment variable {name} not in the option table")
+        choices = self.env_spec[name].get("choices")
+        if choices is not None and value not in choices:
+            raise OptionError(f"{self.engine}: {name}={value!r} is not among the table's choices {choices}")
         self.env[name] = str(value)
         return self
 

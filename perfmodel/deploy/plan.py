@@ -25,7 +25,8 @@ WHAT = "a plan JSON (perfmodel plan --format json)"
 
 # scenario keys deploy reads, and their types
 SCENARIO_KEYS = {"ep": "int", "attention_dp": "int", "mtp": "int", "draft": "str", "dtype": "str",
-                 "kv_dtype": "str", "prefill_chunk": "int", "mem_fraction": "float", "engine": "str"}
+                 "kv_dtype": "str", "prefill_chunk": "int", "mem_fraction": "float", "engine": "str",
+                 "moe_exchange": "str"}
 METRICS = ("ttft_p90_ms", "tpot_p90_ms", "throughput_tok_s", "goodput_req_s", "goodput_tok_s_per_gpu", "rate_req_s",
            "attainment", "joules_per_token")
 

@@ -22,6 +22,8 @@ def options(t: Target, role: Role) -> list[tuple[str, object]]:
     ep = t.ep_for(role)
     if ep > 1:
         out.append(("--ep-size", ep))
+    if t.exchange(role) == "all_to_all":  # DeepEP: low-latency kernels for decode batches, normal ones for prefill
+        out.append(("--moe-a2a-backend", "deepep"))
     if role.batch is not None:
         out.append(("--max-running-requests", role.batch))
     out.append(("--chunked-prefill-size", t.max_num_tokens()))

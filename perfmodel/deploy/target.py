@@ -98,6 +98,22 @@ class Target:
         ep = self.layout.ep
         return ep if ep > 1 and (role.tp * self.layout.attention_dp) % ep == 0 else 1
 
+    def exchange(self, role: Role) -> str:
+        """How the MoE layers of an instance of ``role`` meet the other ranks' tokens, as the plan priced them: the
+        exchange the plan recorded (``--moe-exchange``), else the engine's rule for the layout (all_to_all for wide
+        expert parallelism: :meth:`perfmodel.engines.Engine.exchange_for`); none without expert parallelism."""
+        ep = self.ep_for(role)
+        if ep == 1 or self.is_moe() is False:
+            return "none"
+        given = self.layout.scenario.get("moe_exchange")
+        if given is not None:
+            if given not in ("gather", "all_to_all"):
+                raise InputError(f"expected gather or all_to_all, got {given!r}", file=self.plan.path,
+                                 field="scenario.moe_exchange")
+            return given
+        adp = self.layout.attention_dp
+        return self.preset.exchange_for(role.tp * adp, adp, ep)
+
     def is_moe(self) -> bool | None:
         return None if self.model is None else self.model.moe is not None
 

@@ -106,4 +106,8 @@ def notes(t: Target) -> list[str]:
     if t.layout.mode == "disaggregated":
         out.append("the context and generation servers send the KV cache through cache_transceiver_config backend "
                    "DEFAULT (UCX or NIXL as the build has them); the router is trtllm-serve disaggregated")
+    if any(t.exchange(role) == "all_to_all" for role in t.roles()):
+        out.append("the plan priced the MoE exchange as TensorRT-LLM's all-to-all (wide expert parallelism: its MNNVL "
+                   "kernels on NVL72, DeepEP's across nodes); these files do not select it, as TensorRT-LLM's option "
+                   "for it could not be read here: set it as the release documents")
     return out

@@ -44,6 +44,15 @@ def options(t: Target, role: Role) -> list[tuple[str, object]]:
     return out
 
 
+def all2all_backend(t: Target, role: Role) -> str | None:
+    """The DeepEP backend an instance of ``role`` runs where the plan priced an all-to-all (VLLM_ALL2ALL_BACKEND;
+    one for every step: the high-throughput kernels for a prefill instance, the low-latency ones otherwise, where
+    the projection prices a mixed instance's prefill steps on the normal kernels); None: vLLM's default gather."""
+    if t.exchange(role) != "all_to_all":
+        return None
+    return "deepep_high_throughput" if role.name == "prefill" else "deepep_low_latency"
+
+
 def commands(t: Target, site: Site) -> dict[str, list[Argv]]:
     """Every process: role -> one Argv per instance (no router: vLLM 0.11 has none)."""
     out: dict[str, list[Argv]] = {}
@@ -54,6 +63,9 @@ def commands(t: Target, site: Site) -> dict[str, list[Argv]]:
             for flag, value in options(t, role):
                 a.flag(flag, value)
             a.flag("--host", "0.0.0.0").flag("--port", site.port(role.name, i))
+            backend = all2all_backend(t, role)
+            if backend:
+                a.setenv("VLLM_ALL2ALL_BACKEND", backend)
             if role.name in ("prefill", "decode"):
                 if site.local:  # every instance's handshake on its own port on one host
                     a.setenv("VLLM_NIXL_SIDE_CHANNEL_PORT", str(NIXL_PORT + NIXL_STRIDE * (role.offset + i)))

@@ -159,13 +159,14 @@ def plan_document(hw, model, sc, prof, base, space, opts, rows: list[dict], work
 def plan_scenario(sc) -> dict:
     """What the plan's layouts ran under beyond each row's own fields, for the next step to read (``perfmodel
     deploy``: weights' format, expert and attention data parallelism, speculation): every engine's alike; the
-    KV-cache format, token budget and memory share only where given (else each engine's own default)."""
+    KV-cache format, token budget, memory share and MoE exchange only where given (else each engine's own
+    default, or rule: the exchange of wide expert parallelism)."""
     out = {"dtype": sc.dtype, "ep": sc.ep, "attention_dp": sc.attention_dp, "mtp": sc.mtp}
     if sc.mtp:  # the acceptance the plan was sized for, per draft position
         out["mtp_accept"] = list(sc.acceptance)
     if sc.draft:
         out["draft"] = sc.draft
-    for key in ("kv_dtype", "prefill_chunk", "mem_fraction"):
+    for key in ("kv_dtype", "prefill_chunk", "mem_fraction", "moe_exchange"):
         if getattr(sc, key, None):
             out[key] = getattr(sc, key)
     if sc.engine != "auto":
