@@ -119,3 +119,19 @@ def test_the_serving_table_names_each_ranks_budget(capsys):
     out = capsys.readouterr().out
     assert rc == 0
     assert "(TP 1 x attention DP 8, EP 8, PP 1) = 8 GPUs" in out and "2048 tokens a step on each of 8 ranks" in out
+
+
+def test_the_busiest_rank_is_the_slowest_at_the_steps_clock():
+    # Mixtral at attention DP 4 on the H200: a rank of three small prompt pieces (launch-bound) leads a rank of one
+    # 256-token piece at the boost clock, but not once the power-limited clock stretches the compute-bound one; the
+    # step is the latter's, so a small piece more on the former never shortens it (it did: 13.04 -> 12.88 ms)
+    from perfmodel.cost.tables import without_tables
+    from perfmodel.serve.steptime import StepModel
+
+    hw = resolve_hardware("h200")
+    prof = without_tables(resolve_profile(None, hw))
+    m = resolve_model("mixtral-8x7b")
+    sc = resolve_scenario(Scenario(tp=1, attention_dp=4, ep=4, batch=64).validated(), hw, m)
+    sm = StepModel(m, hw, sc, prof, max_tokens=4096, max_seqs=64, max_context=4096)
+    pieces = [(2, 0), (3, 30), (161, 0), (256, 72), (1, 63)]
+    assert sm.step(0, 16.0, pieces + [(9, 25)])[0] >= sm.step(0, 16.0, pieces)[0]

@@ -582,23 +582,23 @@ class StepModel:
         decoding sequences and pieces as :func:`perfmodel.serve.dp_ranks.place` lays them) and the MoE group's ops
         over every rank's tokens (the MTP module's too). The ranks step together; the joules are the busiest
         rank's (an upper estimate for the others)."""
-        busiest, tokens, prompt = None, 0, 0
+        parts, tokens, prompt = [], 0, 0
         for n, own in place(self.ranks, n_dec, self.q, pieces):
             if not (n or own):
                 continue
-            acc = self._rank_fields(n, ctx_mean, own, launch)
-            if busiest is None or acc[0] > busiest[0]:
-                busiest = acc
+            parts.append(self._rank_fields(n, ctx_mean, own, launch))
             own_tokens = sum(p for p, _ in own)
             rank_tokens = n * self.q + own_tokens
             if self.pp > 1:  # a micro-batch's, as _rank_fields takes it
                 rank_tokens = max(-(-rank_tokens // self.pp), max((p for p, _ in own), default=0))
             tokens += rank_tokens
             prompt += own_tokens
-        acc = _add_fields(busiest, _lookup(self.group[launch], tokens))
+        group = _lookup(self.group[launch], tokens)
         if prompt and self.mtp_draft is not None:  # the MTP layer's experts over the prompts' tokens
-            acc = _add_fields(acc, tuple(x / self.model.layers for x in _lookup(self.group[launch], prompt)))
-        return acc
+            group = _add_fields(group, tuple(x / self.model.layers for x in _lookup(self.group[launch], prompt)))
+        # the busiest rank at the step's clock (a rank of launch-bound work may lead at the boost clock and trail a
+        # compute-bound one held to the power limit)
+        return max((_add_fields(part, group) for part in parts), key=self._clocked)
 
     def _total(self, parts: list, launch: str) -> tuple[float, float]:
         """(seconds, joules) of a step from its parts' :data:`FIELDS`."""
@@ -607,12 +607,16 @@ class StepModel:
     def _finish(self, sums: tuple, launch: str, seqs: int = 0) -> tuple[float, float]:
         """(seconds, joules) of a step from its parts' :data:`FIELDS` summed, the engine's host work for ``seqs``
         sequences joined (:meth:`_scheduled`)."""
-        t0, dt, e, num, den = sums
-        # the step's power-limited clock, from its summed demand (REF_DEMAND's comment)
+        t = self._scheduled(self._clocked(sums) + self.serial[launch], seqs)
+        return t, min(sums[2], self.headroom * t)  # the power limit holds over the step
+
+    def _clocked(self, sums: tuple) -> float:
+        """Seconds of a step's device work from its :data:`FIELDS` summed, at the power-limited clock its summed
+        demand gives (REF_DEMAND's comment)."""
+        t0, dt, _, num, den = sums
         demand = num / max(den, 1e-12)
         share = (float(steady_stretch(demand, self.alpha)) - 1.0) / self.ref_extra
-        t = self._scheduled(t0 + dt * share + self.serial[launch], seqs)
-        return t, min(e, self.headroom * t)  # the power limit holds over the step
+        return t0 + dt * share
 
     def _scheduled(self, device_s: float, seqs: int) -> float:
         """A step of ``device_s`` with the engine's host work for ``seqs`` sequences joined
