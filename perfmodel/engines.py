@@ -164,6 +164,9 @@ class Engine:
     # each attention-data-parallel rank's step budget: "per_rank" (every rank schedules its own requests within the
     # whole prefill_chunk) | "split" (within prefill_chunk / attention_dp); ``sources["dp_budget"]``
     dp_budget: str = "per_rank"
+    # whether the attention-DP ranks pad their tokens to the busiest rank's in steps replayed from CUDA graphs (the
+    # MoE layers then meet DP x the busiest rank's tokens); ``sources["dp_pad"]``
+    dp_pad: bool = False
     # the launch mode with a static KV cache where it differs from ``launch`` (transformers' generate() compiles the
     # decode step of a compileable cache: ``sources["launch"]``); None: ``launch``
     static_cache_launch: str | None = None
@@ -509,6 +512,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         kernels="fused", rotary="kernel", launch="auto", fp8_kv=False, fp8_attention=False,
         prefill_chunk=8192, max_batch=1024, mem_policy="total", mem_fraction=0.9, mem_reserve=2 * GiB,
         moe_exchange="gather", moe_quantized_exchange=False, moe_all_to_all="deepep", wide_ep_all_to_all=True,
+        dp_pad=True,
         a2a_payload=dict(VLLM_A2A_PAYLOAD),
         version="vLLM 0.11 defaults (V1 engine); kernel tables measured with 0.24.0",
         near=("vllm", "sglang", "trtllm", "torch", "hf"), admission="preempt", words=("vllm",),
@@ -524,6 +528,10 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
                        "with a DeepEP backend (--all2all-backend deepep_low_latency / deepep_high_throughput in "
                        "0.24.0's config/parallel.py; the default allgather_reducescatter gathers every rank's "
                        "tokens); the guide read from memory, not here",
+            "dp_pad": "vLLM 0.24.0 (its wheel read offline): v1/worker/dp_utils.py coordinate_batch_across_dp "
+                      "all-reduces each step's token counts over the DP ranks and pads every rank to the largest "
+                      "where the step runs from a CUDA graph on every rank (should_dp_pad: the synced cudagraph mode "
+                      "is not NONE, or micro-batching)",
             "dp_budget": "vLLM 0.24.0 (its wheel read offline): every data-parallel rank runs an engine core with its "
                          "own scheduler under the same max_num_batched_tokens (engine/arg_utils.py sets it without "
                          "regard to data_parallel_size); the coordinator sends a request to the engine of least 4 x "

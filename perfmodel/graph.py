@@ -126,17 +126,19 @@ def allreduce_folds_norm(model: Model, sc: Scenario, ph: str, tokens) -> bool:
     return ph == "decode"
 
 
-def rank_step(step: Step, dp: int) -> tuple[Step, object]:
+def rank_step(step: Step, dp: int, pad: bool = False) -> tuple[Step, object]:
     """(the step one attention-DP rank runs, the MoE group's tokens) of ``step`` over ``dp`` ranks: an instance's
     step deals its sequences whole over the ranks, the busiest taking ceil(batch / dp) of them, and the MoE layers
-    meet every rank's actual tokens (batch x seq); a rank's own step (``group_tokens`` given) as it is."""
+    meet every rank's actual tokens (batch x seq), or with ``pad`` (:meth:`Scenario.pads_ranks`) dp x the busiest
+    rank's; a rank's own step (``group_tokens`` given) as it is."""
     if step.group_tokens is not None:
         return step, step.group_tokens
     tokens = step.batch * step.seq
     if dp == 1:
         return step, tokens
     xp = O.backend_of(step.batch)
-    return Step(step.phase, xp.ceil(step.batch / dp), step.seq, step.context), tokens
+    busiest = Step(step.phase, xp.ceil(step.batch / dp), step.seq, step.context)
+    return busiest, (dp * busiest.batch * step.seq if pad else tokens)
 
 
 def build_ops(model: Model, step: Step, sc: Scenario) -> list[O.Op]:
@@ -146,7 +148,7 @@ def build_ops(model: Model, step: Step, sc: Scenario) -> list[O.Op]:
     ``sc`` is resolved for the part (:func:`perfmodel.resolve.resolve_scenario`)."""
     require_resolved(sc, "graph.build_ops")
     ph = step.phase
-    step, group_tokens = rank_step(step, sc.attention_dp)
+    step, group_tokens = rank_step(step, sc.attention_dp, sc.pads_ranks(ph))
     tokens = step.batch * step.seq
     act = sc.act_dtype
     w = sc.dtype

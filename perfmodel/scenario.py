@@ -98,6 +98,9 @@ class Scenario:
     # each attention-data-parallel rank's step budget: per_rank (every rank schedules its own requests within the
     # whole prefill_chunk) | split (each rank within prefill_chunk / attention_dp); None: the engine's
     dp_budget: str | None = None
+    # whether the attention-DP ranks pad their tokens to the busiest rank's in steps replayed from CUDA graphs (vLLM);
+    # None: the engine's
+    dp_pad: bool | None = None
     # when a MoE layer's shared experts run on a second CUDA stream beside the routed ones: graph (decode steps
     # replayed from a CUDA graph) | small (steps of at most 256 tokens a rank) | never; and whether a DeepSeek-V3
     # layout's shared expert is folded into the routed experts' module; None: the engine's (perfmodel.engines)
@@ -132,6 +135,11 @@ class Scenario:
     @property
     def gpus(self) -> int:
         return self.tp * self.pp * self.attention_dp
+
+    def pads_ranks(self, phase: str) -> bool:
+        """Whether a step of ``phase`` pads every attention-DP rank's tokens to the busiest rank's (``dp_pad``: in
+        steps replayed from CUDA graphs)."""
+        return bool(self.dp_pad) and self.attention_dp > 1 and self.launch_for(phase) == "graph"
 
     @property
     def rank_chunk(self) -> int:
@@ -254,6 +262,7 @@ class Scenario:
             "async_scheduling": eng.async_scheduling,
             "schedule": eng.schedule,
             "dp_budget": eng.dp_budget,
+            "dp_pad": eng.dp_pad,
             "shared_stream": eng.shared_stream,
             "fused_shared_expert": eng.fused_shared_expert,
             "fused_latent_proj": eng.fused_latent_proj,

@@ -135,3 +135,16 @@ def test_the_busiest_rank_is_the_slowest_at_the_steps_clock():
     sm = StepModel(m, hw, sc, prof, max_tokens=4096, max_seqs=64, max_context=4096)
     pieces = [(2, 0), (3, 30), (161, 0), (256, 72), (1, 63)]
     assert sm.step(0, 16.0, pieces + [(9, 25)])[0] >= sm.step(0, 16.0, pieces)[0]
+
+
+@pytest.mark.parametrize("engine, phase, padded", [("vllm", "decode", True), ("vllm", "prefill", False),
+                                                   ("sglang", "decode", False)])
+def test_vllm_pads_the_ranks_in_cuda_graph_steps(b200, engine, phase, padded):
+    # vLLM 0.24.0 (v1/worker/dp_utils.py) pads every DP rank to the busiest rank's tokens when every rank replays a
+    # CUDA graph (decode under --launch auto): 9 sequences over 8 ranks meet the experts as 16
+    hw, _ = b200
+    m = resolve_model("deepseek-v3")
+    sc = _dep(hw, engine=engine)
+    seq = 1 if phase == "decode" else 512
+    ops = {op.name: op for op in build_ops(m, Step(phase, 9, seq, 2048), sc)}
+    assert ops["moe.gate_up"].params["moe_tokens"] == (16 if padded else 9) * seq

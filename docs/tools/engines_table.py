@@ -122,6 +122,8 @@ def table() -> str:
         "serving steps (serve --schedule)": [_schedule(e) for e in engines],
         "each attention-DP rank's step budget": [_est(e, "dp_budget", "the chunk / DP" if e.dp_budget == "split"
                                                       else "the whole chunk") for e in engines],
+        "attention-DP ranks' tokens in CUDA-graph steps": [
+            "padded to the busiest rank's" if e.dp_pad else "each rank's own" for e in engines],
         "MoE over attention-DP ranks": [_est(e, "moe_exchange", e.moe_exchange + (
             ", in the experts' format" if e.moe_quantized_exchange else ", bf16")) + (
             _est(e, "wide_ep", "; all_to_all where the ranks span more than one 8-GPU node")

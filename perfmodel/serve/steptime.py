@@ -582,7 +582,7 @@ class StepModel:
         decoding sequences and pieces as :func:`perfmodel.serve.dp_ranks.place` lays them) and the MoE group's ops
         over every rank's tokens (the MTP module's too). The ranks step together; the joules are the busiest
         rank's (an upper estimate for the others)."""
-        parts, tokens, prompt = [], 0, 0
+        parts, ranks_tokens, prompt = [], [], 0
         for n, own in place(self.ranks, n_dec, self.q, pieces):
             if not (n or own):
                 continue
@@ -591,8 +591,11 @@ class StepModel:
             rank_tokens = n * self.q + own_tokens
             if self.pp > 1:  # a micro-batch's, as _rank_fields takes it
                 rank_tokens = max(-(-rank_tokens // self.pp), max((p for p, _ in own), default=0))
-            tokens += rank_tokens
+            ranks_tokens.append(rank_tokens)
             prompt += own_tokens
+        # every rank padded to the busiest's tokens in a step replayed from CUDA graphs (Scenario.pads_ranks)
+        padded = self.sc.dp_pad and launch == "graph"
+        tokens = self.ranks * max(ranks_tokens) if padded else sum(ranks_tokens)
         group = _lookup(self.group[launch], tokens)
         if prompt and self.mtp_draft is not None:  # the MTP layer's experts over the prompts' tokens
             group = _add_fields(group, tuple(x / self.model.layers for x in _lookup(self.group[launch], prompt)))
@@ -656,8 +659,9 @@ class StepModel:
         launch = self.decode_launch
         if self.ranks > 1:
             own = -(-m // self.ranks)
+            group = self.ranks * own if self.sc.pads_ranks("decode") else m  # padded to the busiest rank's
             fixed = _sum_fields([_lookup(self.token[launch], own), _lookup(self.seq[launch], own),
-                                 _lookup(self.group[launch], m)])
+                                 _lookup(self.group[launch], group)])
             hit = self._decode_fixed[m] = (fixed, *(self._row_cell(own) if m else (0, 0.0)))
             return hit
         fixed = _sum_fields([_lookup(self.token[launch], m), _lookup(self.seq[launch], m)])
@@ -699,10 +703,13 @@ def exact_step(model, hw, sc, prof, n_dec: int, ctx_mean: float, pieces: list[tu
     c = classify_ops(model, sc)
     launch = sc.launch_for("prefill") if pieces else sc.launch_for("decode")
     dp = sc.attention_dp
+    laid = place(dp, n_dec, 1, pieces) if dp > 1 else [(n_dec, list(pieces))]
     group = n_dec + sum(p for p, _ in pieces)
+    if dp > 1 and sc.dp_pad and launch == "graph":  # every rank padded to the busiest's tokens
+        group = dp * max(n + sum(p for p, _ in own) for n, own in laid)
     rules = Rules.of(sc, launch=launch, **host_rules(sc, prof))
     slowest = 0.0
-    for n, own in (place(dp, n_dec, 1, pieces) if dp > 1 else [(n_dec, list(pieces))]):
+    for n, own in laid:
         if not (n or own):
             continue
         tokens = n + sum(p for p, _ in own)
