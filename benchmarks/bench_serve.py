@@ -33,6 +33,8 @@ CASES = [  # (label, model, scenario fields, rate req/s, isl, osl)
     ("Llama-3.1-70B TP4, H200, 4 req/s, mixed lengths", "llama70b", {"tp": 4}, 4.0, "uniform:200:4000",
      "lognormal:200:0.8"),
     ("DeepSeek-V3 TP8 fp8, H200, 2 req/s", "deepseek-v3", {"tp": 8, "dtype": "fp8"}, 2.0, "2048", "256"),
+    ("DeepSeek-V3 attention DP 8, EP 8, fp8, H200, 2 req/s", "deepseek-v3",
+     {"tp": 1, "attention_dp": 8, "ep": 8, "dtype": "fp8"}, 2.0, "2048", "256"),
 ]
 
 
