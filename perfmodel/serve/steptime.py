@@ -397,7 +397,9 @@ class StepModel:
             # logits rows: 1 + K a decoding sequence (a verify step scores every draft position), one a prefill piece
             self.seq[launch] = self._tables_1d(phase, self.max_seqs * self.q, c.per_seq, launch)
             if self.ranks > 1:
-                n_group = self.max_tokens * self.ranks if phase == "prefill" else self.max_seqs * self.q
+                # every rank's tokens, padded to the busiest rank's at most (Scenario.pads_ranks)
+                n_group = self.ranks * (self.max_tokens if phase == "prefill" else -(-self.max_seqs // self.ranks)
+                                        * self.q)
                 self.group[launch] = self._tables_1d(phase, n_group, c.group, launch)
         # decode attention over (sequences, mean context)
         n_grid = _geom_grid(1, self.max_seqs, 40, exact_below=16)
