@@ -433,8 +433,9 @@ def _wide_default(sc: Scenario) -> bool:
     from .engines import engine_for
 
     eng = engine_for(sc.engine)
-    return sc.moe_exchange == "all_to_all" != eng.moe_exchange and \
-        eng.exchange_for(sc.moe_group, sc.attention_dp, sc.ep) == "all_to_all"
+    if sc.moe_exchange != "all_to_all" or eng.moe_exchange == "all_to_all":
+        return False
+    return eng.exchange_for(sc.moe_group, sc.attention_dp, sc.ep) == "all_to_all"
 
 
 def _scheduler_text(sc: Scenario) -> str:
