@@ -236,7 +236,7 @@ class Planner:
             t = steps.step(b, ctx, pieces)[0]
             mixed[b] = (t / tps, min(b * tps / self.osl, p / self.isl) / t)
         piece = min(isl, budget)
-        per_step = max(1, min(ranks * max(budget // isl, 1), inst.cfg.max_seqs))
+        per_step = inst.cfg.prompts_per_step(isl)
         chunks = math.ceil(isl / budget)
         t_batch, _ = steps.step(0, 0.0, [(piece, 0)] * per_step)
         t_one, _ = steps.step(0, 0.0, [(piece, 0)])

@@ -29,7 +29,7 @@ class RankBudgets:
     __slots__ = ("left",)
 
     def __init__(self, ranks: int, budget: int, decoding: int, q: int):
-        self.left = [budget - q * d for d in decode_split(decoding, ranks)] if ranks > 1 else [budget - q * decoding]
+        self.left = [budget - q * d for d in decode_split(decoding, ranks)]
 
     def room(self) -> int:
         """The most tokens one piece may take now: the emptiest rank's."""

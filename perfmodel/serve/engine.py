@@ -84,6 +84,11 @@ class EngineConfig:
     # step (perfmodel.serve.dp_ranks); 1: one scheduler
     ranks: int = 1
 
+    def prompts_per_step(self, isl: int) -> int:
+        """Prompts of ``isl`` tokens one step can prefill whole, or one piece of each rank where a prompt exceeds a
+        rank's budget: every rank's budget, at most the sequence cap."""
+        return max(1, min(self.ranks * max(self.token_budget // isl, 1), self.max_seqs))
+
     @property
     def spec_tokens(self) -> int:
         """Cache slots a decoding sequence's verify step writes beyond the verified token: a chain's K draft tokens

@@ -216,7 +216,7 @@ def _disaggregated(hw, model, sc, layouts, prof, base, space, opts, power) -> li
 
         isl = max(int(round(float(base.isl.mean()))), 1)
         budget = inst.cfg.token_budget  # a rank's (attention data parallelism: each rank its own)
-        per_step = max(1, min(inst.cfg.ranks * max(budget // isl, 1), inst.cfg.max_seqs))
+        per_step = inst.cfg.prompts_per_step(isl)
         t, _ = inst.steps.step(0, 0.0, [(min(isl, budget), 0)] * per_step)
         r, _ = max_rate(attain, 1.3 * per_step / t, space.attainment)
         if r > 0:

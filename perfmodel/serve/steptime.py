@@ -103,9 +103,10 @@ class OpClasses:
     group: frozenset = frozenset()
 
 
-def rank_step(sc, phase: str, batch, seq, context, group=None) -> Step:
-    """One attention-DP rank's step of ``batch`` sequences (the MoE group's tokens ``group``, by default every rank
-    alike: batch x seq x DP); the step itself without attention DP."""
+def own_step(sc, phase: str, batch, seq, context, group=None) -> Step:
+    """One attention-DP rank's own step of ``batch`` sequences (the MoE group's tokens ``group``, by default every
+    rank alike: batch x seq x DP; :func:`perfmodel.graph.rank_step` reads it as given); the step itself without
+    attention DP."""
     dp = sc.attention_dp
     if dp == 1:
         return Step(phase, batch, seq, context)
@@ -114,7 +115,7 @@ def rank_step(sc, phase: str, batch, seq, context, group=None) -> Step:
 
 def classify_ops(model, sc) -> OpClasses:
     def ops(phase, batch, seq, context, group=None):
-        return build_ops(model, rank_step(sc, phase, batch, seq, context, group), sc)
+        return build_ops(model, own_step(sc, phase, batch, seq, context, group), sc)
 
     pre = ops("prefill", 1, 8, 0)
     pre_ctx = _differs(pre, ops("prefill", 1, 8, 16))
@@ -361,15 +362,15 @@ class StepModel:
     def _table_step(self, phase: str, wanted, idx) -> Step:
         """The step whose ``wanted`` ops a 1-D table times at counts ``idx``: the tokens of one sequence (token ops) or
         sequences of one token (per-sequence ops, and every op of a decode step); with attention data parallelism a
-        rank's own (:func:`rank_step`), and for the MoE group's ops the group's tokens, the busiest rank's share
+        rank's own (:func:`own_step`), and for the MoE group's ops the group's tokens, the busiest rank's share
         with them."""
         c, sc = self.classes, self.sc
         if wanted is c.group:
             rank = np.ceil(idx / sc.attention_dp)
             return Step(phase, 1, rank, 0, idx) if phase == "prefill" else Step("decode", rank, 1, 1, idx)
         if phase == "prefill":
-            return rank_step(sc, "prefill", 1, idx, 0) if wanted is c.token else rank_step(sc, "prefill", idx, 1, 0)
-        return rank_step(sc, "decode", idx, 1, 1)
+            return own_step(sc, "prefill", 1, idx, 0) if wanted is c.token else own_step(sc, "prefill", idx, 1, 0)
+        return own_step(sc, "decode", idx, 1, 1)
 
     def _grid(self, step: Step, wanted, launch: str, axes: tuple) -> list:
         """One op class over a 2-D grid of ``axes`` (the step's shapes), as :func:`_rows`; remembered as the 1-D tables
@@ -405,13 +406,13 @@ class StepModel:
         n_grid = _geom_grid(1, self.max_seqs, 40, exact_below=16)
         c_grid = _geom_grid(1, self.max_context, 40, exact_below=4)
         self.dec_n, self.dec_c = n_grid.tolist(), c_grid.tolist()
-        self.dec = {launch: self._grid(rank_step(sc, "decode", n_grid[:, None], self.q, c_grid[None, :]),
+        self.dec = {launch: self._grid(own_step(sc, "decode", n_grid[:, None], self.q, c_grid[None, :]),
                                        c.decode_attn, launch, (n_grid, c_grid)) for launch in modes}
         # prefill attention of one piece: p new tokens over x cached ones
         p_grid = _geom_grid(1, self.max_tokens, 48, exact_below=16, extra=piece_hint)
         x_grid = np.concatenate([[0.0], _geom_grid(1, self.max_context, 32, exact_below=2)])
         self.pre_p, self.pre_x = p_grid.tolist(), x_grid.tolist()
-        self.pre = self._grid(rank_step(sc, "prefill", 1, p_grid[:, None], x_grid[None, :]), c.prefill_attn,
+        self.pre = self._grid(own_step(sc, "prefill", 1, p_grid[:, None], x_grid[None, :]), c.prefill_attn,
                               self.mixed_launch, (p_grid, x_grid))
         self._build_drafts(n_grid, c_grid)
         model = clock_model(self.prof)
@@ -596,7 +597,7 @@ class StepModel:
             ranks_tokens.append(rank_tokens)
             prompt += own_tokens
         # every rank padded to the busiest's tokens in a step replayed from CUDA graphs (Scenario.pads_ranks)
-        padded = self.sc.dp_pad and launch == "graph"
+        padded = self.sc.pads_ranks("prefill" if pieces else "decode")
         tokens = self.ranks * max(ranks_tokens) if padded else sum(ranks_tokens)
         group = _lookup(self.group[launch], tokens)
         if prompt and self.mtp_draft is not None:  # the MTP layer's experts over the prompts' tokens
@@ -707,7 +708,7 @@ def exact_step(model, hw, sc, prof, n_dec: int, ctx_mean: float, pieces: list[tu
     dp = sc.attention_dp
     laid = place(dp, n_dec, 1, pieces) if dp > 1 else [(n_dec, list(pieces))]
     group = n_dec + sum(p for p, _ in pieces)
-    if dp > 1 and sc.dp_pad and launch == "graph":  # every rank padded to the busiest's tokens
+    if sc.pads_ranks("prefill" if pieces else "decode"):  # every rank padded to the busiest's tokens
         group = dp * max(n + sum(p for p, _ in own) for n, own in laid)
     rules = Rules.of(sc, launch=launch, **host_rules(sc, prof))
     slowest = 0.0
@@ -719,7 +720,7 @@ def exact_step(model, hw, sc, prof, n_dec: int, ctx_mean: float, pieces: list[tu
         parts = []
 
         def take(phase, batch, seq, context, wanted):
-            ops = build_ops(model, rank_step(sc, phase, batch, seq, context, group), sc)
+            ops = build_ops(model, own_step(sc, phase, batch, seq, context, group), sc)
             parts.extend(op for op, k in zip(ops, _key_list(ops)) if k in wanted)
 
         if pieces:
