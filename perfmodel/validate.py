@@ -276,6 +276,7 @@ class _Serving:
             return rec
         # the layout's class, for the summary: one scheduler (tp), attention-DP ranks, or disaggregated workers
         rec["layout"] = "disaggregated" if sides is not None else "attention-dp" if sc.attention_dp > 1 else "tp"
+        rec["architecture"] = "moe" if model.moe is not None else "dense"  # the issue-25 class: MoE against dense
         result = self._simulate(hw, model, prof, sc, rec["concurrency"], opts)
         if isinstance(result, InputError):
             rec["reason"], rec["status"] = "projection refused", f"not projected: {result}"
@@ -400,7 +401,7 @@ _RUN_NAME = re.compile(r"run name: tp (\d+) ep (\d+|none)")
 
 
 def _squared_layout_refusal(row: dict, where: str, hw) -> tuple[str, str] | None:
-    """A run of N GPUs recorded as N x N. In aiconfigurator-core 0.12.0's silicon sample, 234 aggregated rows whose
+    """A run of N GPUs recorded as N x N. In aiconfigurator-core 0.12.0's silicon sample, 234 aggregated lines whose
     ``id`` names their layout (``..._tp8_0_ep8_0_973``, the importer's ``run name`` note) record tp x attention_dp
     = N x N for a run the name gives as tp N, ep N (SGLang and TensorRT-LLM: moe_tp = moe_ep = N; vLLM: moe_ep = N x N);
     every other named row records the GPUs its name states. The measurements agree with the name (B200 SGLang
@@ -493,14 +494,15 @@ def _stats(groups: dict[str, list[float]]) -> dict:
 def summary(rows: list[dict]) -> dict:
     """Median |error| overall and by metric, and the median and signed median by part and metric; for
     serving-benchmark rows also by part x engine x metric, by model checkpoint x metric, and the coverage
-    (rows by reason: projected, or why not) and by layout class x metric (one scheduler, attention-DP ranks,
-    disaggregated workers)."""
+    (rows by reason: projected, or why not), by layout class x metric (one scheduler, attention-DP ranks,
+    disaggregated workers) and by architecture x metric (mixture-of-experts or dense)."""
     done = [r for r in rows if r["error"] is not None]
     by_metric: dict[str, list[float]] = {}
     by_part: dict[str, list[float]] = {}
     by_engine: dict[str, list[float]] = {}
     by_model: dict[str, list[float]] = {}
     by_layout: dict[str, list[float]] = {}
+    by_architecture: dict[str, list[float]] = {}
     burst: dict[str, list[float]] = {}
     coverage: dict[str, int] = {}
     for r in done:
@@ -514,6 +516,7 @@ def summary(rows: list[dict]) -> dict:
             by_engine.setdefault(f"{r['hardware']} {r['engine']} {r['metric']}", []).append(r["error"])
             by_model.setdefault(f"{r['checkpoint']} {r['metric']}", []).append(r["error"])
             by_layout.setdefault(f"{r['layout']} {r['metric']}", []).append(r["error"])
+            by_architecture.setdefault(f"{r['architecture']} {r['metric']}", []).append(r["error"])
             if r.get("first_wave"):
                 burst.setdefault(f"{r['engine']} {r['metric']}", []).append(r["first_wave"] / r["published"] - 1.0)
     out = {"rows": len(done), "refused": sum(1 for r in rows if r["status"].startswith("does not fit")),
@@ -523,7 +526,7 @@ def summary(rows: list[dict]) -> dict:
     if coverage:
         out["serving"] = {"coverage": dict(sorted(coverage.items(), key=lambda kv: (-kv[1], kv[0]))),
                           "by_part_engine": _stats(by_engine), "by_model": _stats(by_model),
-                          "by_layout": _stats(by_layout),
+                          "by_layout": _stats(by_layout), "by_architecture": _stats(by_architecture),
                           "first_wave_by_engine": _stats(burst)}
     return out
 
@@ -562,6 +565,7 @@ def _serving_lines(sv: dict, total: int) -> list[str]:
     lines += [f"  {k:<40} {v:>6}  {v / n:>6.1%}" for k, v in sv["coverage"].items()]
     for title, key in (("by part, engine and metric", "by_part_engine"), ("by model and metric", "by_model"),
                        ("by layout class and metric", "by_layout"),
+                       ("by architecture and metric", "by_architecture"),
                        ("diagnostic, not the prediction: the mean over the first C requests (the initial burst) "
                         "instead of the steady state, by engine and metric", "first_wave_by_engine")):
         if not sv[key]:
@@ -578,5 +582,5 @@ def validation_csv(rows: list[dict]) -> str:
     cols = ["id", "kind", "hardware", "model", "metric", "unit", "published", "predicted", "error", "status",
             "calibration", "engine"]
     if any("reason" in r for r in rows):
-        cols += ["concurrency", "checkpoint", "layout", "reason", "first_wave"]
+        cols += ["concurrency", "checkpoint", "layout", "architecture", "reason", "first_wave"]
     return csv_dicts_text(cols, rows)

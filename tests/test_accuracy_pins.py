@@ -67,6 +67,26 @@ def test_silicon_doc_states_the_pinned_figures():
         cells = [f"{x['median_abs_error']:.1%} ({x['signed_median']:+.1%})"
                  for x in (PINS["silicon"][f"layout {layout} {m}"] for m in ("tpot", "ttft"))]
         assert f"| {cells[0]} | {cells[1]} |" in latest, layout
+    for arch, name in (("moe", "mixture of experts"), ("dense", "dense")):  # and by architecture, with the count
+        x = [PINS["silicon"][f"architecture {arch} {m}"] for m in ("tpot", "ttft")]
+        cells = [f"{v['median_abs_error']:.1%} ({v['signed_median']:+.1%})" for v in x]
+        row = next(line for line in latest.splitlines() if line.startswith(f"| {name} |"))
+        assert row.endswith(f"| {x[0]['n']:,} | {cells[0]} | {cells[1]} |"), arch
+
+
+def test_readme_states_the_silicon_tables_measurements_and_the_pinned_projected_count():
+    table = (ROOT / "workloads" / "validation" / "aiconfigurator_silicon.csv").read_text().splitlines()
+    measurements = sum(1 for line in table[1:] if ",ttft," in line)  # a measurement's two rows: ttft and tpot
+    projected = sum(v["n"] for k, v in PINS["silicon"].items() if k.startswith("layout ") and k.endswith(" tpot"))
+    text = " ".join((ROOT / "README.md").read_text().split())
+    assert f"{measurements:,} measurements, {projected:,} of them projected" in text
+
+
+def test_silicon_doc_states_todays_coverage():
+    rows = len((ROOT / "workloads" / "validation" / "aiconfigurator_silicon.csv").read_text().splitlines()) - 1
+    projected = sum(v["n"] for k, v in PINS["silicon"].items() if k.startswith("layout ") and k.endswith(" tpot"))
+    doc = " ".join((ROOT / "docs" / "validation-silicon.md").read_text().split())
+    assert f"{2 * projected:,} of the table's {rows:,} rows are projected ({projected:,} measurements" in doc
 
 
 def test_readme_states_the_pinned_attention_dp_figures():

@@ -1,6 +1,7 @@
 """Serving benchmarks from aiconfigurator-core's silicon_sample.csv: the converter, closed-loop concurrency in
-the serving simulator, and ``perfmodel validate`` on them (tests/data/aic_silicon_sample.csv: 23 rows cut from
-the real file, aggregated and disaggregated, models with and without a descriptor, overloaded rows)."""
+the serving simulator, and ``perfmodel validate`` on them (tests/data/aic_silicon_sample.csv: 25 lines cut from
+the real file, aggregated and disaggregated, models with and without a descriptor, overloaded rows, and the file's
+second records of two measurements, lines 25 and 26)."""
 from __future__ import annotations
 
 import csv
@@ -48,9 +49,12 @@ def _by_line(rows: list[dict]) -> dict:
 
 # --- converter ---------------------------------------------------------------------------------------
 
+SECOND_RECORDS = 2  # the fixture's last two lines record again the measurements of its lines 15 and 16
+
+
 def test_two_rows_per_measurement_in_the_public_layout(converted):
     out, n, rows = converted
-    src = list(csv.DictReader(io.StringIO(FIXTURE.read_text())))
+    src = list(csv.DictReader(io.StringIO(FIXTURE.read_text())))[:-SECOND_RECORDS]
     assert n == len(rows) == 2 * len(src)
     public = (repo_root() / "workloads" / "validation" / "public_validation.csv").read_text().splitlines()[0].split(",")
     assert list(rows[0])[:len(public)] == public
@@ -80,6 +84,51 @@ def test_models_hardware_precision_and_concurrency_are_mapped(converted):
     assert (r["batch"], r["concurrency"]) == ("144", "288")
     r = rows["aic-5-ttft"]  # no silicon_concurrency recorded
     assert r["concurrency"] == "" and "concurrency not recorded" in r["notes"]
+
+
+def test_a_measurement_recorded_twice_is_one_pair_of_rows_from_the_copy_its_name_confirms(converted):
+    rows = {r["id"]: r for r in converted[2]}
+    assert not {f"aic-{line}-{m}" for line in (25, 26) for m in ("ttft", "tpot")} & set(rows)
+    # line 25 records line 15's run (the same TTFT and TPOT to 17 digits) at tp 64 on the 8-GPU B200 box while its
+    # name says tp 8: line 15, which records the 8 GPUs its name states, is kept, and says what line 25 records
+    r = rows["aic-15-ttft"]
+    assert r["tp"] == "8" and r["gpus"] == "8"
+    assert r["source"].startswith("aiconfigurator-core 0.12.0 aic_silicon_sample.csv:15 (also line 25); source_file=")
+    assert rows["aic-15-tpot"]["source"] == "aiconfigurator-core 0.12.0 aic_silicon_sample.csv:15 (also line 25)"
+    assert "line 25 records tp64 pp1 adp1 mtp8 ep8 b32" in r["notes"]
+    # line 26 repeats line 16 under the same layout: the first is kept, and nothing differs to note
+    r = rows["aic-16-tpot"]
+    assert r["source"].endswith(":16 (also line 26)") and "line 26" not in r["notes"]
+
+
+def test_copies_are_kept_by_their_name_then_worker_counts_then_file_order():
+    head = FIXTURE.read_text().splitlines()[0]
+    base = dict.fromkeys(head.split(","), "")
+    base.update(backend="sglang", model_path="deepseek-ai/DeepSeek-R1", system="b200_sxm", precision="fp8",
+                isl="1024", osl="1024", silicon_ttft_ms="100.5", silicon_tpot_ms="9.25",
+                silicon_data_source="silicon_concurrency=4")
+
+    def table(*lines: dict) -> list[dict]:
+        text = "\n".join([head] + [",".join(dict(base, **ln)[k] for k in base) for ln in lines]) + "\n"
+        return list(csv.DictReader(io.StringIO(aic_silicon.convert_text(text))))
+
+    agg = dict(mode="agg", batch_size="4", pp_size="1", attention_dp_size="1", moe_ep_size="1")
+    squared = dict(agg, id="x_c4_tp4_0_ep4_0_1", tp_size="16", moe_tp_size="16")
+    plain = dict(agg, id="x_cfg1", tp_size="4", moe_tp_size="4")
+    named = dict(agg, id="x_c4_tp4_ep4_2", tp_size="4", moe_tp_size="4")
+    assert [r["id"] for r in table(squared, plain, named)] == ["aic-4-ttft", "aic-4-tpot"]
+    assert [r["id"] for r in table(squared, plain)] == ["aic-3-ttft", "aic-3-tpot"]
+    assert [r["id"] for r in table(plain, dict(plain, id="x_cfg2"))] == ["aic-2-ttft", "aic-2-tpot"]
+    side = dict(mode="disagg", prefill_tp_size="8", prefill_pp_size="1", decode_tp_size="8", decode_pp_size="1")
+    counted = dict(side, id="y_cfg3", prefill_num_workers="1", decode_num_workers="2")
+    kept = table(dict(side, id="y_1"), counted)
+    assert [r["id"] for r in kept] == ["aic-3-ttft", "aic-3-tpot"]
+    # the layout the validation reads is the kept copy's, not the one its note says the other line records
+    assert "line 2 records P ?x(tp8" in kept[0]["notes"]
+    assert aic_silicon.disagg_layouts(kept[0]["notes"])["D"]["workers"] == 2
+    # a different measured value, or the same values on another part, is another run
+    assert len(table(plain, dict(plain, silicon_tpot_ms="9.26"))) == 4
+    assert len(table(plain, dict(plain, system="h200_sxm"))) == 4
 
 
 def test_source_names_the_package_and_never_a_local_path(converted):
@@ -296,10 +345,14 @@ def test_summary_and_outputs(validated, converted, capsys):
     # every projected row in one layout class: one scheduler, attention-DP ranks or disaggregated workers
     assert sum(v["n"] for v in s["by_layout"].values()) == s["coverage"]["projected"]
     assert set(k.rsplit(" ", 1)[0] for k in s["by_layout"]) <= {"tp", "attention-dp", "disaggregated"}
+    # and in one architecture class: the descriptor's MoE layers or none (DeepSeek-R1 and gpt-oss against Llama)
+    assert sum(v["n"] for v in s["by_architecture"].values()) == s["coverage"]["projected"]
+    assert {k.rsplit(" ", 1)[0] for k in s["by_architecture"]} == {"moe", "dense"}
+    assert validated["aic-15-tpot"]["architecture"] == "moe" and validated["aic-8-tpot"]["architecture"] == "dense"
     text = validation_table(rows, summary_only=True)
-    assert "by part, engine and metric" in text and "aic-8-ttft" not in text
+    assert "by part, engine and metric" in text and "by architecture and metric" in text and "aic-8-ttft" not in text
     table = list(csv.DictReader(io.StringIO(validation_csv(rows))))
-    assert table[0]["reason"] and "checkpoint" in table[0]
+    assert table[0]["reason"] and "checkpoint" in table[0] and "architecture" in table[0]
     rc = main(["validate", "--csv", str(converted[0]), "--where", "hardware=h100-sxm,engine=trtllm", "--summary"])
     out = capsys.readouterr().out
     assert rc == 0 and "h100-sxm trtllm tpot" in out and "n=2 " in out and "b200" not in out
@@ -361,3 +414,27 @@ def test_validation_takes_the_closed_loop_start():
     spread = {r["id"]: r for r in run_validation(path, where=where, limit=2, closed_loop_start="spread")}
     ttft = [i for i in burst if burst[i]["metric"] == "ttft"]
     assert ttft and all(spread[i]["predicted"] < burst[i]["predicted"] for i in ttft)
+
+
+def test_doc_states_how_often_the_committed_table_found_a_run_recorded_twice():
+    """docs/validation-silicon.md's "One run, one pair of rows" prints the committed table's counts: its
+    measurements, the runs kept with other copies, those copies, and what the copies record otherwise."""
+    import re
+
+    path = repo_root() / "workloads" / "validation" / "aiconfigurator_silicon.csv"
+    ttft = [r for r in csv.DictReader(io.StringIO(path.read_text())) if r["metric"] == "ttft"]
+    also = [re.search(r"\(also lines? ([\d, ]+)\)", r["source"]) for r in ttft]
+    copies = sum(len(m.group(1).split(", ")) for m in also if m)
+
+    def noting(pattern: str) -> int:
+        return sum(1 for r in ttft if re.search(pattern, r["notes"]))
+
+    doc = " ".join((repo_root() / "docs" / "validation-silicon.md").read_text().split())
+    para = doc.split("**One run, one pair of rows**")[1].split("## ")[0]
+    assert f"holds {len(ttft):,} end-to-end serving measurements" in doc
+    assert f"# 0.4 s; {2 * len(ttft):,} rows" in doc
+    assert f"records {sum(1 for m in also if m):,} of its runs on more than one line: {copies:,} lines" in para
+    layouts, names, releases = (noting(p) for p in (r"line \d+ records (tp|P )", r"line \d+ names ",
+                                                     r"line \d+ records release "))
+    assert f"{layouts:,} runs' copies record another layout" in para
+    assert f"{names:,} another checkpoint name" in para and f"{releases:,} another release string" in para

@@ -62,12 +62,14 @@ def backtest_blind() -> dict:
 
 
 def silicon() -> dict:
-    """By part and metric, and by layout class and metric (``layout tp ttft``, ``layout attention-dp tpot``, ...)."""
+    """By part and metric, by layout class and metric (``layout tp ttft``, ``layout attention-dp tpot``, ...) and by
+    architecture and metric (``architecture moe tpot``, ``architecture dense ttft``)."""
     from perfmodel.validate import run_validation, summary
 
     stats = summary(run_validation(repo_root() / "workloads" / "validation" / "aiconfigurator_silicon.csv"))
     layouts = {f"layout {k}": v for k, v in stats["serving"]["by_layout"].items()}
-    return _pinned({**stats["by_part"], **layouts})
+    architectures = {f"architecture {k}": v for k, v in stats["serving"]["by_architecture"].items()}
+    return _pinned({**stats["by_part"], **layouts, **architectures})
 
 
 FAST = {"public": public, "kernels": kernels}

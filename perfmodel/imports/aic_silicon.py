@@ -25,12 +25,19 @@ What each output column is:
 - ``attention_dp``, ``moe_tp``, ``moe_ep``, ``mode`` (agg | disagg), ``engine``, ``engine_version``,
   ``hf_model``: as the file has them (``hf_model`` only where ``model`` is a descriptor).
 - ``notes``: what the conversion assumed or read besides the columns, among them ``run name: tp N ep M`` where the
-  row's ``id`` states the layout it ran (``..._c32_tp8_0_ep8_0_973``): 234 rows record N x N GPUs for such a run
-  of N (:func:`perfmodel.validate`'s squared-layout check reads the two against each other).
+  row's ``id`` states the layout it ran (``..._c32_tp8_0_ep8_0_973``): 234 lines record N x N GPUs for such a run
+  of N, 109 measurements with no other copy (:func:`perfmodel.validate`'s squared-layout check reads the two
+  against each other); ``line L records ...`` where another line records the same run otherwise.
 - ``value``: the measured mean, to 6 significant digits.
-- ``source``: package, version, file and line (the same line for a measurement's two rows), then, on the
-  ``ttft`` row, the line's ``silicon_data_source`` with local paths cut to their file name (no ``/Users/...``);
-  once per measurement rather than twice keeps the table at about 2.7 MB instead of 4.
+- ``source``: package, version, file and line (the same line for a measurement's two rows; ``(also line L)``
+  where the file records the run again), then, on the ``ttft`` row, the line's ``silicon_data_source`` with
+  local paths cut to their file name (no ``/Users/...``); once per measurement rather than twice keeps the
+  table small.
+
+**One run, one pair of rows.** The file records 995 of its runs on more than one line (1,156 lines more: the
+same mean TTFT and TPOT to all 17 digits, under the same model, part, engine and lengths, from two or three of its
+sources, now and then under another layout, checkpoint name or release string). Such copies are one measurement
+and count once; :meth:`_Copy.trust` says which is kept.
 
 Nothing here is fitted to anything: the rows are for validation only. Output is deterministic (input order),
 written atomically, every cell through :func:`perfmodel.io.csv_safe`.
@@ -42,6 +49,7 @@ import io
 import math
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
@@ -134,8 +142,9 @@ SIDE_FIELDS = ("workers", "tp", "pp", "attention_dp", "moe_tp", "moe_ep", "batch
 def disagg_layouts(notes: str) -> dict[str, dict[str, int | None]] | None:
     """The prefill ("P") and decode ("D") sides :func:`_layout` wrote into a row's ``notes``, each as
     {workers, tp, pp, attention_dp, moe_tp, moe_ep, batch} (None where not recorded); None if absent."""
+    own = re.search(r"(?:^|; )disagg ([^;]*)", notes or "")  # the row's own; "line L records P ..." is a copy's
     sides = {m.group(1): {k: None if v == "?" else int(v) for k, v in zip(SIDE_FIELDS, m.groups()[1:])}
-             for m in _SIDE.finditer(notes or "")}
+             for m in _SIDE.finditer(own.group(1) if own else "")}
     return sides if set(sides) == {"P", "D"} else None
 
 
@@ -143,57 +152,117 @@ def _cell(v: int | None):
     return "" if v is None else v
 
 
+@dataclass
+class _Copy:
+    """One line of the file, converted: the measurement it records and the columns it records it under."""
+    line: int
+    cells: dict  # COLUMNS but id, metric, value and source
+    ttft: float
+    tpot: float
+    data_source: str
+    layout: str  # the layout as recorded, compact (:func:`_agg_layout`, or the disaggregated sides)
+    agreement: int  # +1: an aggregated run's name states the GPUs it records; -1: it states others; 0: no name
+
+    @property
+    def measurement(self) -> tuple:
+        """What identifies the run: the same mean TTFT and TPOT to the file's full precision, under the same
+        model, part, engine and lengths, are one run recorded twice, never two runs."""
+        c = self.cells
+        return c["model"], c["hardware"], c["engine"], c["isl"], c["osl"], self.ttft, self.tpot
+
+    def trust(self) -> tuple:
+        """Which of a measurement's copies to keep: one whose run name states the GPUs it records, then one
+        that records a disaggregated run's worker counts, then the first in the file."""
+        return self.agreement, self.cells["gpus"] != "", -self.line
+
+
+def _agg_layout(tp, pp, adp, mtp, mep, batch) -> str:
+    q = ["?" if v is None else v for v in (tp, pp, adp, mtp, mep, batch)]
+    return "tp{} pp{} adp{} mtp{} ep{} b{}".format(*q)
+
+
+def _copy(line: int, row: dict, where: str) -> _Copy:
+    """One input line as a :class:`_Copy`; a clear error for a malformed cell."""
+    at = f"{where}:{line}"
+    system = (row.get("system") or "").strip()
+    hf = (row.get("model_path") or "").strip()
+    mode = (row.get("mode") or "").strip().lower()
+    if not system or not hf or mode not in ("agg", "disagg"):
+        field = "system" if not system else ("model_path" if not hf else "mode")
+        raise InputError(f"expected a value{' of agg or disagg' if field == 'mode' else ''}, got "
+                         f"{row.get(field)!r}", file=at, field=field)
+    model, note = MODELS.get(hf, (hf, ""))
+    notes = [note] if note else []
+    precision = (row.get("precision") or "").strip().lower()
+    if not precision:
+        if (row.get("gemm_quant_mode") or "").strip():
+            raise InputError("precision is empty but a quantization mode is given", file=at, field="precision")
+        precision = "bf16"
+        notes.append("precision blank, no quant mode: bf16")
+    m = _CONCURRENCY.search(row.get("silicon_data_source") or "")
+    concurrency = int(m.group(1)) if m else None
+    isl, osl = _int(row, "isl", at), _int(row, "osl", at)
+    if not isl or not osl:
+        raise InputError("expected positive isl and osl", file=at, field="isl" if not isl else "osl")
+    ttft, tpot = _value(row, "silicon_ttft_ms", at), _value(row, "silicon_tpot_ms", at)
+    adp, mtp, mep = (_int(row, c, at) for c in ("attention_dp_size", "moe_tp_size", "moe_ep_size"))
+    named = _RUN_LAYOUT.search((row.get("id") or "").strip())
+    if mode == "agg":
+        tp, pp, batch = _int(row, "tp_size", at), _int(row, "pp_size", at), _int(row, "batch_size", at)
+        gpus = tp * pp * max(adp or 1, 1) if tp and pp else None
+        layout = _agg_layout(tp, pp, adp, mtp, mep, batch)
+        agreement = 0 if not named or gpus is None else 1 if gpus == int(named.group(1)) else -1
+    else:
+        tp = pp = batch = None
+        sides = [_layout(row, p, at) for p in ("prefill_", "decode_")]
+        layout = " ".join(t for t, _ in sides)
+        notes.append("disagg " + layout)
+        gpus = sides[0][1] + sides[1][1] if None not in (sides[0][1], sides[1][1]) else None
+        adp = mtp = mep = None
+        agreement = 0  # a disaggregated run's name gives one side's width, not its GPUs
+    if concurrency is None:
+        notes.append("concurrency not recorded")
+    if named:
+        notes.append(f"run name: tp {named.group(1)} ep {named.group(2)}")
+    cells = dict(kind="inference", model=model, hardware=SYSTEMS.get(system, system), gpus=_cell(gpus), tp=_cell(tp),
+                 pp=_cell(pp), precision=precision, isl=isl, osl=osl, batch=_cell(batch), unit="ms",
+                 notes=notes, engine=(row.get("backend") or "").strip(),
+                 engine_version=(row.get("backend_version") or "").strip(), concurrency=_cell(concurrency),
+                 attention_dp=_cell(adp), moe_tp=_cell(mtp), moe_ep=_cell(mep), mode=mode,
+                 hf_model=hf if hf != model else "")
+    return _Copy(line, cells, ttft, tpot, sanitize_source(row.get("silicon_data_source") or ""), layout, agreement)
+
+
 def convert_rows(rows: Iterable[dict], *, src_name: str = FILE, where: str = FILE) -> list[list]:
-    """Output rows (:data:`COLUMNS` order), two per input row, in input order."""
+    """Output rows (:data:`COLUMNS` order), two per measurement, in input order.
+
+    A measurement the file records on several lines (the same run from two of its sources, now and then under
+    different layouts or names) becomes one pair of rows, from the copy :meth:`_Copy.trust` prefers; its
+    ``source`` names the other lines and its ``notes`` any layout or release they record otherwise."""
+    copies = [_copy(line, row, where) for line, row in enumerate(rows, start=2)]
+    runs: dict[tuple, list[_Copy]] = {}
+    for c in copies:
+        runs.setdefault(c.measurement, []).append(c)
     out: list[list] = []
-    for line, row in enumerate(rows, start=2):
-        at = f"{where}:{line}"
-        system = (row.get("system") or "").strip()
-        hf = (row.get("model_path") or "").strip()
-        mode = (row.get("mode") or "").strip().lower()
-        if not system or not hf or mode not in ("agg", "disagg"):
-            field = "system" if not system else ("model_path" if not hf else "mode")
-            raise InputError(f"expected a value{' of agg or disagg' if field == 'mode' else ''}, got "
-                             f"{row.get(field)!r}", file=at, field=field)
-        model, note = MODELS.get(hf, (hf, ""))
-        notes = [note] if note else []
-        precision = (row.get("precision") or "").strip().lower()
-        if not precision:
-            if (row.get("gemm_quant_mode") or "").strip():
-                raise InputError("precision is empty but a quantization mode is given", file=at, field="precision")
-            precision = "bf16"
-            notes.append("precision blank, no quant mode: bf16")
-        ds = sanitize_source(row.get("silicon_data_source") or "")
-        m = _CONCURRENCY.search(row.get("silicon_data_source") or "")
-        concurrency = int(m.group(1)) if m else None
-        isl, osl = _int(row, "isl", at), _int(row, "osl", at)
-        if not isl or not osl:
-            raise InputError("expected positive isl and osl", file=at, field="isl" if not isl else "osl")
-        ttft, tpot = _value(row, "silicon_ttft_ms", at), _value(row, "silicon_tpot_ms", at)
-        adp, mtp, mep = (_int(row, c, at) for c in ("attention_dp_size", "moe_tp_size", "moe_ep_size"))
-        if mode == "agg":
-            tp, pp, batch = _int(row, "tp_size", at), _int(row, "pp_size", at), _int(row, "batch_size", at)
-            gpus = tp * pp * max(adp or 1, 1) if tp and pp else None
-        else:
-            tp = pp = batch = None
-            sides = [_layout(row, p, at) for p in ("prefill_", "decode_")]
-            notes.append("disagg " + " ".join(t for t, _ in sides))
-            gpus = sides[0][1] + sides[1][1] if None not in (sides[0][1], sides[1][1]) else None
-            adp = mtp = mep = None
-        if concurrency is None:
-            notes.append("concurrency not recorded")
-        named = _RUN_LAYOUT.search((row.get("id") or "").strip())
-        if named:
-            notes.append(f"run name: tp {named.group(1)} ep {named.group(2)}")
-        origin = f"{PACKAGE} {VERSION} {src_name}:{line}"
-        for metric, value in (("ttft", ttft), ("tpot", tpot)):
+    for c in copies:
+        same = runs[c.measurement]
+        if c is not max(same, key=_Copy.trust):
+            continue
+        others = [o for o in same if o is not c]
+        notes = list(c.cells["notes"])
+        notes += [f"line {o.line} records {o.layout}" for o in others if o.layout != c.layout]
+        notes += [f"line {o.line} records release {o.cells['engine_version'] or '(none)'}" for o in others
+                  if o.cells["engine_version"] != c.cells["engine_version"]]
+        notes += [f"line {o.line} names {o.cells['hf_model'] or o.cells['model']}" for o in others
+                  if o.cells["hf_model"] != c.cells["hf_model"]]
+        origin = f"{PACKAGE} {VERSION} {src_name}:{c.line}"
+        if others:
+            origin += " (also line{} {})".format("s" if len(others) > 1 else "", ", ".join(str(o.line) for o in others))
+        for metric, value in (("ttft", c.ttft), ("tpot", c.tpot)):
             # the data source once per measurement (on its ttft row), to keep the table small
-            source = f"{origin}; {ds}" if metric == "ttft" else origin
-            out.append([f"aic-{line}-{metric}", "inference", model, SYSTEMS.get(system, system), _cell(gpus),
-                        _cell(tp), _cell(pp), precision, isl, osl, _cell(batch), metric, float(f"{value:.6g}"), "ms",
-                        source, "; ".join(notes), (row.get("backend") or "").strip(),
-                        (row.get("backend_version") or "").strip(), _cell(concurrency), _cell(adp), _cell(mtp),
-                        _cell(mep), mode, hf if hf != model else ""])
+            cells = dict(c.cells, id=f"aic-{c.line}-{metric}", metric=metric, value=float(f"{value:.6g}"),
+                         source=f"{origin}; {c.data_source}" if metric == "ttft" else origin, notes="; ".join(notes))
+            out.append([cells[k] for k in COLUMNS])
     return out
 
 
