@@ -34,8 +34,8 @@ What each output column is:
   local paths cut to their file name (no ``/Users/...``); once per measurement rather than twice keeps the
   table small.
 
-**One run, one pair of rows.** The file records 995 of its runs on more than one line (1,156 lines more: the
-same mean TTFT and TPOT to all 17 digits, under the same model, part, engine and lengths, from two or three of its
+**One run, one pair of rows.** The file records 1,110 of its runs on more than one line (1,318 lines more: the
+same mean TTFT and TPOT to 12 significant digits, under the same model, part, engine and lengths, from two or three of its
 sources, now and then under another layout, checkpoint name or release string). Such copies are one measurement
 and count once; :meth:`_Copy.trust` says which is kept.
 
@@ -165,10 +165,12 @@ class _Copy:
 
     @property
     def measurement(self) -> tuple:
-        """What identifies the run: the same mean TTFT and TPOT to the file's full precision, under the same
-        model, part, engine and lengths, are one run recorded twice, never two runs."""
+        """What identifies the run: the same mean TTFT and TPOT to 12 significant digits, under the same model,
+        part, engine and lengths, are one run recorded twice, never two runs. (Not to the last digit: the file
+        writes a value now with 17 digits, now as the shortest text of a neighbouring double, 380.78511187377444
+        and 380.7851118737744.)"""
         c = self.cells
-        return c["model"], c["hardware"], c["engine"], c["isl"], c["osl"], self.ttft, self.tpot
+        return c["model"], c["hardware"], c["engine"], c["isl"], c["osl"], f"{self.ttft:.12g}", f"{self.tpot:.12g}"
 
     def trust(self) -> tuple:
         """Which of a measurement's copies to keep: one whose run name states the GPUs it records, then one
