@@ -193,6 +193,10 @@ class Engine:
     fused_shared_expert: bool = False
     # MLA with a query latent: the hidden state projected into the query latent and the KV latent by one product
     fused_latent_proj: bool = False
+    # block-fp8 experts run DeepGEMM's grouped product over the worst-case contiguous layout with every 128-row block
+    # computed, padding included, where the MoE is split fewer than 8 ways on Hopper or Blackwell (vLLM 0.12;
+    # :func:`moe_padded_rows_for`; perfmodel.graph.padded_expert_ops); ``sources["moe_padded_rows"]``
+    moe_padded_rows: bool = False
     # the model families whose TP all-reduce the engine folds into the residual add and RMSNorm after it (one
     # kernel), on the NVIDIA generations listed, in steps of at most ALLREDUCE_NORM_TOKENS tokens without attention
     # data parallelism; ``sources["allreduce_norm"]``
@@ -435,6 +439,28 @@ def shared_stream_for(engine: str, version: str) -> str | None:
     return "small" if release >= (0, 12) else "never"
 
 
+VLLM_PADDED_ROWS_SOURCE = (
+    "vLLM 0.12.0 (read from its wheel, 2026-12-07): quantization/fp8.py get_fp8_moe_backend picks DeepGEMM for "
+    "block-fp8 experts on SM90/SM100 where the MoE's TP degree is below 8 and deep_gemm is importable (its release "
+    "images install it: an estimate, the Dockerfile is not in the wheel); with VLLM_USE_DEEP_GEMM_E8M0's default "
+    "fused_experts takes it at every batch size; fused_moe/deep_gemm_utils.py compute_aligned_M sizes the contiguous "
+    "layout for the worst case, M x top-k + local experts x 127 rows rounded up to 128, when the experts' token counts "
+    "are not on the host (never, in the modular kernel without expert parallelism's prepare), and deepgemm_moe_permute "
+    "fills its expert ids with zeros, so DeepGEMM computes every padded block as expert 0's. vLLM 0.13.0 fills them "
+    "with -1, which DeepGEMM's scheduler skips (its comment), and 0.17.0 prefers Triton for block fp8 under TP on "
+    "Hopper (fused_moe/oracle/fp8.py)")
+
+
+def moe_padded_rows_for(engine: str, version: str) -> bool | None:
+    """Whether release ``version`` of ``engine`` computes the padded blocks of the worst-case layout in its block-fp8
+    MoE products (:attr:`Engine.moe_padded_rows`): vLLM 0.12 does, 0.13 and later skip them; None where the release
+    or the engine's rule is not known (the preset's then)."""
+    release = _release(version) if engine == "vllm" else None
+    if release is None or release < (0, 12):
+        return None
+    return release == (0, 12)
+
+
 def async_scheduling_for(engine: str, version: str) -> bool | None:
     """Whether release ``version`` of ``engine`` schedules asynchronously by default (:attr:`Engine.
     async_scheduling`); None where the release or the engine's rule is not known (the preset's then)."""
@@ -561,6 +587,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
             "scheduler_host": VLLM_SCHEDULER_SOURCE,
             "async_scheduling": VLLM_ASYNC_SOURCE,
             "shared_stream": VLLM_SHARED_STREAM_SOURCE,
+            "moe_padded_rows": VLLM_PADDED_ROWS_SOURCE,
             "fused_latent_proj": "vLLM's DeepseekV2MLAAttention: fused_qkv_a_proj, one MergedColumnParallelLinear "
                                  "of q_a_proj and kv_a_proj_with_mqa (models/deepseek_v2.py, 0.12.0, read offline)",
         }),

@@ -333,7 +333,7 @@ def _quantized(op: O.Op, model: Model, sc: Scenario) -> list[O.Op]:
     scaling = "nvfp4" if op.params["dtype"] == "fp4" else model.fp8_scaling
     gemm = O.Op(op.name, op.kind, op.phase, op.flops, op.bytes, {**op.params, "scaling": scaling}, op.count, op.scope,
                 op.kernels)
-    if op.params.get("grouped"):
+    if op.params.get("grouped") or op.params.get("prequantized"):
         return [gemm]
     rows = op.params["m"] * op.params["groups"]
     q = O.quantize(f"{op.name}.quant", rows, op.params["k"], op.params["dtype"], phase=op.phase, count=op.count,
@@ -679,6 +679,51 @@ def moe_expert_ops(tokens, hidden: int, width: int, top_k: int, num_experts: int
     return ops
 
 
+DEEPGEMM_BLOCK_M = 128  # DeepGEMM's contiguous layout aligns each expert's rows to its 128-row M blocks
+
+
+def pads_expert_rows(model: Model, sc: Scenario) -> bool:
+    """Whether the scenario's MoE layers compute the padded blocks of a worst-case layout (:func:`padded_expert_ops`):
+    the engine's rule (``sc.moe_padded_rows``) on a model of gated block-fp8 experts run in fp8 by the fused module,
+    each expert split fewer than 8 ways (vLLM turns DeepGEMM's MoE off by default at a MoE TP degree of 8)."""
+    if not sc.moe_padded_rows or model.moe is None or model.mlp != "swiglu" or sc.kernels != "fused":
+        return False
+    return (expert_product_format(model, sc) == "fp8" and model.fp8_scaling == "block"
+            and sc.moe_group // sc.ep < 8)
+
+
+def padded_expert_ops(tokens, hidden: int, width: int, top_k: int, num_experts: int, ep: int, act: str,
+                      ph: str) -> list[O.Op]:
+    """What a block-fp8 MoE layer spends beyond its routed experts where its grouped products run over the worst-case
+    contiguous layout with every block computed (:attr:`perfmodel.engines.Engine.moe_padded_rows`: vLLM 0.12's
+    DeepGEMM path). The layout holds ``tokens x top_k + local experts x 127`` rows rounded up to 128 (every pair,
+    local or not, and each local expert's alignment); the blocks of the experts the tokens reach are the module's
+    own (its measured table prices them), the rest are computed as expert 0's: a dense block-fp8 product of their
+    rows for each projection (expert 0's weights, read once; measured to add its own time beside the real blocks,
+    perfmodel/measure/padded_layout.py), and the activation and re-quantization run over every row beyond the
+    routed pairs."""
+    xp = O.backend_of(tokens)  # numbers, arrays (step tables) or cell formulas (the workbook)
+    experts_here = num_experts // ep
+    block = DEEPGEMM_BLOCK_M
+    rows = xp.ceil((tokens * top_k + experts_here * (block - 1)) / block) * block
+    routed = tokens * top_k / ep
+    active = xp.maximum(active_experts(num_experts, top_k, tokens) * experts_here / num_experts, 1e-12)
+    # the real experts' blocks: each reached expert's rows rounded up to whole blocks, one where it has fewer rows
+    # than a block, else half a block more than its rows fill on average (the remainder spread evenly)
+    empty = xp.maximum(rows - active * xp.maximum(1.0, routed / active / block + 0.5) * block, 0.0)
+    beyond = rows - routed
+    return [_prequantized(O.gemm("moe.padding.gate_up", empty, 2 * width, hidden, "fp8", phase=ph)),
+            O.swiglu("moe.padding.swiglu", beyond, width, act, phase=ph),
+            O.quantize("moe.padding.quant", beyond, width, "fp8", phase=ph),
+            _prequantized(O.gemm("moe.padding.down", empty, hidden, width, "fp8", phase=ph))]
+
+
+def _prequantized(op: O.Op) -> O.Op:
+    """A block-fp8 product whose input the module quantized already (no quantize kernel of its own)."""
+    return O.Op(op.name, op.kind, op.phase, op.flops, op.bytes, {**op.params, "scaling": "block", "prequantized": True},
+                op.count, op.scope)
+
+
 def _gemm_format(w: str, model: Model, weights: str | None = None) -> str:
     """The format class of the model's products in ``w`` (:func:`perfmodel.cost.gemm.gemm_format`), with the
     scaling :func:`_quantized` gives them; with weight-only experts (``weights``), the weight-only class (the
@@ -836,6 +881,8 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str, grou
         routing = sc.moe_routing or default_routing(model.family)
         experts = [_in_module(op, module_tokens, h, width, moe.top_k, moe.num_experts, ep, fmt, routing)
                    for op in experts]
+        if pads_expert_rows(model, sc):
+            experts += padded_expert_ops(group_tokens, h, width, moe.top_k, moe.num_experts, ep, act, ph)
     ops += experts
     if exchange == "all_to_all":
         ops.append(O.collective("moe.combine", "all_to_all", combine_bytes, ep, phase=ph, **deepep("combine")))

@@ -14,6 +14,8 @@ SCHEDULES = ("mixed", "prefill_first")  # perfmodel.engines.Engine.schedule
 DP_BUDGETS = ("per_rank", "split")  # perfmodel.engines.Engine.dp_budget
 # how a closed loop's first C requests start (perfmodel.serve.workload.closed_loop_requests, docs/serving.md)
 CLOSED_LOOP_STARTS = ("burst", "spread")
+# the generations DeepGEMM runs on (vLLM 0.12 utils/deep_gemm.py is_deep_gemm_supported: capability 9.0 or 10.0)
+DEEPGEMM_GENERATIONS = ("hopper", "blackwell")
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,10 @@ class Scenario:
     # layout's shared expert is folded into the routed experts' module; None: the engine's (perfmodel.engines)
     shared_stream: str | None = None
     fused_shared_expert: bool | None = None
+    # block-fp8 experts' grouped products over the worst-case contiguous layout, every 128-row block computed, padding
+    # included (vLLM 0.12's DeepGEMM path; perfmodel.graph.padded_expert_ops); None: the engine's; off on parts
+    # outside DEEPGEMM_GENERATIONS
+    moe_padded_rows: bool | None = None
     # MLA's query and KV latents projected by one product (perfmodel.engines: fused_latent_proj); None: the engine's
     fused_latent_proj: bool | None = None
     # the model families whose TP all-reduce the engine folds into the residual add and RMSNorm after it on this part
@@ -265,12 +271,15 @@ class Scenario:
             "dp_pad": eng.dp_pad,
             "shared_stream": eng.shared_stream,
             "fused_shared_expert": eng.fused_shared_expert,
+            "moe_padded_rows": eng.moe_padded_rows,
             "fused_latent_proj": eng.fused_latent_proj,
             "allreduce_norm": (eng.allreduce_norm if getattr(hw, "vendor", "nvidia") == "nvidia"
                                and getattr(hw, "generation", "") in eng.allreduce_norm_generations else ()),
         }
         preset.update(eng.defaults_for_model(model, getattr(hw, "generation", "")))
         filled = {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in preset.items()}
+        if getattr(hw, "generation", "") not in DEEPGEMM_GENERATIONS:
+            filled["moe_padded_rows"] = False  # DeepGEMM, whose layout it is, runs on SM90 and SM100 only
         if eng.static_cache_launch and self.launch is None and filled["kv_cache"] == "static":
             filled["launch"] = eng.static_cache_launch  # the preset's launch with a static cache
         out = replace(self, engine=eng.key, **filled)

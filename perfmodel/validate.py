@@ -264,7 +264,8 @@ class _Serving:
             if sides is None:
                 sc = Scenario(batch="max", **row_layout(row, where, model), engine=rec["engine"],
                               engine_release=release, async_scheduling=release_scheduling(row, rec["engine"]),
-                              shared_stream=release_shared_stream(row, rec["engine"]), mode=self.mode,
+                              shared_stream=release_shared_stream(row, rec["engine"]),
+                              moe_padded_rows=release_padded_rows(row, rec["engine"]), mode=self.mode,
                               schedule=self.schedule).validated()
                 sc = sc.with_(batch=admission_cap(sc, hw, model))
             else:
@@ -376,7 +377,8 @@ def disagg_scenario(row: dict, where: str, sides: dict, model, engine: str, mode
     sc = Scenario(isl=_int(row, "isl", where), osl=_int(row, "osl", where), batch="max", tp=d["tp"],
                   dtype=row_format(row, model), engine=engine, mode=mode, engine_release=release,
                   async_scheduling=release_scheduling(row, engine),
-                  shared_stream=release_shared_stream(row, engine), **dict(_side_layout(d))).validated()
+                  shared_stream=release_shared_stream(row, engine), moe_padded_rows=release_padded_rows(row, engine),
+                  **dict(_side_layout(d))).validated()
     opts = ServeOptions(disagg=(p["workers"], d["workers"]), prefill_tp=p["tp"], decode_tp=d["tp"],
                         prefill_layout=_side_layout(p), decode_layout=_side_layout(d))
     return sc, opts
@@ -458,6 +460,14 @@ def release_shared_stream(row: dict, engine: str) -> str | None:
     from .engines import shared_stream_for
 
     return shared_stream_for(engine, (row.get("engine_version") or "").strip())
+
+
+def release_padded_rows(row: dict, engine: str) -> bool | None:
+    """Whether the row's engine release computes the padded blocks of its block-fp8 MoE products
+    (:func:`perfmodel.engines.moe_padded_rows_for`); None: the preset's."""
+    from .engines import moe_padded_rows_for
+
+    return moe_padded_rows_for(engine, (row.get("engine_version") or "").strip())
 
 
 def release_scheduling(row: dict, engine: str) -> bool | None:

@@ -71,7 +71,7 @@ def test_silicon_doc_states_the_pinned_figures():
         x = [PINS["silicon"][f"architecture {arch} {m}"] for m in ("tpot", "ttft")]
         cells = [f"{v['median_abs_error']:.1%} ({v['signed_median']:+.1%})" for v in x]
         row = next(line for line in latest.splitlines() if line.startswith(f"| {name} |"))
-        assert row.endswith(f"| {x[0]['n']:,} | {cells[0]} | {cells[1]} |"), arch
+        assert row.endswith(f"| {cells[0]} | {cells[1]} |") and f"| {x[0]['n']:,} |" in row, arch
 
 
 def test_readme_states_the_silicon_tables_measurements_and_the_pinned_projected_count():

@@ -134,6 +134,11 @@ def table() -> str:
         "all-to-all payloads, out / back": [_payloads(e) for e in engines],
         "engine's host work a step (--scheduling)": [_scheduler(e) for e in engines],
         "MoE shared experts (--shared-stream)": [_shared(e) for e in engines],
+        "block-fp8 experts' padded blocks (--moe-padding)": [
+            "computed (DeepGEMM's worst-case layout)" if e.moe_padded_rows else
+            "skipped" + ("; computed by an older release, read by `perfmodel validate`" if "moe_padded_rows" in e.sources
+                         else "")
+            for e in engines],
         "TP all-reduce and the next RMSNorm": [_allreduce_norm(e) for e in engines],
         "defaults for some architectures": [_model_defaults(e) for e in engines],
     }

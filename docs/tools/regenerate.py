@@ -54,6 +54,7 @@ BLOCKS = (
     Block("speculative.md", "tree-table", "mtp_table.py", "tree_table"),
     Block("speculative.md", "verify-attention", "verify_attention_check.py", "markdown"),
     Block("training.md", "grouped-gemm", "grouped_gemm_check.py", "markdown"),
+    Block("engines.md", "padded-layout", "padded_layout_check.py", "markdown"),
     Block("model.md", "deltanet", "deltanet_check.py", "markdown"),
     Block("model.md", "deltanet-tables", "deltanet_tables.py", "markdown", slow=True),  # 9 s: 15 folders
     Block("model.md", "routing-table", "routing_table.py", "table", slow=True),

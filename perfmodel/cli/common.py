@@ -100,6 +100,10 @@ def scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True, images: 
                         "two paths then take the longer): graph (decode steps from CUDA graphs: TensorRT-LLM, "
                         "SGLang), small (steps of at most 256 tokens a rank: vLLM 0.12 and later), never; default: "
                         "the engine's (docs/engines.md)")
+    g.add_argument("--moe-padding", choices=("computed", "skipped"), default=None,
+                   help="whether block-fp8 experts' grouped products compute the padded blocks of their worst-case "
+                        "layout (computed: vLLM 0.12's DeepGEMM path on Hopper and Blackwell, MoE split fewer than 8 "
+                        "ways) or skip them; default: the engine's (docs/engines.md)")
     g.add_argument("--moe-routing", choices=ROUTINGS, default=None,
                    help="how unevenly the router spreads tokens over experts, as the engines' measured MoE tables "
                         "time it (power-law token counts; balanced: what EPLB aims at); default: the model's "
@@ -185,7 +189,8 @@ def scenario_from_args(args, batch=None):
               kv_cache=getattr(args, "kv_cache", None), moe_exchange=getattr(args, "moe_exchange", None),
               moe_routing=getattr(args, "moe_routing", None), sampling=getattr(args, "sampling", "greedy"),
               async_scheduling=_scheduling(getattr(args, "scheduling", None)), schedule=getattr(args, "schedule", None),
-              shared_stream=getattr(args, "shared_stream", None), engine_release=getattr(args, "engine_release", None))
+              shared_stream=getattr(args, "shared_stream", None), engine_release=getattr(args, "engine_release", None),
+              moe_padded_rows={"computed": True, "skipped": False}.get(getattr(args, "moe_padding", None)))
     if hasattr(args, "isl"):
         kw.update(isl=args.isl, osl=args.osl, batch=parse_batch(str(args.batch)) if batch is None else batch,
                   batching=args.batching, prefill_chunk=args.prefill_chunk)
