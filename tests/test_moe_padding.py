@@ -103,3 +103,19 @@ def test_engines_doc_states_todays_padding_figures():
             f"{us['moe.padding.down']:.0f} us (down) a layer, the activation and re-quantization over {beyond:,.0f} rows "
             f"{us['moe.padding.swiglu'] + us['moe.padding.quant']:.0f} us: a decode step "
             f"{plain.decode.time_s * 1e3:.1f} -> {padded.decode.time_s * 1e3:.1f} ms") in para
+
+
+def test_engines_doc_states_the_measured_padding_range(docs_tool):
+    """The prose after the generated padded-layout block gives the range of its last column as the tool prints it."""
+    from perfmodel.paths import repo_root
+
+    rows = docs_tool("padded_layout_check.py").compare()
+    lo, hi = min(r["priced"] for r in rows), max(r["priced"] for r in rows)
+    doc = " ".join((repo_root() / "docs" / "engines.md").read_text().split())
+    assert f"prices the padding at {lo:.1f}-{hi:.2f} of what the stand-in adds" in doc
+    # "the padding adds about its own product's time ...; Qwen3-235B's gate and up product at EP 2 ... far more"
+    import statistics
+
+    assert 0.8 < statistics.median(r["share"] for r in rows) < 1.25
+    ep2 = next(r for r in rows if (r["layer"], r["product"]) == ("qwen3-235b ep2", "gate_up"))
+    assert ep2["share"] == max(r["share"] for r in rows) > 2
