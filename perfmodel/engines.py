@@ -461,6 +461,18 @@ def moe_padded_rows_for(engine: str, version: str) -> bool | None:
     return release == (0, 12)
 
 
+def release_defaults(engine: str, version: str | None) -> dict:
+    """What release ``version`` of ``engine`` runs by default where the rules read from its source know it
+    (:func:`async_scheduling_for`, :func:`shared_stream_for`, :func:`moe_padded_rows_for`), as scenario fields: a
+    projection naming its release (``--engine-release``) runs these instead of the preset's."""
+    if not version:
+        return {}
+    rules = {"async_scheduling": async_scheduling_for, "shared_stream": shared_stream_for,
+             "moe_padded_rows": moe_padded_rows_for}
+    found = {field: rule(engine, version) for field, rule in rules.items()}
+    return {field: value for field, value in found.items() if value is not None}
+
+
 def async_scheduling_for(engine: str, version: str) -> bool | None:
     """Whether release ``version`` of ``engine`` schedules asynchronously by default (:attr:`Engine.
     async_scheduling`); None where the release or the engine's rule is not known (the preset's then)."""

@@ -276,6 +276,9 @@ class Scenario:
             "allreduce_norm": (eng.allreduce_norm if getattr(hw, "vendor", "nvidia") == "nvidia"
                                and getattr(hw, "generation", "") in eng.allreduce_norm_generations else ()),
         }
+        from .engines import release_defaults
+
+        preset.update(release_defaults(eng.key, self.engine_release))  # a named release's own, where read
         preset.update(eng.defaults_for_model(model, getattr(hw, "generation", "")))
         filled = {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in preset.items()}
         if getattr(hw, "generation", "") not in DEEPGEMM_GENERATIONS:

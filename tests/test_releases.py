@@ -60,7 +60,8 @@ def test_a_projection_naming_a_release_prices_moe_with_its_tables():
     old = project("b200", "MiniMaxAI/MiniMax-M2.5", engine_release="0.19.0", **kw)
     same = project("b200", "MiniMaxAI/MiniMax-M2.5", engine_release="0.24.0", **kw)
     assert old.decode.time_s > 1.05 * new.decode.time_s
-    assert same.decode.time_s == new.decode.time_s
+    # the folder's own release prices as the folder does; naming it also runs its asynchronous scheduling
+    assert same.decode.time_s == project("b200", "MiniMaxAI/MiniMax-M2.5", async_scheduling=True, **kw).decode.time_s
     prov = old.profile.provenance["release_tables"]
     assert prov["asked"] == "0.19.0" and prov["moe"].startswith("0.19.0 (b200-vllm/releases/0.19.0)")
     assert "release_tables" not in new.profile.provenance
@@ -115,3 +116,26 @@ def test_validate_uses_a_rows_release_only_when_asked():
     named = run_validation(table, where=where, limit=1, release_tables=True)
     assert plain[0]["predicted"] == again[0]["predicted"]
     assert named[0]["predicted"] > 1.02 * plain[0]["predicted"]  # 0.19.0's Triton kernel stands for 0.17.0
+
+
+def test_a_named_release_runs_its_own_defaults_where_read():
+    """``--engine-release`` also takes the defaults its source was read for (perfmodel.engines.release_defaults):
+    vLLM 0.12 schedules synchronously, runs the shared experts on a second stream in small steps and computes its
+    DeepGEMM layout's padded blocks; 0.24 schedules asynchronously and skips them; a flag the user gives wins."""
+    from perfmodel.engines import release_defaults
+    from perfmodel.resolve import resolve_hardware, resolve_model
+
+    assert release_defaults("vllm", "0.12.0") == {"async_scheduling": False, "shared_stream": "small",
+                                                  "moe_padded_rows": True}
+    assert release_defaults("vllm", "0.24.0") == {"async_scheduling": True, "shared_stream": "small",
+                                                  "moe_padded_rows": False}
+    assert release_defaults("sglang", "0.5.9") == {} and release_defaults("vllm", None) == {}
+    hw, model = resolve_hardware("h200-sxm"), resolve_model("qwen3-235b-a22b-fp8")
+
+    def resolved(**kw):
+        return Scenario(engine="vllm", dtype="fp8", tp=2, **kw).validated().for_hardware(hw, model)
+
+    assert resolved(engine_release="0.12.0").moe_padded_rows is True
+    assert resolved(engine_release="0.12.0", moe_padded_rows=False).moe_padded_rows is False
+    assert resolved().moe_padded_rows is False and resolved().async_scheduling is False
+    assert resolved(engine_release="0.24.0").async_scheduling is True

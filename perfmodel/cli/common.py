@@ -123,8 +123,9 @@ def scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True, images: 
                                                                if serving else "torch: plain PyTorch"))
     g.add_argument("--engine-release", default=None, metavar="VERSION",
                    help="the engine release whose measured kernel tables price it (0.19.0, 1.3.0rc10), where tables "
-                        "of that release were imported: the nearest measured release stands for it; default: the "
-                        "engine folder's own (docs/engines.md)")
+                        "of that release were imported: the nearest measured release stands for it; it also runs the "
+                        "release's defaults read from its source (vLLM: scheduling, shared-expert stream, MoE "
+                        "padding), unless flags say otherwise; default: the engine folder's own (docs/engines.md)")
     g.add_argument("--attention-kernel", choices=ATTENTION, default=None,
                    help="attention kernel (default: the engine's; auto: what plain PyTorch dispatches to)")
     g.add_argument("--launch", choices=("auto", "graph", "eager"), default=None,
