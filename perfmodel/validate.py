@@ -263,9 +263,7 @@ class _Serving:
         try:
             if sides is None:
                 sc = Scenario(batch="max", **row_layout(row, where, model), engine=rec["engine"],
-                              engine_release=release, async_scheduling=release_scheduling(row, rec["engine"]),
-                              shared_stream=release_shared_stream(row, rec["engine"]),
-                              moe_padded_rows=release_padded_rows(row, rec["engine"]), mode=self.mode,
+                              engine_release=release, **release_settings(row, rec["engine"]), mode=self.mode,
                               schedule=self.schedule).validated()
                 sc = sc.with_(batch=admission_cap(sc, hw, model))
             else:
@@ -376,9 +374,7 @@ def disagg_scenario(row: dict, where: str, sides: dict, model, engine: str, mode
     p, d = sides["P"], sides["D"]
     sc = Scenario(isl=_int(row, "isl", where), osl=_int(row, "osl", where), batch="max", tp=d["tp"],
                   dtype=row_format(row, model), engine=engine, mode=mode, engine_release=release,
-                  async_scheduling=release_scheduling(row, engine),
-                  shared_stream=release_shared_stream(row, engine), moe_padded_rows=release_padded_rows(row, engine),
-                  **dict(_side_layout(d))).validated()
+                  **release_settings(row, engine), **dict(_side_layout(d))).validated()
     opts = ServeOptions(disagg=(p["workers"], d["workers"]), prefill_tp=p["tp"], decode_tp=d["tp"],
                         prefill_layout=_side_layout(p), decode_layout=_side_layout(d))
     return sc, opts
@@ -454,28 +450,12 @@ def row_layout(row: dict, where: str, model) -> dict:
                 ep=_optional_int(row, "moe_ep", where) or 1, dtype=row_format(row, model))
 
 
-def release_shared_stream(row: dict, engine: str) -> str | None:
-    """When the engine release the row records runs the shared experts on a second stream
-    (:func:`perfmodel.engines.shared_stream_for`); None: the preset's."""
-    from .engines import shared_stream_for
+def release_settings(row: dict, engine: str) -> dict:
+    """The Scenario fields the engine release a row records runs by default, where its source was read
+    (:func:`perfmodel.engines.release_defaults`: scheduling, shared-expert stream, MoE padding); {}: the preset's."""
+    from .engines import release_defaults
 
-    return shared_stream_for(engine, (row.get("engine_version") or "").strip())
-
-
-def release_padded_rows(row: dict, engine: str) -> bool | None:
-    """Whether the row's engine release computes the padded blocks of its block-fp8 MoE products
-    (:func:`perfmodel.engines.moe_padded_rows_for`); None: the preset's."""
-    from .engines import moe_padded_rows_for
-
-    return moe_padded_rows_for(engine, (row.get("engine_version") or "").strip())
-
-
-def release_scheduling(row: dict, engine: str) -> bool | None:
-    """Whether the engine release the row records schedules asynchronously by default
-    (:func:`perfmodel.engines.async_scheduling_for`); None: the preset's."""
-    from .engines import async_scheduling_for
-
-    return async_scheduling_for(engine, (row.get("engine_version") or "").strip())
+    return release_defaults(engine, (row.get("engine_version") or "").strip())
 
 
 def _optional_int(row: dict, col: str, where: str) -> int | None:

@@ -136,8 +136,7 @@ def table() -> str:
         "MoE shared experts (--shared-stream)": [_shared(e) for e in engines],
         "block-fp8 experts' padded blocks (--moe-padding)": [
             "computed (DeepGEMM's worst-case layout)" if e.moe_padded_rows else
-            "skipped" + ("; computed by an older release, read by `perfmodel validate`" if "moe_padded_rows" in e.sources
-                         else "")
+            "skipped" + ("; computed by an older release (--engine-release)" if "moe_padded_rows" in e.sources else "")
             for e in engines],
         "TP all-reduce and the next RMSNorm": [_allreduce_norm(e) for e in engines],
         "defaults for some architectures": [_model_defaults(e) for e in engines],

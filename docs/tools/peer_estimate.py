@@ -112,7 +112,7 @@ def _ours(rows: list[dict]) -> dict[str, tuple[float, object]]:
     from perfmodel.projection import project_resolved
     from perfmodel.resolve import resolve_hardware, resolve_model, setup
     from perfmodel.scenario import Scenario
-    from perfmodel.validate import engine_of, release_scheduling, release_shared_stream, row_layout
+    from perfmodel.validate import engine_of, release_settings, row_layout
 
     out: dict[str, tuple[float, object]] = {}
     profiles: dict[tuple, object] = {}
@@ -123,8 +123,7 @@ def _ours(rows: list[dict]) -> dict[str, tuple[float, object]]:
             if (hw.key, engine) not in profiles:
                 profiles[(hw.key, engine)] = setup(hw, engine=engine).profile
             sc = Scenario(batch=int(r["batch"]), **row_layout(r, str(SILICON), model), engine=engine,
-                          async_scheduling=release_scheduling(r, engine),
-                          shared_stream=release_shared_stream(r, engine), batching="static").validated()
+                          **release_settings(r, engine), batching="static").validated()
             s = setup(hw, model, sc, profiles[(hw.key, engine)])
             out[r["id"]] = (project_resolved(s.hardware, s.model, s.scenario, s.profile).tpot_s * 1e3, model)
         except InputError:  # a layout or format the model refuses: not compared

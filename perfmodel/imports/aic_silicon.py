@@ -127,12 +127,17 @@ def _layout(row: dict, prefix: str, where: str) -> tuple[str, int | None]:
     attention DP, MoE TP, MoE EP, batch); ``?`` where not recorded), and its GPUs (workers x tp x pp x
     attention DP) where recorded."""
     v = {k: _int(row, prefix + k, where) for k in LAYOUT}
-    q = {k: "?" if x is None else x for k, x in v.items()}
-    text = (f"{prefix[0].upper()} {q['num_workers']}x(tp{q['tp_size']} pp{q['pp_size']} adp{q['attention_dp_size']} "
-            f"mtp{q['moe_tp_size']} ep{q['moe_ep_size']} b{q['batch_size']})")
+    workers = "?" if v["num_workers"] is None else v["num_workers"]
+    text = f"{prefix[0].upper()} {workers}x({_layout_text(*(v[k] for k in LAYOUT if k != 'num_workers'))})"
     if None in (v["num_workers"], v["tp_size"], v["pp_size"]):
         return text, None
     return text, v["num_workers"] * v["tp_size"] * v["pp_size"] * max(v["attention_dp_size"] or 1, 1)
+
+
+def _layout_text(batch, tp, pp, adp, mtp, mep) -> str:
+    """A layout as compact text (``tp8 pp1 adp1 mtp8 ep8 b32``; ``?`` where not recorded), in :data:`LAYOUT` order."""
+    q = ["?" if v is None else v for v in (tp, pp, adp, mtp, mep, batch)]
+    return "tp{} pp{} adp{} mtp{} ep{} b{}".format(*q)
 
 
 _SIDE = re.compile(r"([PD]) (\d+|\?)x\(tp(\d+|\?) pp(\d+|\?) adp(\d+|\?) mtp(\d+|\?) ep(\d+|\?) b(\d+|\?)\)")
@@ -160,7 +165,7 @@ class _Copy:
     ttft: float
     tpot: float
     data_source: str
-    layout: str  # the layout as recorded, compact (:func:`_agg_layout`, or the disaggregated sides)
+    layout: str  # the layout as recorded, compact (:func:`_layout_text`, or the disaggregated sides)
     agreement: int  # +1: an aggregated run's name states the GPUs it records; -1: it states others; 0: no name
 
     @property
@@ -176,11 +181,6 @@ class _Copy:
         """Which of a measurement's copies to keep: one whose run name states the GPUs it records, then one
         that records a disaggregated run's worker counts, then the first in the file."""
         return self.agreement, self.cells["gpus"] != "", -self.line
-
-
-def _agg_layout(tp, pp, adp, mtp, mep, batch) -> str:
-    q = ["?" if v is None else v for v in (tp, pp, adp, mtp, mep, batch)]
-    return "tp{} pp{} adp{} mtp{} ep{} b{}".format(*q)
 
 
 def _copy(line: int, row: dict, where: str) -> _Copy:
@@ -212,7 +212,7 @@ def _copy(line: int, row: dict, where: str) -> _Copy:
     if mode == "agg":
         tp, pp, batch = _int(row, "tp_size", at), _int(row, "pp_size", at), _int(row, "batch_size", at)
         gpus = tp * pp * max(adp or 1, 1) if tp and pp else None
-        layout = _agg_layout(tp, pp, adp, mtp, mep, batch)
+        layout = _layout_text(batch, tp, pp, adp, mtp, mep)
         agreement = 0 if not named or gpus is None else 1 if gpus == int(named.group(1)) else -1
     else:
         tp = pp = batch = None
