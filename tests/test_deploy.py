@@ -381,6 +381,9 @@ def test_wide_expert_parallelism_deploys_the_all_to_all_it_was_planned_with(plan
                        else {"prefill.sh": None, "decode.sh": None})
     else:
         assert ("TensorRT-LLM's all-to-all" in " ".join(readme.split())) == wide
+        for role in ("prefill", "decode"):
+            opts = found["yaml"][f"extra-llm-api-options-{role}.yaml"]
+            assert opts.get("moe_config") == ({"backend": "WIDEEP"} if wide else None), role
 
 
 def test_a_plans_recorded_exchange_is_deployed_and_checked(plan_doc, tmp_path, capsys):

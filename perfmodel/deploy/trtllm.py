@@ -50,6 +50,9 @@ def llm_api(t: Target, role: Role) -> dict:
         sizes = sorted({b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048) if b < role.batch}
                        | {role.batch})
         d["cuda_graph_config"] = {"enable_padding": True, "batch_sizes": sizes}
+    backend = moe_backend(t, role)
+    if backend is not None:
+        d["moe_config"] = {"backend": backend}
     if role.name == "prefill":
         d["disable_overlap_scheduler"] = True  # examples/disaggregated: context servers run without it
     if role.name in ("prefill", "decode"):
@@ -60,6 +63,13 @@ def llm_api(t: Target, role: Role) -> dict:
                            "scenario.draft")
         d["speculative_config"] = {"decoding_type": "MTP", "num_nextn_predict_layers": lay.mtp}
     return checked_tree(table(ENGINE)["files"]["extra_llm_api_options"], d, options_file(role))
+
+
+def moe_backend(t: Target, role: Role) -> str | None:
+    """TensorRT-LLM's MoE module for an instance of ``role`` where the plan priced an all-to-all: WIDEEP, its wide
+    expert-parallel module (the all-to-all is that module's exchange; the default CUTLASS one meets the other ranks'
+    tokens by all-gather); None: the default."""
+    return "WIDEEP" if t.exchange(role) == "all_to_all" else None
 
 
 def commands(t: Target, site: Site) -> dict[str, list[Argv]]:
@@ -106,8 +116,10 @@ def notes(t: Target) -> list[str]:
     if t.layout.mode == "disaggregated":
         out.append("the context and generation servers send the KV cache through cache_transceiver_config backend "
                    "DEFAULT (UCX or NIXL as the build has them); the router is trtllm-serve disaggregated")
-    if any(t.exchange(role) == "all_to_all" for role in t.roles()):
-        out.append("the plan priced the MoE exchange as TensorRT-LLM's all-to-all (wide expert parallelism: its MNNVL "
-                   "kernels on NVL72, DeepEP's across nodes); these files do not select it, as TensorRT-LLM's option "
-                   "for it could not be read here: set it as the release documents")
+    wide = [role.name for role in t.roles() if moe_backend(t, role) == "WIDEEP"]
+    if wide:
+        out.append(f"the plan priced the MoE exchange as TensorRT-LLM's all-to-all (wide expert parallelism: its MNNVL "
+                   f"kernels on NVL72, DeepEP's across nodes), so the {' and '.join(wide)} options select its wide-EP "
+                   f"module (moe_config.backend WIDEEP; the choice as aiconfigurator 0.12.0's templates list it from "
+                   f"TensorRT-LLM 1.2.0rc3 on: check that the release you run has it)")
     return out
