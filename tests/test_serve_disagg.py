@@ -50,10 +50,10 @@ def test_closed_loop_waits_for_the_workers():
 
 
 def test_side_layouts_round_trip_through_notes():
-    sides = disagg_layouts("disagg P 1x(tp1 pp1 adp4 mtp1 ep4 b1) D 4x(tp8 pp1 adp1 mtp1 ep8 b16)")
+    sides = disagg_layouts("disagg P 1x(tp1 pp1 adp4 moetp1 ep4 b1) D 4x(tp8 pp1 adp1 moetp1 ep8 b16)")
     assert sides["P"] == {"workers": 1, "tp": 1, "pp": 1, "attention_dp": 4, "moe_tp": 1, "moe_ep": 4, "batch": 1}
     assert sides["D"]["workers"] == 4 and sides["D"]["batch"] == 16
-    assert disagg_layouts("disagg P ?x(tp8 pp1 adp1 mtp1 ep8 b?) D ?x(tp8 pp1 adp1 mtp1 ep8 b?)")["P"]["workers"] is None
+    assert disagg_layouts("disagg P ?x(tp8 pp1 adp1 moetp1 ep8 b?) D ?x(tp8 pp1 adp1 moetp1 ep8 b?)")["P"]["workers"] is None
     assert disagg_layouts("agg") is None
 
 
@@ -68,8 +68,8 @@ def _line(rid: str, notes: str, metric: str = "tpot", value: float = 10.0) -> st
 
 def test_a_disaggregated_row_is_projected_with_its_sides_and_one_without_is_refused(tmp_path):
     path = tmp_path / "rows.csv"
-    path.write_text("\n".join([COLUMNS, _line("ok", "disagg P 1x(tp1 pp1 adp1 mtp1 ep1 b1) D 2x(tp1 pp1 adp1 mtp1 ep1 b4)"),
-                               _line("unknown", "disagg P ?x(tp1 pp1 adp1 mtp1 ep1 b?) D ?x(tp1 pp1 adp1 mtp1 ep1 b?)")])
+    path.write_text("\n".join([COLUMNS, _line("ok", "disagg P 1x(tp1 pp1 adp1 moetp1 ep1 b1) D 2x(tp1 pp1 adp1 moetp1 ep1 b4)"),
+                               _line("unknown", "disagg P ?x(tp1 pp1 adp1 moetp1 ep1 b?) D ?x(tp1 pp1 adp1 moetp1 ep1 b?)")])
                     + "\n")
     recs = run_validation(path)
     assert recs[0]["status"] == "ok" and np.isfinite(recs[0]["predicted"])

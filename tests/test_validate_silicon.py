@@ -95,7 +95,7 @@ def test_a_measurement_recorded_twice_is_one_pair_of_rows_from_the_copy_its_name
     assert r["tp"] == "8" and r["gpus"] == "8"
     assert r["source"].startswith("aiconfigurator-core 0.12.0 aic_silicon_sample.csv:15 (also line 25); source_file=")
     assert rows["aic-15-tpot"]["source"] == "aiconfigurator-core 0.12.0 aic_silicon_sample.csv:15 (also line 25)"
-    assert "line 25 records tp64 pp1 adp1 mtp8 ep8 b32" in r["notes"]
+    assert "line 25 records tp64 pp1 adp1 moetp8 ep8 b32" in r["notes"]
     # line 26 repeats line 16 under the same layout: the first is kept, and nothing differs to note
     r = rows["aic-16-tpot"]
     assert r["source"].endswith(":16 (also line 26)") and "line 26" not in r["notes"]

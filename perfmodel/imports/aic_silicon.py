@@ -123,7 +123,7 @@ def _value(row: dict, col: str, where: str) -> float:
 
 
 def _layout(row: dict, prefix: str, where: str) -> tuple[str, int | None]:
-    """A disaggregated side as compact text, e.g. ``P 1x(tp1 pp1 adp4 mtp1 ep4 b1)`` (workers x (tp, pp,
+    """A disaggregated side as compact text, e.g. ``P 1x(tp1 pp1 adp4 moetp1 ep4 b1)`` (workers x (tp, pp,
     attention DP, MoE TP, MoE EP, batch); ``?`` where not recorded), and its GPUs (workers x tp x pp x
     attention DP) where recorded."""
     v = {k: _int(row, prefix + k, where) for k in LAYOUT}
@@ -134,13 +134,13 @@ def _layout(row: dict, prefix: str, where: str) -> tuple[str, int | None]:
     return text, v["num_workers"] * v["tp_size"] * v["pp_size"] * max(v["attention_dp_size"] or 1, 1)
 
 
-def _layout_text(batch, tp, pp, adp, mtp, mep) -> str:
-    """A layout as compact text (``tp8 pp1 adp1 mtp8 ep8 b32``; ``?`` where not recorded), in :data:`LAYOUT` order."""
-    q = ["?" if v is None else v for v in (tp, pp, adp, mtp, mep, batch)]
-    return "tp{} pp{} adp{} mtp{} ep{} b{}".format(*q)
+def _layout_text(batch, tp, pp, adp, moe_tp, mep) -> str:
+    """A layout as compact text (``tp8 pp1 adp1 moetp8 ep8 b32``; ``?`` where not recorded), in :data:`LAYOUT` order."""
+    q = ["?" if v is None else v for v in (tp, pp, adp, moe_tp, mep, batch)]
+    return "tp{} pp{} adp{} moetp{} ep{} b{}".format(*q)
 
 
-_SIDE = re.compile(r"([PD]) (\d+|\?)x\(tp(\d+|\?) pp(\d+|\?) adp(\d+|\?) mtp(\d+|\?) ep(\d+|\?) b(\d+|\?)\)")
+_SIDE = re.compile(r"([PD]) (\d+|\?)x\(tp(\d+|\?) pp(\d+|\?) adp(\d+|\?) moetp(\d+|\?) ep(\d+|\?) b(\d+|\?)\)")
 SIDE_FIELDS = ("workers", "tp", "pp", "attention_dp", "moe_tp", "moe_ep", "batch")
 
 
@@ -207,12 +207,12 @@ def _copy(line: int, row: dict, where: str) -> _Copy:
     if not isl or not osl:
         raise InputError("expected positive isl and osl", file=at, field="isl" if not isl else "osl")
     ttft, tpot = _value(row, "silicon_ttft_ms", at), _value(row, "silicon_tpot_ms", at)
-    adp, mtp, mep = (_int(row, c, at) for c in ("attention_dp_size", "moe_tp_size", "moe_ep_size"))
+    adp, moe_tp, mep = (_int(row, c, at) for c in ("attention_dp_size", "moe_tp_size", "moe_ep_size"))
     named = _RUN_LAYOUT.search((row.get("id") or "").strip())
     if mode == "agg":
         tp, pp, batch = _int(row, "tp_size", at), _int(row, "pp_size", at), _int(row, "batch_size", at)
         gpus = tp * pp * max(adp or 1, 1) if tp and pp else None
-        layout = _layout_text(batch, tp, pp, adp, mtp, mep)
+        layout = _layout_text(batch, tp, pp, adp, moe_tp, mep)
         agreement = 0 if not named or gpus is None else 1 if gpus == int(named.group(1)) else -1
     else:
         tp = pp = batch = None
@@ -220,7 +220,7 @@ def _copy(line: int, row: dict, where: str) -> _Copy:
         layout = " ".join(t for t, _ in sides)
         notes.append("disagg " + layout)
         gpus = sides[0][1] + sides[1][1] if None not in (sides[0][1], sides[1][1]) else None
-        adp = mtp = mep = None
+        adp = moe_tp = mep = None
         agreement = 0  # a disaggregated run's name gives one side's width, not its GPUs
     if concurrency is None:
         notes.append("concurrency not recorded")
@@ -230,7 +230,7 @@ def _copy(line: int, row: dict, where: str) -> _Copy:
                  pp=_cell(pp), precision=precision, isl=isl, osl=osl, batch=_cell(batch), unit="ms",
                  notes=notes, engine=(row.get("backend") or "").strip(),
                  engine_version=(row.get("backend_version") or "").strip(), concurrency=_cell(concurrency),
-                 attention_dp=_cell(adp), moe_tp=_cell(mtp), moe_ep=_cell(mep), mode=mode,
+                 attention_dp=_cell(adp), moe_tp=_cell(moe_tp), moe_ep=_cell(mep), mode=mode,
                  hf_model=hf if hf != model else "")
     return _Copy(line, cells, ttft, tpot, sanitize_source(row.get("silicon_data_source") or ""), layout, agreement)
 
