@@ -193,10 +193,11 @@ class Engine:
     fused_shared_expert: bool = False
     # MLA with a query latent: the hidden state projected into the query latent and the KV latent by one product
     fused_latent_proj: bool = False
-    # block-fp8 experts run DeepGEMM's grouped product over the worst-case contiguous layout with every 128-row block
-    # computed, padding included, where the MoE is split fewer than 8 ways on Hopper or Blackwell (vLLM 0.12;
-    # :func:`moe_padded_rows_for`; perfmodel.graph.padded_expert_ops); ``sources["moe_padded_rows"]``
-    moe_padded_rows: bool = False
+    # block-fp8 experts on DeepGEMM's grouped product over the worst-case contiguous layout (one of MOE_PADDINGS):
+    # "computed" (every 128-row block, padding included: vLLM 0.12), "skipped" (the padded blocks skipped, the
+    # activation and re-quantization still over every row: vLLM 0.13-0.17 where DeepGEMM runs), "none" (a layout of
+    # the routed rows); :func:`moe_padding_for`, perfmodel.graph.padded_expert_ops; ``sources["moe_padding"]``
+    moe_padding: str = "none"
     # the model families whose TP all-reduce the engine folds into the residual add and RMSNorm after it (one
     # kernel), on the NVIDIA generations listed, in steps of at most ALLREDUCE_NORM_TOKENS tokens without attention
     # data parallelism; ``sources["allreduce_norm"]``
@@ -439,37 +440,69 @@ def shared_stream_for(engine: str, version: str) -> str | None:
     return "small" if release >= (0, 12) else "never"
 
 
-VLLM_PADDED_ROWS_SOURCE = (
-    "vLLM 0.12.0 (read from its wheel, 2026-12-07): quantization/fp8.py get_fp8_moe_backend picks DeepGEMM for "
-    "block-fp8 experts on SM90/SM100 where the MoE's TP degree is below 8 and deep_gemm is importable (its release "
-    "images install it: an estimate, the Dockerfile is not in the wheel); with VLLM_USE_DEEP_GEMM_E8M0's default "
-    "fused_experts takes it at every batch size; fused_moe/deep_gemm_utils.py compute_aligned_M sizes the contiguous "
-    "layout for the worst case, M x top-k + local experts x 127 rows rounded up to 128, when the experts' token counts "
-    "are not on the host (never, in the modular kernel without expert parallelism's prepare), and deepgemm_moe_permute "
-    "fills its expert ids with zeros, so DeepGEMM computes every padded block as expert 0's. vLLM 0.13.0 fills them "
-    "with -1, which DeepGEMM's scheduler skips (its comment), and 0.17.0 prefers Triton for block fp8 under TP on "
-    "Hopper (fused_moe/oracle/fp8.py)")
+# the layouts a MoE module's grouped products run over (Engine.moe_padding)
+MOE_PADDINGS = ("computed", "skipped", "none")
+# the generations DeepGEMM runs on (vLLM utils/deep_gemm.py is_deep_gemm_supported: capability 9.0 or the 10.x
+# family from 0.13; 0.12 took 9.0 and 10.0 only, not the B300's 10.3)
+DEEPGEMM_GENERATIONS = ("hopper", "blackwell", "blackwell-ultra")
+SM100_GENERATIONS = ("blackwell", "blackwell-ultra")
+# the routers (perfmodel.models.ROUTERS) FlashInfer's TensorRT-LLM block-fp8 MoE kernel routes itself as vLLM 0.15-0.17
+# call it (RoutingMethodType DeepSeekV3, Renormalize, RenormalizeNaive; fused_moe/config.py get_routing_method_type
+# names a router: sigmoid scores with a selection bias through grouped top-k are DeepSeekV3, a renormalized softmax
+# top-k Renormalize, a sigmoid with a selection bias and plain top-k Unspecified)
+TRTLLM_BLOCK_FP8_ROUTERS = ("sigmoid_bias_grouped", "softmax")
+
+VLLM_PADDING_SOURCE = (
+    "vLLM's fp8 MoE backend choice for block-fp8 experts, read from the 0.12.0, 0.13.0, 0.14.0, 0.15.1, 0.16.0, 0.17.0 "
+    "and 0.19.0 wheels (2026-12-07): 0.12-0.14 take DeepGEMM on SM90/SM100 (utils/deep_gemm.py: capability 9.0 or "
+    "10.0 in 0.12, 9.0 or the 10.x family from 0.13) where the MoE's TP degree is below 8 "
+    "(VLLM_MOE_USE_DEEP_GEMM's default) and deep_gemm is importable (its release images install it: an estimate, the "
+    "Dockerfile is not in the wheel), FlashInfer only when VLLM_USE_FLASHINFER_MOE_FP8 is set; 0.15-0.17 try FlashInfer's "
+    "TensorRT-LLM kernel first (SM100, for the routers it routes itself: DeepSeekV3, Renormalize, RenormalizeNaive), "
+    "then FlashInfer's CUTLASS one (block fp8 on SM90 only), then DeepGEMM, and 0.17 prefers Triton under TP and "
+    "FlashInfer CUTLASS under EP on Hopper; 0.19 adds a modular TensorRT-LLM kernel that takes every router "
+    "(experts/trtllm_fp8_moe.py TrtLlmFp8ExpertsModular), so DeepGEMM's MoE runs no more by default. Where it runs, "
+    "VLLM_USE_DEEP_GEMM_E8M0's default takes it at every batch size, and fused_moe/deep_gemm_utils.py "
+    "compute_aligned_M sizes the contiguous layout for the worst case, M x top-k + local experts x 127 rows rounded "
+    "up to 128, when the experts' token counts are not on the host (never, in the modular kernel without expert "
+    "parallelism's prepare); deepgemm_moe_permute fills the unused blocks' expert ids with zeros in 0.12 (DeepGEMM "
+    "computes them as expert 0's) and with -1 from 0.13 (skipped), and DeepGemmExperts runs the activation and the "
+    "re-quantization over every row of the layout (_act_mul_quant over M_sum rows) in every release")
 
 
-def moe_padded_rows_for(engine: str, version: str) -> bool | None:
-    """Whether release ``version`` of ``engine`` computes the padded blocks of the worst-case layout in its block-fp8
-    MoE products (:attr:`Engine.moe_padded_rows`): vLLM 0.12 does, 0.13 and later skip them; None where the release
-    or the engine's rule is not known (the preset's then)."""
+def moe_padding_for(engine: str, version: str, generation: str | None = None, router: str | None = None,
+                    moe_tp: int | None = None) -> str | None:
+    """The layout release ``version`` of ``engine`` runs block-fp8 experts' grouped products over on a part of
+    ``generation``, for a model of ``router`` (perfmodel.models.ROUTERS) with the experts split ``moe_tp`` ways
+    (:attr:`Engine.moe_padding`, :data:`VLLM_PADDING_SOURCE`): "computed", "skipped" or "none"; None where the release
+    or the engine's rule is not known (vLLM 0.18, whose wheel was not read; the preset's then). Without a part,
+    router or split the rule assumes the one that runs DeepGEMM."""
     release = _release(version) if engine == "vllm" else None
-    if release is None or release < (0, 12):
+    if release is None or release < (0, 12) or release == (0, 18):
         return None
-    return release == (0, 12)
+    if generation is not None and (generation not in DEEPGEMM_GENERATIONS
+                                   or release == (0, 12) and generation == "blackwell-ultra"):
+        return "none"
+    if release <= (0, 14):
+        if moe_tp is not None and moe_tp >= 8:
+            return "none"
+        return "computed" if release == (0, 12) else "skipped"
+    if release <= (0, 17) and generation in (None,) + SM100_GENERATIONS and router not in TRTLLM_BLOCK_FP8_ROUTERS:
+        return "skipped"
+    return "none"
 
 
-def release_defaults(engine: str, version: str | None) -> dict:
+def release_defaults(engine: str, version: str | None, *, generation: str | None = None, router: str | None = None,
+                     moe_tp: int | None = None) -> dict:
     """What release ``version`` of ``engine`` runs by default where the rules read from its source know it
-    (:func:`async_scheduling_for`, :func:`shared_stream_for`, :func:`moe_padded_rows_for`), as scenario fields: a
-    projection naming its release (``--engine-release``) runs these instead of the preset's."""
+    (:func:`async_scheduling_for`, :func:`shared_stream_for`, :func:`moe_padding_for`, the last for a part of
+    ``generation``, a model of ``router`` and experts split ``moe_tp`` ways), as scenario fields: a projection naming
+    its release (``--engine-release``) runs these instead of the preset's."""
     if not version:
         return {}
-    rules = {"async_scheduling": async_scheduling_for, "shared_stream": shared_stream_for,
-             "moe_padded_rows": moe_padded_rows_for}
-    found = {field: rule(engine, version) for field, rule in rules.items()}
+    found = {"async_scheduling": async_scheduling_for(engine, version),
+             "shared_stream": shared_stream_for(engine, version),
+             "moe_padding": moe_padding_for(engine, version, generation, router, moe_tp)}
     return {field: value for field, value in found.items() if value is not None}
 
 
@@ -599,7 +632,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
             "scheduler_host": VLLM_SCHEDULER_SOURCE,
             "async_scheduling": VLLM_ASYNC_SOURCE,
             "shared_stream": VLLM_SHARED_STREAM_SOURCE,
-            "moe_padded_rows": VLLM_PADDED_ROWS_SOURCE,
+            "moe_padding": VLLM_PADDING_SOURCE,
             "fused_latent_proj": "vLLM's DeepseekV2MLAAttention: fused_qkv_a_proj, one MergedColumnParallelLinear "
                                  "of q_a_proj and kv_a_proj_with_mqa (models/deepseek_v2.py, 0.12.0, read offline)",
         }),

@@ -682,26 +682,27 @@ def moe_expert_ops(tokens, hidden: int, width: int, top_k: int, num_experts: int
 DEEPGEMM_BLOCK_M = 128  # DeepGEMM's contiguous layout aligns each expert's rows to its 128-row M blocks
 
 
-def pads_expert_rows(model: Model, sc: Scenario) -> bool:
-    """Whether the scenario's MoE layers compute the padded blocks of a worst-case layout (:func:`padded_expert_ops`):
-    the engine's rule (``sc.moe_padded_rows``) on a model of gated block-fp8 experts run in fp8 by the fused module,
-    each expert split fewer than 8 ways (vLLM turns DeepGEMM's MoE off by default at a MoE TP degree of 8)."""
-    if not sc.moe_padded_rows or model.moe is None or model.mlp != "swiglu" or sc.kernels != "fused":
-        return False
-    return (expert_product_format(model, sc) == "fp8" and model.fp8_scaling == "block"
-            and sc.moe_group // sc.ep < 8)
+def worst_case_layout(model: Model, sc: Scenario) -> str | None:
+    """The worst-case contiguous layout the scenario's MoE layers run over (:func:`padded_expert_ops`): the engine's
+    rule (``sc.moe_padding``: "computed" or "skipped" padded blocks) on a model of gated block-fp8 experts run in fp8
+    by the fused module; None: the module's own layout of the routed rows."""
+    if sc.moe_padding in (None, "none") or model.moe is None or model.mlp != "swiglu" or sc.kernels != "fused":
+        return None
+    if expert_product_format(model, sc) != "fp8" or model.fp8_scaling != "block":
+        return None
+    return sc.moe_padding
 
 
 def padded_expert_ops(tokens, hidden: int, width: int, top_k: int, num_experts: int, ep: int, act: str,
-                      ph: str) -> list[O.Op]:
-    """What a block-fp8 MoE layer spends beyond its routed experts where its grouped products run over the worst-case
-    contiguous layout with every block computed (:attr:`perfmodel.engines.Engine.moe_padded_rows`: vLLM 0.12's
-    DeepGEMM path). The layout holds ``tokens x top_k + local experts x 127`` rows rounded up to 128 (every pair,
-    local or not, and each local expert's alignment); the blocks of the experts the tokens reach are the module's
-    own (its measured table prices them), the rest are computed as expert 0's: a dense block-fp8 product of their
-    rows for each projection (expert 0's weights, read once; measured to add its own time beside the real blocks,
-    perfmodel/measure/padded_layout.py), and the activation and re-quantization run over every row beyond the
-    routed pairs."""
+                      ph: str, computed: bool = True) -> list[O.Op]:
+    """What a block-fp8 MoE layer spends beyond its routed experts where its grouped products run over DeepGEMM's
+    worst-case contiguous layout (:attr:`perfmodel.engines.Engine.moe_padding`). The layout holds ``tokens x top_k +
+    local experts x 127`` rows rounded up to 128 (every pair, local or not, and each local expert's alignment); the
+    blocks of the experts the tokens reach are the module's own (its measured table prices them). The activation and
+    re-quantization run over every row beyond the routed pairs whether or not the rest are computed; with
+    ``computed`` (vLLM 0.12) the rest are computed as expert 0's too: a dense block-fp8 product of their rows for each
+    projection (expert 0's weights, read once; measured to add its own time beside the real blocks,
+    perfmodel/measure/padded_layout.py); without it (vLLM 0.13 on: their expert ids -1) DeepGEMM skips them."""
     xp = O.backend_of(tokens)  # numbers, arrays (step tables) or cell formulas (the workbook)
     experts_here = num_experts // ep
     block = DEEPGEMM_BLOCK_M
@@ -712,9 +713,11 @@ def padded_expert_ops(tokens, hidden: int, width: int, top_k: int, num_experts: 
     # than a block, else half a block more than its rows fill on average (the remainder spread evenly)
     empty = xp.maximum(rows - active * xp.maximum(1.0, routed / active / block + 0.5) * block, 0.0)
     beyond = rows - routed
-    return [_prequantized(O.gemm("moe.padding.gate_up", empty, 2 * width, hidden, "fp8", phase=ph)),
-            O.swiglu("moe.padding.swiglu", beyond, width, act, phase=ph),
-            O.quantize("moe.padding.quant", beyond, width, "fp8", phase=ph),
+    rest = [O.swiglu("moe.padding.swiglu", beyond, width, act, phase=ph),
+            O.quantize("moe.padding.quant", beyond, width, "fp8", phase=ph)]
+    if not computed:
+        return rest
+    return [_prequantized(O.gemm("moe.padding.gate_up", empty, 2 * width, hidden, "fp8", phase=ph)), *rest,
             _prequantized(O.gemm("moe.padding.down", empty, hidden, width, "fp8", phase=ph))]
 
 
@@ -881,8 +884,10 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str, grou
         routing = sc.moe_routing or default_routing(model.family)
         experts = [_in_module(op, module_tokens, h, width, moe.top_k, moe.num_experts, ep, fmt, routing)
                    for op in experts]
-        if pads_expert_rows(model, sc):
-            experts += padded_expert_ops(group_tokens, h, width, moe.top_k, moe.num_experts, ep, act, ph)
+        layout = worst_case_layout(model, sc)
+        if layout is not None:
+            experts += padded_expert_ops(group_tokens, h, width, moe.top_k, moe.num_experts, ep, act, ph,
+                                         computed=layout == "computed")
     ops += experts
     if exchange == "all_to_all":
         ops.append(O.collective("moe.combine", "all_to_all", combine_bytes, ep, phase=ph, **deepep("combine")))

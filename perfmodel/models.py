@@ -92,6 +92,15 @@ class MoE:
     # laid out node by node it bounds the nodes a token reaches (perfmodel.routing.nodes_per_token).
     expert_groups: int = 1
     groups_per_token: int = 1
+    # how the router scores and picks a token's experts, one of ROUTERS: softmax over the experts, top-k,
+    # renormalized over the k (Qwen3-MoE, Mixtral, gpt-oss); softmax_unnormalized (top-k of the softmax as it is:
+    # Qwen2-MoE, DeepSeek-V2); sigmoid (Llama 4's top-1); sigmoid_bias (sigmoid scores, a per-expert bias used only to
+    # pick: MiniMax-M2); sigmoid_bias_grouped (the same through group-limited top-k: DeepSeek-V3, Kimi K2, GLM-4.5/5).
+    # The engines' fused MoE kernels take some and not others (perfmodel.engines.moe_padding_for).
+    router: str = "softmax"
+
+
+ROUTERS = ("softmax", "softmax_unnormalized", "sigmoid", "sigmoid_bias", "sigmoid_bias_grouped")
 
 
 @dataclass(frozen=True)
@@ -385,7 +394,7 @@ _FIELDS = (
 _MOE_REQUIRED = ("num_experts", "top_k", "expert_intermediate")
 _MOE_FIELDS = _MOE_REQUIRED + ("num_shared_experts", "shared_intermediate", "first_dense_layers", "layer_step",
                                "expert_bias", "router_bias", "shared_expert_gate", "expert_groups",
-                               "groups_per_token")
+                               "groups_per_token", "router")
 _LINEAR_REQUIRED = ("key_heads", "value_heads", "key_head_dim", "value_head_dim")
 _LINEAR_FIELDS = _LINEAR_REQUIRED + ("conv_kernel", "state_dtype")
 _MLA_REQUIRED = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
@@ -764,7 +773,7 @@ def _moe_from_dict(d, file: str, layers: int) -> MoE:
                num_shared_experts=num_shared, shared_intermediate=shared_intermediate,
                first_dense_layers=first_dense, layer_step=step, expert_bias=_bool(d, "expert_bias", file, p),
                router_bias=_bool(d, "router_bias", file, p), shared_expert_gate=gate, expert_groups=groups,
-               groups_per_token=per_token)
+               groups_per_token=per_token, router=_enum(d, "router", ROUTERS, file, default="softmax", prefix=p))
 
 
 def _linear_from_dict(d, file: str) -> LinearAttention:
@@ -1308,13 +1317,39 @@ def _hf_mtp_layers(c: _Cfg, family: str) -> int:
     return 0
 
 
+# transformers' defaults of norm_topk_prob where a config leaves it out (Qwen2MoeConfig, Qwen3MoeConfig: False;
+# Qwen3NextConfig, DeepseekV3Config, Glm4MoeConfig: True; DeepseekV2Config: False)
+_RENORMALIZED_BY_DEFAULT = frozenset({"qwen3_next", "qwen3_5_moe", "deepseek_v3", "deepseek_v32", "glm4_moe",
+                                      "glm_moe_dsa"})
+
+
+def _hf_router(c: _Cfg, family: str) -> str:
+    """The config's router as :data:`ROUTERS` names it: its scoring function (scoring_func, the family's where the
+    config leaves it out), a per-expert bias used only to pick (DeepSeek-V3's topk_method noaux_tc, GLM-4.5's and
+    GLM-5's alike, MiniMax-M2's use_routing_bias), group-limited top-k (the DeepSeek and GLM families' router, n_group
+    1 included), and whether the top-k weights are renormalized (norm_topk_prob)."""
+    if family in ("mixtral", "gpt_oss"):  # softmax over the top-k logits: the renormalized top-k of the softmax
+        return "softmax"
+    if family == "llama4":
+        return "sigmoid"
+    if family == "minimax_m2":
+        sigmoid = c.get("scoring_func", "sigmoid") == "sigmoid"
+        return ("sigmoid_bias" if c.bool("use_routing_bias") else "sigmoid") if sigmoid else "softmax"
+    if family in ("deepseek_v3", "deepseek_v32", "glm4_moe", "glm_moe_dsa"):
+        if c.get("scoring_func", "sigmoid") == "sigmoid" and c.get("topk_method", "noaux_tc") == "noaux_tc":
+            return "sigmoid_bias_grouped"
+    renormalized = c.get("norm_topk_prob", family in _RENORMALIZED_BY_DEFAULT)
+    return "softmax" if renormalized else "softmax_unnormalized"
+
+
 def _hf_moe(c: _Cfg, family: str, layers: int, intermediate: int, notes: list[str]):
     """(MoE or None, MLA or None) of a text config."""
     moe = mla = None
     if family in ("mixtral", "gpt_oss", "minimax_m2"):
         moe = MoE(num_experts=c.int("num_local_experts"), top_k=c.int("num_experts_per_tok"),
                   expert_intermediate=intermediate,
-                  expert_bias=family == "gpt_oss", router_bias=family == "gpt_oss")  # gpt-oss: biased experts, router
+                  expert_bias=family == "gpt_oss", router_bias=family == "gpt_oss",  # gpt-oss: biased experts, router
+                  router=_hf_router(c, family))
         if family == "minimax_m2":
             c.get("attn_type_list")  # 1 (full softmax attention) on every layer; a 0 (lightning) is refused earlier
             if c.int("shared_intermediate_size", default=0, minimum=0):
@@ -1346,7 +1381,8 @@ def _hf_moe(c: _Cfg, family: str, layers: int, intermediate: int, notes: list[st
             shared = 0
         moe = MoE(num_experts=n, top_k=c.int("num_experts_per_tok"), expert_intermediate=c.int("moe_intermediate_size"),
                   num_shared_experts=1 if shared else 0, shared_intermediate=shared, first_dense_layers=first,
-                  layer_step=step, shared_expert_gate=bool(shared))  # Qwen2-MoE, Qwen3-Next gate their shared expert
+                  layer_step=step, shared_expert_gate=bool(shared),  # Qwen2-MoE, Qwen3-Next gate their shared expert
+                  router=_hf_router(c, family))
         mtp = c.get("mtp_num_hidden_layers") or 0
         c.get("mtp_use_dedicated_embeddings")
         if mtp:
@@ -1361,7 +1397,7 @@ def _hf_moe(c: _Cfg, family: str, layers: int, intermediate: int, notes: list[st
                           f"got {_short(listed)}")
         width = c.int("intermediate_size")  # the routed experts' and the shared expert's FFN
         moe = MoE(num_experts=c.int("num_local_experts"), top_k=c.int("num_experts_per_tok"), expert_intermediate=width,
-                  num_shared_experts=1, shared_intermediate=width, layer_step=step)
+                  num_shared_experts=1, shared_intermediate=width, layer_step=step, router=_hf_router(c, family))
     elif family in ("deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa", "glm4_moe"):
         n_routed = c.int("n_routed_experts", default=0, minimum=0)
         if n_routed == 0 and c.has("n_routed_experts") and (c.get("num_experts_per_tok") or 0):
@@ -1396,7 +1432,8 @@ def _hf_moe(c: _Cfg, family: str, layers: int, intermediate: int, notes: list[st
                               f"and topk_group at most n_group, got {_short(c.get('topk_group'))}")
             moe = MoE(num_experts=n_routed, top_k=c.int("num_experts_per_tok"), expert_intermediate=moe_inter,
                       num_shared_experts=n_shared, shared_intermediate=moe_inter if n_shared else 0,
-                      first_dense_layers=first_dense, expert_groups=groups, groups_per_token=per_token)
+                      first_dense_layers=first_dense, expert_groups=groups, groups_per_token=per_token,
+                      router=_hf_router(c, family))
         if family != "glm4_moe":
             sparse = {}
             if family in ("deepseek_v32", "glm_moe_dsa"):  # DeepSeek Sparse Attention's lightning indexer

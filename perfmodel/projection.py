@@ -552,13 +552,18 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
         shared = _shared_expert_text(model, sc)
         if shared:
             out.append(shared)
-        from .graph import pads_expert_rows
+        from .graph import worst_case_layout
 
-        if pads_expert_rows(model, sc):
+        layout = worst_case_layout(model, sc)
+        if layout == "computed":
             out.append("block-fp8 experts' grouped products over the worst-case contiguous layout, every 128-row block "
                        "computed (vLLM 0.12's DeepGEMM path, docs/engines.md; --moe-padding): the blocks no token "
                        "reaches add a dense product of their rows as expert 0's, the activation and re-quantization "
                        "run over every row")
+        elif layout == "skipped":
+            out.append("block-fp8 experts' grouped products over the worst-case contiguous layout, the blocks no token "
+                       "reaches skipped (vLLM 0.13-0.17's DeepGEMM path, docs/engines.md; --moe-padding): the "
+                       "activation and re-quantization run over every row of the layout")
     if sc.mode != "sol" and allreduce_norm_layout(model, sc):
         from .engines import ALLREDUCE_NORM_TOKENS
 

@@ -14,8 +14,6 @@ SCHEDULES = ("mixed", "prefill_first")  # perfmodel.engines.Engine.schedule
 DP_BUDGETS = ("per_rank", "split")  # perfmodel.engines.Engine.dp_budget
 # how a closed loop's first C requests start (perfmodel.serve.workload.closed_loop_requests, docs/serving.md)
 CLOSED_LOOP_STARTS = ("burst", "spread")
-# the generations DeepGEMM runs on (vLLM 0.12 utils/deep_gemm.py is_deep_gemm_supported: capability 9.0 or 10.0)
-DEEPGEMM_GENERATIONS = ("hopper", "blackwell")
 
 
 @dataclass(frozen=True)
@@ -67,6 +65,10 @@ class Scenario:
     # the engine release whose measured kernel tables price it, where its engine folder holds that release's tables
     # (perfmodel.releases: the nearest measured release); None: the folder's own (the newest imported)
     engine_release: str | None = None
+    # the engine release whose defaults read from its source run (perfmodel.engines.release_defaults: scheduling, the
+    # shared-expert stream, the MoE layout) while the engine folder's own tables price it: what a validation row
+    # records; engine_release, where set, names both
+    defaults_release: str | None = None
     # fused: a serving engine's kernels (residual add folded into the next norm, one SwiGLU kernel, decode
     # attention over real query rows); torch: the plain PyTorch layer the calibration suite measures; hf:
     # Hugging Face transformers' eager layer (separate q/k/v and gate/up products, eight-kernel RMSNorm)
@@ -108,10 +110,11 @@ class Scenario:
     # layout's shared expert is folded into the routed experts' module; None: the engine's (perfmodel.engines)
     shared_stream: str | None = None
     fused_shared_expert: bool | None = None
-    # block-fp8 experts' grouped products over the worst-case contiguous layout, every 128-row block computed, padding
-    # included (vLLM 0.12's DeepGEMM path; perfmodel.graph.padded_expert_ops); None: the engine's; off on parts
-    # outside DEEPGEMM_GENERATIONS
-    moe_padded_rows: bool | None = None
+    # the layout block-fp8 experts' grouped products run over (perfmodel.engines.MOE_PADDINGS): DeepGEMM's worst-case
+    # contiguous layout with its padded blocks computed (vLLM 0.12) or skipped (0.13-0.17 where DeepGEMM runs: the
+    # activation and re-quantization still over every row), or none; perfmodel.graph.padded_expert_ops; None: the
+    # engine's; none on parts outside perfmodel.engines.DEEPGEMM_GENERATIONS
+    moe_padding: str | None = None
     # MLA's query and KV latents projected by one product (perfmodel.engines: fused_latent_proj); None: the engine's
     fused_latent_proj: bool | None = None
     # the model families whose TP all-reduce the engine folds into the residual add and RMSNorm after it on this part
@@ -271,18 +274,23 @@ class Scenario:
             "dp_pad": eng.dp_pad,
             "shared_stream": eng.shared_stream,
             "fused_shared_expert": eng.fused_shared_expert,
-            "moe_padded_rows": eng.moe_padded_rows,
+            "moe_padding": eng.moe_padding,
             "fused_latent_proj": eng.fused_latent_proj,
             "allreduce_norm": (eng.allreduce_norm if getattr(hw, "vendor", "nvidia") == "nvidia"
                                and getattr(hw, "generation", "") in eng.allreduce_norm_generations else ()),
         }
-        from .engines import release_defaults
+        from .engines import DEEPGEMM_GENERATIONS, release_defaults
 
-        preset.update(release_defaults(eng.key, self.engine_release))  # a named release's own, where read
-        preset.update(eng.defaults_for_model(model, getattr(hw, "generation", "")))
+        generation = getattr(hw, "generation", "")
+        moe = getattr(model, "moe", None)
+        # a named release's own, where read (the MoE layout by part, router and the experts' TP split)
+        preset.update(release_defaults(eng.key, self.engine_release or self.defaults_release, generation=generation,
+                                       router=moe.router if moe is not None else None,
+                                       moe_tp=self.moe_group // self.ep))
+        preset.update(eng.defaults_for_model(model, generation))
         filled = {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in preset.items()}
-        if getattr(hw, "generation", "") not in DEEPGEMM_GENERATIONS:
-            filled["moe_padded_rows"] = False  # DeepGEMM, whose layout it is, runs on SM90 and SM100 only
+        if generation not in DEEPGEMM_GENERATIONS:
+            filled["moe_padding"] = "none"  # DeepGEMM, whose layout it is, runs on SM90 and SM100 only
         if eng.static_cache_launch and self.launch is None and filled["kv_cache"] == "static":
             filled["launch"] = eng.static_cache_launch  # the preset's launch with a static cache
         out = replace(self, engine=eng.key, **filled)
@@ -354,13 +362,18 @@ class Scenario:
         from .engines import CHOICES as ENGINES
 
         _choice(self.engine, ENGINES, "--engine")
-        if self.engine_release is not None:
-            from .engines import release_key
+        for value, flag in ((self.engine_release, "--engine-release"), (self.defaults_release, "defaults_release")):
+            if value is not None:
+                from .engines import release_key
 
-            if not (isinstance(self.engine_release, str) and len(self.engine_release) <= 64
-                    and self.engine_release.isprintable() and release_key(self.engine_release) is not None):
-                raise InputError(f"expected a numbered engine release (0.19.0, 1.3.0rc10, 0.5.6.post2), got "
-                                 f"{str(self.engine_release)[:80]!r}", field="--engine-release")
+                if not (isinstance(value, str) and len(value) <= 64 and value.isprintable()
+                        and release_key(value) is not None):
+                    raise InputError(f"expected a numbered engine release (0.19.0, 1.3.0rc10, 0.5.6.post2), got "
+                                     f"{str(value)[:80]!r}", field=flag)
+        if self.moe_padding is not None:
+            from .engines import MOE_PADDINGS
+
+            _choice(self.moe_padding, MOE_PADDINGS, "--moe-padding")
         _choice(self.kernels, ("fused", "torch", "hf"), "--kernels")
         _choice(self.kv_cache, KV_CACHES, "--kv-cache")
         _choice(self.rotary, ("kv_write", "kernel", "eager"), "--rotary")

@@ -451,11 +451,13 @@ def row_layout(row: dict, where: str, model) -> dict:
 
 
 def release_settings(row: dict, engine: str) -> dict:
-    """The Scenario fields the engine release a row records runs by default, where its source was read
-    (:func:`perfmodel.engines.release_defaults`: scheduling, shared-expert stream, MoE padding); {}: the preset's."""
-    from .engines import release_defaults
+    """The Scenario field that runs the defaults of the engine release a row records, where its source was read
+    (``defaults_release``: :func:`perfmodel.engines.release_defaults`, scheduling, the shared-expert stream, the MoE
+    layout by part and model), its kernel tables left to ``--release-tables``; {}: the preset's."""
+    from .engines import release_key
 
-    return release_defaults(engine, (row.get("engine_version") or "").strip())
+    version = (row.get("engine_version") or "").strip()
+    return {"defaults_release": version} if version and release_key(version) is not None else {}
 
 
 def _optional_int(row: dict, col: str, where: str) -> int | None:

@@ -331,12 +331,13 @@ def test_minimax_normalises_q_and_k_over_all_heads():
 
 def test_shared_experts_and_their_gate():
     q = load_model("qwen2-57b-a14b")
-    assert q.moe == MoE(64, 8, 2560, num_shared_experts=1, shared_intermediate=20480, shared_expert_gate=True)
+    assert q.moe == MoE(64, 8, 2560, num_shared_experts=1, shared_intermediate=20480, shared_expert_gate=True,
+                        router="softmax_unnormalized")
     h = 3584
     assert ffn_params(q, 0) == 64 * 3 * h * 2560 + 3 * h * 20480 + h + h * 64  # routed, shared, its gate, router
     assert q.qkv_bias and not q.attention_bias
     k = load_model("kimi-k2")
-    assert k.family == "deepseek_v3" and k.moe == MoE(384, 8, 2048, 1, 2048, 1) and k.fp8_scaling == "block"
+    assert k.family == "deepseek_v3" and k.moe == MoE(384, 8, 2048, 1, 2048, 1, router="sigmoid_bias_grouped") and k.fp8_scaling == "block"
     assert load_model("kimi-k2.5").expert_dtype == "int4"
     glm = load_model("glm-4.5")
     assert glm.qkv_bias and not glm.attention_bias and glm.qk_norm and glm.moe.first_dense_layers == 3

@@ -102,7 +102,7 @@ def test_shipped_dims():
     assert load_model("qwen72b").qkv_bias
     m = load_model("dsv3")
     assert m.mla == MLA(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
-    assert m.moe == MoE(256, 8, 2048, 1, 2048, 3, expert_groups=8, groups_per_token=4)
+    assert m.moe == MoE(256, 8, 2048, 1, 2048, 3, expert_groups=8, groups_per_token=4, router="sigmoid_bias_grouped")
     assert any("num_nextn_predict_layers" in n or "multi-token" in n for n in m.notes)
     g = load_model("gpt3")
     assert (g.mlp, g.norm, g.position, g.max_position, g.tied_embeddings, g.head_dim) == (

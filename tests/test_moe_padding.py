@@ -1,14 +1,14 @@
-"""vLLM 0.12's DeepGEMM MoE path: block-fp8 experts' grouped products over the worst-case contiguous layout with every
-block computed (perfmodel.engines.moe_padded_rows_for, perfmodel.graph.padded_expert_ops, perfmodel/measure/
-padded_layout.py)."""
+"""vLLM's DeepGEMM MoE path: block-fp8 experts' grouped products over the worst-case contiguous layout, its padded
+blocks computed (0.12) or skipped (0.13-0.17), the activation and re-quantization over every row either way
+(perfmodel.engines.moe_padding_for, perfmodel.graph.padded_expert_ops, perfmodel/measure/padded_layout.py)."""
 from __future__ import annotations
 
 import math
 
 import pytest
 
-from perfmodel.engines import ENGINES, moe_padded_rows_for
-from perfmodel.graph import DEEPGEMM_BLOCK_M, Step, active_experts, build_ops, padded_expert_ops, pads_expert_rows
+from perfmodel.engines import ENGINES, moe_padding_for
+from perfmodel.graph import DEEPGEMM_BLOCK_M, Step, active_experts, build_ops, padded_expert_ops, worst_case_layout
 from perfmodel.measure.padded_layout import groups, layout, padded_cases
 from perfmodel.projection import project
 from perfmodel.resolve import resolve_hardware, resolve_model
@@ -18,13 +18,48 @@ QWEN = "qwen3-235b-a22b-fp8"  # 128 experts of 1,536, top 8, block-fp8 checkpoin
 
 
 def test_release_rule():
-    assert moe_padded_rows_for("vllm", "0.12.0") is True
-    assert moe_padded_rows_for("vllm", "0.13.0") is False and moe_padded_rows_for("vllm", "0.19.0") is False
-    assert moe_padded_rows_for("vllm", "0.11.2") is None  # not read
-    assert moe_padded_rows_for("vllm", "nightly-5b8c30d62b754b57") is None
-    assert moe_padded_rows_for("sglang", "0.5.6.post2") is None
-    assert not any(e.moe_padded_rows for e in ENGINES.values())  # no preset's release pads
-    assert "deepgemm_moe_permute" in ENGINES["vllm"].sources["moe_padded_rows"]
+    assert moe_padding_for("vllm", "0.12.0") == "computed"
+    assert moe_padding_for("vllm", "0.13.0") == "skipped" == moe_padding_for("vllm", "0.14.0", "hopper", "softmax", 4)
+    assert moe_padding_for("vllm", "0.19.0") == "none" == moe_padding_for("vllm", "0.24.0", "blackwell", "sigmoid_bias")
+    # 0.12-0.14 keep DeepGEMM's MoE off at a MoE TP degree of 8; 0.12 ran it on capability 10.0, not the B300's 10.3
+    assert moe_padding_for("vllm", "0.13.0", "blackwell", "softmax", 8) == "none"
+    assert moe_padding_for("vllm", "0.12.0", "blackwell-ultra", "softmax", 2) == "none"
+    assert moe_padding_for("vllm", "0.13.0", "blackwell-ultra", "softmax", 2) == "skipped"
+    # 0.15-0.17: FlashInfer's TensorRT-LLM kernel first on SM100, for the routers it routes itself; MiniMax-M2's
+    # sigmoid with a selection bias and plain top-k it refuses, so DeepGEMM runs it; Hopper takes other kernels
+    for version in ("0.15.1", "0.16.0", "0.17.0"):
+        assert moe_padding_for("vllm", version, "blackwell", "sigmoid_bias", 2) == "skipped"
+        assert moe_padding_for("vllm", version, "blackwell-ultra", "sigmoid_bias", 8) == "skipped"
+        for router in ("softmax", "sigmoid_bias_grouped"):
+            assert moe_padding_for("vllm", version, "blackwell", router, 2) == "none"
+        assert moe_padding_for("vllm", version, "hopper", "sigmoid_bias", 2) == "none"
+    assert moe_padding_for("vllm", "0.17.0", "ampere", "sigmoid_bias", 2) == "none"
+    assert moe_padding_for("vllm", "0.18.0") is None  # its wheel not read
+    assert moe_padding_for("vllm", "0.11.2") is None
+    assert moe_padding_for("vllm", "nightly-5b8c30d62b754b57") is None
+    assert moe_padding_for("sglang", "0.5.6.post2") is None
+    assert all(e.moe_padding == "none" for e in ENGINES.values())  # no preset's release runs the layout
+    assert "deepgemm_moe_permute" in ENGINES["vllm"].sources["moe_padding"]
+    assert "TrtLlmFp8ExpertsModular" in ENGINES["vllm"].sources["moe_padding"]
+
+
+def test_a_models_router_picks_the_kernel():
+    """The routers the library and config.json give (perfmodel.models.MoE.router)."""
+    from perfmodel.models import load_model
+
+    assert load_model("minimax-m2.5").moe.router == "sigmoid_bias"
+    assert {load_model(k).moe.router for k in ("deepseek-v3", "kimi-k2", "glm-5")} == {"sigmoid_bias_grouped"}
+    assert load_model("qwen3-235b-a22b-fp8").moe.router == "softmax"
+    assert load_model("qwen2-57b-a14b").moe.router == "softmax_unnormalized"
+    assert load_model("llama-4-scout").moe.router == "sigmoid"
+    hw = resolve_hardware("b200")
+
+    def padding(model: str, release: str) -> str:
+        return (Scenario(engine="vllm", dtype="fp8", tp=2, defaults_release=release).validated()
+                .for_hardware(hw, resolve_model(model)).moe_padding)
+
+    assert padding("minimax-m2.5", "0.17.0") == "skipped" and padding("minimax-m2.5", "0.19.0") == "none"
+    assert padding(QWEN, "0.17.0") == "none"
 
 
 def test_the_layout_rows_and_what_the_padding_adds():
@@ -51,27 +86,31 @@ def _decode_ops(arch: str, **kw):
 
 
 def test_only_where_the_path_runs():
-    sc, names = _decode_ops("h200-sxm", tp=2, moe_padded_rows=True)
-    assert pads_expert_rows(resolve_model(QWEN), sc)
+    sc, names = _decode_ops("h200-sxm", tp=2, moe_padding="computed")
+    assert worst_case_layout(resolve_model(QWEN), sc) == "computed"
     assert [n for n in names if n.startswith("moe.padding")] == [
         "moe.padding.gate_up", "moe.padding.swiglu", "moe.padding.quant", "moe.padding.down"]
     assert "moe.padding.gate_up.quant" not in names  # the module quantized its input already
-    assert not any(n.startswith("moe.padding") for n in _decode_ops("h200-sxm", tp=2)[1])  # the preset's: off
-    # vLLM keeps DeepGEMM's MoE off at a MoE TP degree of 8; EP 8 splits no expert
-    assert not any(n.startswith("moe.padding") for n in _decode_ops("h200-sxm", tp=8, moe_padded_rows=True)[1])
-    assert any(n.startswith("moe.padding") for n in _decode_ops("h200-sxm", tp=8, ep=8, moe_padded_rows=True)[1])
+    assert not any(n.startswith("moe.padding") for n in _decode_ops("h200-sxm", tp=2)[1])  # the preset's: none
+    # blocks skipped: the activation and re-quantization over every row, no product
+    assert [n for n in _decode_ops("h200-sxm", tp=2, moe_padding="skipped")[1] if n.startswith("moe.padding")] == [
+        "moe.padding.swiglu", "moe.padding.quant"]
+    assert not any(n.startswith("moe.padding") for n in _decode_ops("h200-sxm", tp=2, moe_padding="none")[1])
+    # a named release: vLLM 0.12 keeps DeepGEMM's MoE off at a MoE TP degree of 8; EP 8 splits no expert
+    assert not any(n.startswith("moe.padding") for n in _decode_ops("h200-sxm", tp=8, engine_release="0.12.0")[1])
+    assert any(n.startswith("moe.padding") for n in _decode_ops("h200-sxm", tp=8, ep=8, engine_release="0.12.0")[1])
     # DeepGEMM runs on SM90 and SM100 only
-    sc, names = _decode_ops("a100-sxm-80gb", tp=4, moe_padded_rows=True)
-    assert sc.moe_padded_rows is False and not any(n.startswith("moe.padding") for n in names)
+    sc, names = _decode_ops("a100-sxm-80gb", tp=4, moe_padding="computed")
+    assert sc.moe_padding == "none" and not any(n.startswith("moe.padding") for n in names)
     # per-tensor fp8 experts (gpt-oss's MXFP4, Llama 4's fp8) and bf16 ones do not take the block-fp8 path
     hw = resolve_hardware("h200-sxm")
-    sc = Scenario(batch=16, dtype="bf16", tp=2, engine="vllm", moe_padded_rows=True).validated().for_hardware(hw)
-    assert not pads_expert_rows(resolve_model(QWEN), sc)
+    sc = Scenario(batch=16, dtype="bf16", tp=2, engine="vllm", moe_padding="computed").validated().for_hardware(hw)
+    assert worst_case_layout(resolve_model(QWEN), sc) is None
 
 
 def test_the_projection_says_so_and_slows():
     kw = dict(dtype="fp8", tp=2, batch=16, isl=2000, osl=500, engine="vllm")
-    plain, padded = project("h200-sxm", QWEN, **kw), project("h200-sxm", QWEN, moe_padded_rows=True, **kw)
+    plain, padded = project("h200-sxm", QWEN, **kw), project("h200-sxm", QWEN, moe_padding="computed", **kw)
     assert padded.tpot_s > plain.tpot_s * 1.1
     assert any("worst-case contiguous layout" in a for a in padded.assumptions)
     assert not any("worst-case contiguous layout" in a for a in plain.assumptions)
@@ -94,7 +133,7 @@ def test_engines_doc_states_todays_padding_figures():
     doc = " ".join((repo_root() / "docs" / "engines.md").read_text().split())
     para = doc.split("**A release's path no table times: vLLM 0.12's DeepGEMM MoE**")[1].split("\n\n")[0]
     kw = dict(dtype="fp8", tp=2, batch=16, isl=2000, osl=500, engine="vllm")
-    plain, padded = project("h200-sxm", QWEN, **kw), project("h200-sxm", QWEN, moe_padded_rows=True, **kw)
+    plain, padded = project("h200-sxm", QWEN, **kw), project("h200-sxm", QWEN, moe_padding="computed", **kw)
     t = {x.op.name: x for x in padded.decode.times if x.op.name.startswith("moe.padding")}
     empty, beyond = t["moe.padding.gate_up"].op.params["m"], t["moe.padding.swiglu"].op.params["tokens"]
     us = {k: v.time * 1e6 for k, v in t.items()}
@@ -119,3 +158,23 @@ def test_engines_doc_states_the_measured_padding_range(docs_tool):
     assert 0.8 < statistics.median(r["share"] for r in rows) < 1.25
     ep2 = next(r for r in rows if (r["layer"], r["product"]) == ("qwen3-235b ep2", "gate_up"))
     assert ep2["share"] == max(r["share"] for r in rows) > 2
+
+
+def test_engines_doc_states_the_skipped_layouts_figures():
+    """docs/engines.md's later-releases paragraph prints MiniMax-M2.5's TP 2 decode step on the B200 as the model
+    gives it with the padded blocks skipped."""
+    from perfmodel.paths import repo_root
+
+    doc = " ".join((repo_root() / "docs" / "engines.md").read_text().split())
+    para = doc.split("**Later releases: the padded blocks skipped, the rows kept**")[1].split("## ")[0]
+    kw = dict(dtype="fp8", tp=2, batch=16, isl=1024, osl=1024, engine="vllm")
+    plain = project("b200", "minimax-m2.5", moe_padding="none", **kw)
+    skipped = project("b200", "minimax-m2.5", moe_padding="skipped", **kw)
+    t = {x.op.name: x for x in skipped.decode.times if x.op.name.startswith("moe.padding")}
+    assert set(t) == {"moe.padding.swiglu", "moe.padding.quant"}
+    beyond = t["moe.padding.swiglu"].op.params["tokens"]
+    rows = math.ceil((16 * 8 + 256 * 127) / DEEPGEMM_BLOCK_M) * DEEPGEMM_BLOCK_M
+    assert beyond == rows - 16 * 8
+    assert (f"the layout holds {rows:,} rows, {beyond:,.0f} beyond the routed pairs, whose activation costs "
+            f"{t['moe.padding.swiglu'].time * 1e6:.0f} us and re-quantization {t['moe.padding.quant'].time * 1e6:.0f} us "
+            f"a layer: a decode step {plain.decode.time_s * 1e3:.1f} -> {skipped.decode.time_s * 1e3:.1f} ms") in para

@@ -121,21 +121,25 @@ def test_validate_uses_a_rows_release_only_when_asked():
 def test_a_named_release_runs_its_own_defaults_where_read():
     """``--engine-release`` also takes the defaults its source was read for (perfmodel.engines.release_defaults):
     vLLM 0.12 schedules synchronously, runs the shared experts on a second stream in small steps and computes its
-    DeepGEMM layout's padded blocks; 0.24 schedules asynchronously and skips them; a flag the user gives wins."""
+    DeepGEMM layout's padded blocks; 0.24 schedules asynchronously and runs no such layout; a flag the user gives
+    wins."""
     from perfmodel.engines import release_defaults
     from perfmodel.resolve import resolve_hardware, resolve_model
 
     assert release_defaults("vllm", "0.12.0") == {"async_scheduling": False, "shared_stream": "small",
-                                                  "moe_padded_rows": True}
+                                                  "moe_padding": "computed"}
     assert release_defaults("vllm", "0.24.0") == {"async_scheduling": True, "shared_stream": "small",
-                                                  "moe_padded_rows": False}
+                                                  "moe_padding": "none"}
     assert release_defaults("sglang", "0.5.9") == {} and release_defaults("vllm", None) == {}
     hw, model = resolve_hardware("h200-sxm"), resolve_model("qwen3-235b-a22b-fp8")
 
     def resolved(**kw):
         return Scenario(engine="vllm", dtype="fp8", tp=2, **kw).validated().for_hardware(hw, model)
 
-    assert resolved(engine_release="0.12.0").moe_padded_rows is True
-    assert resolved(engine_release="0.12.0", moe_padded_rows=False).moe_padded_rows is False
-    assert resolved().moe_padded_rows is False and resolved().async_scheduling is False
+    assert resolved(engine_release="0.12.0").moe_padding == "computed"
+    assert resolved(engine_release="0.12.0", moe_padding="none").moe_padding == "none"
+    assert resolved().moe_padding == "none" and resolved().async_scheduling is False
+    # a validation row's release: its defaults without its tables
+    assert resolved(defaults_release="0.12.0").moe_padding == "computed"
+    assert resolved(defaults_release="0.24.0").async_scheduling is True
     assert resolved(engine_release="0.24.0").async_scheduling is True

@@ -36,7 +36,7 @@ def _recalculated(xlsx: Path, out: Path) -> dict[str, list[list[str]]]:
      dict(tp=1, attention_dp=8, ep=8, dtype="fp8", batch=12)),
     # vLLM 0.12's DeepGEMM path: the padded blocks of the worst-case layout as their own products
     (["--model", "qwen3-235b-a22b-fp8", "--tp", "2", "--dtype", "fp8", "--engine", "vllm", "--moe-padding", "computed",
-      "--batch", "16"], dict(tp=2, dtype="fp8", engine="vllm", moe_padded_rows=True, batch=16)),
+      "--batch", "16"], dict(tp=2, dtype="fp8", engine="vllm", moe_padding="computed", batch=16)),
 ])
 def test_moe_workbooks_recalculate_in_libreoffice_without_errors(tmp_path, capsys, args, scenario):
     xlsx = tmp_path / "w.xlsx"

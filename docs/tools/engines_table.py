@@ -134,9 +134,11 @@ def table() -> str:
         "all-to-all payloads, out / back": [_payloads(e) for e in engines],
         "engine's host work a step (--scheduling)": [_scheduler(e) for e in engines],
         "MoE shared experts (--shared-stream)": [_shared(e) for e in engines],
-        "block-fp8 experts' padded blocks (--moe-padding)": [
-            "computed (DeepGEMM's worst-case layout)" if e.moe_padded_rows else
-            "skipped" + ("; computed by an older release (--engine-release)" if "moe_padded_rows" in e.sources else "")
+        "block-fp8 experts' layout (--moe-padding)": [
+            {"computed": "DeepGEMM's worst-case layout, padded blocks computed",
+             "skipped": "DeepGEMM's worst-case layout, padded blocks skipped"}.get(e.moe_padding, "the routed rows")
+            + ("; DeepGEMM's worst-case layout in some releases (--engine-release)" if "moe_padding" in e.sources
+               else "")
             for e in engines],
         "TP all-reduce and the next RMSNorm": [_allreduce_norm(e) for e in engines],
         "defaults for some architectures": [_model_defaults(e) for e in engines],

@@ -100,10 +100,12 @@ def scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True, images: 
                         "two paths then take the longer): graph (decode steps from CUDA graphs: TensorRT-LLM, "
                         "SGLang), small (steps of at most 256 tokens a rank: vLLM 0.12 and later), never; default: "
                         "the engine's (docs/engines.md)")
-    g.add_argument("--moe-padding", choices=("computed", "skipped"), default=None,
-                   help="whether block-fp8 experts' grouped products compute the padded blocks of their worst-case "
-                        "layout (computed: vLLM 0.12's DeepGEMM path on Hopper and Blackwell, MoE split fewer than 8 "
-                        "ways) or skip them; default: the engine's (docs/engines.md)")
+    g.add_argument("--moe-padding", choices=("computed", "skipped", "none"), default=None,
+                   help="the layout block-fp8 experts' grouped products run over: DeepGEMM's worst-case contiguous "
+                        "layout with its padded blocks computed (vLLM 0.12 on Hopper and Blackwell) or skipped (the "
+                        "activation and re-quantization still over every row: vLLM 0.13-0.17 where DeepGEMM runs), "
+                        "or none (the routed rows only); default: the engine's, or its release's with "
+                        "--engine-release (docs/engines.md)")
     g.add_argument("--moe-routing", choices=ROUTINGS, default=None,
                    help="how unevenly the router spreads tokens over experts, as the engines' measured MoE tables "
                         "time it (power-law token counts; balanced: what EPLB aims at); default: the model's "
@@ -191,7 +193,7 @@ def scenario_from_args(args, batch=None):
               moe_routing=getattr(args, "moe_routing", None), sampling=getattr(args, "sampling", "greedy"),
               async_scheduling=_scheduling(getattr(args, "scheduling", None)), schedule=getattr(args, "schedule", None),
               shared_stream=getattr(args, "shared_stream", None), engine_release=getattr(args, "engine_release", None),
-              moe_padded_rows={"computed": True, "skipped": False}.get(getattr(args, "moe_padding", None)))
+              moe_padding=getattr(args, "moe_padding", None))
     if hasattr(args, "isl"):
         kw.update(isl=args.isl, osl=args.osl, batch=parse_batch(str(args.batch)) if batch is None else batch,
                   batching=args.batching, prefill_chunk=args.prefill_chunk)
