@@ -41,7 +41,8 @@ Descriptor YAML (one model per file, ``workloads/models/<key>.yaml``)::
     moe:                          # optional
       {num_experts: 256, top_k: 8, expert_intermediate: 2048,
        num_shared_experts: 1, shared_intermediate: 2048, first_dense_layers: 3,
-       layer_step: 1, expert_bias: false, router_bias: false, shared_expert_gate: false}
+       layer_step: 1, expert_bias: false, router_bias: false, shared_expert_gate: false,
+       expert_groups: 8, groups_per_token: 4, router: sigmoid_bias_grouped}  # router: one of ROUTERS
     mla:                          # optional (multi-head latent attention)
       {q_lora_rank: 1536, kv_lora_rank: 512, qk_nope_head_dim: 128, qk_rope_head_dim: 64, v_head_dim: 128}
 
