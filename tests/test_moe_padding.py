@@ -178,3 +178,24 @@ def test_engines_doc_states_the_skipped_layouts_figures():
     assert (f"the layout holds {rows:,} rows, {beyond:,.0f} beyond the routed pairs, whose activation costs "
             f"{t['moe.padding.swiglu'].time * 1e6:.0f} us and re-quantization {t['moe.padding.quant'].time * 1e6:.0f} us "
             f"a layer: a decode step {plain.decode.time_s * 1e3:.1f} -> {skipped.decode.time_s * 1e3:.1f} ms") in para
+
+
+@pytest.mark.parametrize("config,key", [
+    ("MiniMaxAI--MiniMax-M2.5", "minimax-m2.5"), ("Qwen--Qwen2-57B-A14B", "qwen2-57b-a14b"),
+    ("Qwen--Qwen3-235B-A22B-FP8", "qwen3-235b-a22b-fp8"), ("Qwen--Qwen3-Next-80B-A3B-Instruct", "qwen3-next-80b-a3b"),
+    ("Qwen--Qwen3.5-397B-A17B", "qwen3.5-397b-a17b"), ("deepseek-ai--DeepSeek-V2-Lite", "deepseek-v2-lite"),
+    ("deepseek-ai--DeepSeek-V3.2", "deepseek-v3.2"), ("meta-llama--Llama-4-Scout-17B-16E-Instruct", "llama-4-scout"),
+    ("meta-llama--Llama-4-Maverick-17B-128E-Instruct", "llama-4-maverick"),
+    ("mistralai--Mixtral-8x22B-v0.1", "mixtral-8x22b"), ("moonshotai--Kimi-K2-Instruct", "kimi-k2"),
+    ("moonshotai--Kimi-K2.5", "kimi-k2.5"), ("openai--gpt-oss-120b", "gpt-oss-120b"), ("zai-org--GLM-4.5", "glm-4.5"),
+    ("zai-org--GLM-5", "glm-5"),
+])
+def test_a_published_configs_router_is_the_librarys(config, key):
+    """config.json's scoring_func, topk_method, use_routing_bias and norm_topk_prob give the router the library's
+    descriptor of the same checkpoint states (tests/data/hf_configs: the published files)."""
+    from pathlib import Path
+
+    from perfmodel.models import load_model, model_from_hf_config
+
+    path = Path(__file__).parent / "data" / "hf_configs" / f"{config}_config.json"
+    assert model_from_hf_config(path).moe.router == load_model(key).moe.router
