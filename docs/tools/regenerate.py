@@ -77,6 +77,7 @@ BLOCKS = (
     Block("validation-silicon.md", "peer-estimate", "peer_estimate.py", "markdown", slow=True,
           needs="aiconfigurator-core==0.12.0"),
     Block("validation-silicon.md", "ep-skew", "ep_skew_table.py", "table"),
+    Block("collectives.md", "comm-fit", "comm_fit_check.py", "markdown"),
     Block("collectives.md", "deepep-ll", "deepep_check.py", "markdown", slow=True,
           needs="aiconfigurator-core==0.12.0"),
     Block("collectives.md", "a2a-engines", "a2a_engines.py", "markdown", slow=True),  # 2 s: 27 projected steps

@@ -1,0 +1,81 @@
+"""How the fitted all-reduce reproduces the engines' own measured tables at decode sizes (docs/collectives.md).
+
+    python docs/tools/comm_fit_check.py
+
+Each imported engine folder holds its engine's all-reduce as aiconfigurator-core times it (custom_allreduce_perf,
+in the folder's measurements.jsonl.gz: the rows the profile's alpha-beta fit was made from; vLLM's and SGLang's
+CUDA-graph series, the one a decode step replays). For each folder and world size this prints that table's time
+beside what a projection on the folder's own part prices the same all-reduce at
+(:func:`perfmodel.cost.comm.collective_time`: the faster of the fitted NCCL and engine models), at the buffer sizes of
+decode steps: 128 KiB to 2 MiB (16 to 128 tokens of a 4,096- or 8,192-wide bf16 hidden state).
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+# (part, folder, engine)
+FOLDERS = (("h100-sxm", "h100-sxm-trtllm", "trtllm"), ("h200-sxm", "h200-sxm-trtllm", "trtllm"),
+           ("b200", "b200-trtllm", "trtllm"), ("h200-sxm", "h200-sxm-vllm", "vllm"), ("b200", "b200-vllm", "vllm"),
+           ("h200-sxm", "h200-sxm-sglang", "sglang"), ("b200", "b200-sglang", "sglang"))
+SIZES = (131072, 524288, 2097152)
+WORLDS = (2, 4, 8)
+
+
+def measured(folder: str) -> dict[tuple[int, int], float]:
+    """(world size, bytes) -> the engine all-reduce's median measured time (s): its CUDA-graph series where the
+    table has one."""
+    rows = [json.loads(line) for line in gzip.open(ROOT / "calibration" / folder / "measurements.jsonl.gz", "rt")]
+    rows = [r for r in rows if r.get("kind") == "collective" and r["params"].get("op") == "all_reduce"
+            and r["params"].get("backend") not in ("nccl", "gloo", None)]
+    impls = {r["params"].get("impl") for r in rows}
+    graph = next((i for i in impls if i and i.endswith("_graph")), None)
+    out: dict[tuple[int, int], list[float]] = {}
+    for r in rows:
+        if graph is None or r["params"].get("impl") == graph:
+            out.setdefault((int(r["params"]["world_size"]), int(r["params"]["bytes"])), []).append(r["time_s"])
+    return {k: statistics.median(v) for k, v in out.items()}
+
+
+def compare() -> list[dict]:
+    """A row per folder and world size: the measured and priced times at :data:`SIZES`."""
+    from perfmodel.cost.comm import collective_time
+    from perfmodel.resolve import resolve_hardware, setup
+
+    out = []
+    for part, folder, engine in FOLDERS:
+        hw = resolve_hardware(part)
+        prof = setup(hw, calibration=None, engine=engine).profile
+        table = measured(folder)
+        for p in WORLDS:
+            cells = [(table[(p, b)], collective_time("all_reduce", b, p, p, hw, prof)) for b in SIZES
+                     if (p, b) in table]
+            if len(cells) == len(SIZES):
+                out.append({"folder": folder, "gpus": p, "cells": cells})
+    return out
+
+
+def markdown() -> str:
+    rows = compare()
+    head = " | ".join(f"{b // 1024:,} KiB" for b in SIZES)
+    lines = [f"| folder | GPUs | {head} |", "|---|---|" + "---|" * len(SIZES)]
+    for r in rows:
+        cells = " | ".join(f"{m * 1e6:.1f} / {t * 1e6:.1f}" for m, t in r["cells"])
+        lines.append(f"| {r['folder']} | {r['gpus']} | {cells} |")
+    eight = [t / m for r in rows if r["gpus"] == 8 for m, t in r["cells"]]
+    two = [t / m for r in rows if r["gpus"] == 2 for m, t in r["cells"]]
+    lines += ["", "Measured / priced, in microseconds. Priced over measured, median: "
+              f"{statistics.median(two):.2f} at 2 GPUs, {statistics.median(eight):.2f} at 8 "
+              f"({min(eight):.2f}-{max(eight):.2f})."]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown())
