@@ -64,7 +64,7 @@ FAMILY_FIELDS: dict[str, tuple[str, ...]] = {
     "memory": ("mem_eta", "mem_alpha_s", "row_s", "rows_per_sm", "standalone_overhead_s", "flush_writeback",
                "host_floor_s"),
     "launch": ("launch_graph_s", "launch_eager_s", "launch_queued_s", "token_return_s"),
-    "comm": ("comm_alpha_s", "comm_eta", "comm_base_s", "scaleup_eta", "scaleout_eta", "overlap"),
+    "comm": ("comm_alpha_s", "comm_eta", "comm_base_s", "scaleup_eta", "scaleout_eta", "overlap", "comm_table"),
     "training": ("training",),
     "power": ("power",),
     "deltanet": ("deltanet_scan",),

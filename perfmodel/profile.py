@@ -158,6 +158,7 @@ class Profile:
     # from (never by a fit), carried with the family by perfmodel.evidence.compose, cleared by perfmodel.transfer.carry.
     gemm_table: str = ""
     gemm_grouped_table: str = ""
+    comm_table: str = ""  # as gemm_table, for collectives (perfmodel.cost.comm_tables)
 
     # Memory-bound kernels: time = alpha + bytes / (eta * HBM bandwidth)
     mem_eta: dict[str, float] = field(default_factory=lambda: {
@@ -323,9 +324,9 @@ _COMM_KEY = re.compile(r"^(all_reduce|engine_all_reduce|all_gather|reduce_scatte
 # physics of perfmodel.power_clock (issue 24: fitted on tables, it slowed a step's GEMMs by up to 1.8x).
 RETIRED_FIELDS = ("scaleup_alpha_s", "scaleout_alpha_s", "gemm_power_drop", "gemm_power_tau", "gemm_format_power_drop")
 _TEXT = ("name", "description", "device", "spec_key", "carried_from", "engine", "other_sources", "gemm_table",
-         "gemm_grouped_table", "attn_table")
+         "gemm_grouped_table", "attn_table", "comm_table")
 # The table field of each family a fit may record as measured (perfmodel.cost.tables.TABLE_FIELD)
-TABLE_FIELDS = {"gemm": "gemm_table", "attention": "attn_table", "moe": "gemm_grouped_table"}
+TABLE_FIELDS = {"gemm": "gemm_table", "attention": "attn_table", "moe": "gemm_grouped_table", "comm": "comm_table"}
 # A fraction of a datasheet peak may pass 1 by the clock headroom (rates are quoted at a sustained clock
 # below max boost: 1980 / 1830 MHz on Hopper), never by 2.
 MAX_ETA = 2.0

@@ -17,6 +17,7 @@ from ..ops import COMM_KINDS, COMPUTE_KINDS, Op
 from ..profile import Profile
 from ..spec import HardwareSpec
 from .attention import attention_time
+from . import comm_tables
 from .comm import collective_time, per_node_bytes
 from .gemm import gemm_format, gemm_time, mem_scale, quant_prologue
 from .scan import scan_time
@@ -116,6 +117,8 @@ def table_ratio(op: Op, hw: HardwareSpec, prof: Profile):
     """The part's own measured table's anchor ratio for ``op`` (t_table / t_fit_alone, :mod:`.tables`): 1 where
     no table covers its shape; where no table applies to its family, the router's skew an engine's tables measured
     (:func:`.tables.skew_ratio`, for an op of a MoE module), else None."""
+    if op.kind in COMM_KINDS:  # a collective: the folder's own collective rows (.comm_tables)
+        return comm_tables.ratio(op, hw, prof)
     ratio = None
     if any(getattr(prof, f) for f in tables.TABLE_FIELD.values()):
         # a table's attention classes are keyed by the kernel they timed, which may be one the profile carries

@@ -150,9 +150,9 @@ LINE_CACHE = 65536
 MIN_LATENCY_MOE_KERNEL = "moe_torch_flow_min_latency"
 ENGINE_MOE_KERNELS: dict[tuple[str, str], str] = {("trtllm", "fp4"): MIN_LATENCY_MOE_KERNEL}
 FAMILIES = ("gemm", "attention", "moe")
-# Op kinds a table may anchor: GEMMs, attention, and the memory-bound ops of a fused MoE module (its permutes and
-# activation take the module's ratio)
-TABLE_KINDS = ("gemm", "attention", "moe_permute", "swiglu")
+# Op kinds a table may anchor: GEMMs, attention, the memory-bound ops of a fused MoE module (its permutes and
+# activation take the module's ratio), and collectives (their own rows: perfmodel.cost.comm_tables)
+TABLE_KINDS = ("gemm", "attention", "moe_permute", "swiglu", "all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 # the Profile field naming each family's table
 TABLE_FIELD = TABLE_FIELDS
 # the on-disk cache's namespaces of the classes' verdicts (build_class) and of their tables' lines along the first
