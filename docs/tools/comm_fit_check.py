@@ -12,8 +12,6 @@ fit: :mod:`perfmodel.cost.comm_tables`), at the buffer sizes of decode steps: 12
 """
 from __future__ import annotations
 
-import gzip
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -32,17 +30,16 @@ WORLDS = (2, 4, 8)
 
 def measured(folder: str) -> dict[tuple[int, int], float]:
     """(world size, bytes) -> the engine all-reduce's median measured time (s): its CUDA-graph series where the
-    table has one."""
-    rows = [json.loads(line) for line in gzip.open(ROOT / "calibration" / folder / "measurements.jsonl.gz", "rt")]
-    rows = [r for r in rows if r.get("kind") == "collective" and r["params"].get("op") == "all_reduce"
-            and r["params"].get("backend") not in ("nccl", "gloo", None)]
-    impls = {r["params"].get("impl") for r in rows}
-    graph = next((i for i in impls if i and i.endswith("_graph")), None)
-    out: dict[tuple[int, int], list[float]] = {}
-    for r in rows:
-        if graph is None or r["params"].get("impl") == graph:
-            out.setdefault((int(r["params"]["world_size"]), int(r["params"]["bytes"])), []).append(r["time_s"])
-    return {k: statistics.median(v) for k, v in out.items()}
+    table has one (:func:`perfmodel.cost.comm_tables.points`, the rows the projection is anchored on)."""
+    import numpy as np
+
+    from perfmodel.cost.comm_tables import ENGINE_SERIES, points
+
+    out = {}
+    for (series, world), (log_bytes, log_times) in points(str(ROOT / "calibration" / folder)).items():
+        if series == ENGINE_SERIES:
+            out.update({(world, int(round(b))): float(t) for b, t in zip(np.exp(log_bytes), np.exp(log_times))})
+    return out
 
 
 def compare() -> list[dict]:

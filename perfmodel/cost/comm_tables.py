@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -34,9 +35,11 @@ ENGINE_SERIES = "engine_all_reduce"
 _POINTS: dict = {}
 
 
-def _points(path: str) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]:
+def points(path: str) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]:
     """(series, world size) -> (log bytes, log seconds) at each measured size (the median of its rows), from the
-    folder's measurements (cached per folder and file state)."""
+    folder's measurements (cached per folder and file state). Only the collective lines are parsed (a fifth of the
+    time of :func:`perfmodel.measure.store.read_rows` over the whole file, on a cold projection's path); a torn line
+    is skipped, as there."""
     from .tables import measurement_file
 
     file = measurement_file(Path(path))
@@ -49,14 +52,22 @@ def _points(path: str) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]:
     if file is not None:
         opener = gzip.open if file.suffix == ".gz" else open
         with opener(file, "rt", encoding="utf-8") as f:
-            rows = [json.loads(line) for line in f if '"collective"' in line]
-    engine = [r for r in rows if r.get("kind") == "collective" and r["params"].get("op") == "all_reduce"
+            for line in f:
+                if '"collective"' in line:
+                    try:
+                        r = json.loads(line)
+                    except ValueError:
+                        continue
+                    if isinstance(r, dict) and r.get("kind") == "collective" and isinstance(r.get("params"), dict):
+                        rows.append(r)
+    engine = [r for r in rows if r["params"].get("op") == "all_reduce"
               and r["params"].get("backend") not in ("nccl", "gloo", None)]
     graph = next((i for i in sorted({r["params"].get("impl") or "" for r in engine}) if i.endswith("_graph")), None)
     for r in rows:
-        p = r.get("params") or {}
-        t = r.get("time_s")
-        if r.get("kind") != "collective" or not isinstance(t, (int, float)) or not t > 0 or r.get("error"):
+        p, t = r["params"], r.get("time_s")
+        b, w = p.get("bytes"), p.get("world_size")
+        if (r.get("error") or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                      and math.isfinite(v) and v > 0 for v in (t, b, w))):
             continue
         backend = p.get("backend")
         if backend == "nccl":
@@ -65,15 +76,15 @@ def _points(path: str) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]:
             series = ENGINE_SERIES
         else:
             continue
-        size = float(p["bytes"]) * (p["world_size"] if p.get("op") == "all_gather" else 1)  # NCCL's buffer
-        out.setdefault((series, int(p["world_size"])), {}).setdefault(size, []).append(float(t))
-    points = {}
+        size = float(b) * (w if p.get("op") == "all_gather" else 1)  # NCCL's buffer
+        out.setdefault((series, int(w)), {}).setdefault(size, []).append(float(t))
+    found = {}
     for key, sizes in out.items():
         if len(sizes) >= 2:
-            b = sorted(sizes)
-            points[key] = (np.log(b), np.log([statistics.median(sizes[s]) for s in b]))
-    _POINTS[path] = (stamp, points)
-    return points
+            at = sorted(sizes)
+            found[key] = (np.log(at), np.log([statistics.median(sizes[s]) for s in at]))
+    _POINTS[path] = (stamp, found)
+    return found
 
 
 def _table_time(series: tuple[np.ndarray, np.ndarray], nbytes: np.ndarray) -> np.ndarray:
@@ -113,7 +124,7 @@ def ratio(op, hw, prof):
     if folder is None or lineage_rank(folder.part, hw) is None or projected_engine(prof, "comm") != folder.engine:
         return None
     nbytes = np.maximum(np.asarray(p["bytes"], dtype=float), 1.0)
-    found = _measured(_points(folder.path), op.kind, int(group), nbytes)
+    found = _measured(points(folder.path), op.kind, int(group), nbytes)
     if found is None:
         return None
     table, clamped = found

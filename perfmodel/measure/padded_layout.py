@@ -1,7 +1,7 @@
 """A block-fp8 MoE layer's grouped products over DeepGEMM's contiguous layout, with and without its padding, measured.
 
 vLLM runs block-fp8 experts through DeepGEMM's contiguous grouped product (``m_grouped_fp8_gemm_nt_contiguous``)
-where it picks DeepGEMM (:data:`perfmodel.engines.VLLM_PADDED_ROWS_SOURCE`): every local expert's rows aligned to
+where it picks DeepGEMM (:data:`perfmodel.engines.VLLM_PADDING_SOURCE`): every local expert's rows aligned to
 128-row blocks, the whole sized for the worst case, ``tokens x top_k + local experts x 127`` rows rounded up to
 128, since the experts' token counts are not on the host. vLLM 0.12.0 fills the block ids of the rows no token
 reaches with 0, so the product computes every such block as expert 0's; 0.13.0 fills them with -1, which DeepGEMM
