@@ -94,38 +94,46 @@ def _ceil_div(a: int, b: int) -> int:
 
 def layer_weight_params(model: Model, layer: int, sc: Scenario) -> float:
     """Parameters of one decoder layer held by one GPU."""
-    dense, experts = _layer_params(model, layer, sc)
-    return dense + experts
+    return sum(_layer_params(model, layer, sc))
 
 
-def _layer_params(model: Model, layer: int, sc: Scenario) -> tuple[float, float]:
-    """(parameters in the scenario's format, routed-expert parameters) of one decoder layer on one GPU."""
+def _layer_params(model: Model, layer: int, sc: Scenario) -> tuple[float, float, float]:
+    """(parameters in the scenario's format, routed-expert parameters, parameters the model's NVFP4 checkpoint
+    keeps in bf16: ``Model.fp4_unquantized``, under an fp4 scenario only) of one decoder layer on one GPU."""
     h = model.hidden
     tp = sc.tp
     hq, hkv = heads_per_gpu(model, tp)
+    groups: dict[str, float] = {}  # the layer's parameters by FP4_UNQUANTIZED group, where one applies
     if model.layer_types[layer] == "linear":  # a Gated DeltaNet layer: its heads split over the TP ranks
-        attn = linear_attention_params(model, tp)
+        groups["linear_attention"] = linear_attention_params(model, tp)
     elif model.mla is not None:
         a = model.mla
         qk = a.qk_nope_head_dim + a.qk_rope_head_dim
         q = (h * a.q_lora_rank + a.q_lora_rank * hq * qk) if a.q_lora_rank else h * hq * qk
-        attn = q + h * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank * hq * (
-            a.qk_nope_head_dim + a.v_head_dim) + hq * a.v_head_dim * h
-        attn += indexer_params(model)  # DeepSeek Sparse Attention's indexer, whole on every rank (estimate)
+        groups["attention_qkv"] = q + h * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank * hq * (
+            a.qk_nope_head_dim + a.v_head_dim)
+        groups["attention_o"] = hq * a.v_head_dim * h
+        groups["indexer"] = indexer_params(model)  # DeepSeek Sparse Attention's indexer, whole on each rank (estimate)
     else:
         d = model.head_dim
         gate = 2 if model.attn_output_gate else 1  # a gated attention's gate comes out of the q projection
-        attn = h * (gate * hq + 2 * hkv) * d + hq * d * h
+        groups["attention_qkv"], groups["attention_o"] = h * (gate * hq + 2 * hkv) * d, hq * d * h
     mats = 3 if model.mlp == "swiglu" else 2
     experts = 0.0
+    other = 2.0 * h  # the layer's two norms
     if is_moe_layer(model, layer):
         moe = model.moe
         shard = sc.moe_group // sc.ep
         experts = (moe.num_experts // sc.ep) * mats * h * _ceil_div(moe.expert_intermediate, shard)
-        ffn = mats * h * _ceil_div(moe.num_shared_experts * moe.shared_intermediate, tp) + h * moe.num_experts
+        groups["shared_experts"] = mats * h * _ceil_div(moe.num_shared_experts * moe.shared_intermediate, tp)
+        other += h * moe.num_experts  # the router (counted in the scenario's format)
+    elif model.moe is not None:  # a dense layer of a MoE model (DeepSeek-V3's first three)
+        groups["dense_layers"] = mats * h * _ceil_div(model.intermediate, tp)
     else:
-        ffn = mats * h * _ceil_div(model.intermediate, tp)
-    return attn + ffn + 2 * h, experts
+        other += mats * h * _ceil_div(model.intermediate, tp)
+    kept = set(model.fp4_unquantized) if sc.dtype == "fp4" else set()
+    plain = sum(v for g, v in groups.items() if g in kept)
+    return other + sum(groups.values()) - plain, experts, plain
 
 
 def weight_bytes(model: Model, sc: Scenario) -> float:
@@ -141,9 +149,9 @@ def weight_bytes(model: Model, sc: Scenario) -> float:
     head = 0.0 if model.tied_embeddings and sc.pp == 1 else vocab * model.hidden * bytes_per_element(
         sc.dtype if sc.dtype != "fp4" else "fp8")
     best = 0.0
+    w_e = bytes_per_element(expert_format(model, sc))  # a checkpoint's narrower experts (gpt-oss: MXFP4)
     for s, layers in enumerate(stages):
-        w_e = bytes_per_element(expert_format(model, sc))  # a checkpoint's narrower experts (gpt-oss: MXFP4)
-        b = sum(d * w + e * w_e for d, e in (_layer_params(model, i, sc) for i in layers))
+        b = sum(d * w + e * w_e + p * act for d, e, p in (_layer_params(model, i, sc) for i in layers))
         if s == 0:
             b += embed
             if sc.image_tokens and model.vision is not None:  # the vision encoder, on the first stage, with images
@@ -164,8 +172,11 @@ def mtp_weight_bytes(model: Model, sc: Scenario) -> float:
     if not sc.mtp or sc.draft is not None or not model.mtp_layers:
         return 0.0
     h = model.hidden
-    dense, experts = _layer_params(model, model.layers - 1, sc)
-    per_module = ((dense + 2 * h * h + 2 * h) * bytes_per_element(sc.dtype)
+    dense, experts, plain = _layer_params(model, model.layers - 1, sc)
+    act = bytes_per_element(sc.act_dtype)
+    if sc.dtype == "fp4" and "mtp" in model.fp4_unquantized:  # the NVFP4 checkpoint keeps these layers in bf16
+        return model.mtp_layers * (dense + experts + plain + 2 * h * h + 2 * h) * act
+    per_module = ((dense + 2 * h * h + 2 * h) * bytes_per_element(sc.dtype) + plain * act
                   + experts * bytes_per_element(expert_format(model, sc)))
     return model.mtp_layers * per_module
 

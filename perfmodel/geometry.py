@@ -61,6 +61,15 @@ def expert_format(model: Model, sc: Scenario) -> str:
     return sc.dtype
 
 
+def module_format(model: Model, sc: Scenario, group: str) -> str:
+    """The format a module group's products run and are stored in (``group`` one of
+    :data:`perfmodel.models.FP4_UNQUANTIZED`): the activations' (bf16) where the scenario runs the model's NVFP4
+    checkpoint and that checkpoint keeps the group unquantized (``Model.fp4_unquantized``), else the scenario's."""
+    if sc.dtype == "fp4" and group in (getattr(model, "fp4_unquantized", ()) or ()):
+        return sc.act_dtype
+    return sc.dtype
+
+
 def expert_product_format(model: Model, sc: Scenario) -> str:
     """The format the routed experts' products run in: the scenario's, or fp8 where the engine quantizes the
     activations to MXFP8 for MXFP4 experts on this part (W4A8: TensorRT-LLM on Blackwell,

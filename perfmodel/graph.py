@@ -21,6 +21,7 @@ import numpy as np
 from . import ops as O
 from .errors import InputError
 from .geometry import (INDEXER_FORMAT, attention_layer_kinds, expert_format, expert_product_format, heads_per_gpu,
+                       module_format,
                        linear_layers)
 from .models import Model, is_moe_layer
 from .routing import copies_per_token, default_routing, ranks_per_token  # noqa: F401 (ranks_per_token: re-exported)
@@ -192,7 +193,8 @@ def build_ops(model: Model, step: Step, sc: Scenario) -> list[O.Op]:
         post = O.rmsnorm("post.norm", tokens, model.hidden, act, phase=ph)
         out.append(_act_op(post, sc).with_count(2 * model.layers))
     if counts["dense"]:
-        out += [op.with_count(counts["dense"]) for op in _dense_ffn(model, ph, sc, tokens, w, act, prefix="ffn")]
+        w_dense = module_format(model, sc, "dense_layers") if model.moe is not None else w  # a MoE's first layers
+        out += [op.with_count(counts["dense"]) for op in _dense_ffn(model, ph, sc, tokens, w_dense, act, prefix="ffn")]
     if counts["moe"]:
         out += [op.with_count(counts["moe"]) for op in _moe_ffn(model, ph, sc, tokens, w, act, group_tokens)]
 
@@ -364,7 +366,7 @@ def _norm(model: Model, fused: bool):
 
 
 def _attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]:
-    ph, act, w = step.phase, sc.act_dtype, sc.dtype
+    ph, act, w = step.phase, sc.act_dtype, module_format(model, sc, "attention_qkv")
     hq, hkv = heads_per_gpu(model, sc.tp)
     d = model.head_dim
     gate = getattr(model, "attn_output_gate", False)  # Qwen3-Next: a second q-sized output, the gate
@@ -384,7 +386,7 @@ def _attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]:
     ops.append(_with_kernel(core, sc))
     if gate:  # output * sigmoid(gate), before the output projection
         ops.append(_act_op(O.swiglu("attn.gate", tokens, hq * d, act, phase=ph), sc))  # sigmoid and a product
-    ops.append(O.gemm("attn.o", tokens, model.hidden, hq * d, w, phase=ph))
+    ops.append(O.gemm("attn.o", tokens, model.hidden, hq * d, module_format(model, sc, "attention_o"), phase=ph))
     return ops
 
 
@@ -400,7 +402,7 @@ def _linear_attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.
     chunked form (chunks of ops.SCAN_CHUNK tokens), a scan whose state pass walks a sequence's chunks in turn
     (:mod:`perfmodel.cost.scan`, its constants fitted to measured kernels)."""
     la = model.linear_attention
-    ph, act, w = step.phase, sc.act_dtype, sc.dtype
+    ph, act, w = step.phase, sc.act_dtype, module_format(model, sc, "linear_attention")
     kh, vh = _ceil_div(la.key_heads, sc.tp), _ceil_div(la.value_heads, sc.tp)
     dk, dv = la.key_head_dim, la.value_head_dim
     qk, v = kh * dk, vh * dv
@@ -469,7 +471,7 @@ def _mla_attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]
     (one shared latent 'KV head' of width kv_lora + rope)."""
     a = model.mla
     assert a is not None
-    ph, act, w = step.phase, sc.act_dtype, sc.dtype
+    ph, act, w = step.phase, sc.act_dtype, module_format(model, sc, "attention_qkv")
     hq = _ceil_div(model.heads, sc.tp)
     qk = a.qk_nope_head_dim + a.qk_rope_head_dim
     ops: list[O.Op] = []
@@ -516,7 +518,8 @@ def _mla_attention(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]
         core = _with_mla_kernel(core, sc)
         ops.append(O.Op(core.name, core.kind, core.phase, core.flops, shared + q_o, core.params))
         ops.append(O.gemm("attn.absorb_o", tokens, a.v_head_dim, a.kv_lora_rank, w, groups=hq, phase=ph))
-    ops.append(O.gemm("attn.o", tokens, model.hidden, hq * a.v_head_dim, w, phase=ph))
+    ops.append(O.gemm("attn.o", tokens, model.hidden, hq * a.v_head_dim, module_format(model, sc, "attention_o"),
+                      phase=ph))
     return ops
 
 
@@ -526,7 +529,7 @@ def _indexer_ops(model: Model, step: Step, sc: Scenario, tokens) -> list[O.Op]:
     every earlier key, and the top-k over each query's logits. Its heads are not sharded over TP (estimate: the
     engines replicate the small indexer)."""
     a = model.mla
-    ph, act, w = step.phase, sc.act_dtype, sc.dtype
+    ph, act, w = step.phase, sc.act_dtype, module_format(model, sc, "indexer")
     hi, di = a.index_heads, a.index_head_dim
     keys = step.context + step.seq
     causal = step.phase == "prefill"
@@ -897,8 +900,9 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str, grou
         ops.append(O.collective("moe.reduce_scatter", "reduce_scatter", group_tokens * h * _b(act), sc.moe_group,
                                 phase=ph))
     if moe.num_shared_experts and not fused_shared:
-        shared = _dense_ffn(model, ph, sc, tokens, w, act, prefix="moe.shared",
-                            width=moe.num_shared_experts * moe.shared_intermediate, allreduce=False, residual=False)
+        shared = _dense_ffn(model, ph, sc, tokens, module_format(model, sc, "shared_experts"), act,
+                            prefix="moe.shared", width=moe.num_shared_experts * moe.shared_intermediate,
+                            allreduce=False, residual=False)
         if moe.shared_expert_gate:  # Qwen2-MoE, Qwen3-Next, Qwen3.5: sigmoid(x W_g) scales the shared output
             shared += [O.gemm("moe.shared.gate", tokens, 1, h, act, phase=ph),
                        _act_op(O.residual("moe.shared.scale", tokens, h, act, phase=ph), sc)]

@@ -38,6 +38,7 @@ Descriptor YAML (one model per file, ``workloads/models/<key>.yaml``)::
     logit_softcap: 0.0            # final logits -> c * tanh(logits / c) (Gemma 2: 30); 0: none
     attn_softcap: 0.0             # attention scores, likewise (Gemma 2: 50)
     expert_dtype: ""              # routed experts' format in the published checkpoint when it differs (fp4, int4)
+    fp4_unquantized: [attention_qkv, attention_o]  # what the published NVFP4 checkpoint keeps in bf16 (FP4_UNQUANTIZED)
     moe:                          # optional
       {num_experts: 256, top_k: 8, expert_intermediate: 2048,
        num_shared_experts: 1, shared_intermediate: 2048, first_dense_layers: 3,
@@ -71,6 +72,12 @@ from .vision_config import VISION_FAMILIES, Linear, VisionConfigError, VisionEnc
 LAYER_TYPES = ("full", "sliding", "chunked", "linear")  # linear: Gated DeltaNet (LinearAttention), no KV cache
 QK_NORM_TYPES = ("head", "layer", "l2")
 EXPERT_DTYPES = ("", "fp8", "fp4", "int4")
+# The module groups an NVFP4 checkpoint may leave unquantized (its exclude_modules / ignore list, in bf16): the
+# attention's query and key-value projections (MLA's q_a, q_b, kv_a, kv_b, whose up-projections decode absorbs),
+# its output projection, DeepSeek Sparse Attention's indexer, Gated DeltaNet's projections, the shared experts,
+# the dense FFN of the first layers, and the multi-token-prediction layers
+FP4_UNQUANTIZED = ("attention_qkv", "attention_o", "indexer", "linear_attention", "shared_experts", "dense_layers",
+                   "mtp")
 
 
 @dataclass(frozen=True)
@@ -181,6 +188,10 @@ class Model:
     # the format the published checkpoint stores routed experts in when it differs from the rest: fp4 (gpt-oss's
     # MXFP4: 32-element blocks, e8m0 scales), int4 (Kimi K2.5's INT4, groups of 32); "": as the rest
     expert_dtype: str = ""
+    # the module groups (FP4_UNQUANTIZED) the model's published NVFP4 checkpoint keeps in bf16: with --dtype fp4
+    # their products run in bf16 and their weights are stored so (NVIDIA's ModelOpt checkpoints exclude attention
+    # and often the shared experts); (): every product in fp4 but the LM head
+    fp4_unquantized: tuple[str, ...] = ()
     linear_attention: LinearAttention | None = None  # the "linear" layers' Gated DeltaNet
     attn_output_gate: bool = False  # a sigmoid gate (hidden -> heads x head_dim, beside q) on attention's output
     # multi-token-prediction layers published with the checkpoint (num_nextn_predict_layers): what --mtp drafts
@@ -390,7 +401,7 @@ _FIELDS = (
     "qkv_bias", "moe", "mla", "fp8_scaling",
     "qk_norm", "qk_norm_type", "attention_bias", "sliding_window", "layer_types", "layer_pattern", "attention_chunk",
     "attention_sinks", "logit_softcap", "attn_softcap", "sandwich_norm", "expert_dtype",
-    "linear_attention", "attn_output_gate", "mtp_layers", "vision",
+    "fp4_unquantized", "linear_attention", "attn_output_gate", "mtp_layers", "vision",
 )
 _MOE_REQUIRED = ("num_experts", "top_k", "expert_intermediate")
 _MOE_FIELDS = _MOE_REQUIRED + ("num_shared_experts", "shared_intermediate", "first_dense_layers", "layer_step",
@@ -555,6 +566,18 @@ def _str_list(d: dict, k: str, file: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in v)
 
 
+def _fp4_unquantized(d: dict, file: str) -> tuple[str, ...]:
+    """A descriptor's ``fp4_unquantized``: a list of FP4_UNQUANTIZED groups, each once."""
+    v = d.get("fp4_unquantized")
+    if v is None:
+        return ()
+    if not isinstance(v, list) or not all(isinstance(x, str) and x in FP4_UNQUANTIZED for x in v) \
+            or len(set(v)) != len(v):
+        raise InputError(f"expected a list of distinct groups among {', '.join(FP4_UNQUANTIZED)}, got {_short(v)}",
+                         file=file, field="fp4_unquantized")
+    return tuple(g for g in FP4_UNQUANTIZED if g in v)
+
+
 def _layer_type_list(v, file: str, field: str) -> list[str]:
     if not isinstance(v, list) or not v:
         raise InputError(f"expected a non-empty list of {', '.join(LAYER_TYPES)}, got {_short(v)}",
@@ -652,6 +675,7 @@ def _model_from_dict(d, file: str) -> Model:
     expert_dtype = _enum(d, "expert_dtype", EXPERT_DTYPES, file, default="")
     if expert_dtype and moe is None:
         raise InputError(f"{expert_dtype!r} given, but the model has no experts (moe)", file=file, field="expert_dtype")
+    fp4_unquantized = _fp4_unquantized(d, file)
     linear = _linear_from_dict(d.get("linear_attention"), file) if d.get("linear_attention") is not None else None
     types = _layer_types_from_dict(d, file, layers, sliding_window, chunk)
     if ("linear" in types) != (linear is not None):
@@ -682,6 +706,7 @@ def _model_from_dict(d, file: str) -> Model:
         attn_softcap=_softcap(d, "attn_softcap", file),
         sandwich_norm=_bool(d, "sandwich_norm", file),
         expert_dtype=expert_dtype,
+        fp4_unquantized=fp4_unquantized,
         linear_attention=linear,
         attn_output_gate=_bool(d, "attn_output_gate", file),
         vision=_vision_from_dict(d.get("vision"), file) if d.get("vision") is not None else None,
@@ -1153,6 +1178,9 @@ def _model_from_hf_dict(cfg, path: Path) -> Model:
                          field="quantization_config")
     if kw["moe"] is not None:
         kw["expert_dtype"] = _hf_expert_dtype(quant)
+    # ModelOpt's checkpoints give their NVFP4 layout in hf_quant_config.json beside config.json
+    fp4 = quant if quant is not None else _sibling_quant_config(path)
+    kw["fp4_unquantized"] = _fp4_groups_present(_hf_fp4_unquantized(fp4, kw["layers"], kw["moe"]), kw)
     if eagle:
         kw["draft_fuses"] = eagle
         draft_vocab = c.int("draft_vocab_size") if c.has("draft_vocab_size") else 0
@@ -1555,6 +1583,82 @@ def _hf_expert_dtype(q) -> str:
             if isinstance(w, dict) and w.get("num_bits") == 4 and w.get("type") == "int" and "self_attn" in ignore:
                 return "int4"
     return ""
+
+
+# an excluded module's name -> the FP4_UNQUANTIZED group it falls in (ModelOpt's and compressed-tensors' module
+# paths: DeepSeek's q_a_proj ... kv_b_proj, Llama's q/k/v_proj, Qwen3.5's linear_attn, Qwen's shared_expert)
+_FP4_MARKERS = (("indexer", "indexer"), ("linear_attn", "linear_attention"), ("shared_expert", "shared_experts"),
+                ("o_proj", "attention_o"), ("q_a_proj", "attention_qkv"), ("q_b_proj", "attention_qkv"),
+                ("kv_a_proj", "attention_qkv"), ("kv_b_proj", "attention_qkv"), ("q_proj", "attention_qkv"),
+                ("k_proj", "attention_qkv"), ("v_proj", "attention_qkv"), ("qkv_proj", "attention_qkv"))
+_WHOLE_LAYER = re.compile(r"layers\.(\d+)(\*|\.\*)$")
+_ATTENTION_BLOCK = re.compile(r"(^|[.*])(self_)?attn(\*|\.|$)")
+
+
+def _hf_fp4_unquantized(q, layers: int, moe) -> tuple[str, ...]:
+    """The module groups (FP4_UNQUANTIZED) an NVFP4 checkpoint's quantization_config leaves unquantized: ModelOpt's
+    ``exclude_modules`` or compressed-tensors' ``ignore`` (NVIDIA's DeepSeek, GLM-5, Kimi K2.5, MiniMax-M2.5 and
+    Qwen3.5 NVFP4 releases keep attention in bf16, some the shared experts). A whole layer beyond the model's
+    layers is a multi-token-prediction layer; one among the first dense layers, those layers' FFN."""
+    if not isinstance(q, dict) or not _hf_is_nvfp4(q):
+        return ()
+    names = q.get("exclude_modules") or q.get("ignore") or q.get("modules_to_not_convert") or []
+    found: set[str] = set()
+    dense = moe.first_dense_layers if moe is not None else 0
+    for name in (str(x) for x in names if isinstance(x, str)):
+        if "mtp" in name:
+            found.add("mtp")
+            continue
+        whole = _WHOLE_LAYER.search(name)
+        if whole:
+            n = int(whole.group(1))
+            found.add("mtp" if n >= layers else "dense_layers" if n < dense else "")
+            continue
+        marker = next((g for m, g in _FP4_MARKERS if m in name), None)
+        if marker:
+            found.add(marker)
+        elif _ATTENTION_BLOCK.search(name):  # the whole attention block
+            found.update(("attention_qkv", "attention_o", "indexer"))
+    return tuple(g for g in FP4_UNQUANTIZED if g in found)
+
+
+def _sibling_quant_config(path: Path):
+    """The ``quantization`` object of the hf_quant_config.json beside a config.json (ModelOpt's checkpoints), or
+    None where there is none; one that cannot be read is an error naming it."""
+    side = Path(path).with_name("hf_quant_config.json")
+    if not side.is_file():
+        return None
+    data = _read_json(side)
+    q = data.get("quantization") if isinstance(data, dict) else None
+    if not isinstance(q, dict):
+        raise InputError(f"expected an object 'quantization' (quant_algo, exclude_modules), got {_short(q)}",
+                         file=str(side), field="quantization")
+    return q
+
+
+def _fp4_groups_present(groups: tuple[str, ...], kw: dict) -> tuple[str, ...]:
+    """The groups among ``groups`` the model has (an excluded attention block names no indexer where there is
+    none)."""
+    moe, mla = kw.get("moe"), kw.get("mla")
+    has = {"indexer": mla is not None and bool(mla.index_topk),
+           "linear_attention": kw.get("linear_attention") is not None,
+           "shared_experts": moe is not None and bool(moe.num_shared_experts),
+           "dense_layers": moe is not None and bool(moe.first_dense_layers),
+           "mtp": bool(kw.get("mtp_layers"))}
+    return tuple(g for g in groups if has.get(g, True))
+
+
+def _hf_is_nvfp4(q: dict) -> bool:
+    """Whether a quantization_config describes NVFP4 weights (ModelOpt's quant_algo, or compressed-tensors' 4-bit
+    float weights in groups of 16)."""
+    if str(q.get("quant_algo", "")).upper() == "NVFP4":
+        return True
+    groups = q.get("config_groups")
+    for g in (groups.values() if isinstance(groups, dict) else ()):
+        w = g.get("weights") if isinstance(g, dict) else None
+        if isinstance(w, dict) and w.get("num_bits") == 4 and w.get("type") == "float":
+            return True
+    return False
 
 
 # ---- files, with a cache by path + mtime ----------------------------------------------------------

@@ -37,7 +37,7 @@ from .ops import COMM_KINDS
 from .profile import Profile
 from .scenario import Scenario, require_resolved
 from .spec import HardwareSpec
-from .speculative import check_draft, draft_model, draft_scenario
+from .speculative import check_draft, draft_model, draft_scenario, mtp_scenario
 from .speculative import describe as describe_speculation
 from .step_accounting import Rules, StepAccount, account, engine_scheduling, scheduler_rules, step_time
 from .step_accounting import host_cost  # noqa: F401  (for the callers that import it from here)
@@ -208,10 +208,11 @@ def serving_times(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, b
             return evaluate_step(drafter, hw, sc_d, prof, step).time_s
 
         ttft = ttft + evaluate_step(drafter, hw, sc_d, prof, plan.prefill).time_s
-    else:  # the model's own MTP module: one decoder layer and the LM head
+    else:  # the model's own MTP module: one decoder layer and the LM head, in the checkpoint's format for it
+        sc_mtp = mtp_scenario(model, sc)
 
         def one_draft(step):
-            phase = evaluate_step(model, hw, sc, prof, step)
+            phase = evaluate_step(model, hw, sc_mtp, prof, step)
             return draft_time(phase.times, phase.layers)
 
     if plan.draft is not None:
@@ -454,6 +455,21 @@ def _scheduler_text(sc: Scenario) -> str:
                if overlapped else "between the device's steps (synchronous scheduling): added to each step"))
 
 
+_FP4_GROUP_WORDS = {"attention_qkv": "attention's query and key-value projections", "attention_o": "attention's "
+                    "output projection", "indexer": "the sparse-attention indexer", "linear_attention": "Gated "
+                    "DeltaNet's projections", "shared_experts": "the shared experts", "dense_layers": "the dense "
+                    "layers' FFN", "mtp": "the MTP layers"}
+
+
+def _fp4_kept_text(model: Model, sc: Scenario) -> str:
+    """The assumption line for the modules an fp4 scenario runs in bf16 (``Model.fp4_unquantized``), or ''."""
+    if sc.dtype != "fp4" or not model.fp4_unquantized:
+        return ""
+    groups = ", ".join(_FP4_GROUP_WORDS[g] for g in model.fp4_unquantized)
+    return (f"fp4 as the model's NVFP4 checkpoint publishes it: {groups} kept in {sc.act_dtype} (their products "
+            "unquantized, their weights stored so; the model's fp4_unquantized, docs/models.md)")
+
+
 def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> list[str]:
     out = []
     if sc.mode == "sol":
@@ -537,6 +553,9 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
                    "and sets the pace")
     if sc.tp > 1 or sc.pp > 1 or sc.ep > 1:
         out.append(_overlap_text(sc, prof))
+    kept = _fp4_kept_text(model, sc)
+    if kept:
+        out.append(kept)
     if model.moe is not None:
         routing = sc.moe_routing or default_routing(model.family)
         out.append("MoE routing: the expected distinct experts a step touches from uniform top-k; where the engine's "

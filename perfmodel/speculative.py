@@ -49,6 +49,15 @@ def draft_scenario(sc: Scenario) -> Scenario:
     return sc.with_(mtp=0, mtp_accept=None, draft=None)
 
 
+def mtp_scenario(model: Model, sc: Scenario) -> Scenario:
+    """The scenario the model's own MTP layer drafts in: bf16 where the scenario runs the model's NVFP4 checkpoint
+    and that checkpoint keeps its MTP layers unquantized (``Model.fp4_unquantized``), else ``sc``."""
+    from .geometry import module_format
+
+    fmt = module_format(model, sc, "mtp")
+    return sc if fmt == sc.dtype else sc.with_(dtype=fmt)
+
+
 def check_draft(model: Model, sc: Scenario) -> None:
     """Refuse a draft model no engine runs: one of another vocabulary, or one whose heads the layout cannot split
     (a model without MTP layers and without a draft model is refused by :func:`perfmodel.graph.check_layout`)."""

@@ -242,7 +242,8 @@ def test_tolerances_are_tight_unless_explained():
 
 # ---- the importer reproduces each descriptor ----------------------------------------------------------
 
-_IDENTITY = {"key", "name", "aliases", "source", "notes"}
+# fp4_unquantized describes NVIDIA's NVFP4 release of the model, another checkpoint than the config.json's
+_IDENTITY = {"key", "name", "aliases", "source", "notes", "fp4_unquantized"}
 
 
 def _dims(m: Model) -> dict:

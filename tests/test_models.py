@@ -203,7 +203,8 @@ def test_registry_rejects_alias_clash(tmp_path, monkeypatch):
 
 # ---- Hugging Face import --------------------------------------------------------------------------
 
-_IDENTITY = {"key", "name", "aliases", "source", "notes"}
+# fp4_unquantized describes NVIDIA's NVFP4 release of the model, another checkpoint than the config.json's
+_IDENTITY = {"key", "name", "aliases", "source", "notes", "fp4_unquantized"}
 
 
 def _dims(m: Model) -> dict:

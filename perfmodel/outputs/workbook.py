@@ -53,6 +53,7 @@ from ..resolve import resolve_scenario
 from ..scenario import Scenario
 from ..spec import SPEC_FIELDS, HardwareSpec, spec_value
 from ..step_accounting import PARTS, Rules, account, scheduled_step, step_time
+from ..speculative import mtp_scenario
 from .common import command_line, field_unit, set_text, spec_files
 
 MAX_FORMULA = 8000  # Excel's limit is 8192 characters; keep a margin
@@ -620,9 +621,10 @@ def build_workbook(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile, 
         rules = Rules.of(sc_r, st.phase, **host_rules(sc_r, prof))
         if overlap_method in ("none", "fixed"):  # the hidden fraction is a live input
             rules = dataclasses.replace(rules, overlap="fixed", fraction=I("overlap"))
-        timed_by_key[st.key] = _step_sheet(wb, st, model, hw, sc_r, hw_view, prof_view, rules, power, I,
+        sc_st = mtp_scenario(model, sc_r) if st.key == "draft" else sc_r  # the MTP layer in its checkpoint's format
+        timed_by_key[st.key] = _step_sheet(wb, st, model, hw, sc_st, hw_view, prof_view, rules, power, I,
                                            (title_font, bold, head_fill),
-                                           ratios=_table_ratios(model, hw, sc_r, prof, st.key))
+                                           ratios=_table_ratios(model, hw, sc_st, prof, st.key))
 
     # -- serving and memory (perfmodel.projection and perfmodel.capacity on cells) ----------------
     srow("request_s", "a request's first token beyond its prefill step", request_overhead_s(sc_r, hw, model, prof),

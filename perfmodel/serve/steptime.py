@@ -446,8 +446,9 @@ class StepModel:
         """The MTP module's (seconds, joules) of one draft step of ``rows`` tokens a sequence over (sequences,
         context): a mean decoder layer and the LM head, as :func:`perfmodel.projection.draft_time`."""
         from ..projection import draft_time, evaluate_step
+        from ..speculative import mtp_scenario
 
-        ph = evaluate_step(self.model, self.hw, self.sc, self.prof,
+        ph = evaluate_step(self.model, self.hw, mtp_scenario(self.model, self.sc), self.prof,
                            Step("decode", n_grid[:, None], rows, c_grid[None, :]))
         t = np.broadcast_to(draft_time(ph.times, ph.layers), (len(n_grid), len(c_grid)))
         e = np.zeros_like(t)
