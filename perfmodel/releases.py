@@ -112,6 +112,52 @@ def release_table(folder: Path, family: str, asked: str) -> tuple[str, Path] | N
     return pick, others[pick]
 
 
+def same_kernels(folder: Path, release: Path) -> bool:
+    """Whether the release folder ``release`` times, for every class it holds, the kernel the engine folder
+    ``folder``'s own table runs for that class (the engine's kernel of the class, :func:`perfmodel.cost.tables.
+    engine_kernel`; a class the folder does not hold counts as the same): its rows are then the same kernels timed
+    under that release's build. SGLang 0.5.10's and TensorRT-LLM 1.3.0rc10's Hopper tables are (Triton's fused MoE,
+    TensorRT-LLM's CUTLASS module); vLLM 0.19's B200 tables time its Triton fused_moe where 0.24's time FlashInfer's
+    kernels, which 0.19 itself runs for some routers (docs/engines.md): not."""
+    from .cost.table_store import FILE as TABLE_FILE
+    from .cost.table_store import decode_lazily
+    from .cost.tables import engine_kernel, load_folder
+
+    own = load_folder(folder)
+    try:
+        held = decode_lazily(Path(release) / TABLE_FILE)[0]
+    except (OSError, ValueError):
+        return False
+    if own is None:
+        return False
+    for key, rows in held.items():
+        mine = own.rows.get(key)
+        if mine is not None and engine_kernel(own.engine, key, list(rows), rows.main) != engine_kernel(
+                own.engine, key, list(mine), mine.main):
+            return False
+    return True
+
+
+def kernel_matched_release(prof, release: str | None) -> str | None:
+    """``release``, where another release's tables stand for it in some of ``prof``'s table families
+    (:func:`release_table`) and time there the same kernels as the engine folder's own (:func:`same_kernels`); else
+    None (the engine folder's own tables stand: which kernel that release ran by default is a question of its
+    source). What ``perfmodel validate`` prices each row with unless told otherwise (docs/engines.md)."""
+    from .profile import TABLE_FIELDS
+
+    if not release:
+        return None
+    found = False
+    for family, field in TABLE_FIELDS.items():
+        path = getattr(prof, field, "")
+        hit = release_table(Path(path), family, release) if path else None
+        if hit is not None:
+            if not same_kernels(Path(path), hit[1]):
+                return None
+            found = True
+    return release if found else None
+
+
 def with_release_tables(prof, release: str | None):
     """``prof`` with each table family priced by the tables of the engine release nearest ``release`` (module
     doc); unchanged where no other release stands for it. The choice is written to ``provenance.release_tables``."""

@@ -85,7 +85,7 @@ def row_format(row: dict, model) -> str:
     return "bf16" if own and precision == own else precision
 
 
-def _scenario_for(row: dict, where: str, engine: str, model, release_tables: bool = False):
+def _scenario_for(row: dict, where: str, engine: str, model, release: str | None = None):
     from .scenario import Scenario
 
     precision = row_format(row, model)
@@ -100,7 +100,19 @@ def _scenario_for(row: dict, where: str, engine: str, model, release_tables: boo
                     tp=_int(row, "tp", where), pp=_int(row, "pp", where), dtype=precision,
                     batching="static" if static else "continuous", engine=engine_of(row, engine),
                     kv_cache=cache.group(1) if cache else None, launch=launch,
-                    engine_release=row_release(row, release_tables)).validated()
+                    engine_release=release).validated()
+
+
+def table_release(row: dict, release_tables: bool | None, own_profile) -> str | None:
+    """The release whose tables price ``row`` (:func:`run_validation`'s ``release_tables``): the one it records,
+    where asked for, or by default where that release's tables time the kernels the engine folder's own do
+    (``own_profile()``: the row's profile without a release's tables)."""
+    from .releases import kernel_matched_release
+
+    release = row_release(row, release_tables is not False)
+    if release is None or release_tables:
+        return release
+    return kernel_matched_release(own_profile(), release)
 
 
 def row_release(row: dict, wanted: bool = True) -> str | None:
@@ -148,12 +160,14 @@ def _select(rows: list[dict], where, limit: int | None, path) -> list[tuple[int,
 
 
 def run_validation(path=None, *, calibration=None, mode: str = "latency", engine: str = "auto", where=None,
-                   limit: int | None = None, release_tables: bool = False, schedule: str | None = None,
+                   limit: int | None = None, release_tables: bool | None = None, schedule: str | None = None,
                    closed_loop_start: str = "burst") -> list[dict]:
     """Project every row of the table; ``engine`` overrides the engine read off each row's source.
     ``where`` (``hardware=b200,engine=trtllm``, or parsed clauses) and ``limit`` keep a subset of the rows;
     ``release_tables``: price each row's MoE layers with the tables of the engine release it records, where such
-    tables were imported (:mod:`perfmodel.releases`; off by default: docs/engines.md says why); ``schedule``: the
+    tables were imported (:mod:`perfmodel.releases`): None (the default) where they time the same kernels as the
+    engine folder's own (:func:`perfmodel.releases.kernel_matched_release`), True wherever they exist, False never
+    (docs/engines.md says why); ``schedule``: the
     serving simulation's schedule for every aggregated row (docs/serving.md, Schedules; None: each engine's preset);
     ``closed_loop_start``: how each closed loop's first wave starts (:data:`perfmodel.scenario.CLOSED_LOOP_STARTS`)."""
     from .projection import project_resolved
@@ -187,7 +201,9 @@ def run_validation(path=None, *, calibration=None, mode: str = "latency", engine
             continue
         hw = resolve_hardware(row["hardware"])
         model = resolve_model(row["model"])
-        sc = _scenario_for(row, where, engine, model, release_tables).with_(mode=mode)
+        release = table_release(row, release_tables, lambda: setup(hw, model, calibration=calibration,
+                                                                    engine=engine_of(row, engine)).profile)
+        sc = _scenario_for(row, where, engine, model, release).with_(mode=mode)
         prof = setup(hw, model, calibration=calibration, engine=sc.engine, release=sc.engine_release).profile
         try:  # a row whose engine does not run on its part is refused like one that does not fit
             proj = project_resolved(hw, model, resolve_scenario(sc, hw, model), prof)
@@ -208,7 +224,8 @@ class _Serving:
     """Projects serving-benchmark rows (module doc); keeps what rows share: specs, models, profiles,
     step-time tables and whole simulations (a measurement's ttft and tpot rows)."""
 
-    def __init__(self, calibration, mode: str, engine: str, release_tables: bool = False, schedule: str | None = None,
+    def __init__(self, calibration, mode: str, engine: str, release_tables: bool | None = None,
+                 schedule: str | None = None,
                  closed_loop_start: str = "burst"):
         self.calibration, self.mode, self.engine = calibration, mode, engine
         self.release_tables, self.schedule, self.closed_loop_start = release_tables, schedule, closed_loop_start
@@ -233,7 +250,7 @@ class _Serving:
         if status is not None:
             rec["reason"], rec["status"] = status
             return rec
-        from .resolve import resolve_hardware, resolve_model, setup
+        from .resolve import resolve_hardware, resolve_model
         from .scenario import Scenario
 
         hw = self._resolve(self.hw, row["hardware"].strip(), resolve_hardware)
@@ -253,12 +270,8 @@ class _Serving:
         if layout is not None:
             rec["reason"], rec["status"] = layout
             return rec
-        release = row_release(row, self.release_tables)
-        key = (hw.key, rec["engine"], release)
-        if key not in self.profiles:
-            self.profiles[key] = setup(hw, calibration=self.calibration, engine=rec["engine"],
-                                       release=release).profile
-        prof = self.profiles[key]
+        release = table_release(row, self.release_tables, lambda: self._profile(hw, rec["engine"], None))
+        prof = self._profile(hw, rec["engine"], release)
         opts = None
         try:
             if sides is None:
@@ -289,6 +302,15 @@ class _Serving:
         # diagnostic, never the prediction: the same mean over the first C requests (the initial burst)
         rec["first_wave"] = result["closed_loop"]["first_wave"][SERVING_METRICS[row["metric"]]]
         return rec
+
+    def _profile(self, hw, engine: str, release: str | None):
+        """The profile of ``engine`` on ``hw`` with the tables of ``release`` (None: the engine folder's own)."""
+        from .resolve import setup
+
+        key = (hw.key, engine, release)
+        if key not in self.profiles:
+            self.profiles[key] = setup(hw, calibration=self.calibration, engine=engine, release=release).profile
+        return self.profiles[key]
 
     def _engine(self, row: dict) -> str:
         if self.engine != "auto":

@@ -20,9 +20,13 @@ def register(sub) -> None:
     p.add_argument("--where", default=None, metavar="COL=V[|V..][,COL=V..]",
                    help="keep rows whose columns match, e.g. hardware=b200,engine=trtllm (case-insensitive)")
     p.add_argument("--limit", default=None, help="keep the first N rows (after --where)")
-    p.add_argument("--release-tables", action="store_true",
-                   help="price each row's MoE layers with the tables of the engine release it records (its "
-                        "engine_version), where tables of that release were imported (docs/engines.md)")
+    tables = p.add_mutually_exclusive_group()
+    tables.add_argument("--release-tables", action="store_const", const=True, default=None,
+                        help="price each row's MoE layers with the tables of the engine release it records (its "
+                             "engine_version) wherever tables of that release were imported; by default only where "
+                             "they time the same kernels as the engine folder's own (docs/engines.md)")
+    tables.add_argument("--no-release-tables", dest="release_tables", action="store_const", const=False,
+                        help="price every row with the engine folder's own tables")
     p.add_argument("--schedule", choices=SCHEDULES, default=None,
                    help="the serving simulation's schedule for every aggregated closed-loop row (docs/serving.md, "
                         "Schedules; default: each engine's preset)")
