@@ -128,3 +128,15 @@ def test_a_descriptor_names_known_groups_once(tmp_path):
             load_model(str(p))
         assert e.value.field == "fp4_unquantized" and "attention_qkv" in str(e.value)
     assert set(FP4_UNQUANTIZED) >= set(load_model("minimax-m2.5").fp4_unquantized)
+
+
+def test_training_quantizes_by_its_recipe_not_by_the_inference_checkpoint():
+    """A training step runs every product in its recipe's format: the NVFP4 release's bf16 modules do not reach it."""
+    from perfmodel.train.graph import layer_ops
+    from perfmodel.train.scenario import TrainScenario
+
+    ds = load_model("deepseek-v3")
+    ts = TrainScenario(gpus=64, tp=8, ep=8, global_batch=64, micro_batch=1, seq=4096, dtype="fp4")
+    every = dataclasses.replace(ds, fp4_unquantized=())
+    assert [(t.op.name, t.op.params.get("dtype")) for t in layer_ops(ds, ts)] == \
+        [(t.op.name, t.op.params.get("dtype")) for t in layer_ops(every, ts)]

@@ -200,8 +200,10 @@ def layer_ops(model: Model, ts: TrainScenario) -> list[TrainOp]:
     fused = ts.kernels == "fused"
     out: list[TrainOp] = []
     # training updates every weight in its training format: a checkpoint's narrower inference experts (gpt-oss's
-    # MXFP4) are not what a training step reads (its memory, perfmodel.train.memory, counts them so too)
-    raw = build_ops(replace(model, expert_dtype="") if model.expert_dtype else model, step, sc)
+    # MXFP4) and the modules its NVFP4 release keeps in bf16 are not what a training step reads (its memory,
+    # perfmodel.train.memory, counts them so too)
+    own = model.expert_dtype or model.fp4_unquantized
+    raw = build_ops(replace(model, expert_dtype="", fp4_unquantized=()) if own else model, step, sc)
     has_rotary = any(op.name.startswith("attn.rotary") for op in raw)
     for op in raw:
         if op.scope != "layer":
