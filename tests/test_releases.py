@@ -159,3 +159,29 @@ def test_a_named_release_runs_its_own_defaults_where_read():
     assert resolved(defaults_release="0.12.0").moe_padding == "computed"
     assert resolved(defaults_release="0.24.0").async_scheduling is True
     assert resolved(engine_release="0.24.0").async_scheduling is True
+
+
+def test_engines_doc_states_the_rc10_ep_gap():
+    """docs/engines.md's figures for TensorRT-LLM 1.3.0rc10's block-fp8 MoE table against rc20's on the H200, as the
+    tables give them: DeepSeek-V3's module at EP 8 and at EP 1, the ratio by token count."""
+    import numpy as np
+
+    from perfmodel.cost.table_store import FILE, decode_lazily
+
+    def ratios(ep: int, width: int) -> dict:  # rc10 over rc20 by tokens: the expert width a rank holds
+        out = []
+        for folder in (ROOT / "calibration" / "h200-sxm-trtllm" / "releases" / "1.3.0rc10",
+                       ROOT / "calibration" / "h200-sxm-trtllm"):
+            c = decode_lazily(folder / FILE)[0][("moe", "fp8_block", "power_law_1.01")]["moe_torch_flow_cutlass"]
+            m = (c.dims[:, 1] == 7168) & (c.dims[:, 2] == width) & (c.dims[:, 3] == 256 // ep) & (c.dims[:, 5] == ep)
+            out.append(dict(zip(c.dims[m, 0].astype(int).tolist(), c.times[m].tolist())))
+        return {t: out[0][t] / v for t, v in out[1].items() if t in out[0]}
+
+    r8, r1 = ratios(8, 2048), ratios(1, 256)  # EP 8: whole experts; EP 1: each split over 8 ranks
+    assert len(r8) > 20 and len(r1) > 20
+    small = [r for t, r in r8.items() if t <= 16]
+    large = [abs(r - 1) for t, r in r8.items() if t >= 64]
+    doc = " ".join((ROOT / "docs" / "engines.md").read_text().split())
+    assert f"{min(small):.1f}-{max(small):.1f}x rc20's at 1 to 16 tokens" in doc
+    assert f"within {np.ceil(100 * max(large)):.0f}% of it from 64" in doc
+    assert f"EP 1 within {np.ceil(100 * max(abs(r - 1) for r in r1.values())):.0f}% at every count" in doc
