@@ -492,6 +492,36 @@ def moe_padding_for(engine: str, version: str, generation: str | None = None, ro
     return "none"
 
 
+# FlashInfer's TensorRT-LLM block-fp8 MoE kernel in vLLM on SM100 comes in two classes: the monolithic one routes
+# tokens itself and takes only the routers its _supports_routing_method lists; the modular one takes every router
+# (experts/trtllm_fp8_moe.py, read from the 0.19.0 and 0.24.0 wheels): 0.19 lists DeepSeekV3 alone, 0.24 also
+# Renormalize, RenormalizeNaive, SigmoidRenorm, Sigmoid and MiniMax2. By perfmodel.models.ROUTERS.
+VLLM_MONOLITHIC_ROUTERS = {(0, 19): ("sigmoid_bias_grouped",),
+                           (0, 24): ("sigmoid_bias_grouped", "softmax", "sigmoid_bias")}
+VLLM_MODULE_SOURCE = (
+    "vLLM's FlashInfer TensorRT-LLM block-fp8 MoE on SM100 (fused_moe/oracle/fp8.py backend_to_kernel_cls: "
+    "[TrtLlmFp8ExpertsMonolithic, TrtLlmFp8ExpertsModular], the first that supports the layer): the monolithic "
+    "class routes tokens itself, for the routing methods its _supports_routing_method lists (0.19.0: DeepSeekV3; "
+    "0.24.0: DeepSeekV3, Renormalize, RenormalizeNaive, SigmoidRenorm, Sigmoid, MiniMax2), the modular one for "
+    "every other router (experts/trtllm_fp8_moe.py of both wheels, read offline 2026-12-07); 0.20-0.23 not read. "
+    "aiconfigurator-core's 0.24 B200 table times both; the projection prices the class the release runs for the "
+    "model's router (the modular one adds 6-9 us a layer at one token: separate routing and permutes)")
+
+
+def moe_module_for(engine: str, version: str | None, generation: str | None, router: str | None) -> str | None:
+    """The class of FlashInfer's TensorRT-LLM block-fp8 MoE kernel ``engine``'s release ``version`` runs for a model
+    of ``router`` on a part of ``generation`` (:data:`VLLM_MONOLITHIC_ROUTERS`): "monolithic", "modular", or None
+    where the rule does not apply (another engine or part, a release not read: 0.20-0.23; before 0.19 the modular
+    class does not exist). ``version`` None: the release of the engine folder's own tables (0.24)."""
+    if engine != "vllm" or generation not in SM100_GENERATIONS or router is None:
+        return None
+    release = (0, 24) if version is None else _release(version)
+    if release is None or release < (0, 19) or (0, 19) < release < (0, 24):
+        return None
+    routers = VLLM_MONOLITHIC_ROUTERS[(0, 19) if release < (0, 24) else (0, 24)]
+    return "monolithic" if router in routers else "modular"
+
+
 def release_defaults(engine: str, version: str | None, *, generation: str | None = None, router: str | None = None,
                      moe_tp: int | None = None) -> dict:
     """What release ``version`` of ``engine`` runs by default where the rules read from its source know it
@@ -502,7 +532,8 @@ def release_defaults(engine: str, version: str | None, *, generation: str | None
         return {}
     found = {"async_scheduling": async_scheduling_for(engine, version),
              "shared_stream": shared_stream_for(engine, version),
-             "moe_padding": moe_padding_for(engine, version, generation, router, moe_tp)}
+             "moe_padding": moe_padding_for(engine, version, generation, router, moe_tp),
+             "moe_module": moe_module_for(engine, version, generation, router)}
     return {field: value for field, value in found.items() if value is not None}
 
 
@@ -633,6 +664,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
             "async_scheduling": VLLM_ASYNC_SOURCE,
             "shared_stream": VLLM_SHARED_STREAM_SOURCE,
             "moe_padding": VLLM_PADDING_SOURCE,
+            "moe_module": VLLM_MODULE_SOURCE,
             "fused_latent_proj": "vLLM's DeepseekV2MLAAttention: fused_qkv_a_proj, one MergedColumnParallelLinear "
                                  "of q_a_proj and kv_a_proj_with_mqa (models/deepseek_v2.py, 0.12.0, read offline)",
         }),

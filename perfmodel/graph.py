@@ -742,12 +742,15 @@ def _gemm_format(w: str, model: Model, weights: str | None = None) -> str:
 
 
 def _in_module(op: O.Op, tokens, hidden: int, width: int, top_k: int, experts: int, ep: int, fmt: str,
-               routing: str) -> O.Op:
+               routing: str, kernel: str = "") -> O.Op:
     """An op of a fused MoE module, naming the module it belongs to (tokens before routing, hidden size, expert
-    width on this rank, top_k, experts, EP ways, the products' format, the router's skew): a table of the
-    engine's MoE modules prices the module whole, each of its ops by the module's ratio."""
+    width on this rank, top_k, experts, EP ways, the products' format, the router's skew, and where the engine
+    runs one of several kernel classes for the format, which: ``kernel``): a table of the engine's MoE modules
+    prices the module whole, each of its ops by the module's ratio."""
     module = {"moe_tokens": tokens, "moe_hidden": hidden, "moe_width": width, "moe_top_k": top_k,
               "moe_experts": experts, "moe_ep": ep, "moe_format": fmt, "moe_routing": routing}
+    if kernel:
+        module["moe_kernel"] = kernel
     return O.Op(op.name, op.kind, op.phase, op.flops, op.bytes, {**op.params, **module}, op.count, op.scope,
                 op.kernels)
 
@@ -885,7 +888,9 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str, grou
         # experts included (their own class)
         fmt = _gemm_format(w_experts, model, stored)
         routing = sc.moe_routing or default_routing(model.family)
-        experts = [_in_module(op, module_tokens, h, width, moe.top_k, moe.num_experts, ep, fmt, routing)
+        # vLLM's FlashInfer TensorRT-LLM kernel on SM100: its monolithic or modular class, by release and router
+        kernel = sc.moe_module if fmt == "fp8_block" else ""
+        experts = [_in_module(op, module_tokens, h, width, moe.top_k, moe.num_experts, ep, fmt, routing, kernel or "")
                    for op in experts]
         layout = worst_case_layout(model, sc)
         if layout is not None:

@@ -583,6 +583,10 @@ def assumptions(hw: HardwareSpec, model: Model, sc: Scenario, prof: Profile) -> 
             out.append("block-fp8 experts' grouped products over the worst-case contiguous layout, the blocks no token "
                        "reaches skipped (vLLM 0.13-0.17's DeepGEMM path, docs/engines.md; --moe-padding): the "
                        "activation and re-quantization run over every row of the layout")
+        if sc.moe_module and sc.dtype == "fp8" and model.fp8_scaling == "block" and layout is None:
+            out.append(f"block-fp8 experts on FlashInfer's TensorRT-LLM kernel, its {sc.moe_module} class (vLLM on "
+                       "SM100 for this model's router and release, docs/engines.md), priced from that kernel's "
+                       "rows of the MoE table")
     if sc.mode != "sol" and allreduce_norm_layout(model, sc):
         from .engines import ALLREDUCE_NORM_TOKENS
 

@@ -115,6 +115,9 @@ class Scenario:
     # activation and re-quantization still over every row), or none; perfmodel.graph.padded_expert_ops; None: the
     # engine's; none on parts outside perfmodel.engines.DEEPGEMM_GENERATIONS
     moe_padding: str | None = None
+    # the class of FlashInfer's TensorRT-LLM block-fp8 MoE kernel vLLM runs on SM100 for the model's router:
+    # monolithic | modular (perfmodel.engines.moe_module_for); "" where no such choice applies; None: the engine's
+    moe_module: str | None = None
     # MLA's query and KV latents projected by one product (perfmodel.engines: fused_latent_proj); None: the engine's
     fused_latent_proj: bool | None = None
     # the model families whose TP all-reduce the engine folds into the residual add and RMSNorm after it on this part
@@ -279,10 +282,12 @@ class Scenario:
             "allreduce_norm": (eng.allreduce_norm if getattr(hw, "vendor", "nvidia") == "nvidia"
                                and getattr(hw, "generation", "") in eng.allreduce_norm_generations else ()),
         }
-        from .engines import DEEPGEMM_GENERATIONS, release_defaults
+        from .engines import DEEPGEMM_GENERATIONS, moe_module_for, release_defaults
 
         generation = getattr(hw, "generation", "")
         moe = getattr(model, "moe", None)
+        # the block-fp8 MoE kernel's class the engine folder's own release runs for the model's router (vLLM on SM100)
+        preset["moe_module"] = moe_module_for(eng.key, None, generation, moe.router if moe is not None else None) or ""
         # a named release's own, where read (the MoE layout by part, router and the experts' TP split)
         preset.update(release_defaults(eng.key, self.engine_release or self.defaults_release, generation=generation,
                                        router=moe.router if moe is not None else None,
@@ -374,6 +379,8 @@ class Scenario:
             from .engines import MOE_PADDINGS
 
             _choice(self.moe_padding, MOE_PADDINGS, "--moe-padding")
+        if self.moe_module is not None:
+            _choice(self.moe_module, ("", "monolithic", "modular"), "moe_module")
         _choice(self.kernels, ("fused", "torch", "hf"), "--kernels")
         _choice(self.kv_cache, KV_CACHES, "--kv-cache")
         _choice(self.rotary, ("kv_write", "kernel", "eager"), "--rotary")

@@ -199,3 +199,80 @@ def test_a_published_configs_router_is_the_librarys(config, key):
 
     path = Path(__file__).parent / "data" / "hf_configs" / f"{config}_config.json"
     assert model_from_hf_config(path).moe.router == load_model(key).moe.router
+
+
+@pytest.mark.parametrize("version, router, want", [
+    ("0.19.0", "sigmoid_bias", "modular"), ("0.19.0", "softmax", "modular"),
+    ("0.19.0", "sigmoid_bias_grouped", "monolithic"), (None, "sigmoid_bias", "monolithic"),
+    ("0.24.0", "softmax", "monolithic"), ("0.24.0", "sigmoid", "modular"), (None, "softmax_unnormalized", "modular"),
+    ("0.22.0", "sigmoid_bias", None), ("0.17.0", "sigmoid_bias", None)])
+def test_vllms_tensorrt_llm_moe_class_by_release_and_router(version, router, want):
+    """vLLM's monolithic TensorRT-LLM block-fp8 MoE routes the tokens itself for the routers it lists (0.19:
+    DeepSeek-V3's alone; 0.24: also Renormalize and MiniMax-M2's), the modular one takes the rest; 0.20-0.23 not read,
+    before 0.19 no modular class; SM100 parts only."""
+    from perfmodel.engines import moe_module_for
+
+    assert moe_module_for("vllm", version, "blackwell", router) == want
+    assert moe_module_for("vllm", version, "hopper", router) is None
+    assert moe_module_for("sglang", version, "blackwell", router) is None
+
+
+def test_the_modular_class_is_priced_from_its_own_rows():
+    """MiniMax-M2.5 under vLLM 0.19 on the B200 runs the modular class, timed in the 0.24 folder's table beside the
+    monolithic one: its module ops name it, and the decode step takes that kernel's rows."""
+    hw = resolve_hardware("b200")
+    kw = dict(batch=16, isl=1024, osl=128, dtype="fp8", tp=2, engine="vllm")
+    model = resolve_model("minimax-m2.5")
+
+    def decode(**extra):
+        sc = Scenario(**kw, **extra).validated().for_hardware(hw, model)
+        ops = build_ops(model, Step("decode", 16, 1, 1024), sc)
+        return sc, {op.params.get("moe_kernel") for op in ops if "moe_format" in op.params}
+
+    sc, kernels = decode()
+    assert sc.moe_module == "monolithic" and kernels == {"monolithic"}  # the folder's own release, 0.24
+    sc, kernels = decode(defaults_release="0.19.0")
+    assert sc.moe_module == "modular" and kernels == {"modular"}
+    old = project("b200", "minimax-m2.5", defaults_release="0.19.0", **{**kw, "batch": 16})
+    new = project("b200", "minimax-m2.5", **{**kw, "batch": 16})
+    assert old.decode.time_s > 1.03 * new.decode.time_s
+    from perfmodel.cost.tables import load_folder
+    from perfmodel.paths import repo_root
+
+    folder = load_folder(repo_root() / "calibration" / "b200-vllm")
+    key = ("moe", "fp8_block", "power_law_1.2")
+    assert folder.kernel_for("moe", key, "modular").endswith("modular")
+    assert folder.kernel_for("moe", key) == folder.kernel_for("moe", key, "monolithic")
+    # block fp8 on Hopper takes no such class
+    assert project("h200-sxm", "minimax-m2.5", **kw).scenario.moe_module == ""
+
+
+def test_engines_doc_states_the_two_classes_figures():
+    """docs/engines.md's paragraph on vLLM 0.19's modular TensorRT-LLM class: the shapes each class's rows hold in the
+    B200 table, their one-token times, and the decode step it quotes, as the tables and the model give them today."""
+    import collections
+
+    from perfmodel.cost.table_store import FILE, decode_lazily
+    from perfmodel.paths import repo_root
+
+    doc = " ".join((repo_root() / "docs" / "engines.md").read_text().split())
+    para = doc.split("**From 0.19: the TensorRT-LLM kernel's two classes, by router**")[1].split("**")[0]
+    rows = decode_lazily(repo_root() / "calibration" / "b200-vllm" / FILE)[0][("moe", "fp8_block", "balanced")]
+    shapes = {}
+    for kernel in rows:
+        c = rows[kernel]
+        by = collections.defaultdict(dict)
+        for dims, t in zip(c.dims.tolist(), c.times.tolist()):
+            by[tuple(dims[1:])][int(dims[0])] = t
+        shapes["modular" if kernel.endswith("modular") else "monolithic"] = by
+    assert f"the monolithic at {len(shapes['monolithic'])} shapes, the modular at {len(shapes['modular'])} others" \
+        in para
+    # shapes alike but for top-k (dims: hidden, width, experts a rank, top-k, EP)
+    pairs = [(s, t) for s in shapes["modular"] for t in shapes["monolithic"]
+             if (s[0], s[1], s[2], s[4]) == (t[0], t[1], t[2], t[4]) and s[3] == 6 and t[3] == 8]
+    r = [shapes["modular"][s][1] / shapes["monolithic"][t][1] for s, t in pairs]
+    assert f"at top-8: {len(pairs)} shapes), the modular one takes {min(r):.2f}-{max(r):.2f}x" in para
+    kw = dict(dtype="fp8", tp=2, batch=16, isl=1024, osl=1024, engine="vllm")
+    new = project("b200", "minimax-m2.5", **kw).decode.time_s * 1e3
+    old = project("b200", "minimax-m2.5", defaults_release="0.19.0", **kw).decode.time_s * 1e3
+    assert f"a decode step {new:.1f} -> {old:.1f} ms" in para

@@ -671,9 +671,14 @@ class FolderTables:
     rows: dict[tuple, KernelRows]  # class key -> kernel -> its rows (each decoded when first asked for)
     _built: dict = field(default_factory=dict)
 
-    def kernel_for(self, family: str, key: tuple) -> str | None:
-        """The kernel of ``key`` the engine runs, or None when the table does not hold it (module doc)."""
+    def kernel_for(self, family: str, key: tuple, variant: str = "") -> str | None:
+        """The kernel of ``key`` the engine runs, or None when the table does not hold it (module doc); ``variant``:
+        the class of the format's kernel the engine runs for the op (vLLM's monolithic or modular TensorRT-LLM MoE,
+        :func:`perfmodel.engines.moe_module_for`), taken where exactly one of the class's kernels names it."""
         kernels = self.rows.get(key) or KernelRows({}, [])
+        named = [k for k in kernels if variant and k.endswith(variant)]
+        if len(named) == 1:
+            return named[0]
         return engine_kernel(self.engine, key, list(kernels), kernels.main)
 
     def table(self, key: tuple, kernel: str, price) -> "ClassTable | CarriedKernel | None":
@@ -1045,7 +1050,7 @@ def anchor_ratio(op, hw, prof, *, price, backend: str | None = None):
         return None
     if family == "moe" and key not in folder.rows:  # a table without the router's skew: its balanced rows
         key = (*key[:2], "balanced")
-    table = folder.table(key, folder.kernel_for(family, key), price)
+    table = folder.table(key, folder.kernel_for(family, key, op.params.get("moe_kernel", "")), price)
     if table is None:
         return None
     r = table.ratio(dims)
