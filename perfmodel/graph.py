@@ -889,8 +889,8 @@ def _moe_ffn(model: Model, ph: str, sc: Scenario, tokens, w: str, act: str, grou
         fmt = _gemm_format(w_experts, model, stored)
         routing = sc.moe_routing or default_routing(model.family)
         # vLLM's FlashInfer TensorRT-LLM kernel on SM100: its monolithic or modular class, by release and router
-        kernel = sc.moe_module if fmt == "fp8_block" else ""
-        experts = [_in_module(op, module_tokens, h, width, moe.top_k, moe.num_experts, ep, fmt, routing, kernel or "")
+        kernel = (sc.moe_module or "") if fmt == "fp8_block" else ""
+        experts = [_in_module(op, module_tokens, h, width, moe.top_k, moe.num_experts, ep, fmt, routing, kernel)
                    for op in experts]
         layout = worst_case_layout(model, sc)
         if layout is not None:
