@@ -27,7 +27,8 @@ from . import vision
 from .cost.backend import NP
 from .dtypes import bytes_per_element
 from .errors import InputError
-from .geometry import INDEXER_FORMAT, attention_layer_kinds, expert_format, heads_per_gpu, linear_layers
+from .geometry import (INDEXER_FORMAT, attention_layer_kinds, expert_format, heads_per_gpu, linear_layers,
+                       module_format)
 from .models import Model, eagle_fusion_params, indexer_params, is_moe_layer, linear_attention_params
 from .scenario import Scenario, require_resolved
 
@@ -131,8 +132,7 @@ def _layer_params(model: Model, layer: int, sc: Scenario) -> tuple[float, float,
         groups["dense_layers"] = mats * h * _ceil_div(model.intermediate, tp)
     else:
         other += mats * h * _ceil_div(model.intermediate, tp)
-    kept = set(model.fp4_unquantized) if sc.dtype == "fp4" else set()
-    plain = sum(v for g, v in groups.items() if g in kept)
+    plain = sum(v for g, v in groups.items() if module_format(model, sc, g) != sc.dtype)
     return other + sum(groups.values()) - plain, experts, plain
 
 
@@ -174,7 +174,7 @@ def mtp_weight_bytes(model: Model, sc: Scenario) -> float:
     h = model.hidden
     dense, experts, plain = _layer_params(model, model.layers - 1, sc)
     act = bytes_per_element(sc.act_dtype)
-    if sc.dtype == "fp4" and "mtp" in model.fp4_unquantized:  # the NVFP4 checkpoint keeps these layers in bf16
+    if module_format(model, sc, "mtp") != sc.dtype:  # the NVFP4 checkpoint keeps these layers in bf16
         return model.mtp_layers * (dense + experts + plain + 2 * h * h + 2 * h) * act
     per_module = ((dense + 2 * h * h + 2 * h) * bytes_per_element(sc.dtype) + plain * act
                   + experts * bytes_per_element(expert_format(model, sc)))

@@ -1610,9 +1610,10 @@ def _hf_fp4_unquantized(q, layers: int, moe) -> tuple[str, ...]:
             found.add("mtp")
             continue
         whole = _WHOLE_LAYER.search(name)
-        if whole:
+        if whole:  # a layer past the model's is an MTP layer; one among the first dense ones, their FFN
             n = int(whole.group(1))
-            found.add("mtp" if n >= layers else "dense_layers" if n < dense else "")
+            if n >= layers or n < dense:
+                found.add("mtp" if n >= layers else "dense_layers")
             continue
         marker = next((g for m, g in _FP4_MARKERS if m in name), None)
         if marker:

@@ -115,27 +115,17 @@ def release_table(folder: Path, family: str, asked: str) -> tuple[str, Path] | N
 def same_kernels(folder: Path, release: Path) -> bool:
     """Whether the release folder ``release`` times, for every class it holds, the kernel the engine folder
     ``folder``'s own table runs for that class (the engine's kernel of the class, :func:`perfmodel.cost.tables.
-    engine_kernel`; a class the folder does not hold counts as the same): its rows are then the same kernels timed
-    under that release's build. SGLang 0.5.10's and TensorRT-LLM 1.3.0rc10's Hopper tables are (Triton's fused MoE,
-    TensorRT-LLM's CUTLASS module); vLLM 0.19's B200 tables time its Triton fused_moe where 0.24's time FlashInfer's
-    kernels, which 0.19 itself runs for some routers (docs/engines.md): not."""
-    from .cost.table_store import FILE as TABLE_FILE
-    from .cost.table_store import decode_lazily
-    from .cost.tables import engine_kernel, load_folder
+    engine_kernel`): its rows are then the same kernels timed under that release's build. SGLang 0.5.10's and
+    TensorRT-LLM 1.3.0rc10's Hopper tables are (Triton's fused MoE, TensorRT-LLM's CUTLASS module); vLLM 0.19's B200
+    tables time its Triton fused_moe where 0.24's time FlashInfer's kernels, which 0.19 itself runs for some routers
+    (docs/engines.md): not. Both folders as :func:`perfmodel.cost.tables.load_folder` reads them (cached), the
+    release's with the engine folder's classes it did not time, which match themselves."""
+    from .cost.tables import load_folder
 
-    own = load_folder(folder)
-    try:
-        held = decode_lazily(Path(release) / TABLE_FILE)[0]
-    except (OSError, ValueError):
+    own, other = load_folder(folder), load_folder(release)
+    if own is None or other is None:
         return False
-    if own is None:
-        return False
-    for key, rows in held.items():
-        mine = own.rows.get(key)
-        if mine is not None and engine_kernel(own.engine, key, list(rows), rows.main) != engine_kernel(
-                own.engine, key, list(mine), mine.main):
-            return False
-    return True
+    return all(own.kernel_for(key[0], key) == other.kernel_for(key[0], key) for key in other.rows if key in own.rows)
 
 
 def kernel_matched_release(prof, release: str | None) -> str | None:
