@@ -51,3 +51,6 @@ def templates_dir() -> Path:
 
 # beside an engine folder of imported tables, the tables of the engine's other releases (perfmodel.releases)
 RELEASES_DIR = "releases"
+# an imported folder's collective rows on their own (perfmodel.cost.comm_tables): its measurements stay in the
+# checkout, this file ships in the package so collectives are priced there as in a checkout
+COLLECTIVES_FILE = "collectives.jsonl.gz"

@@ -462,11 +462,14 @@ def load_profile(path: str | Path) -> Profile:
 
 def _with_tables(prof: Profile, folder: Path) -> Profile:
     """The profile with each measured family's table field naming ``folder`` where it holds an engine's imported
-    tables (its rows and the import's provenance), else cleared: a file never names another folder's table."""
+    tables (its rows, its whole tables or its collectives, and the import's provenance), else cleared: a file never
+    names another folder's table. An installed package carries the whole tables and the collectives, not the rows."""
     from .measure.store import MEASUREMENTS
+    from .paths import COLLECTIVES_FILE
 
     imported = prof.fitted and prof.engine != "torch" and isinstance(prof.provenance.get("import"), dict)
-    rows = any((folder / name).is_file() for name in (MEASUREMENTS, MEASUREMENTS + ".gz"))
+    shipped = (MEASUREMENTS, MEASUREMENTS + ".gz", "tables.npz", COLLECTIVES_FILE)  # (cost.table_store.FILE)
+    rows = any((folder / name).is_file() for name in shipped)
     measured = prof.provenance.get("measured_families") if imported and rows else None
     measured = measured if isinstance(measured, list) else []
     where = str(folder.resolve())

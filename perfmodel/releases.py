@@ -1,4 +1,4 @@
-"""An engine release's own measured kernel tables, where the release a projection names was measured.
+"""An engine release's own measured kernel and collective tables, where the release a projection names was measured.
 
 An engine changes its kernels between releases: aiconfigurator-core times vLLM 0.19's block-fp8 MoE layer on the B200
 through its Triton ``fused_moe`` kernel and 0.24's through FlashInfer's TensorRT-LLM kernel, 0.6x the time at 256
@@ -7,12 +7,14 @@ tables of one release, the package's current one (``provenance.import.engine_ver
 sit beside it in ``releases/<version>/``, each an import of its own (``perfmodel import aiconfigurator --version V
 --out calibration/<part>-<engine>/releases/V --fit``).
 
-A projection that names its engine's release (``Scenario.engine_release``, ``--engine-release``; the validation
-tables' ``engine_version`` column with ``perfmodel validate --release-tables``) prices each table family a release
-folder holds with the nearest measured release: the newest not newer than the one asked, else the oldest measured
-(a release older than every table is nearest the oldest). A row whose release is no numbered release
-(``nightly-dev``) or none: the folder's own tables. Only the MoE values of the formats the release timed change
-(:func:`perfmodel.fit.directory.release_base`).
+A release folder holds the MoE tables of its release, its engine's own all-reduce (the comm family: SGLang's custom
+all-reduce at 8 GPUs got 1.3-3x faster from 0.5.10 to 0.5.14), or both. A projection that names its engine's release
+(``Scenario.engine_release``, ``--engine-release``; the validation tables' ``engine_version`` column, by default in
+the families whose kernels match: :func:`kernel_matched_families`) prices each table family a release folder holds
+with the nearest measured release: the newest not newer than the one asked, else the oldest measured (a release
+older than every table is nearest the oldest). A row whose release is no numbered release (``nightly-dev``) or none:
+the folder's own tables. Only the values of the families the release timed change (for MoE, of the formats it timed:
+:func:`perfmodel.fit.directory.release_base`).
 
     releases.nearest("0.17.0", ["0.19.0", "0.22.0", "0.24.0"])  -> "0.19.0"
 """
@@ -50,7 +52,10 @@ def own_release(folder: Path) -> str | None:
     return str(version) if version else None
 
 
-TABLE_OF = {"moe": "moe_perf", "gemm": "gemm_perf", "attention": "generation_attention_perf"}
+# the aiconfigurator table each family's rows come from (the comm family: the engine's own all-reduce; NCCL's rows
+# beside it are NCCL's release, not the engine's)
+TABLE_OF = {"moe": "moe_perf", "gemm": "gemm_perf", "attention": "generation_attention_perf",
+            "comm": "custom_allreduce_perf"}
 
 
 def _table_versions(folder: Path) -> dict[str, str]:
@@ -81,16 +86,20 @@ def release_folders(folder: Path) -> dict[str, tuple[Path, frozenset[str]]]:
         return hit[1]
     out = {}
     for sub in sorted(root.iterdir()):
-        if not ((sub / "profile.json").is_file() and (sub / FILE).is_file()):
+        if not (sub / "profile.json").is_file():
             continue
-        try:
-            header = read_header(sub / FILE)
-        except ValueError:
-            continue
+        families = set()
+        if (sub / FILE).is_file():
+            try:
+                header = read_header(sub / FILE)
+            except ValueError:
+                continue
+            families = {c["key"][0] if isinstance(c["key"], tuple) else c["key"] for c in header["classes"]}
+        versions = _table_versions(sub)
+        if "custom_allreduce_perf" in versions:  # the engine's all-reduce: rows, not classes (cost.comm_tables)
+            families.add("comm")
         # a table the import took from another release (the newest not newer, where this one has none) is not this
         # release's: its family is left out
-        versions = _table_versions(sub)
-        families = frozenset(c["key"][0] if isinstance(c["key"], tuple) else c["key"] for c in header["classes"])
         families = frozenset(f for f in families if versions.get(TABLE_OF.get(f, ""), sub.name) == sub.name)
         if families:
             out[sub.name] = (sub, families)
@@ -112,45 +121,57 @@ def release_table(folder: Path, family: str, asked: str) -> tuple[str, Path] | N
     return pick, others[pick]
 
 
-def same_kernels(folder: Path, release: Path) -> bool:
-    """Whether the release folder ``release`` times, for every class it holds, the kernel the engine folder
-    ``folder``'s own table runs for that class (the engine's kernel of the class, :func:`perfmodel.cost.tables.
-    engine_kernel`): its rows are then the same kernels timed under that release's build. SGLang 0.5.10's and
-    TensorRT-LLM 1.3.0rc10's Hopper tables are (Triton's fused MoE, TensorRT-LLM's CUTLASS module); vLLM 0.19's B200
-    tables time its Triton fused_moe where 0.24's time FlashInfer's kernels, which 0.19 itself runs for some routers
-    (docs/engines.md): not. Both folders as :func:`perfmodel.cost.tables.load_folder` reads them (cached), the
-    release's with the engine folder's classes it did not time, which match themselves."""
+def same_kernels(folder: Path, release: Path, family: str | None = None) -> bool:
+    """Whether the release folder ``release`` times, in ``family`` (None: every family it holds), the kernels the
+    engine folder ``folder``'s own tables run: its rows are then the same kernels timed under that release's build.
+    A table family is compared class by class (the engine's kernel of each class, :func:`perfmodel.cost.tables.
+    engine_kernel`; both folders as :func:`perfmodel.cost.tables.load_folder` reads them, cached, the release's with
+    the engine folder's classes it did not time, which match themselves): SGLang 0.5.10's and TensorRT-LLM
+    1.3.0rc10's Hopper MoE tables are (Triton's fused MoE, TensorRT-LLM's CUTLASS module); vLLM 0.19's B200 MoE tables
+    time its Triton fused_moe where 0.24's time FlashInfer's kernels, which 0.19 itself runs for some routers
+    (docs/engines.md): not. The comm family compares the engine's own all-reduce kernels
+    (:func:`perfmodel.cost.comm_tables.engine_kernels`): SGLang 0.5.9's and 0.5.14's are both its custom all-reduce
+    replayed from CUDA graphs; the table aiconfigurator-core ships as SGLang 0.5.6.post2's on Hopper times
+    TensorRT-LLM's kernel."""
+    from .cost.comm_tables import engine_kernels
     from .cost.tables import load_folder
 
+    held = next((fams for path, fams in release_folders(folder).values() if Path(path) == Path(release)), frozenset())
+    families = [family] if family else sorted(held)
+    if "comm" in families and engine_kernels(folder) != engine_kernels(release):
+        return False
+    tabled = [f for f in families if f != "comm"]
+    if not tabled:
+        return True
     own, other = load_folder(folder), load_folder(release)
     if own is None or other is None:
         return False
-    return all(own.kernel_for(key[0], key) == other.kernel_for(key[0], key) for key in other.rows if key in own.rows)
+    return all(own.kernel_for(key[0], key) == other.kernel_for(key[0], key) for key in other.rows
+               if key in own.rows and key[0] in tabled)
 
 
-def kernel_matched_release(prof, release: str | None) -> str | None:
-    """``release``, where another release's tables stand for it in some of ``prof``'s table families
-    (:func:`release_table`) and time there the same kernels as the engine folder's own (:func:`same_kernels`); else
-    None (the engine folder's own tables stand: which kernel that release ran by default is a question of its
-    source). What ``perfmodel validate`` prices each row with unless told otherwise (docs/engines.md)."""
+def kernel_matched_families(prof, release: str | None) -> frozenset[str]:
+    """The table families of ``prof`` that another release's tables stand for at ``release`` (:func:`release_table`)
+    and that time there the kernels the engine folder's own do (:func:`same_kernels`): what ``perfmodel validate``
+    prices each row with unless told otherwise (docs/engines.md); the others keep the engine folder's tables (which
+    kernel that release ran by default is a question of its source). Empty where none does."""
     from .profile import TABLE_FIELDS
 
     if not release:
-        return None
-    found = False
+        return frozenset()
+    found = set()
     for family, field in TABLE_FIELDS.items():
         path = getattr(prof, field, "")
         hit = release_table(Path(path), family, release) if path else None
-        if hit is not None:
-            if not same_kernels(Path(path), hit[1]):
-                return None
-            found = True
-    return release if found else None
+        if hit is not None and same_kernels(Path(path), hit[1], family):
+            found.add(family)
+    return frozenset(found)
 
 
-def with_release_tables(prof, release: str | None):
-    """``prof`` with each table family priced by the tables of the engine release nearest ``release`` (module
-    doc); unchanged where no other release stands for it. The choice is written to ``provenance.release_tables``."""
+def with_release_tables(prof, release: str | None, families: frozenset[str] | None = None):
+    """``prof`` with each table family (of ``families``; None: every one) priced by the tables of the engine release
+    nearest ``release`` (module doc); unchanged where no other release stands for it. The choice is written to
+    ``provenance.release_tables``."""
     if not release:
         return prof
     from .evidence import FAMILY_FIELDS
@@ -159,7 +180,7 @@ def with_release_tables(prof, release: str | None):
     changes, chosen = {}, {}
     for family, field in TABLE_FIELDS.items():
         path = getattr(prof, field, "")
-        if not path:
+        if not path or (families is not None and family not in families):
             continue
         hit = release_table(Path(path), family, release)
         if hit is not None:

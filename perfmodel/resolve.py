@@ -51,13 +51,14 @@ class Setup:
 
 
 def setup(arch, model=None, scenario: Scenario | dict | None = None, calibration=None, engine: str | None = None,
-          release: str | None = None) -> Setup:
+          release: str | None = None, release_families: frozenset[str] | None = None) -> Setup:
     """Resolve a projection's inputs once (module doc). ``arch``, ``model``: names, paths or loaded objects;
     ``scenario``: a :class:`Scenario` or its fields (validated, then resolved for the part); ``calibration``: None
     (each family from its best evidence under calibration/), ``"none"`` (the documented defaults), a profile
     path, or a loaded :class:`Profile` for this part (used as given); ``engine``: the preset whose evidence the profile is composed for (default
     the scenario's engine, ``auto`` without one; :data:`STANDALONE_ENGINE` for a standalone operator price);
-    ``release``: the engine release whose measured tables price it (default the scenario's ``engine_release``)."""
+    ``release``: the engine release whose measured tables price it (default the scenario's ``engine_release``), in
+    the table families ``release_families`` (None: every family that release measured)."""
     hw = resolve_hardware(arch)
     mdl = resolve_model(model) if model is not None else None
     sc = asked = None
@@ -67,7 +68,8 @@ def setup(arch, model=None, scenario: Scenario | dict | None = None, calibration
     key = engine or (sc.engine if sc is not None else None) or "auto"
     release = release or (asked.engine_release if asked is not None else None)
     # a loaded profile is taken as given (composed for this part already: carrying it again would carry twice)
-    prof = calibration if isinstance(calibration, Profile) else resolve_profile(calibration, hw, key, release)
+    prof = (calibration if isinstance(calibration, Profile)
+            else resolve_profile(calibration, hw, key, release, release_families))
     return Setup(hw, mdl, sc, prof, engine_for(key, hw.vendor), asked)
 
 
@@ -162,11 +164,12 @@ def _load_profiles(root: Path) -> list[tuple[Path, Profile]]:
     return out
 
 
-def resolve_profile(arg, hw: HardwareSpec, engine: str | None = None, release: str | None = None) -> Profile:
+def resolve_profile(arg, hw: HardwareSpec, engine: str | None = None, release: str | None = None,
+                    release_families: frozenset[str] | None = None) -> Profile:
     """:func:`compose_profile`, with the host costs of the measurement folder ``$PERFMODEL_HOST_COSTS`` names
     where it is set (your own host, measured by ``perfmodel calibrate --only hf``; any calibration, ``none``
     included: the host is not the GPU, and the variable asks for it by name)."""
-    prof = compose_profile(arg, hw, engine, release)
+    prof = compose_profile(arg, hw, engine, release, release_families)
     folder = os.environ.get(HOST_COSTS_ENV, "").strip()
     if not folder:
         return prof
@@ -177,14 +180,16 @@ def resolve_profile(arg, hw: HardwareSpec, engine: str | None = None, release: s
         "source": f"${HOST_COSTS_ENV}: {host.source}"}})
 
 
-def compose_profile(arg, hw: HardwareSpec, engine: str | None = None, release: str | None = None) -> Profile:
+def compose_profile(arg, hw: HardwareSpec, engine: str | None = None, release: str | None = None,
+                    release_families: frozenset[str] | None = None) -> Profile:
     """The profile a projection on ``hw`` with ``engine`` (a preset key; None or ``auto``: the part's default
     serving engine; a standalone price passes :data:`STANDALONE_ENGINE`) uses.
 
     ``arg`` None: each family of the cost model from the best profile under ``calibration/`` that measured it:
     on the part itself for that engine, else on the nearest part, carried by the transfer rules
     (:mod:`perfmodel.evidence`), else the documented defaults; ``release``: the engine release whose measured
-    tables price it where another release's were imported beside the engine's folder (:mod:`perfmodel.releases`).
+    tables price it where another release's were imported beside the engine's folder (:mod:`perfmodel.releases`), in
+    the table families ``release_families`` (None: every one it measured).
     ``"none"``: the defaults. A path: that profile alone, carried to ``hw`` if it was measured on another part.
     """
     from .transfer import carry
@@ -198,13 +203,14 @@ def compose_profile(arg, hw: HardwareSpec, engine: str | None = None, release: s
 
         key = engine_for(engine or "auto", hw.vendor).key
         spec = value_key(hw)
-        cache_key = None if spec is None else (_library_stamp(), spec, key, release or None)
+        families = None if release_families is None else frozenset(release_families)
+        cache_key = None if spec is None else (_library_stamp(), spec, key, release or None, families)
         hit = None if cache_key is None else _COMPOSED.get(cache_key)
         if hit is None:
             from .releases import with_release_tables
 
             hit = compose(hw, key, [(p, source_spec(p)) for _, p in available_profiles()])
-            hit = with_release_tables(hit, release)
+            hit = with_release_tables(hit, release, release_families)
             if cache_key is not None:
                 _COMPOSED.put(cache_key, hit)
         return hit
@@ -219,7 +225,7 @@ def compose_profile(arg, hw: HardwareSpec, engine: str | None = None, release: s
     if release:
         from .releases import with_release_tables
 
-        prof = with_release_tables(prof, release)
+        prof = with_release_tables(prof, release, release_families)
     return prof
 
 

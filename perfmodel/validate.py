@@ -103,16 +103,18 @@ def _scenario_for(row: dict, where: str, engine: str, model, release: str | None
                     engine_release=release).validated()
 
 
-def table_release(row: dict, release_tables: bool | None, own_profile) -> str | None:
-    """The release whose tables price ``row`` (:func:`run_validation`'s ``release_tables``): the one it records,
-    where asked for, or by default where that release's tables time the kernels the engine folder's own do
-    (``own_profile()``: the row's profile without a release's tables)."""
-    from .releases import kernel_matched_release
+def table_release(row: dict, release_tables: bool | None, own_profile) -> tuple[str | None, frozenset[str] | None]:
+    """(release, its table families) whose tables price ``row`` (:func:`run_validation`'s ``release_tables``): the
+    release it records in every family, where asked for, or by default in the families where that release's tables
+    time the kernels the engine folder's own do (``own_profile()``: the row's profile without a release's tables);
+    (None, None) where none stands."""
+    from .releases import kernel_matched_families
 
     release = row_release(row, release_tables is not False)
     if release is None or release_tables:
-        return release
-    return kernel_matched_release(own_profile(), release)
+        return release, None
+    families = kernel_matched_families(own_profile(), release)
+    return (release, families) if families else (None, None)
 
 
 def row_release(row: dict, wanted: bool = True) -> str | None:
@@ -164,10 +166,10 @@ def run_validation(path=None, *, calibration=None, mode: str = "latency", engine
                    closed_loop_start: str = "burst") -> list[dict]:
     """Project every row of the table; ``engine`` overrides the engine read off each row's source.
     ``where`` (``hardware=b200,engine=trtllm``, or parsed clauses) and ``limit`` keep a subset of the rows;
-    ``release_tables``: price each row's MoE layers with the tables of the engine release it records, where such
-    tables were imported (:mod:`perfmodel.releases`): None (the default) where they time the same kernels as the
-    engine folder's own (:func:`perfmodel.releases.kernel_matched_release`), True wherever they exist, False never
-    (docs/engines.md says why); ``schedule``: the
+    ``release_tables``: price each row's MoE layers and collectives with the tables of the engine release it
+    records, where such tables were imported (:mod:`perfmodel.releases`): None (the default) where they time the
+    same kernels as the engine folder's own, family by family (:func:`perfmodel.releases.kernel_matched_families`),
+    True wherever they exist, False never (docs/engines.md says why); ``schedule``: the
     serving simulation's schedule for every aggregated row (docs/serving.md, Schedules; None: each engine's preset);
     ``closed_loop_start``: how each closed loop's first wave starts (:data:`perfmodel.scenario.CLOSED_LOOP_STARTS`)."""
     from .projection import project_resolved
@@ -201,10 +203,11 @@ def run_validation(path=None, *, calibration=None, mode: str = "latency", engine
             continue
         hw = resolve_hardware(row["hardware"])
         model = resolve_model(row["model"])
-        release = table_release(row, release_tables, lambda: setup(hw, model, calibration=calibration,
-                                                                    engine=engine_of(row, engine)).profile)
+        release, families = table_release(row, release_tables, lambda: setup(
+            hw, model, calibration=calibration, engine=engine_of(row, engine)).profile)
         sc = _scenario_for(row, where, engine, model, release).with_(mode=mode)
-        prof = setup(hw, model, calibration=calibration, engine=sc.engine, release=sc.engine_release).profile
+        prof = setup(hw, model, calibration=calibration, engine=sc.engine, release=sc.engine_release,
+                     release_families=families).profile
         try:  # a row whose engine does not run on its part is refused like one that does not fit
             proj = project_resolved(hw, model, resolve_scenario(sc, hw, model), prof)
         except InputError as e:
@@ -270,8 +273,8 @@ class _Serving:
         if layout is not None:
             rec["reason"], rec["status"] = layout
             return rec
-        release = table_release(row, self.release_tables, lambda: self._profile(hw, rec["engine"], None))
-        prof = self._profile(hw, rec["engine"], release)
+        release, families = table_release(row, self.release_tables, lambda: self._profile(hw, rec["engine"], None))
+        prof = self._profile(hw, rec["engine"], release, families)
         opts = None
         try:
             if sides is None:
@@ -303,13 +306,15 @@ class _Serving:
         rec["first_wave"] = result["closed_loop"]["first_wave"][SERVING_METRICS[row["metric"]]]
         return rec
 
-    def _profile(self, hw, engine: str, release: str | None):
-        """The profile of ``engine`` on ``hw`` with the tables of ``release`` (None: the engine folder's own)."""
+    def _profile(self, hw, engine: str, release: str | None, families: frozenset[str] | None = None):
+        """The profile of ``engine`` on ``hw`` with the tables of ``release`` in ``families`` (None: every family it
+        measured; release None: the engine folder's own)."""
         from .resolve import setup
 
-        key = (hw.key, engine, release)
+        key = (hw.key, engine, release, families)
         if key not in self.profiles:
-            self.profiles[key] = setup(hw, calibration=self.calibration, engine=engine, release=release).profile
+            self.profiles[key] = setup(hw, calibration=self.calibration, engine=engine, release=release,
+                                       release_families=families).profile
         return self.profiles[key]
 
     def _engine(self, row: dict) -> str:

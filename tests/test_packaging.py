@@ -78,10 +78,52 @@ def test_wheel_ships_the_data(tmp_path):
         rel = whole.relative_to(ROOT / "calibration").parent
         assert f"perfmodel/_data/calibration/{rel}/tables.npz" in names
         assert f"perfmodel/_data/calibration/{rel}/profile.json" in names
+    for rows in (ROOT / "calibration").glob("**/collectives.jsonl.gz"):  # the collectives' tables (comm_tables)
+        assert f"perfmodel/_data/calibration/{rows.relative_to(ROOT / 'calibration')}" in names
     for host in (ROOT / "calibration").glob("*/hf/host.csv"):  # what --engine hf reads
         assert f"perfmodel/_data/calibration/{host.parent.parent.name}/hf/host.csv" in names
         assert f"perfmodel/_data/calibration/{host.parent.parent.name}/hf/kernels.csv" in names
-    assert not any(n.endswith((".jsonl.gz", "measurements.jsonl", ".log")) and "_data" in n for n in names)
+    assert not any(n.endswith(("measurements.jsonl.gz", "measurements.jsonl", ".log")) and "_data" in n for n in names)
     # the whole measured tables (tables.npz, ~6 MB) ship so an installed package projects as a checkout does; the
     # raw dumps (~35 MB) stay out
     assert whl.stat().st_size < 10 * 2**20
+
+
+def _installed_data(dest: Path) -> Path:
+    """The data folders as pyproject.toml's package data ships them (perfmodel/_data/ of an installed package)."""
+    import tomllib
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    for package, folder in data["package-dir"].items():
+        for pattern in data["package-data"].get(package, []):
+            for f in (ROOT / folder).glob(pattern):
+                target = dest / folder / f.relative_to(ROOT / folder)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(f, target)
+    return dest
+
+
+def test_an_installed_package_projects_as_a_checkout_does(tmp_path):
+    """Without the raw measurements (which stay in the checkout), an installed package prices a projection with the
+    same measured tables: the whole tables (tables.npz) for the kernels, the collective rows (collectives.jsonl.gz)
+    for the all-reduce, an older release's included. Before the collective rows shipped, and while a folder's tables
+    were only named where its measurements were present, the installed package priced both by the fits alone."""
+    import json
+    import os
+
+    data = _installed_data(tmp_path / "_data")
+    assert not list((data / "calibration").glob("**/measurements.jsonl*"))
+
+    def tpot(root: Path | None, *args: str) -> tuple[float, float]:
+        env = {k: v for k, v in os.environ.items() if k != "PERFMODEL_ROOT"}
+        if root is not None:
+            env["PERFMODEL_ROOT"] = str(root)
+        cmd = [sys.executable, "-m", "perfmodel", "project", "--arch", "b200", "--model", "qwen3.5-397b-a17b",
+               "--dtype", "fp8", "--tp", "8", "--batch", "32", "--format", "json", *args]
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        doc = json.loads(r.stdout)
+        return doc["tpot_ms"], doc["ttft_ms"]
+
+    for args in (("--engine", "sglang", "--engine-release", "0.5.9"), ("--engine", "trtllm")):
+        assert tpot(data, *args) == pytest.approx(tpot(None, *args), rel=1e-9), args

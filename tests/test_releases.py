@@ -1,4 +1,5 @@
-"""An engine release's own MoE tables (perfmodel.releases): which release stands for the one a projection names."""
+"""An engine release's own MoE and all-reduce tables (perfmodel.releases): which release stands for the one a
+projection names."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -86,8 +87,10 @@ def test_cli_engine_release(capsys):
 
     doc = json.loads(capsys.readouterr().out)
     text = json.dumps(doc)
-    assert '"release_tables": {"asked": "0.19.0", "moe": "0.19.0 (b200-vllm/releases/0.19.0)"}' in text
-    assert "engine release 0.19.0: moe tables of 0.19.0 (b200-vllm/releases/0.19.0)" in text
+    assert ('"release_tables": {"asked": "0.19.0", "moe": "0.19.0 (b200-vllm/releases/0.19.0)", '
+            '"comm": "0.19.0 (b200-vllm/releases/0.19.0)"}') in text
+    assert ("engine release 0.19.0: moe tables of 0.19.0 (b200-vllm/releases/0.19.0); comm tables of 0.19.0 "
+            "(b200-vllm/releases/0.19.0)") in text
     assert main(args + ["--engine-release", "bad\tname"]) == 2
     assert "--engine-release" in capsys.readouterr().err
 
@@ -126,12 +129,47 @@ def test_validate_uses_a_rows_release_where_its_tables_time_the_same_kernels():
         return [run_validation(table, where=where, limit=1, release_tables=flag)[0]["predicted"]
                 for flag in (None, False, True)]
 
-    # MiniMax-M2.5 under vLLM 0.17 on the B200: 0.19.0's table times another kernel; only asked for does it price
+    # MiniMax-M2.5 under vLLM 0.17 on the B200: 0.19.0's MoE table times another kernel; only asked for does it
+    # price the MoE layers (its all-reduce, the same kernel within 1% of 0.24.0's, prices the collectives)
     plain, off, every = three("model=MiniMaxAI/MiniMax-M2.5,hardware=b200,engine_version=0.17.0,metric=tpot")
-    assert plain == off and every > 1.02 * plain  # 0.19.0's Triton kernel stands for 0.17.0
+    assert plain == pytest.approx(off, rel=0.01) and every > 1.02 * plain  # 0.19.0's Triton kernel for 0.17.0
     # Qwen3-235B under SGLang 0.5.6.post2 on the H200: 0.5.10's table, the same Triton kernel, prices it by default
     plain, off, every = three("model=Qwen/Qwen3-235B-A22B-FP8,hardware=h200-sxm,engine=sglang,metric=tpot")
     assert plain == every and plain > 1.05 * off
+    # Qwen3.5 under SGLang 0.5.9 on 8 B200s: 0.5.9's all-reduce, the same kernel, slower than 0.5.14's
+    plain, off, every = three("model=Qwen/Qwen3.5-397B-A17B,hardware=b200,engine_version=0.5.9,tp=8,metric=tpot")
+    assert plain == every and plain > 1.03 * off
+
+
+def test_a_releases_all_reduce_prices_the_collectives():
+    """aiconfigurator-core times each engine's own all-reduce per release: SGLang's custom all-reduce got faster
+    from 0.5.10 to 0.5.14 (on 8 B200s, 256 KiB: 25.6 us in 0.5.9, 8.5 us in 0.5.14). A release folder of that table
+    alone prices the comm family (its rows anchor the collectives, perfmodel.cost.comm_tables), checked kernel by
+    kernel like the MoE tables: vLLM 0.19's all-reduce is 0.24's kernel where its MoE kernel is not."""
+    from perfmodel import project
+    from perfmodel.releases import kernel_matched_families, same_kernels
+    from perfmodel.resolve import setup
+
+    cal = ROOT / "calibration"
+    b200 = cal / "b200-sglang"
+    assert release_folders(b200)["0.5.9"][1] == {"comm"}
+    assert release_table(b200, "comm", "0.5.6")[0] == "0.5.9"  # older than every table: the oldest
+    assert release_table(b200, "comm", "0.5.14") is None
+    assert same_kernels(b200, b200 / "releases" / "0.5.9")
+    assert not same_kernels(b200, cal / "b200-trtllm" / "releases" / "1.3.0rc10", "comm")  # TensorRT-LLM's kernel
+    assert same_kernels(B200_VLLM, B200_VLLM / "releases" / "0.19.0", "comm")
+    assert not same_kernels(B200_VLLM, B200_VLLM / "releases" / "0.19.0", "moe")
+    assert kernel_matched_families(setup("b200", engine="vllm").profile, "0.17.0") == {"comm"}
+    assert kernel_matched_families(setup("b200", engine="sglang").profile, "0.5.9") == {"comm"}
+
+    kw = dict(engine="sglang", dtype="fp8", tp=8, batch=32, isl=1024, osl=1024)
+    new = project("b200", "qwen3.5-397b-a17b", **kw)
+    old = project("b200", "qwen3.5-397b-a17b", engine_release="0.5.9", **kw)
+
+    assert old.decode.by_kind()["all_reduce"] > 2.5 * new.decode.by_kind()["all_reduce"]  # 0.5.14: one-shot
+    for kind in ("gemm", "attention", "moe_permute"):  # no other table of 0.5.9: the folder's own
+        assert old.decode.by_kind()[kind] == pytest.approx(new.decode.by_kind()[kind], rel=1e-9), kind
+    assert old.profile.provenance["release_tables"] == {"asked": "0.5.9", "comm": "0.5.9 (b200-sglang/releases/0.5.9)"}
 
 
 def test_a_named_release_runs_its_own_defaults_where_read():
@@ -185,3 +223,31 @@ def test_engines_doc_states_the_rc10_ep_gap():
     assert f"{min(small):.1f}-{max(small):.1f}x rc20's at 1 to 16 tokens" in doc
     assert f"within {np.ceil(100 * max(large)):.0f}% of it from 64" in doc
     assert f"EP 1 within {np.ceil(100 * max(abs(r - 1) for r in r1.values())):.0f}% at every count" in doc
+
+
+def test_engines_doc_states_the_all_reduce_by_release():
+    """docs/engines.md, "The all-reduce by release": the ratios it quotes, from the release folders' rows."""
+    import numpy as np
+
+    from perfmodel.cost.comm_tables import ENGINE_SERIES, points
+
+    def at(folder: Path, nbytes: int) -> float:
+        return float(np.exp(np.interp(np.log(nbytes), *points(str(folder))[(ENGINE_SERIES, 8)])))
+
+    cal = ROOT / "calibration"
+    text = " ".join((ROOT / "docs" / "engines.md").read_text(encoding="utf-8").split())
+    sglang = [at(cal / "b200-sglang" / "releases" / "0.5.9", b) / at(cal / "b200-sglang", b)
+              for b in (32 * 2**10, 256 * 2**10, 2 * 2**20)]
+    assert [round(r, 1) for r in sglang] == [1.5, 3.0, 1.5]
+    assert "on 8 B200s 1.5x at 32 KiB, a decode step of 4 sequences, 3x at 256 KiB" in text and "1.5x at 2 MiB" in text
+    vllm = cal / "h200-sxm-vllm" / "releases"
+    assert round(at(vllm / "0.14.0", 256 * 2**10) / at(vllm / "0.18.0", 256 * 2**10), 1) == 1.9
+    assert "1.9x slower at 256 KiB than 0.18's" in text
+    trt = [cal / p for p in ("b200-trtllm", "b200-trtllm/releases/1.2.0rc5", "b200-trtllm/releases/1.3.0rc10",
+                             "h200-sxm-trtllm", "h200-sxm-trtllm/releases/1.2.0rc5",
+                             "h200-sxm-trtllm/releases/1.3.0rc10")]
+    for b in (32 * 2**10, 256 * 2**10, 2 * 2**20):
+        for part in (trt[:3], trt[3:]):
+            times = [at(f, b) for f in part]
+            assert max(times) / min(times) < 1.25, (b, times)
+    assert "1.2.0rc5-rc20, within 25% of each other" in text

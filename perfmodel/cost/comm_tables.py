@@ -30,38 +30,49 @@ from pathlib import Path
 
 import numpy as np
 
+from ..paths import COLLECTIVES_FILE
+
 # the series a folder's collective rows fall in: NCCL's collectives by op, and the engine's own all-reduce
 ENGINE_SERIES = "engine_all_reduce"
 _POINTS: dict = {}
 
 
-def points(path: str) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]:
-    """(series, world size) -> (log bytes, log seconds) at each measured size (the median of its rows), from the
-    folder's measurements (cached per folder and file state). Only the collective lines are parsed (a fifth of the
-    time of :func:`perfmodel.measure.store.read_rows` over the whole file, on a cold projection's path); a torn line
-    is skipped, as there."""
+def collective_file(path) -> Path | None:
+    """Where a folder's collective rows are read from: its collectives file (written by the import beside its
+    measurements: :data:`perfmodel.paths.COLLECTIVES_FILE`), else its measurements; None: neither."""
     from .tables import measurement_file
 
-    file = measurement_file(Path(path))
+    own = Path(path) / COLLECTIVES_FILE
+    return own if own.is_file() else measurement_file(Path(path))
+
+
+def write_collectives(folder: Path, rows: list[dict]) -> None:
+    """Write ``rows``' collectives to ``folder``'s collectives file (atomically; no file where there are none),
+    in their order, with no timestamp in the gzip header: the same rows give the same bytes."""
+    from ..io import write_bytes_atomic
+
+    keep = [r for r in rows if isinstance(r, dict) and r.get("kind") == "collective"]
+    path = Path(folder) / COLLECTIVES_FILE
+    if not keep:
+        path.unlink(missing_ok=True)
+        return
+    text = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in keep)
+    write_bytes_atomic(path, gzip.compress(text.encode("utf-8"), mtime=0))
+
+
+def points(path: str) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]:
+    """(series, world size) -> (log bytes, log seconds) at each measured size (the median of its rows), from the
+    folder's collective rows (:func:`collective_file`; cached per folder and file state). Only the collective lines are parsed (a fifth of the
+    time of :func:`perfmodel.measure.store.read_rows` over the whole file, on a cold projection's path); a torn line
+    is skipped, as there."""
+    file = collective_file(path)
     stamp = file.stat().st_mtime_ns if file is not None else None
     hit = _POINTS.get(path)
     if hit is not None and hit[0] == stamp:
         return hit[1]
     out: dict[tuple[str, int], dict[float, list[float]]] = {}
-    rows = []
-    if file is not None:
-        opener = gzip.open if file.suffix == ".gz" else open
-        with opener(file, "rt", encoding="utf-8") as f:
-            for line in f:
-                if '"collective"' in line:
-                    try:
-                        r = json.loads(line)
-                    except ValueError:
-                        continue
-                    if isinstance(r, dict) and r.get("kind") == "collective" and isinstance(r.get("params"), dict):
-                        rows.append(r)
-    engine = [r for r in rows if r["params"].get("op") == "all_reduce"
-              and r["params"].get("backend") not in ("nccl", "gloo", None)]
+    rows = _collective_rows(file)
+    engine = _engine_rows(rows)
     graph = next((i for i in sorted({r["params"].get("impl") or "" for r in engine}) if i.endswith("_graph")), None)
     for r in rows:
         p, t = r["params"], r.get("time_s")
@@ -85,6 +96,37 @@ def points(path: str) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]:
             found[key] = (np.log(at), np.log([statistics.median(sizes[s]) for s in at]))
     _POINTS[path] = (stamp, found)
     return found
+
+
+def _collective_rows(file: Path | None) -> list[dict]:
+    """The collective rows of a measurements file (only those lines parsed; a torn line skipped)."""
+    rows = []
+    if file is not None:
+        opener = gzip.open if file.suffix == ".gz" else open
+        with opener(file, "rt", encoding="utf-8") as f:
+            for line in f:
+                if '"collective"' in line:
+                    try:
+                        r = json.loads(line)
+                    except ValueError:
+                        continue
+                    if isinstance(r, dict) and r.get("kind") == "collective" and isinstance(r.get("params"), dict):
+                        rows.append(r)
+    return rows
+
+
+def _engine_rows(rows: list[dict]) -> list[dict]:
+    """The rows of the engine's own all-reduce (not NCCL's, not gloo's)."""
+    return [r for r in rows if r["params"].get("op") == "all_reduce"
+            and r["params"].get("backend") not in ("nccl", "gloo", None)]
+
+
+def engine_kernels(path) -> frozenset[str]:
+    """The engine's own all-reduce kernels a folder's rows time (their ``impl``: ``sglang_graph``, ``trtllm``; the
+    engine's name where a table records none): what tells two releases' tables of one engine apart
+    (:func:`perfmodel.releases.same_kernels`)."""
+    rows = _engine_rows(_collective_rows(collective_file(path)))
+    return frozenset(str(r["params"].get("impl") or r["params"].get("backend")) for r in rows)
 
 
 def _table_time(series: tuple[np.ndarray, np.ndarray], nbytes: np.ndarray) -> np.ndarray:

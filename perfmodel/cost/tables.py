@@ -940,6 +940,7 @@ def clear_cache() -> None:
 
 
 def _read_folder(path: Path) -> FolderTables | None:
+    from ..paths import COLLECTIVES_FILE
     from ..profile import load_profile
     from .table_store import decode_lazily
 
@@ -949,9 +950,9 @@ def _read_folder(path: Path) -> FolderTables | None:
         rows = decode_lazily(path / DENSE_FILE)[0]
     else:
         classes = folder_classes(path)
-        if classes is None:
+        if classes is None and not (path / COLLECTIVES_FILE).is_file():
             return None
-        rows = by_key(classes)
+        rows = by_key(classes or [])  # collectives alone (an installed package's release folder): no classes
     prof = load_profile(path)
     parent = path.parent.parent
     if path.parent.name == RELEASES_DIR and (parent / "profile.json").is_file():

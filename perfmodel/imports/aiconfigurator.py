@@ -982,6 +982,7 @@ def import_system(src: Source, system: str, engine: str, out: Path, *, version: 
                   families: Iterable[str] = FAMILIES) -> dict:
     """Write ``out/measurements.jsonl`` and ``out/environment.json`` for one part and engine; returns the
     provenance written (per table: file, engine version, rows read, kept, skipped by reason)."""
+    from ..cost.comm_tables import write_collectives
     from ..measure.store import MEASUREMENTS, write_json_atomic
     from ..io import write_bytes_atomic
 
@@ -1075,6 +1076,7 @@ def import_system(src: Source, system: str, engine: str, out: Path, *, version: 
     text = "".join(json.dumps(r, sort_keys=False, separators=(",", ":")) + "\n" for r in unique)
     # compressed (about 10x), with no timestamp in the header: the same import gives the same bytes
     write_bytes_atomic(out / (MEASUREMENTS + ".gz"), gzip.compress(text.encode("utf-8"), mtime=0))
+    write_collectives(out, unique)  # the collectives alone: an installed package carries them, not the rows
     classes = classes_of(whole)
     # the kernels the subsample kept (main_kernels), and those of the rows only the whole tables hold
     main = {(c.key, c.kernel) for c in classes_of(unique + tables_only)}
