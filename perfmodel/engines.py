@@ -497,13 +497,18 @@ def moe_padding_for(engine: str, version: str, generation: str | None = None, ro
 # (experts/trtllm_fp8_moe.py, read from the 0.19.0 and 0.24.0 wheels): 0.19 lists DeepSeekV3 alone, 0.24 also
 # Renormalize, RenormalizeNaive, SigmoidRenorm, Sigmoid and MiniMax2. By perfmodel.models.ROUTERS.
 VLLM_MONOLITHIC_ROUTERS = {(0, 19): ("sigmoid_bias_grouped",),
+                           (0, 20): ("sigmoid_bias_grouped", "softmax"),
+                           (0, 21): ("sigmoid_bias_grouped", "softmax", "sigmoid_bias"),
+                           (0, 23): ("sigmoid_bias_grouped", "softmax", "sigmoid_bias"),
                            (0, 24): ("sigmoid_bias_grouped", "softmax", "sigmoid_bias")}
 VLLM_MODULE_SOURCE = (
     "vLLM's FlashInfer TensorRT-LLM block-fp8 MoE on SM100 (fused_moe/oracle/fp8.py backend_to_kernel_cls: "
     "[TrtLlmFp8ExpertsMonolithic, TrtLlmFp8ExpertsModular], the first that supports the layer): the monolithic "
     "class routes tokens itself, for the routing methods its _supports_routing_method lists (0.19.0: DeepSeekV3; "
-    "0.24.0: DeepSeekV3, Renormalize, RenormalizeNaive, SigmoidRenorm, Sigmoid, MiniMax2), the modular one for "
-    "every other router (experts/trtllm_fp8_moe.py of both wheels, read offline 2026-12-07); 0.20-0.23 not read. "
+    "0.20.0: DeepSeekV3, Renormalize, RenormalizeNaive; 0.21.0 and 0.22.0: also SigmoidRenorm, MiniMax2; 0.23.0 and "
+    "0.24.0: also Sigmoid), the modular one for every other router (experts/trtllm_fp8_moe.py of the 0.19.0-0.24.0 "
+    "wheels, read offline 2026-12-07; a sigmoid router with a selection bias and no groups is MiniMax2 from 0.21, "
+    "Unspecified in 0.20: fused_moe/config.py get_routing_method_type). "
     "aiconfigurator-core's 0.24 B200 table times both; the projection prices the class the release runs for the "
     "model's router from that kernel's rows (at the shapes both time alike but for top-k, the modular class at "
     "top-6 takes 1.01-1.17x the monolithic one's time at top-8 at one token: docs/engines.md)")
@@ -511,15 +516,16 @@ VLLM_MODULE_SOURCE = (
 
 def moe_module_for(engine: str, version: str | None, generation: str | None, router: str | None) -> str | None:
     """The class of FlashInfer's TensorRT-LLM block-fp8 MoE kernel ``engine``'s release ``version`` runs for a model
-    of ``router`` on a part of ``generation`` (:data:`VLLM_MONOLITHIC_ROUTERS`): "monolithic", "modular", or None
-    where the rule does not apply (another engine or part, a release not read: 0.20-0.23; before 0.19 the modular
-    class does not exist). ``version`` None: the release of the engine folder's own tables (0.24)."""
+    of ``router`` on a part of ``generation`` (:data:`VLLM_MONOLITHIC_ROUTERS`, the newest list not newer than the
+    release): "monolithic", "modular", or None where the rule does not apply (another engine or part, a release with
+    no number; before 0.19 the modular class does not exist). ``version`` None: the release of the engine folder's own
+    tables (0.24)."""
     if engine != "vllm" or generation not in SM100_GENERATIONS or router is None:
         return None
     release = (0, 24) if version is None else _release(version)
-    if release is None or release < (0, 19) or (0, 19) < release < (0, 24):
+    if release is None or release < (0, 19):
         return None
-    routers = VLLM_MONOLITHIC_ROUTERS[(0, 19) if release < (0, 24) else (0, 24)]
+    routers = VLLM_MONOLITHIC_ROUTERS[max(k for k in VLLM_MONOLITHIC_ROUTERS if k <= release)]
     return "monolithic" if router in routers else "modular"
 
 

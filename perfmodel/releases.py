@@ -168,6 +168,20 @@ def kernel_matched_families(prof, release: str | None) -> frozenset[str]:
     return frozenset(found)
 
 
+def collective_families(families: frozenset[str] | None, model, sc) -> frozenset[str] | None:
+    """``families`` (None: every family) less the comm family where the resolved scenario ``sc`` runs its TP
+    all-reduces fused with the norm after them (:func:`perfmodel.graph.allreduce_norm_layout`: SGLang's FlashInfer
+    all-reduce fusion for DeepSeek-V3, Kimi, Qwen3 MoE, GLM-4.5 and gpt-oss on Hopper and Blackwell). That kernel is
+    FlashInfer's, not the engine's custom all-reduce any release's table times: the engine folder's own table keeps
+    standing in for it (docs/engines.md, "The all-reduce by release")."""
+    from .graph import allreduce_norm_layout
+    from .profile import TABLE_FIELDS
+
+    if model is None or sc is None or not allreduce_norm_layout(model, sc):
+        return families
+    return frozenset(TABLE_FIELDS if families is None else families) - {"comm"}
+
+
 def with_release_tables(prof, release: str | None, families: frozenset[str] | None = None):
     """``prof`` with each table family (of ``families``; None: every one) priced by the tables of the engine release
     nearest ``release`` (module doc); unchanged where no other release stands for it. The choice is written to

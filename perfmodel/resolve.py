@@ -67,6 +67,10 @@ def setup(arch, model=None, scenario: Scenario | dict | None = None, calibration
         sc = resolve_scenario(asked, hw, mdl)
     key = engine or (sc.engine if sc is not None else None) or "auto"
     release = release or (asked.engine_release if asked is not None else None)
+    if release:
+        from .releases import collective_families
+
+        release_families = collective_families(release_families, mdl, sc)
     # a loaded profile is taken as given (composed for this part already: carrying it again would carry twice)
     prof = (calibration if isinstance(calibration, Profile)
             else resolve_profile(calibration, hw, key, release, release_families))

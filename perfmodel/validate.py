@@ -173,6 +173,7 @@ def run_validation(path=None, *, calibration=None, mode: str = "latency", engine
     serving simulation's schedule for every aggregated row (docs/serving.md, Schedules; None: each engine's preset);
     ``closed_loop_start``: how each closed loop's first wave starts (:data:`perfmodel.scenario.CLOSED_LOOP_STARTS`)."""
     from .projection import project_resolved
+    from .releases import collective_families
     from .resolve import resolve_hardware, resolve_model, resolve_scenario, setup
 
     p = Path(path) if path else default_csv()
@@ -206,10 +207,11 @@ def run_validation(path=None, *, calibration=None, mode: str = "latency", engine
         release, families = table_release(row, release_tables, lambda: setup(
             hw, model, calibration=calibration, engine=engine_of(row, engine)).profile)
         sc = _scenario_for(row, where, engine, model, release).with_(mode=mode)
-        prof = setup(hw, model, calibration=calibration, engine=sc.engine, release=sc.engine_release,
-                     release_families=families).profile
         try:  # a row whose engine does not run on its part is refused like one that does not fit
-            proj = project_resolved(hw, model, resolve_scenario(sc, hw, model), prof)
+            resolved = resolve_scenario(sc, hw, model)
+            prof = setup(hw, model, calibration=calibration, engine=sc.engine, release=sc.engine_release,
+                         release_families=collective_families(families, model, resolved)).profile
+            proj = project_resolved(hw, model, resolved, prof)
         except InputError as e:
             rec["status"] = f"does not fit: {e.detail}"
             out.append(rec)
@@ -253,7 +255,8 @@ class _Serving:
         if status is not None:
             rec["reason"], rec["status"] = status
             return rec
-        from .resolve import resolve_hardware, resolve_model
+        from .releases import collective_families
+        from .resolve import resolve_hardware, resolve_model, resolve_scenario
         from .scenario import Scenario
 
         hw = self._resolve(self.hw, row["hardware"].strip(), resolve_hardware)
@@ -274,7 +277,6 @@ class _Serving:
             rec["reason"], rec["status"] = layout
             return rec
         release, families = table_release(row, self.release_tables, lambda: self._profile(hw, rec["engine"], None))
-        prof = self._profile(hw, rec["engine"], release, families)
         opts = None
         try:
             if sides is None:
@@ -284,11 +286,14 @@ class _Serving:
                 sc = sc.with_(batch=admission_cap(sc, hw, model))
             else:
                 sc, opts = disagg_scenario(row, where, sides, model, rec["engine"], self.mode, release)
+            if release:
+                families = collective_families(families, model, resolve_scenario(sc, hw, model))
         except InputError as e:
             if e.file:  # a malformed cell of the table: bad input
                 raise
             rec["reason"], rec["status"] = "projection refused", f"not projected: {e}"
             return rec
+        prof = self._profile(hw, rec["engine"], release, families)
         # the layout's class, for the summary: one scheduler (tp), attention-DP ranks, or disaggregated workers
         rec["layout"] = "disaggregated" if sides is not None else "attention-dp" if sc.attention_dp > 1 else "tp"
         rec["architecture"] = "moe" if model.moe is not None else "dense"  # the issue-25 class: MoE against dense

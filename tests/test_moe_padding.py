@@ -205,11 +205,13 @@ def test_a_published_configs_router_is_the_librarys(config, key):
     ("0.19.0", "sigmoid_bias", "modular"), ("0.19.0", "softmax", "modular"),
     ("0.19.0", "sigmoid_bias_grouped", "monolithic"), (None, "sigmoid_bias", "monolithic"),
     ("0.24.0", "softmax", "monolithic"), ("0.24.0", "sigmoid", "modular"), (None, "softmax_unnormalized", "modular"),
-    ("0.22.0", "sigmoid_bias", None), ("0.17.0", "sigmoid_bias", None)])
+    ("0.20.0", "softmax", "monolithic"), ("0.20.0", "sigmoid_bias", "modular"), ("0.21.0", "sigmoid_bias", "monolithic"),
+    ("0.22.1", "sigmoid_bias", "monolithic"), ("0.23.0", "softmax_unnormalized", "modular"),
+    ("0.30.0", "softmax", "monolithic"), ("0.17.0", "sigmoid_bias", None), ("nightly", "softmax", None)])
 def test_vllms_tensorrt_llm_moe_class_by_release_and_router(version, router, want):
     """vLLM's monolithic TensorRT-LLM block-fp8 MoE routes the tokens itself for the routers it lists (0.19:
-    DeepSeek-V3's alone; 0.24: also Renormalize and MiniMax-M2's), the modular one takes the rest; 0.20-0.23 not read,
-    before 0.19 no modular class; SM100 parts only."""
+    DeepSeek-V3's alone; 0.20: also Renormalize; 0.21: also MiniMax-M2's), the modular one takes the rest; before
+    0.19 no modular class; SM100 parts only."""
     from perfmodel.engines import moe_module_for
 
     assert moe_module_for("vllm", version, "blackwell", router) == want

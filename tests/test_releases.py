@@ -170,6 +170,12 @@ def test_a_releases_all_reduce_prices_the_collectives():
     for kind in ("gemm", "attention", "moe_permute"):  # no other table of 0.5.9: the folder's own
         assert old.decode.by_kind()[kind] == pytest.approx(new.decode.by_kind()[kind], rel=1e-9), kind
     assert old.profile.provenance["release_tables"] == {"asked": "0.5.9", "comm": "0.5.9 (b200-sglang/releases/0.5.9)"}
+    # DeepSeek-V3's TP all-reduces run fused with the norm after them (SGLang's FlashInfer fusion): no release's
+    # custom all-reduce times that kernel, and the engine folder's table keeps standing in for it
+    kw = dict(engine="sglang", dtype="fp8", tp=8, batch=32, isl=1024, osl=1024)
+    fused = [project("b200", "deepseek-v3", **kw), project("b200", "deepseek-v3", engine_release="0.5.9", **kw)]
+    assert fused[1].decode.by_kind()["all_reduce"] == pytest.approx(fused[0].decode.by_kind()["all_reduce"], rel=1e-9)
+    assert "release_tables" not in fused[1].profile.provenance
 
 
 def test_a_named_release_runs_its_own_defaults_where_read():
