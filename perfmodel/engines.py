@@ -423,6 +423,29 @@ def release_key(text: str | None) -> tuple | None:
     return (*numbers, *pre, post)
 
 
+# When each release was built: the date of the METADATA entry in its PyPI wheel (read offline 2026-12-07, `pip
+# download sglang==V --no-deps`). A nightly build of a date runs the code of that date, between two releases.
+RELEASE_DATES = {
+    "sglang": {"0.5.8": "2026-01-23", "0.5.9": "2026-02-23", "0.5.10": "2026-04-05", "0.5.11": "2026-05-07",
+               "0.5.12": "2026-05-16", "0.5.13": "2026-06-11", "0.5.14": "2026-06-26"},
+}
+_NIGHTLY_DATE = re.compile(r"^nightly[\w.-]*?-(20\d{2})(\d{2})(\d{2})(?:-|$)")
+
+
+def nightly_release(engine: str, text: str | None) -> str | None:
+    """The release a dated nightly build of ``engine`` stands nearest (``nightly-dev-cu13-20260317-1eea7448``: the
+    newest release built on or before its date, :data:`RELEASE_DATES`), as the tables of a release stand for the
+    newest release not newer (:mod:`perfmodel.releases`); None for anything else (a numbered release, a nightly
+    with no date, an engine whose dates were not read, a date before every release read)."""
+    m = _NIGHTLY_DATE.match((text or "").strip().lower())
+    dates = RELEASE_DATES.get(engine)
+    if m is None or not dates:
+        return None
+    built = "-".join(m.groups())
+    older = [v for v, day in dates.items() if day <= built]
+    return max(older, key=release_key) if older else None
+
+
 def _release(version: str) -> tuple[int, int] | None:
     parts = version.split(".")
     try:

@@ -119,12 +119,21 @@ def table_release(row: dict, release_tables: bool | None, own_profile) -> tuple[
 
 def row_release(row: dict, wanted: bool = True) -> str | None:
     """The engine release a row records (its ``engine_version``), for the tables of that release
-    (:mod:`perfmodel.releases`) where ``wanted``; None where it records none or no numbered release
-    (``nightly-dev``: the engine folder's own tables)."""
-    from .engines import release_key
-
+    (:mod:`perfmodel.releases`) where ``wanted``; a dated nightly build the release it stands nearest
+    (:func:`perfmodel.engines.nightly_release`); None where it records none or no numbered release (``nightly-dev``
+    with no date: the engine folder's own tables)."""
+    if not wanted:
+        return None
     text = (row.get("engine_version") or "").strip()
-    return text if wanted and release_key(text) is not None else None
+    return _numbered(text, (row.get("engine") or "").strip().lower())
+
+
+def _numbered(text: str, engine: str) -> str | None:
+    """``text`` where it is a numbered release, the release a dated nightly of ``engine`` stands nearest, else
+    None."""
+    from .engines import nightly_release, release_key
+
+    return text if release_key(text) is not None else nightly_release(engine, text)
 
 
 def parse_where(text: str | None) -> list[tuple[str, frozenset]]:
@@ -483,13 +492,12 @@ def row_layout(row: dict, where: str, model) -> dict:
 
 
 def release_settings(row: dict, engine: str) -> dict:
-    """The Scenario field that runs the defaults of the engine release a row records, where its source was read
+    """The Scenario field that runs the defaults of the engine release a row records (a dated nightly's: the release
+    it stands nearest, :func:`_numbered`), where its source was read
     (``defaults_release``: :func:`perfmodel.engines.release_defaults`, scheduling, the shared-expert stream, the MoE
     layout by part and model), its kernel tables left to ``--release-tables``; {}: the preset's."""
-    from .engines import release_key
-
-    version = (row.get("engine_version") or "").strip()
-    return {"defaults_release": version} if version and release_key(version) is not None else {}
+    version = _numbered((row.get("engine_version") or "").strip(), engine)
+    return {"defaults_release": version} if version else {}
 
 
 def _optional_int(row: dict, col: str, where: str) -> int | None:

@@ -257,3 +257,28 @@ def test_engines_doc_states_the_all_reduce_by_release():
             times = [at(f, b) for f in part]
             assert max(times) / min(times) < 1.25, (b, times)
     assert "1.2.0rc5-rc20, within 25% of each other" in text
+
+
+def test_a_dated_nightly_stands_for_the_release_built_before_it():
+    """A nightly build of a date runs the code of that date: the newest release built on or before it stands for it
+    (SGLang's releases dated by their PyPI wheels: 0.5.9 on 2026-02-23, 0.5.10 on 2026-04-05)."""
+    from perfmodel.engines import nightly_release
+    from perfmodel.validate import release_settings, row_release
+
+    assert nightly_release("sglang", "nightly-dev-cu13-20260317-1eea7448") == "0.5.9"
+    assert nightly_release("sglang", "nightly-dev-cu13-20260405-x") == "0.5.10"  # built the day 0.5.10 was
+    assert nightly_release("sglang", "nightly-dev-20260216-d3bae71e") == "0.5.8"
+    assert nightly_release("sglang", "nightly-dev-20250101-x") is None  # before every release read
+    for text in ("nightly-dev", "0.5.9", "", None, "nightly-dev-2026031-x"):
+        assert nightly_release("sglang", text) is None, text
+    assert nightly_release("vllm", "nightly-dev-20260317-x") is None  # vLLM's dates not read
+    row = {"engine": "sglang", "engine_version": "nightly-dev-cu13-20260401-b6fe0cca"}
+    assert row_release(row) == "0.5.9" and row_release(row, wanted=False) is None
+    assert release_settings(row, "sglang") == {"defaults_release": "0.5.9"}
+    assert row_release({"engine": "sglang", "engine_version": "nightly-dev"}) is None
+    from perfmodel.engines import RELEASE_DATES
+
+    dates = RELEASE_DATES["sglang"]
+    for doc in ("engines.md", "validation-silicon.md"):  # the dates the docs quote are the table's
+        text = " ".join((ROOT / "docs" / doc).read_text(encoding="utf-8").split())
+        assert f"0.5.9 on {dates['0.5.9']}, 0.5.10 on {dates['0.5.10']}" in text, doc

@@ -23,7 +23,10 @@ What each output column is:
 - ``precision``: the file's; a row with neither precision nor quantization mode recorded (the unquantized
   checkpoints of Llama-3.1-8B-Instruct and Qwen3-32B) is taken as bf16, said in ``notes``.
 - ``attention_dp``, ``moe_tp``, ``moe_ep``, ``mode`` (agg | disagg), ``engine``, ``engine_version``,
-  ``hf_model``: as the file has them (``hf_model`` only where ``model`` is a descriptor).
+  ``hf_model``: as the file has them (``hf_model`` only where ``model`` is a descriptor), but for a nightly build
+  the file names without its date (``nightly-dev``) whose container image tag dates it
+  (``image=lmsysorg/sglang:nightly-dev-cu13-20260317-1eea7448``): ``engine_version`` is then that tag, which
+  :func:`perfmodel.engines.nightly_release` reads (the release a nightly stands nearest).
 - ``notes``: what the conversion assumed or read besides the columns, among them ``run name: tp N ep M`` where the
   row's ``id`` states the layout it ran (``..._c32_tp8_0_ep8_0_973``): 234 lines record N x N GPUs for such a run
   of N, 109 measurements with no other copy (:func:`perfmodel.validate`'s squared-layout check reads the two
@@ -89,6 +92,9 @@ COLUMNS = ("id", "kind", "model", "hardware", "gpus", "tp", "pp", "precision", "
 # expert-parallel width; kept as a note, the evidence :func:`perfmodel.validate` reads a recorded layout against
 _RUN_LAYOUT = re.compile(r"_tp(\d+)(?:_\d+)?_ep(\d+|none)(?:_\d+)?_\d+$")
 _CONCURRENCY = re.compile(r"(?:^|;)\s*silicon_concurrency=(\d+)\s*(?:;|$)")
+# a container image whose tag names a dated nightly build: lmsysorg/sglang:nightly-dev-cu13-20260317-1eea7448
+_NIGHTLY_IMAGE = re.compile(r"(?:^|;)\s*image=[^;:\s]+:(nightly[\w.-]*?-20\d{6}(?:-[\w.]+)?)\s*(?:;|$)")
+_DATED = re.compile(r"20\d{6}")
 _LOCAL_PATH = re.compile(r"(?<![\w.:-])(?:~|[A-Za-z]:)?[/\\](?:[^;\s/\\]+[/\\])+([^;\s/\\]+)")
 
 
@@ -183,6 +189,17 @@ class _Copy:
         return self.agreement, self.cells["gpus"] != "", -self.line
 
 
+def _engine_version(row: dict) -> str:
+    """The file's ``backend_version``; for a nightly it names without a date, its image's dated tag where the data
+    source records one (module doc)."""
+    version = (row.get("backend_version") or "").strip()
+    if version.startswith("nightly") and not _DATED.search(version):
+        m = _NIGHTLY_IMAGE.search(row.get("silicon_data_source") or "")
+        if m:
+            return m.group(1)
+    return version
+
+
 def _copy(line: int, row: dict, where: str) -> _Copy:
     """One input line as a :class:`_Copy`; a clear error for a malformed cell."""
     at = f"{where}:{line}"
@@ -229,7 +246,7 @@ def _copy(line: int, row: dict, where: str) -> _Copy:
     cells = dict(kind="inference", model=model, hardware=SYSTEMS.get(system, system), gpus=_cell(gpus), tp=_cell(tp),
                  pp=_cell(pp), precision=precision, isl=isl, osl=osl, batch=_cell(batch), unit="ms",
                  notes=notes, engine=(row.get("backend") or "").strip(),
-                 engine_version=(row.get("backend_version") or "").strip(), concurrency=_cell(concurrency),
+                 engine_version=_engine_version(row), concurrency=_cell(concurrency),
                  attention_dp=_cell(adp), moe_tp=_cell(moe_tp), moe_ep=_cell(mep), mode=mode,
                  hf_model=hf if hf != model else "")
     return _Copy(line, cells, ttft, tpot, sanitize_source(row.get("silicon_data_source") or ""), layout, agreement)
