@@ -517,13 +517,12 @@ def moe_padding_for(engine: str, version: str, generation: str | None = None, ro
 
 # FlashInfer's TensorRT-LLM block-fp8 MoE kernel in vLLM on SM100 comes in two classes: the monolithic one routes
 # tokens itself and takes only the routers its _supports_routing_method lists; the modular one takes every router
-# (experts/trtllm_fp8_moe.py, read from the 0.19.0 and 0.24.0 wheels): 0.19 lists DeepSeekV3 alone, 0.24 also
-# Renormalize, RenormalizeNaive, SigmoidRenorm, Sigmoid and MiniMax2. By perfmodel.models.ROUTERS.
+# (experts/trtllm_fp8_moe.py, read from the 0.19.0-0.24.0 wheels): 0.19 lists DeepSeekV3 alone, 0.20 also Renormalize
+# and RenormalizeNaive, 0.21 also SigmoidRenorm and MiniMax2, 0.23 also Sigmoid (none of this project's routers:
+# a top-1 sigmoid router is Llama4's). Keyed by the first release of each list, by perfmodel.models.ROUTERS.
 VLLM_MONOLITHIC_ROUTERS = {(0, 19): ("sigmoid_bias_grouped",),
                            (0, 20): ("sigmoid_bias_grouped", "softmax"),
-                           (0, 21): ("sigmoid_bias_grouped", "softmax", "sigmoid_bias"),
-                           (0, 23): ("sigmoid_bias_grouped", "softmax", "sigmoid_bias"),
-                           (0, 24): ("sigmoid_bias_grouped", "softmax", "sigmoid_bias")}
+                           (0, 21): ("sigmoid_bias_grouped", "softmax", "sigmoid_bias")}
 VLLM_MODULE_SOURCE = (
     "vLLM's FlashInfer TensorRT-LLM block-fp8 MoE on SM100 (fused_moe/oracle/fp8.py backend_to_kernel_cls: "
     "[TrtLlmFp8ExpertsMonolithic, TrtLlmFp8ExpertsModular], the first that supports the layer): the monolithic "

@@ -137,7 +137,8 @@ def same_kernels(folder: Path, release: Path, family: str | None = None) -> bool
     from .cost.tables import load_folder
 
     held = next((fams for path, fams in release_folders(folder).values() if Path(path) == Path(release)), frozenset())
-    families = [family] if family else sorted(held)
+    # (a folder not imported as a release of ``folder``: its tables' classes, every family they hold)
+    families = [family] if family else sorted(held) or ["gemm", "attention", "moe"]
     if "comm" in families and engine_kernels(folder) != engine_kernels(release):
         return False
     tabled = [f for f in families if f != "comm"]

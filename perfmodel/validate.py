@@ -218,8 +218,13 @@ def run_validation(path=None, *, calibration=None, mode: str = "latency", engine
         sc = _scenario_for(row, where, engine, model, release).with_(mode=mode)
         try:  # a row whose engine does not run on its part is refused like one that does not fit
             resolved = resolve_scenario(sc, hw, model)
-            prof = setup(hw, model, calibration=calibration, engine=sc.engine, release=sc.engine_release,
-                         release_families=collective_families(families, model, resolved)).profile
+        except InputError as e:
+            rec["status"] = f"does not fit: {e.detail}"
+            out.append(rec)
+            continue
+        prof = setup(hw, model, calibration=calibration, engine=sc.engine, release=sc.engine_release,
+                     release_families=collective_families(families, model, resolved)).profile
+        try:
             proj = project_resolved(hw, model, resolved, prof)
         except InputError as e:
             rec["status"] = f"does not fit: {e.detail}"

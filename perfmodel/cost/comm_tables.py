@@ -35,6 +35,7 @@ from ..paths import COLLECTIVES_FILE
 # the series a folder's collective rows fall in: NCCL's collectives by op, and the engine's own all-reduce
 ENGINE_SERIES = "engine_all_reduce"
 _POINTS: dict = {}
+_KERNELS: dict = {}
 
 
 def collective_file(path) -> Path | None:
@@ -125,8 +126,13 @@ def engine_kernels(path) -> frozenset[str]:
     """The engine's own all-reduce kernels a folder's rows time (their ``impl``: ``sglang_graph``, ``trtllm``; the
     engine's name where a table records none): what tells two releases' tables of one engine apart
     (:func:`perfmodel.releases.same_kernels`)."""
-    rows = _engine_rows(_collective_rows(collective_file(path)))
-    return frozenset(str(r["params"].get("impl") or r["params"].get("backend")) for r in rows)
+    file = collective_file(path)
+    key = (str(path), file.stat().st_mtime_ns if file is not None else None)
+    hit = _KERNELS.get(key)
+    if hit is None:  # (validate asks for every row: cached per folder and file state)
+        rows = _engine_rows(_collective_rows(file))
+        hit = _KERNELS[key] = frozenset(str(r["params"].get("impl") or r["params"].get("backend")) for r in rows)
+    return hit
 
 
 def _table_time(series: tuple[np.ndarray, np.ndarray], nbytes: np.ndarray) -> np.ndarray:
