@@ -156,17 +156,33 @@ def kernel_matched_families(prof, release: str | None) -> frozenset[str]:
     and that time there the kernels the engine folder's own do (:func:`same_kernels`): what ``perfmodel validate``
     prices each row with unless told otherwise (docs/engines.md); the others keep the engine folder's tables (which
     kernel that release ran by default is a question of its source). Empty where none does."""
-    from .profile import TABLE_FIELDS
-
     if not release:
         return frozenset()
-    found = set()
+    return frozenset(family for family, _, path, hit in _standing(prof, release) if same_kernels(path, hit[1], family))
+
+
+def _standing(prof, release: str):
+    """(family, profile field, engine folder, (release, its folder)) for each table family of ``prof`` that another
+    release's tables stand for at ``release`` (:func:`release_table`), where the engine folder is the projected
+    engine's: a release names one engine's build, and a family whose evidence is another engine's tables (a part an
+    engine's own tables did not measure for that family: SGLang's collectives on the GB200 from TensorRT-LLM's
+    folder) takes none of that engine's releases."""
+    import json
+
+    from .cost.tables import projected_engine
+    from .profile import TABLE_FIELDS
+
     for family, field in TABLE_FIELDS.items():
         path = getattr(prof, field, "")
         hit = release_table(Path(path), family, release) if path else None
-        if hit is not None and same_kernels(Path(path), hit[1], family):
-            found.add(family)
-    return frozenset(found)
+        if hit is None:
+            continue
+        try:
+            engine = json.loads((Path(path) / "profile.json").read_text(encoding="utf-8")).get("engine")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if engine == projected_engine(prof, family):
+            yield family, field, Path(path), hit
 
 
 def collective_families(families: frozenset[str] | None, model, sc) -> frozenset[str] | None:
@@ -190,21 +206,18 @@ def with_release_tables(prof, release: str | None, families: frozenset[str] | No
     if not release:
         return prof
     from .evidence import FAMILY_FIELDS
-    from .profile import TABLE_FIELDS, load_profile
+    from .profile import load_profile
 
     changes, chosen = {}, {}
-    for family, field in TABLE_FIELDS.items():
-        path = getattr(prof, field, "")
-        if not path or (families is not None and family not in families):
+    for family, field, _, hit in _standing(prof, release):
+        if families is not None and family not in families:
             continue
-        hit = release_table(Path(path), family, release)
-        if hit is not None:
-            # the family's fitted values with its table: the table's residuals were taken against them
-            # (perfmodel.fit.directory.release_base)
-            fitted = load_profile(hit[1])
-            changes.update({f: getattr(fitted, f) for f in FAMILY_FIELDS[family]})
-            changes[field] = str(hit[1])
-            chosen[family] = f"{hit[0]} ({hit[1].parent.parent.name}/{RELEASES_DIR}/{hit[1].name})"
+        # the family's fitted values with its table: the table's residuals were taken against them
+        # (perfmodel.fit.directory.release_base)
+        fitted = load_profile(hit[1])
+        changes.update({f: getattr(fitted, f) for f in FAMILY_FIELDS[family]})
+        changes[field] = str(hit[1])
+        chosen[family] = f"{hit[0]} ({hit[1].parent.parent.name}/{RELEASES_DIR}/{hit[1].name})"
     if not changes:
         return prof
     return prof.with_(**changes, provenance={**prof.provenance, "release_tables": {"asked": release, **chosen}})

@@ -161,6 +161,11 @@ def test_a_releases_all_reduce_prices_the_collectives():
     assert not same_kernels(B200_VLLM, B200_VLLM / "releases" / "0.19.0", "moe")
     assert kernel_matched_families(setup("b200", engine="vllm").profile, "0.17.0") == {"comm"}
     assert kernel_matched_families(setup("b200", engine="sglang").profile, "0.5.9") == {"comm"}
+    # a release names one engine's build: SGLang on the GB200 takes its collectives from TensorRT-LLM's folder (no
+    # SGLang table of the part), and none of TensorRT-LLM's releases stands for SGLang 0.5.9
+    assert kernel_matched_families(setup("gb200", engine="sglang").profile, "0.5.9") == frozenset()
+    assert "release_tables" not in setup("gb200", engine="sglang", release="0.5.9").profile.provenance
+    assert setup("gb200", engine="trtllm", release="1.3.0rc10").profile.provenance["release_tables"]["comm"]
 
     kw = dict(engine="sglang", dtype="fp8", tp=8, batch=32, isl=1024, osl=1024)
     new = project("b200", "qwen3.5-397b-a17b", **kw)
