@@ -158,10 +158,11 @@ def kernel_matched_families(prof, release: str | None) -> frozenset[str]:
     kernel that release ran by default is a question of its source). Empty where none does."""
     if not release:
         return frozenset()
-    return frozenset(family for family, _, path, hit in _standing(prof, release) if same_kernels(path, hit[1], family))
+    return frozenset(family for family, _, path, hit in standing_tables(prof, release)
+                     if same_kernels(path, hit[1], family))
 
 
-def _standing(prof, release: str):
+def standing_tables(prof, release: str):
     """(family, profile field, engine folder, (release, its folder)) for each table family of ``prof`` that another
     release's tables stand for at ``release`` (:func:`release_table`), where the engine folder is the projected
     engine's: a release names one engine's build, and a family whose evidence is another engine's tables (a part an
@@ -209,7 +210,7 @@ def with_release_tables(prof, release: str | None, families: frozenset[str] | No
     from .profile import load_profile
 
     changes, chosen = {}, {}
-    for family, field, _, hit in _standing(prof, release):
+    for family, field, _, hit in standing_tables(prof, release):
         if families is not None and family not in families:
             continue
         # the family's fitted values with its table: the table's residuals were taken against them

@@ -490,7 +490,8 @@ def test_doc_states_the_attention_dp_and_wider_layout_diagnoses():
     q = "Qwen/Qwen3.5-397B-A17B"
     measured = [tpot(q, "b200", "0.5.9", concurrency="4", tp=tp, moe_ep=ep) for tp, ep in (("4", "1"), ("8", "1"),
                                                                                            ("4", "4"))]
-    assert f"TP 4 measures {measured[0]:.2f} ms, TP 8 {measured[1]:.2f} ms and TP 4 with EP 4 {measured[2]:.2f} ms" in doc
+    assert (f"TP 4 measures {measured[0]:.2f} ms, TP 8 {measured[1]:.2f} ms and TP 4 with EP 4 {measured[2]:.2f} "
+            "ms") in doc
     kw = dict(engine="sglang", engine_release="0.5.9", dtype="fp8", batch=4, isl=1024, osl=1024)
     projected = [project("b200", "qwen3.5-397b-a17b", tp=tp, ep=ep, **kw).tpot_s * 1e3 for tp, ep in ((4, 1), (8, 1),
                                                                                                       (4, 4))]

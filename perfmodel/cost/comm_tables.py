@@ -63,9 +63,9 @@ def write_collectives(folder: Path, rows: list[dict]) -> None:
 
 def points(path: str) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]:
     """(series, world size) -> (log bytes, log seconds) at each measured size (the median of its rows), from the
-    folder's collective rows (:func:`collective_file`; cached per folder and file state). Only the collective lines are parsed (a fifth of the
-    time of :func:`perfmodel.measure.store.read_rows` over the whole file, on a cold projection's path); a torn line
-    is skipped, as there."""
+    folder's collective rows (:func:`collective_file`; cached per folder and file state). Only the collective lines
+    are parsed (a fifth of the time of :func:`perfmodel.measure.store.read_rows` over the whole file, on a cold
+    projection's path); a torn line is skipped, as there."""
     file = collective_file(path)
     stamp = file.stat().st_mtime_ns if file is not None else None
     hit = _POINTS.get(path)
