@@ -8,7 +8,7 @@ sit beside it in ``releases/<version>/``, each an import of its own (``perfmodel
 --out calibration/<part>-<engine>/releases/V --fit``).
 
 A release folder holds the MoE tables of its release, its engine's own all-reduce (the comm family: SGLang's custom
-all-reduce at 8 GPUs got 1.3-3x faster from 0.5.10 to 0.5.14), or both. A projection that names its engine's release
+all-reduce on 8 B200s got 1.5x faster at 32 KiB and 3x at 256 KiB from 0.5.10 to 0.5.14), or both. A projection that names its engine's release
 (``Scenario.engine_release``, ``--engine-release``; the validation tables' ``engine_version`` column, by default in
 the families whose kernels match: :func:`kernel_matched_families`) prices each table family a release folder holds
 with the nearest measured release: the newest not newer than the one asked, else the oldest measured (a release
@@ -135,10 +135,11 @@ def same_kernels(folder: Path, release: Path, family: str | None = None) -> bool
     TensorRT-LLM's kernel."""
     from .cost.comm_tables import engine_kernels
     from .cost.tables import load_folder
+    from .profile import TABLE_FIELDS
 
     held = next((fams for path, fams in release_folders(folder).values() if Path(path) == Path(release)), frozenset())
     # (a folder not imported as a release of ``folder``: its tables' classes, every family they hold)
-    families = [family] if family else sorted(held) or ["gemm", "attention", "moe"]
+    families = [family] if family else sorted(held) or [f for f in TABLE_FIELDS if f != "comm"]
     if "comm" in families and engine_kernels(folder) != engine_kernels(release):
         return False
     tabled = [f for f in families if f != "comm"]
@@ -168,21 +169,14 @@ def standing_tables(prof, release: str):
     engine's: a release names one engine's build, and a family whose evidence is another engine's tables (a part an
     engine's own tables did not measure for that family: SGLang's collectives on the GB200 from TensorRT-LLM's
     folder) takes none of that engine's releases."""
-    import json
-
-    from .cost.tables import projected_engine
+    from .cost.tables import load_folder, projected_engine
     from .profile import TABLE_FIELDS
 
     for family, field in TABLE_FIELDS.items():
         path = getattr(prof, field, "")
         hit = release_table(Path(path), family, release) if path else None
-        if hit is None:
-            continue
-        try:
-            engine = json.loads((Path(path) / "profile.json").read_text(encoding="utf-8")).get("engine")
-        except (OSError, ValueError, AttributeError):
-            continue
-        if engine == projected_engine(prof, family):
+        folder = load_folder(path) if hit is not None else None  # (cached: validate asks for every row)
+        if folder is not None and folder.engine == projected_engine(prof, family):
             yield family, field, Path(path), hit
 
 
