@@ -3,6 +3,7 @@ formula is the least-squares fit it says it is, its spill prediction agrees with
 table is what the rows hold, and spills cost what the L1 left by shared memory can hold."""
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from perfmodel.tune.resources import (REG_FIT, REG_FIT_UNALIGNED, SPILL_AT, VECT
 from perfmodel.tune.space import GemmConfig, parse_gemm_key
 
 ROOT = Path(__file__).resolve().parent.parent
-RUN2 = ROOT / "calibration/h200-tune/run2/tune_measurements.jsonl"
+RUN2 = ROOT / "calibration/h200-tune/run2/tune_measurements.jsonl.gz"
 HW = load_spec("h200")
 
 
@@ -29,7 +30,7 @@ def compiled_variants():
     if not RUN2.is_file():
         pytest.skip("the H200 tuning rows are not in this checkout")
     seen = {}
-    for line in RUN2.read_text().splitlines():
+    for line in gzip.decompress(RUN2.read_bytes()).decode().splitlines():
         r = json.loads(line)
         if r["kind"] != "gemm" or not r.get("config") or "regs" not in r:
             continue
@@ -90,8 +91,8 @@ def test_compiled_table_is_regenerated_from_the_rows():
     if not RUN2.is_file():
         pytest.skip("the H200 tuning rows are not in this checkout")
     rows = []
-    for f in sorted((ROOT / "calibration/h200-tune").glob("**/tune_measurements.jsonl")):
-        rows += [json.loads(x) for x in f.read_text().splitlines()]
+    for f in sorted((ROOT / "calibration/h200-tune").glob("**/tune_measurements.jsonl.gz")):
+        rows += [json.loads(x) for x in gzip.decompress(f.read_bytes()).decode().splitlines()]
     table = [json.loads(x) for x in TABLE.read_text().splitlines()]
     assert records_from_rows(rows) == table
 

@@ -1,6 +1,7 @@
 """Measured tuning rows, grouped by shape, and the deterministic split of shapes that fit and evaluate share.
 
-A folder may hold several runs: ``DIR/tune_measurements.jsonl`` and ``DIR/*/tune_measurements.jsonl``.
+A folder may hold several runs: ``DIR/tune_measurements.jsonl`` and ``DIR/*/tune_measurements.jsonl`` (or their
+``.gz``: the committed runs ship compressed).
 When one row id was measured by several, the row timed with the host kept behind the GPU (``"timing":
 "queued"``, :meth:`perfmodel.tune.measure.Bench._timed`) replaces one timed directly: the first H200 run
 timed directly and counted the host's launch time on small split-K kernels.
@@ -49,7 +50,9 @@ def measurement_files(path) -> list[Path]:
         return [p]
     if not p.is_dir():
         raise InputError("no such file or folder", file=str(path))
-    files = [f for f in [p / ROWS, *sorted(p.glob(f"*/{ROWS}"))] if f.is_file()]
+    # a committed run ships compressed (ROWS + ".gz", read alike by iter_rows); a run in progress appends plain rows
+    files = [f for d in [p, *sorted(x for x in p.iterdir() if x.is_dir())] for f in (d / ROWS, d / f"{ROWS}.gz")
+             if f.is_file()]
     if not files:
         raise InputError(f"no {ROWS} here or in its subfolders (run `python -m perfmodel.tune.measure --out DIR` "
                          f"on a GPU first)", file=str(path))

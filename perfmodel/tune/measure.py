@@ -208,7 +208,7 @@ class Bench:
         spin kernel (``torch.cuda._sleep``) before the loop and one after each flush give the host time to
         queue the next call's launches before the start event fires, so a slow host launch (Triton's
         Python launcher, two launches for split-K, a busy CPU) is never counted as kernel time. Without
-        them the first H200 run (calibration/h200-tune/tune_measurements.jsonl) timed the host on small
+        them the first H200 run (calibration/h200-tune/tune_measurements.jsonl.gz) timed the host on small
         split-K kernels: up to 3x the kernel time, with p90/p10 spreads above 1.2."""
         torch = self.torch
         torch.cuda._sleep(HEAD_START_CYCLES)

@@ -36,7 +36,7 @@ How Triton spends them (Triton 3.6, checked against the compiler's own figures i
   (no vector loads, no asynchronous copies, hence no software pipeline: one operand buffer whatever
   num_stages is), and every element a thread loads holds registers (``REG_FIT_UNALIGNED``: least squares
   over the non-spilling rows of K = 2500, 3000, 4104 that the second H200 run compiled, ``regs`` and
-  ``spills`` of calibration/h200-tune/run2/tune_measurements.jsonl).
+  ``spills`` of calibration/h200-tune/run2/tune_measurements.jsonl.gz).
 """
 from __future__ import annotations
 
