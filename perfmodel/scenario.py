@@ -369,11 +369,13 @@ class Scenario:
         _choice(self.engine, ENGINES, "--engine")
         for value, flag in ((self.engine_release, "--engine-release"), (self.defaults_release, "defaults_release")):
             if value is not None:
-                from .engines import release_key
+                from .engines import RELEASE_DATES, release_key
 
                 if not (isinstance(value, str) and len(value) <= 64 and value.isprintable()
                         and release_key(value) is not None):
-                    raise InputError(f"expected a numbered engine release (0.19.0, 1.3.0rc10, 0.5.6.post2), got "
+                    first = min(RELEASE_DATES["sglang"].values())
+                    raise InputError(f"expected a numbered engine release (0.19.0, 1.3.0rc10, 0.5.6.post2), or a "
+                                     f"dated SGLang nightly of {first} or later (nightly-dev-20260317-...), got "
                                      f"{str(value)[:80]!r}", field=flag)
         if self.moe_padding is not None:
             from .engines import MOE_PADDINGS

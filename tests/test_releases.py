@@ -95,6 +95,23 @@ def test_cli_engine_release(capsys):
     assert "--engine-release" in capsys.readouterr().err
 
 
+def test_cli_takes_a_dated_nightly_as_the_release_built_before_it(capsys):
+    """``--engine-release nightly-dev-...-20260317-...`` under SGLang prices as 0.5.9 does (as perfmodel validate
+    reads such a row); a nightly dated before every release read, or of an engine without dates, is refused."""
+    from perfmodel.cli import main
+
+    args = ["project", "--arch", "b200", "--model", "glm-5", "--engine", "sglang", "--dtype", "fp8", "--tp", "8",
+            "--batch", "4", "--format", "json"]
+    assert main(args + ["--engine-release", "nightly-dev-cu13-20260317-1eea7448"]) == 0
+    nightly = capsys.readouterr().out
+    assert main(args + ["--engine-release", "0.5.9"]) == 0
+    assert capsys.readouterr().out == nightly
+    assert main(args + ["--engine-release", "nightly-dev-cu13-20200317-1eea7448"]) == 2
+    assert "2026-01-23 or later" in capsys.readouterr().err
+    vllm = ["project", "--arch", "b200", "--model", "llama-3.1-8b", "--engine", "vllm", "--batch", "4"]
+    assert main(vllm + ["--engine-release", "nightly-dev-20260317-x"]) == 2
+
+
 def test_a_release_keeps_the_engine_folders_tables_for_what_it_did_not_time():
     """TensorRT-LLM 1.3.0rc23's MoE table on the B200 times one format (fp8 activations on fp4 weights): naming that
     release changes nothing for Qwen3-235B's block-fp8 experts, whose table and fitted values stay rc20's."""

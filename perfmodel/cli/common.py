@@ -124,7 +124,8 @@ def scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True, images: 
                         "share (docs/engines.md); default " + ("auto: TensorRT-LLM on NVIDIA parts, vLLM elsewhere"
                                                                if serving else "torch: plain PyTorch"))
     g.add_argument("--engine-release", default=None, metavar="VERSION",
-                   help="the engine release whose measured kernel tables price it (0.19.0, 1.3.0rc10), where tables "
+                   help="the engine release whose measured kernel tables price it (0.19.0, 1.3.0rc10; a dated SGLang "
+                        "nightly, nightly-dev-20260317-..., the release built before it), where tables "
                         "of that release were imported: the nearest measured release stands for it; it also runs the "
                         "release's defaults read from its source (vLLM: scheduling, shared-expert stream, MoE "
                         "padding), unless flags say otherwise; default: the engine folder's own (docs/engines.md)")
@@ -176,6 +177,19 @@ def overlap_arg(text: str) -> float | str:
         return text.strip().lower()
 
 
+def _engine_release(args) -> str | None:
+    """``--engine-release`` as given, or for a dated nightly build the release it stands nearest
+    (:func:`perfmodel.engines.nightly_release`: the newest built on or before its date)."""
+    text = getattr(args, "engine_release", None)
+    if text is None:
+        return None
+    from ..engines import nightly_release, release_key
+
+    if release_key(text) is None:
+        return nightly_release(getattr(args, "engine", "auto"), text) or text
+    return text
+
+
 def _scheduling(flag: str | None) -> bool | None:
     return None if flag is None else flag == "async"
 
@@ -192,7 +206,7 @@ def scenario_from_args(args, batch=None):
               kv_cache=getattr(args, "kv_cache", None), moe_exchange=getattr(args, "moe_exchange", None),
               moe_routing=getattr(args, "moe_routing", None), sampling=getattr(args, "sampling", "greedy"),
               async_scheduling=_scheduling(getattr(args, "scheduling", None)), schedule=getattr(args, "schedule", None),
-              shared_stream=getattr(args, "shared_stream", None), engine_release=getattr(args, "engine_release", None),
+              shared_stream=getattr(args, "shared_stream", None), engine_release=_engine_release(args),
               moe_padding=getattr(args, "moe_padding", None))
     if hasattr(args, "isl"):
         kw.update(isl=args.isl, osl=args.osl, batch=parse_batch(str(args.batch)) if batch is None else batch,
