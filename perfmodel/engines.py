@@ -51,6 +51,12 @@ TRTLLM_A2A_PAYLOAD = {"ll.dispatch": "experts", "ll.combine": "experts", "normal
                       "normal.combine": "bf16", "mnnvl.dispatch": "experts", "mnnvl.combine": "bf16"}
 
 
+def _np():
+    import numpy
+
+    return numpy
+
+
 def host_curve(knots, seqs, xp=None):
     """Seconds at ``seqs`` sequences along a measured curve ``knots`` ((sequences, seconds), ascending): from none at
     no sequences straight to the first, linear between measured counts, past the last at the last stretch's slope.
@@ -180,6 +186,15 @@ class Engine:
     # device runs this one: the step takes the longer); empty: not measured, no cost. ``async_scheduling``: the
     # mode the preset's release runs by default (:func:`async_scheduling_for` gives another release's)
     scheduler_host: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    # the engine's front end: the processes between its scheduler and the clients (detokenising, and the HTTP server
+    # turning every token into a streamed event), each a pipeline stage beside the scheduler: a measured curve
+    # ((sequences, seconds) of one process's work a decode step, host_curve) per process; a step goes no faster than
+    # the slowest of them (they overlap the device and the scheduler, never add to them); empty: not measured, none.
+    # ``frontend_split``: the processes that share the streams among the API servers (:attr:`Scenario.api_servers`);
+    # ``api_servers_per_dp_rank``: the engine starts one API server per attention-DP rank by default (else one)
+    frontend_host: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    frontend_split: tuple[str, ...] = ()
+    api_servers_per_dp_rank: bool = False
     # the engine's own defaults for the step budget and memory share from the device's memory and the layout:
     # (visible bytes, tp, pp, attention_dp, model, chunk or None) -> (prefill_chunk, mem_fraction); None: fixed
     memory_rule: Callable | None = None
@@ -222,6 +237,24 @@ class Engine:
         :mod:`perfmodel.cost.backend`, for arrays or spreadsheet formulas); 0 where not measured."""
         knots = self.scheduler_host.get("async" if async_scheduling else "sync")
         return host_curve(knots, seqs, xp) if knots else 0.0
+
+    def api_servers_for(self, attention_dp: int) -> int:
+        """The API server processes the engine starts by default for a layout of ``attention_dp`` ranks."""
+        return max(int(attention_dp), 1) if self.api_servers_per_dp_rank else 1
+
+    def frontend_host_s(self, seqs, api_servers: int = 1, xp=None):
+        """Seconds of its slowest front-end process a step of ``seqs`` streamed sequences takes (the processes of
+        :attr:`frontend_split` each take ``seqs`` / ``api_servers`` of them); 0 where not measured or with no API
+        server (``api_servers`` 0: an offline run, no stream)."""
+        if not self.frontend_host or not api_servers:
+            return 0.0
+        times = [host_curve(knots, seqs / api_servers if name in self.frontend_split and api_servers > 1 else seqs, xp)
+                 for name, knots in sorted(self.frontend_host.items())]
+        out = times[0]
+        for t in times[1:]:
+            out = max(out, t) if isinstance(out, (int, float)) and isinstance(t, (int, float)) else (
+                (xp or _np()).maximum(out, t))
+        return out
 
     def exchange_for(self, moe_group: int, attention_dp: int, ep: int) -> str:
         """How the MoE layers of a layout meet other ranks' tokens: all_to_all where attention data parallelism
@@ -283,6 +316,22 @@ VLLM_ASYNC_SOURCE = (
     "synchronous (--scheduling async for 0.14 and later)")
 
 
+# vLLM's API server a decode step (calibration/engine-host/vllm/frontend: vLLM 0.19.0's own server as `vllm serve`
+# starts it, the engine core faked, streaming one token to each of B chat-completion clients over loopback sockets; a
+# 2-vCPU Intel Xeon VM at load 0.6-1.1): the process's CPU medians, (sequences, seconds)
+VLLM_FRONTEND_HOST = {
+    "api_server": ((1, 257.0e-6), (8, 580.5e-6), (64, 2624.5e-6), (256, 10761.5e-6), (512, 28178.0e-6),
+                   (1024, 66769.5e-6), (2048, 141676.0e-6))}
+VLLM_FRONTEND_SOURCE = (
+    "measured: vLLM 0.19.0's API server process per decode step streaming to B clients (ZMQ receive and msgpack "
+    "decode, OutputProcessor's detokenising, the stat loggers, each request's generate() waking, the chat chunk built "
+    "and serialised by pydantic, Starlette and uvicorn writing it to the socket), the engine core faked, on a 2-vCPU "
+    "Intel Xeon VM (calibration/engine-host/vllm/frontend, REPORT.md): its medians at 1 to 2,048 streams, "
+    "interpolated; vLLM 0.19.0 starts one API server per data-parallel rank (entrypoints/cli/serve.py, "
+    "api_server_count defaults to data_parallel_size), each streaming its share; the benchmark client's own work is "
+    "not in it")
+
+
 # SGLang's scheduler thread a decode step, measured the same way (calibration/engine-host/sglang: SGLang 0.5.23's
 # filter_batch, update_running_batch with prepare_for_decode, the batch copy and process_batch_result_decode with
 # stream_output, the forward faked; the same VM at load 2.0-2.5): "async" its default overlap scheduler, "sync"
@@ -292,6 +341,24 @@ SGLANG_SCHEDULER_HOST = {
              (1536, 30345.8e-6), (2048, 40156.9e-6)),
     "async": ((1, 183.5e-6), (8, 199.4e-6), (64, 638.8e-6), (256, 2737.7e-6), (512, 6645.4e-6), (1024, 17497.2e-6),
               (1536, 29902.1e-6), (2048, 47504.9e-6))}
+# SGLang's front end a decode step (calibration/engine-host/sglang/frontend: SGLang 0.5.9's own TokenizerManager and
+# OpenAI chat serving under uvicorn as launch_server runs them, and its DetokenizerManager, the scheduler faked, one
+# token to each of B streaming clients over loopback sockets; the same 2-vCPU Intel Xeon VM): each process's CPU
+# medians, (sequences, seconds)
+SGLANG_FRONTEND_HOST = {
+    "http_server": ((1, 230.1e-6), (8, 587.5e-6), (64, 3633.4e-6), (256, 16413.6e-6), (512, 38814.5e-6),
+                    (1024, 89163.6e-6), (2048, 206474.8e-6)),
+    "detokenizer": ((1, 75.3e-6), (8, 149.1e-6), (64, 694.1e-6), (256, 2588.9e-6), (512, 5103.4e-6),
+                    (1024, 10024.0e-6), (2048, 21767.3e-6))}
+SGLANG_FRONTEND_SOURCE = (
+    "measured: SGLang 0.5.9's HTTP server process per decode step streaming to B clients (the BatchStrOutput "
+    "received, TokenizerManager._handle_batch_output, each request's _wait_one_response waking, the chat chunk built "
+    "and serialised by pydantic, Starlette and uvicorn (h11, what a plain install of 0.5.9 resolves) writing it to the "
+    "socket) and its detokenizer process (BatchTokenIDOutput received, handle_batch_token_id_out, BatchStrOutput "
+    "sent), the scheduler faked, on a 2-vCPU Intel Xeon VM (calibration/engine-host/sglang/frontend, REPORT.md): "
+    "each process's medians at 1 to 2,048 streams, interpolated, the slower binding; one HTTP server by default "
+    "(tokenizer_worker_num = 1, server_args.py), the streams shared by --tokenizer-worker-num of them, the "
+    "detokenizer one process; the benchmark client's own work is not in it")
 SGLANG_SCHEDULER_SOURCE = (
     "measured: SGLang 0.5.23's scheduler-thread work a decode step (batch filtering, prepare_for_decode with the CPU "
     "KV allocator and radix cache, the batch copy, process_batch_result_decode and stream_output's pickling) on the "
@@ -648,6 +715,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         version="vLLM 0.11 defaults (V1 engine); kernel tables measured with 0.24.0",
         near=("vllm", "sglang", "trtllm", "torch", "hf"), admission="preempt", words=("vllm",),
         scheduler_host=VLLM_SCHEDULER_HOST, async_scheduling=False, shared_stream="never", fused_latent_proj=True,
+        frontend_host=VLLM_FRONTEND_HOST, frontend_split=("api_server",), api_servers_per_dp_rank=True,
         near_source="vLLM and SGLang share FlashInfer and CUTLASS kernels; TensorRT-LLM's next; plain PyTorch's "
                     "bf16 linear is the very call vLLM times for bf16",
         admission_source="vLLM V1 scheduler: admits while free KV blocks hold the prompt (max_num_seqs caps the "
@@ -690,6 +758,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
             "mem_fraction": "vLLM gpu_memory_utilization default 0.9 of the device's memory",
             "mem_reserve": _RESERVE_NOTE,
             "scheduler_host": VLLM_SCHEDULER_SOURCE,
+            "frontend_host": VLLM_FRONTEND_SOURCE,
             "async_scheduling": VLLM_ASYNC_SOURCE,
             "shared_stream": VLLM_SHARED_STREAM_SOURCE,
             "moe_padding": VLLM_PADDING_SOURCE,
@@ -709,6 +778,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         near=("sglang", "vllm", "trtllm", "torch", "hf"), admission="preempt", words=("sglang",),
         schedule="mixed", schedule_source=SGLANG_SCHEDULE_SOURCE, own_schedule="prefill_first", dp_budget="split",
         scheduler_host=SGLANG_SCHEDULER_HOST, async_scheduling=True, shared_stream="graph", fused_shared_expert=True,
+        frontend_host=SGLANG_FRONTEND_HOST, frontend_split=("http_server",),
         fused_latent_proj=True,
         allreduce_norm=("deepseek_v3", "gpt_oss", "glm4_moe", "qwen3_moe"),
         allreduce_norm_generations=("hopper", "blackwell", "blackwell-ultra"), model_defaults=SGLANG_MODEL_DEFAULTS,
@@ -744,6 +814,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
             "mem_policy": SGLANG_MEMORY_SOURCE,
             "mem_reserve": _RESERVE_NOTE,
             "scheduler_host": SGLANG_SCHEDULER_SOURCE,
+            "frontend_host": SGLANG_FRONTEND_SOURCE,
             "async_scheduling": SGLANG_ASYNC_SOURCE,
             "shared_stream": SGLANG_SHARED_STREAM_SOURCE,
             "fused_shared_expert": SGLANG_FUSED_SHARED_SOURCE,

@@ -440,19 +440,42 @@ def _wide_default(sc: Scenario) -> bool:
 
 
 def _scheduler_text(sc: Scenario) -> str:
-    """How the engine's own host work a step joins it (perfmodel.engines.Engine.scheduler_host), or ''."""
+    """How the engine's own host work a step joins it (perfmodel.engines.Engine.scheduler_host, frontend_host), or
+    ''."""
     found = engine_scheduling(sc)
     if found is None:
         return ""
     eng, overlapped = found
     seqs = sc.batch if isinstance(sc.batch, int) else None
-    share = -(-seqs // sc.attention_dp) if seqs else None
-    at = (f": {eng.scheduler_host_s(share, overlapped) * 1e3:.2f} ms at {share:g} sequences"
-          + (" (an attention-DP rank's share)" if sc.attention_dp > 1 else "")) if share else ""
-    return (f"{eng.name}'s host work a step (scheduling, KV-block bookkeeping, output handling) by its running "
-            f"sequences, interpolated between its medians at 1 to 2,048{at}, measured on a development VM's CPU "
-            + ("while the device runs the previous step (asynchronous scheduling): the step takes the longer"
-               if overlapped else "between the device's steps (synchronous scheduling): added to each step"))
+    rules = scheduler_rules(sc, seqs) if seqs else {}
+    speed = "" if sc.host_speed in (None, 1.0) else f", taken {sc.host_speed:g} times as fast (--host-speed)"
+    text = ""
+    if eng.scheduler_host:
+        share = -(-seqs // sc.attention_dp) if seqs else None
+        at = (f": {rules['scheduler_s'] * 1e3:.2f} ms at {share:g} sequences"
+              + (" (an attention-DP rank's share)" if sc.attention_dp > 1 else "")) if rules else ""
+        text = (f"{eng.name}'s host work a step (scheduling, KV-block bookkeeping, output handling) by its running "
+                f"sequences, interpolated between its medians at 1 to 2,048{at}, measured on a development VM's CPU"
+                f"{speed} "
+                + ("while the device runs the previous step (asynchronous scheduling): the step takes the longer"
+                   if overlapped else "between the device's steps (synchronous scheduling): added to each step"))
+    front = _frontend_text(eng, sc, seqs, rules.get("frontend_s"), speed)
+    return "; ".join(t for t in (text, front) if t)
+
+
+def _frontend_text(eng, sc: Scenario, seqs: int | None, front_s, speed: str) -> str:
+    """How the engine's front end (perfmodel.engines.Engine.frontend_host) bounds a step, or ''."""
+    if not eng.frontend_host:
+        return ""
+    servers = eng.api_servers_for(sc.attention_dp) if sc.api_servers is None else sc.api_servers
+    if not servers:
+        return f"{eng.name}'s front end: none (--api-servers 0, an offline run: no token streamed)"
+    at = f": {front_s * 1e3:.2f} ms at {seqs:g} streams" if seqs else ""
+    many = f", the streams shared by {servers} API servers" if servers > 1 else ""
+    return (f"{eng.name}'s front end (its detokenizer and HTTP server processes streaming every token as a "
+            f"server-sent event, pipelined beside the scheduler: a step goes no faster than its slowest process's "
+            f"work for the step's streams{many}), interpolated between medians measured on a development VM's "
+            f"CPU{speed}{at}")
 
 
 _FP4_GROUP_WORDS = {"attention_qkv": "attention's query and key-value projections", "attention_o": "attention's "

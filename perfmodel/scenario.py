@@ -96,6 +96,13 @@ class Scenario:
     # whether the engine schedules the next step while the device runs this one (its host work a step then hides
     # behind the device's, perfmodel.engines.Engine.scheduler_host); None: the engine's release default
     async_scheduling: bool | None = None
+    # the HTTP server processes streaming the engine's tokens to the clients (vLLM's --api-server-count, SGLang's
+    # --tokenizer-worker-num): each a pipeline stage of its own whose work a step the step cannot outrun
+    # (perfmodel.engines.Engine.frontend_host); 0: an offline run, no stream; None: the engine's default
+    api_servers: int | None = None
+    # the host CPU's speed at the engines' Python host work (scheduler, front end) relative to the development VM it
+    # was measured on (perfmodel.engines: scheduler_host, frontend_host): 2.0 halves that work; None: 1.0
+    host_speed: float | None = None
     # how the serving simulation's steps meet prompts and decoding sequences: mixed (prompt chunks ride in the decode
     # steps) | prefill_first (prompts run in steps of their own, the decoding sequences wait); None: the engine's
     schedule: str | None = None
@@ -272,6 +279,7 @@ class Scenario:
             "moe_quantized_exchange": eng.moe_quantized_exchange,
             "moe_all_to_all": eng.all_to_all_for(hw),
             "async_scheduling": eng.async_scheduling,
+            "api_servers": eng.api_servers_for(self.attention_dp),
             "schedule": eng.schedule,
             "dp_budget": eng.dp_budget,
             "dp_pad": eng.dp_pad,
@@ -399,6 +407,15 @@ class Scenario:
         if self.mem_reserve is not None and not (isinstance(self.mem_reserve, (int, float))
                                                  and 0.0 <= self.mem_reserve < 2**50):
             raise InputError(f"expected bytes >= 0, got {self.mem_reserve!r}", field="--mem-reserve")
+        if self.host_speed is not None and not (isinstance(self.host_speed, (int, float))
+                                                and not isinstance(self.host_speed, bool)
+                                                and 0.05 <= self.host_speed <= 20.0):
+            raise InputError(f"expected a speed from 0.05 to 20 (relative to the measuring VM), got "
+                             f"{self.host_speed!r}", field="--host-speed")
+        if self.api_servers is not None and (not isinstance(self.api_servers, int) or isinstance(self.api_servers, bool)
+                                             or not 0 <= self.api_servers <= 1024):
+            raise InputError(f"expected 0 to 1024 API server processes, got {self.api_servers!r}",
+                             field="--api-servers")
         self._check_images()
         return self
 

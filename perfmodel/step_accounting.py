@@ -48,26 +48,34 @@ PARTS = {"busy": "operators: time after collective overlap, at least the host di
          "gaps": "launch gaps between kernels: of a CUDA graph replay, or of a stream launched one by one (x count)"}
 
 
-def step_time(sums: dict, serial=0.0, scheduler=0.0, overlapped: bool = False, xp=NP):
+def step_time(sums: dict, serial=0.0, scheduler=0.0, overlapped: bool = False, xp=NP, frontend=0.0):
     """The step's time from its parts summed over its ops (or over any selection of them), plus ``serial``:
     host work the step runs outside its ops (:attr:`StepAccount.serial_s`, zero but for an eager framework's
     own per-step work); then the serving engine's own host work for the step, ``scheduler``
-    (:attr:`StepAccount.scheduler_s`): :func:`with_scheduler`."""
+    (:attr:`StepAccount.scheduler_s`), and its front end's, ``frontend``: :func:`with_scheduler`."""
     t = sums["busy"] + sums["gaps"]
     t = t + serial if not isinstance(serial, (int, float)) or serial else t
-    return with_scheduler(t, scheduler, overlapped, xp)
+    return with_scheduler(t, scheduler, overlapped, xp, frontend)
 
 
-def with_scheduler(device_s, scheduler=0.0, overlapped: bool = False, xp=NP):
+def _longer(a, b, xp):
+    return max(a, b) if xp.numeric and isinstance(a, (int, float)) and isinstance(b, (int, float)) else \
+        xp.maximum(a, b)
+
+
+def with_scheduler(device_s, scheduler=0.0, overlapped: bool = False, xp=NP, frontend=0.0):
     """A step of ``device_s`` with the engine's host work ``scheduler`` (scheduling, bookkeeping and output
     handling of the step's sequences, :meth:`perfmodel.engines.Engine.scheduler_host_s`): run between steps
     (synchronous scheduling) it adds to the step; scheduled while the device runs the previous step
-    (``overlapped``) the step takes the longer of the two."""
-    if isinstance(scheduler, (int, float)) and not scheduler:
-        return device_s
-    if not overlapped:
-        return device_s + scheduler
-    return max(device_s, scheduler) if xp.numeric and isinstance(device_s, (int, float)) else xp.maximum(device_s, scheduler)
+    (``overlapped``) the step takes the longer of the two. Then the front end's work for the step's streamed
+    tokens, ``frontend`` (:meth:`perfmodel.engines.Engine.frontend_host_s`): processes of their own, pipelined
+    behind the scheduler, so the step takes the longer of what it took and theirs."""
+    t = device_s
+    if not isinstance(scheduler, (int, float)) or scheduler:
+        t = _longer(device_s, scheduler, xp) if overlapped else device_s + scheduler
+    if not isinstance(frontend, (int, float)) or frontend:
+        t = _longer(t, frontend, xp)
+    return t
 
 
 def engine_scheduling(sc):
@@ -76,7 +84,7 @@ def engine_scheduling(sc):
     from .engines import ENGINES
 
     eng = ENGINES.get(sc.engine)
-    if eng is None or not eng.scheduler_host:
+    if eng is None or not (eng.scheduler_host or eng.frontend_host):
         return None
     return eng, eng.async_scheduling if sc.async_scheduling is None else bool(sc.async_scheduling)
 
@@ -85,7 +93,7 @@ def scheduled_step(device_s, sc, seqs, xp=NP):
     """A step of ``device_s`` under ``sc`` with its engine's host work for ``seqs`` sequences joined
     (:func:`scheduler_rules`, :func:`with_scheduler`)."""
     r = scheduler_rules(sc, seqs, xp)
-    return with_scheduler(device_s, r["scheduler_s"], r["scheduler_overlap"], xp) if r else device_s
+    return with_scheduler(device_s, r["scheduler_s"], r["scheduler_overlap"], xp, r["frontend_s"]) if r else device_s
 
 
 def scheduler_rules(sc, seqs, xp=NP) -> dict:
@@ -98,7 +106,14 @@ def scheduler_rules(sc, seqs, xp=NP) -> dict:
     eng, overlapped = found
     # each attention-data-parallel rank runs a scheduler of its own over its share of the sequences: the busiest's
     share = xp.ceil(seqs / sc.attention_dp) if sc.attention_dp > 1 else seqs
-    return {"scheduler_s": eng.scheduler_host_s(share, overlapped, xp), "scheduler_overlap": overlapped}
+    # the front end streams every sequence of the instance, shared by its API servers
+    servers = eng.api_servers_for(sc.attention_dp) if sc.api_servers is None else sc.api_servers
+    # both measured on a development VM's CPU: a host of another speed takes them faster or slower
+    speed = 1.0 if sc.host_speed is None else float(sc.host_speed)
+    sched, front = eng.scheduler_host_s(share, overlapped, xp), eng.frontend_host_s(seqs, servers, xp)
+    if speed != 1.0:
+        sched, front = sched / speed, front / speed
+    return {"scheduler_s": sched, "scheduler_overlap": overlapped, "frontend_s": front}
 
 
 def host_cost(op, prof, xp=NP):
@@ -132,6 +147,8 @@ class Rules:
     # device's step (asynchronous scheduling)
     scheduler_s: Any = 0.0
     scheduler_overlap: bool = False
+    # the engine's front end's work for the step's streamed tokens (scheduler_rules): the step takes at least it
+    frontend_s: Any = 0.0
 
     @classmethod
     def of(cls, sc, phase: str = "prefill", **kw) -> "Rules":
@@ -225,6 +242,7 @@ class StepAccount:
     serial_s: Any = 0.0  # host work the step adds outside its ops (Rules.host_step_s, eager only)
     scheduler_s: Any = 0.0  # the serving engine's host work for the step (Rules.scheduler_s)
     scheduler_overlap: bool = False  # ... overlapping the device's step (asynchronous scheduling)
+    frontend_s: Any = 0.0  # the engine's front end's work for the step (Rules.frontend_s)
 
     def sums(self, keep=None) -> dict:
         """Each of :data:`PARTS` summed over the ops (``keep``: a flag per op, default all)."""
@@ -234,7 +252,8 @@ class StepAccount:
     @property
     def time_s(self):
         """The step's time."""
-        return step_time(self.sums(), self.serial_s, self.scheduler_s, self.scheduler_overlap)
+        return step_time(self.sums(), self.serial_s, self.scheduler_s, self.scheduler_overlap,
+                         frontend=self.frontend_s)
 
     @property
     def gaps_s(self):
@@ -289,7 +308,8 @@ def account(times, rules: Rules, prof, *, hw=None, world: int = 1, xp=NP) -> Ste
             run = xp.maximum(run, host(t.op) - gaps)  # the host cannot issue it faster
         out.append(OpShare(t.op, t.time, run, gaps, c))
     out = stream_regions(out, hw, host if rules.eager else None, xp)
-    return StepAccount(out, rules.serial_s, 0.0 if rules.sol else rules.scheduler_s, rules.scheduler_overlap)
+    return StepAccount(out, rules.serial_s, 0.0 if rules.sol else rules.scheduler_s, rules.scheduler_overlap,
+                       0.0 if rules.sol else rules.frontend_s)
 
 
 # The share of the shorter path a second stream hides behind the longer one. Measured: a decode layer's shared

@@ -418,8 +418,11 @@ def disagg_scenario(row: dict, where: str, sides: dict, model, engine: str, mode
     from .serve.simulate import ServeOptions
 
     p, d = sides["P"], sides["D"]
+    # no engine front end: these deployments stream through one of their own (Dynamo's, a router's) in front of the
+    # workers, which the engine's one measured server does not stand for; their streams show it (docs/engines.md,
+    # "The front end": DeepSeek-V3's decode at 8,192 clients, 22.7 ms a token, is 360,000 events a second)
     sc = Scenario(isl=_int(row, "isl", where), osl=_int(row, "osl", where), batch="max", tp=d["tp"],
-                  dtype=row_format(row, model), engine=engine, mode=mode, engine_release=release,
+                  dtype=row_format(row, model), engine=engine, mode=mode, engine_release=release, api_servers=0,
                   **release_settings(row, engine), **dict(_side_layout(d))).validated()
     opts = ServeOptions(disagg=(p["workers"], d["workers"]), prefill_tp=p["tp"], decode_tp=d["tp"],
                         prefill_layout=_side_layout(p), decode_layout=_side_layout(d))

@@ -111,10 +111,11 @@ def test_release_default_scheduling():
 
 def test_projection_takes_the_host_work_as_the_scheduling_mode_says():
     """gpt-oss-20b on one H200 at 2,048 sequences: synchronous scheduling adds vLLM's host work to every decode step,
-    asynchronous takes the longer of device and host; TensorRT-LLM has no measured figure and pays none."""
+    asynchronous takes the longer of device and host; TensorRT-LLM has no measured figure and pays none. (No front
+    end, --api-servers 0, so that the scheduler's rule shows alone.)"""
     from perfmodel import project
 
-    kw = dict(batch=2048, isl=256, osl=256)
+    kw = dict(batch=2048, isl=256, osl=256, api_servers=0)
     sync = project("h200-sxm", "gpt-oss-20b", engine="vllm", async_scheduling=False, **kw)
     over = project("h200-sxm", "gpt-oss-20b", engine="vllm", async_scheduling=True, **kw)
     host = ENGINES["vllm"].scheduler_host_s(2048, False)
@@ -146,3 +147,162 @@ def test_serving_steps_pay_it_per_step_sequences():
     t_sync, _ = sm.step(512, 300.0, [])
     t_plain, _ = plain.step(512, 300.0, [])
     assert t_sync > t_plain  # the same ops; only the host work differs (torch has no measured figure)
+
+
+# -- the front end: processes of their own, a step goes no faster than the slowest --------------------------------
+
+def _with_frontend(monkeypatch, key: str, curves: dict, split=(), per_rank=False):
+    """The engine ``key`` with front-end curves ``curves`` (a test's own figures, not the measured ones)."""
+    import dataclasses
+
+    import perfmodel.engines as engines
+
+    eng = dataclasses.replace(engines.ENGINES[key], frontend_host=curves, frontend_split=tuple(split),
+                              api_servers_per_dp_rank=per_rank)
+    monkeypatch.setitem(engines.ENGINES, key, eng)
+    return eng
+
+
+def test_the_front_end_bounds_a_step_and_never_adds_to_it():
+    assert with_scheduler(10e-3, 4e-3, overlapped=False, frontend=12e-3) == pytest.approx(14e-3)
+    assert with_scheduler(10e-3, 4e-3, overlapped=False, frontend=20e-3) == 20e-3
+    assert with_scheduler(10e-3, 4e-3, overlapped=True, frontend=5e-3) == 10e-3
+    assert with_scheduler(10e-3, 0.0, frontend=30e-3) == 30e-3
+    arr = np.array([5e-3, 50e-3])
+    assert list(with_scheduler(arr, 20e-3, overlapped=True, frontend=30e-3)) == [30e-3, 50e-3]
+
+
+def test_the_slowest_process_binds_and_api_servers_share_the_streams(monkeypatch):
+    """Two processes: the split one (the HTTP server) takes seqs / servers, the other (a detokenizer) all of them;
+    no server at all (an offline run) streams nothing."""
+    curves = {"http_server": ((100, 10e-3), (1000, 100e-3)), "detokenizer": ((100, 4e-3), (1000, 40e-3))}
+    eng = _with_frontend(monkeypatch, "sglang", curves, split=("http_server",))
+    assert eng.frontend_host_s(1000, 1) == pytest.approx(100e-3)
+    assert eng.frontend_host_s(1000, 4) == pytest.approx(40e-3)  # 250 streams a server (25 ms) < the detokenizer
+    assert eng.frontend_host_s(1000, 0) == 0.0
+    seqs = np.array([100.0, 1000.0])
+    assert list(eng.frontend_host_s(seqs, 1)) == pytest.approx([10e-3, 100e-3])
+    from perfmodel.cost.backend import XL, Expr
+    text = str(eng.frontend_host_s(Expr("B1"), 1, XL))
+    assert text.startswith("MAX(") and "B1" in text
+
+
+def test_the_front_end_streams_every_rank_and_vllm_starts_a_server_per_rank(monkeypatch):
+    """The scheduler's host work is a rank's share, the front end the instance's streams over its servers: vLLM
+    starts one API server per data-parallel rank by default (0.19.0 cli/serve.py), SGLang one."""
+    from perfmodel.scenario import Scenario
+
+    curve = {"api_server": ((100, 10e-3), (2000, 200e-3))}
+    _with_frontend(monkeypatch, "vllm", curve, split=("api_server",), per_rank=True)
+    one = scheduler_rules(Scenario(engine="vllm"), 2000)
+    four = scheduler_rules(Scenario(engine="vllm", tp=1, attention_dp=4), 2000)
+    assert one["frontend_s"] == pytest.approx(200e-3) and four["frontend_s"] == pytest.approx(50e-3)
+    forced = scheduler_rules(Scenario(engine="vllm", tp=1, attention_dp=4, api_servers=1), 2000)
+    assert forced["frontend_s"] == pytest.approx(200e-3)
+    assert scheduler_rules(Scenario(engine="vllm", api_servers=0), 2000)["frontend_s"] == 0.0
+
+
+def test_a_projection_and_its_serving_steps_take_the_front_end(monkeypatch):
+    """A front end slower than the device sets the decode step (project and the serving step model alike), and
+    --api-servers 0 removes it."""
+    from perfmodel import project
+
+    _with_frontend(monkeypatch, "sglang", {"http_server": ((1, 1e-3), (2048, 2048e-3))}, split=("http_server",))
+    kw = dict(batch=512, isl=256, osl=256, engine="sglang")
+    slow = project("h200-sxm", "llama-3.1-8b", **kw)
+    off = project("h200-sxm", "llama-3.1-8b", api_servers=0, **kw)
+    assert slow.decode.time_s == pytest.approx(max(off.decode.time_s, 0.512))
+    assert slow.decode.account.frontend_s == pytest.approx(0.512) and off.decode.account.frontend_s == 0.0
+    assert any("front end" in a for a in slow.assumptions)
+    assert any("front end: none" in a for a in off.assumptions)
+
+
+def test_api_servers_is_checked():
+    from perfmodel.errors import InputError
+    from perfmodel.scenario import Scenario
+
+    for bad in (-1, 1.5, True, 5000):
+        with pytest.raises(InputError, match="API server"):
+            Scenario(api_servers=bad).validated()
+    assert Scenario(api_servers=0).validated().api_servers == 0
+
+
+def test_the_front_end_presets_are_their_measurements():
+    """vLLM's API server and SGLang's HTTP server and detokenizer: each process's per-step CPU medians as the
+    committed runs give them (calibration/engine-host/<engine>/frontend/results.json), none typed in by hand."""
+    from perfmodel.engines import SGLANG_FRONTEND_HOST, VLLM_FRONTEND_HOST
+
+    for key, curves, version in (("vllm", VLLM_FRONTEND_HOST, "0.19.0"), ("sglang", SGLANG_FRONTEND_HOST, "0.5.9")):
+        doc = json.loads((calibration_dir() / "engine-host" / key / "frontend" / "results.json").read_text())
+        assert doc["engine"] == key and doc["version"] == version
+        assert sorted(curves) == sorted(doc["processes"])
+        for name, knots in curves.items():
+            _medians_match(knots, dict(zip(doc["B"], doc["processes"][name]["cpu_median_s"])))
+        assert ENGINES[key].frontend_host == curves
+        assert f"calibration/engine-host/{key}/frontend" in ENGINES[key].sources["frontend_host"]
+    assert ENGINES["vllm"].api_servers_for(4) == 4 and ENGINES["sglang"].api_servers_for(4) == 1
+    assert not ENGINES["trtllm"].frontend_host  # not measured: none
+
+
+def test_the_documented_host_bound_steps():
+    """docs/engines.md's gpt-oss-20b figures: vLLM's host work at 2,048 sequences, synchronous and asynchronous,
+    without the front end."""
+    from perfmodel import project
+
+    text = " ".join((calibration_dir().parent / "docs" / "engines.md").read_text(encoding="utf-8").split())
+    kw = dict(batch=2048, isl=256, osl=256, engine="vllm", api_servers=0)
+    sync = project("h200-sxm", "gpt-oss-20b", async_scheduling=False, **kw).tpot_s * 1e3
+    over = project("h200-sxm", "gpt-oss-20b", async_scheduling=True, **kw).tpot_s * 1e3
+    assert f"decodes in {sync:.1f} ms a token with synchronous scheduling and {over:.1f} ms with asynchronous" in text
+
+
+def test_a_faster_host_takes_the_host_work_faster():
+    """--host-speed divides the scheduler's and the front end's measured work alike; out of range is refused."""
+    from perfmodel.errors import InputError
+    from perfmodel.scenario import Scenario
+
+    base = scheduler_rules(Scenario(engine="sglang"), 512)
+    fast = scheduler_rules(Scenario(engine="sglang", host_speed=2.0), 512)
+    assert fast["scheduler_s"] == pytest.approx(base["scheduler_s"] / 2)
+    assert fast["frontend_s"] == pytest.approx(base["frontend_s"] / 2) and base["frontend_s"] > 0
+    for bad in (0.0, -1.0, 50.0, True, "2"):
+        with pytest.raises(InputError, match="--host-speed"):
+            Scenario(host_speed=bad).validated()
+
+
+def test_the_documented_front_end_table_is_the_presets():
+    """docs/engines.md's table of the front-end curves, and the disaggregated rows' arithmetic it quotes."""
+    import re
+
+    from perfmodel.engines import SGLANG_FRONTEND_HOST, VLLM_FRONTEND_HOST, host_curve
+
+    doc = (calibration_dir().parent / "docs" / "engines.md").read_text(encoding="utf-8")
+    table = doc.split("<!-- frontend-table -->")[1].split("<!-- /frontend-table -->")[0]
+    rows = {r.split("|")[1].strip(): [float(x) for x in r.split("|")[2:-1]]
+            for r in table.strip().splitlines()[2:]}
+    for name, knots in (("vLLM 0.19.0 API server", VLLM_FRONTEND_HOST["api_server"]),
+                        ("SGLang 0.5.9 HTTP server", SGLANG_FRONTEND_HOST["http_server"]),
+                        ("SGLang 0.5.9 detokenizer", SGLANG_FRONTEND_HOST["detokenizer"])):
+        assert rows[name] == [round(t * 1e3, 2) for _, t in knots], name
+    text = " ".join(doc.split())
+    events = 8192 / 22.66e-3  # docs/validation-silicon.md's measured 22.66 ms at 8,192 clients
+    assert f"{round(events, -4):,.0f} events a second" in text
+    assert f"would take {host_curve(SGLANG_FRONTEND_HOST['http_server'], 8192):.1f} s a step" in text
+    assert re.search(r"22\.7 ms a token", text)
+
+
+def test_the_documented_host_comparison_is_the_committed_runs():
+    """docs/engines.md's "1.3-2.4 times slower": the lent GPU machine's host against the development VM, the
+    smallest and largest ratio of the three kinds of work at three stream counts (medians of three repetitions)."""
+    import statistics
+
+    folder = calibration_dir() / "engine-host" / "host-speed"
+    vm = json.loads((folder / "host_speed_devvm.json").read_text())["results"]
+    node = json.loads((folder / "host_speed_gpu_node.json").read_text())["results"]
+    ratios = []
+    for work in ("stream", "pickle", "objects"):
+        for b in (256, 512, 1024):
+            med = [statistics.median(doc[f"{r}/{b}"][work]["cpu_median_s"] for r in range(3)) for doc in (vm, node)]
+            ratios.append(med[1] / med[0])
+    text = " ".join((calibration_dir().parent / "docs" / "engines.md").read_text(encoding="utf-8").split())
+    assert f"{min(ratios):.1f}-{max(ratios):.1f} times slower than the development VM" in text

@@ -421,7 +421,7 @@ def test_doc_states_todays_deepep_diagnosis_of_the_gb200_wide_ep_rows():
     para = " ".join(doc.split("- **DeepSeek-V3 on GB200 under SGLang at thousands of clients**")[1]
                     .split("\n- **")[0].split())
     kw = dict(dtype="fp4", tp=1, attention_dp=32, ep=32, engine="sglang", batch=8192, isl=1024, osl=1024,
-              batching="static")
+              batching="static", api_servers=0)
     a2a = project("gb200", "deepseek-v3", **kw).tpot_s * 1e3  # the preset's, for wide EP
     gather = project("gb200", "deepseek-v3", moe_exchange="gather", **kw).tpot_s * 1e3
     assert f"gives {a2a:.2f} ms (DeepEP's low-latency kernels, docs/collectives.md), with `--moe-exchange gather` " \

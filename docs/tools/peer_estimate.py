@@ -6,9 +6,9 @@ aiconfigurator-core ships the measured serving runs (``systems/silicon_sample.cs
 composes those tables with. For every aggregated row whose model configuration the package ships (no network), this
 prices one steady decode the same way in both tools, with no serving simulation around it: aiconfigurator's
 ``run_static(mode="static_gen")`` at the row's batch, layout and quantization (its ``current`` table version), and
-perfmodel's projection with static batching at the same batch (``--batching static``). Both omit what a served
-TPOT also holds (prefill chunks sharing steps, the scheduler); measured TPOT minus either is the time the
-tables do not hold.
+perfmodel's projection with static batching at the same batch (``--batching static``), without the engine's front
+end (``--api-servers 0``: docs/engines.md, "The front end"). Both omit what a served TPOT also holds (prefill chunks
+sharing steps; aiconfigurator the scheduler too); measured TPOT minus either is the time the tables do not hold.
 
 Two views: the median error of each against the measured TPOT by family and engine; and, at low concurrency
 (<= 16 clients, >= 512 output tokens, where prefill shares few steps), the time per layer per decode step that
@@ -123,7 +123,7 @@ def _ours(rows: list[dict]) -> dict[str, tuple[float, object]]:
             if (hw.key, engine) not in profiles:
                 profiles[(hw.key, engine)] = setup(hw, engine=engine).profile
             sc = Scenario(batch=int(r["batch"]), **row_layout(r, str(SILICON), model), engine=engine,
-                          **release_settings(r, engine), batching="static").validated()
+                          **release_settings(r, engine), batching="static", api_servers=0).validated()
             s = setup(hw, model, sc, profiles[(hw.key, engine)])
             out[r["id"]] = (project_resolved(s.hardware, s.model, s.scenario, s.profile).tpot_s * 1e3, model)
         except InputError:  # a layout or format the model refuses: not compared

@@ -95,6 +95,14 @@ def scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True, images: 
                    help="whether the engine schedules the next step while the device runs this one (async: its host "
                         "work a step hides behind the device's) or between steps (sync: added to each); default: "
                         "the engine's (docs/engines.md)")
+    g.add_argument("--api-servers", type=int, default=None, metavar="N",
+                   help="HTTP server processes streaming the tokens to the clients (vLLM's --api-server-count, "
+                        "SGLang's --tokenizer-worker-num): a step goes no faster than its front end's work for the "
+                        "tokens it streams; 0: an offline run, no stream; default: the engine's (docs/engines.md)")
+    g.add_argument("--host-speed", type=float, default=None, metavar="X",
+                   help="the host CPU's speed at the engine's Python host work (its scheduler and front end) "
+                        "relative to the development VM that measured it: 1.5 takes it 1.5 times faster; default 1 "
+                        "(docs/engines.md)")
     g.add_argument("--shared-stream", choices=("graph", "small", "never"), default=None,
                    help="when a MoE layer's shared experts run on a second CUDA stream beside the routed ones (the "
                         "two paths then take the longer): graph (decode steps from CUDA graphs: TensorRT-LLM, "
@@ -206,6 +214,7 @@ def scenario_from_args(args, batch=None):
               kv_cache=getattr(args, "kv_cache", None), moe_exchange=getattr(args, "moe_exchange", None),
               moe_routing=getattr(args, "moe_routing", None), sampling=getattr(args, "sampling", "greedy"),
               async_scheduling=_scheduling(getattr(args, "scheduling", None)), schedule=getattr(args, "schedule", None),
+              api_servers=getattr(args, "api_servers", None), host_speed=getattr(args, "host_speed", None),
               shared_stream=getattr(args, "shared_stream", None), engine_release=_engine_release(args),
               moe_padding=getattr(args, "moe_padding", None))
     if hasattr(args, "isl"):
