@@ -205,9 +205,9 @@ def serving_times(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, b
         sc_d = draft_scenario(sc)
 
         def one_draft(step):
-            return evaluate_step(drafter, hw, sc_d, prof, step).time_s
+            return _device_s(evaluate_step(drafter, hw, sc_d, prof, step))
 
-        ttft = ttft + evaluate_step(drafter, hw, sc_d, prof, plan.prefill).time_s
+        ttft = ttft + _device_s(evaluate_step(drafter, hw, sc_d, prof, plan.prefill))
     else:  # the model's own MTP module: one decoder layer and the LM head, in the checkpoint's format for it
         sc_mtp = mtp_scenario(model, sc)
 
@@ -224,6 +224,13 @@ def serving_times(model: Model, hw: HardwareSpec, sc: Scenario, prof: Profile, b
         tpot = 0.0 * ttft
     e2e, thr = serving_rates(sc, batch, plan.n_pre, ttft, tpot, decode=bool(decode))
     return ServingTimes(prefill, decode[1] if decode else None, ttft, tpot, e2e, thr, plan.n_pre)
+
+
+def _device_s(phase):
+    """A draft model's step without the engine's host work: the scheduler and the front end serve the target's
+    step, which the drafting joins (their work is the cycle's, paid once, with the verify step's)."""
+    acc = phase.account
+    return step_time(acc.sums(), acc.serial_s)
 
 
 # The serving formulas below are written once against a math backend (perfmodel.cost.backend): numbers and

@@ -100,8 +100,9 @@ class Scenario:
     # --tokenizer-worker-num): each a pipeline stage of its own whose work a step the step cannot outrun
     # (perfmodel.engines.Engine.frontend_host); 0: an offline run, no stream; None: the engine's default
     api_servers: int | None = None
-    # the host CPU's speed at the engines' Python host work (scheduler, front end) relative to the development VM it
-    # was measured on (perfmodel.engines: scheduler_host, frontend_host): 2.0 halves that work; None: 1.0
+    # the host CPU's speed at the engines' Python host work (scheduler, front end) relative to the development VMs
+    # it was measured on (perfmodel.engines: scheduler_host on an AMD EPYC guest, frontend_host on an Intel Xeon
+    # guest): 2.0 halves that work; None: 1.0
     host_speed: float | None = None
     # how the serving simulation's steps meet prompts and decoding sequences: mixed (prompt chunks ride in the decode
     # steps) | prefill_first (prompts run in steps of their own, the decoding sequences wait); None: the engine's

@@ -305,4 +305,33 @@ def test_the_documented_host_comparison_is_the_committed_runs():
             med = [statistics.median(doc[f"{r}/{b}"][work]["cpu_median_s"] for r in range(3)) for doc in (vm, node)]
             ratios.append(med[1] / med[0])
     text = " ".join((calibration_dir().parent / "docs" / "engines.md").read_text(encoding="utf-8").split())
-    assert f"{min(ratios):.1f}-{max(ratios):.1f} times slower than the development VM" in text
+    assert f"{min(ratios):.1f}-{max(ratios):.1f} times slower than the Xeon VM" in text
+
+
+def test_the_serving_step_model_takes_the_front_end(monkeypatch):
+    """perfmodel.serve's steps: a decode step of 512 sequences under a front end slower than the device takes the
+    front end's time; with --api-servers 0 the device's."""
+    from perfmodel.resolve import setup
+    from perfmodel.serve.steptime import StepModel
+
+    _with_frontend(monkeypatch, "sglang", {"http_server": ((1, 1e-3), (2048, 2048e-3))}, split=("http_server",))
+    s = setup("h200-sxm", "llama-3.1-8b", {"engine": "sglang", "isl": 256, "osl": 256})
+    kw = dict(max_tokens=8192, max_seqs=1024, max_context=1024)
+    slow = StepModel(s.model, s.hardware, s.scenario, s.profile, **kw)
+    off = StepModel(s.model, s.hardware, s.scenario.with_(api_servers=0), s.profile, **kw)
+    t_slow, _ = slow.step(512, 300.0, [])
+    t_off, _ = off.step(512, 300.0, [])
+    assert t_off < 0.512 and t_slow == pytest.approx(0.512)
+
+
+def test_a_draft_models_steps_pay_no_host_work_of_their_own(monkeypatch):
+    """A separate draft model drafts inside the target's cycle: its steps and its prefill take their device time,
+    so a front end that does not bind the verify step changes nothing (it had bound every draft step)."""
+    from perfmodel import project
+
+    _with_frontend(monkeypatch, "sglang", {"http_server": ((1, 1e-3), (2048, 60e-3))}, split=("http_server",))
+    kw = dict(tp=8, batch=512, isl=1024, osl=1024, engine="sglang", mtp=3, mtp_accept=0.7, draft="llama-3.1-8b")
+    streamed = project("h200-sxm", "llama-3.1-70b", **kw)
+    offline = project("h200-sxm", "llama-3.1-70b", api_servers=0, **kw)
+    assert streamed.decode.time_s > streamed.decode.account.frontend_s > 0.0  # the verify step is the longer
+    assert streamed.tpot_s == pytest.approx(offline.tpot_s) and streamed.ttft_s == pytest.approx(offline.ttft_s)

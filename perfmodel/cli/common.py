@@ -101,7 +101,7 @@ def scenario_flags(p: argparse.ArgumentParser, *, serving: bool = True, images: 
                         "tokens it streams; 0: an offline run, no stream; default: the engine's (docs/engines.md)")
     g.add_argument("--host-speed", type=float, default=None, metavar="X",
                    help="the host CPU's speed at the engine's Python host work (its scheduler and front end) "
-                        "relative to the development VM that measured it: 1.5 takes it 1.5 times faster; default 1 "
+                        "relative to the development VMs that measured it: 1.5 takes it 1.5 times faster; default 1 "
                         "(docs/engines.md)")
     g.add_argument("--shared-stream", choices=("graph", "small", "never"), default=None,
                    help="when a MoE layer's shared experts run on a second CUDA stream beside the routed ones (the "

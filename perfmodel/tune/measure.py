@@ -117,7 +117,9 @@ def done_ids(path: Path) -> set[str]:
     from ..measure.store import iter_rows, repair
 
     repair(path)
-    return {str(r.get("id")) for r in iter_rows(path)}
+    done = {str(r.get("id")) for r in iter_rows(path)}
+    packed = path.with_name(path.name + ".gz")  # a committed run, compressed: its rows are measured too
+    return done | {str(r.get("id")) for r in iter_rows(packed)} if packed.is_file() else done
 
 
 # --- compiling ahead, in worker processes ----------------------------------------------------------------------
