@@ -327,7 +327,8 @@ VLLM_FRONTEND_SOURCE = (
     "decode, OutputProcessor's detokenising, the stat loggers, each request's generate() waking, the chat chunk built "
     "and serialised by pydantic, Starlette and uvicorn writing it to the socket), the engine core faked, on a 2-vCPU "
     "Intel Xeon VM (calibration/engine-host/vllm/frontend, REPORT.md): its medians at 1 to 2,048 streams, "
-    "interpolated; vLLM 0.19.0 starts one API server per data-parallel rank (entrypoints/cli/serve.py, "
+    "interpolated; one API server (vLLM 0.11.0's --api-server-count default 1, entrypoints/openai/cli_args.py, as "
+    "the preset follows 0.11), where 0.19.0 starts one per data-parallel rank (entrypoints/cli/serve.py: "
     "api_server_count defaults to data_parallel_size), each streaming its share; the benchmark client's own work is "
     "not in it")
 
@@ -619,18 +620,31 @@ def moe_module_for(engine: str, version: str | None, generation: str | None, rou
 
 
 def release_defaults(engine: str, version: str | None, *, generation: str | None = None, router: str | None = None,
-                     moe_tp: int | None = None) -> dict:
+                     moe_tp: int | None = None, attention_dp: int = 1) -> dict:
     """What release ``version`` of ``engine`` runs by default where the rules read from its source know it
     (:func:`async_scheduling_for`, :func:`shared_stream_for`, :func:`moe_padding_for`, the last for a part of
     ``generation``, a model of ``router`` and experts split ``moe_tp`` ways), as scenario fields: a projection naming
     its release (``--engine-release``) runs these instead of the preset's."""
     if not version:
         return {}
+    per_rank = api_servers_per_rank_for(engine, version)
     found = {"async_scheduling": async_scheduling_for(engine, version),
              "shared_stream": shared_stream_for(engine, version),
              "moe_padding": moe_padding_for(engine, version, generation, router, moe_tp),
-             "moe_module": moe_module_for(engine, version, generation, router)}
+             "moe_module": moe_module_for(engine, version, generation, router),
+             "api_servers": None if per_rank is None else (max(int(attention_dp), 1) if per_rank else 1)}
     return {field: value for field, value in found.items() if value is not None}
+
+
+def api_servers_per_rank_for(engine: str, version: str) -> bool | None:
+    """Whether release ``version`` of ``engine`` starts one API server per data-parallel rank by default
+    (:attr:`Engine.api_servers_per_dp_rank`): vLLM 0.11.0 one (``--api-server-count`` default 1,
+    entrypoints/openai/cli_args.py), 0.19.0 and later one per rank (entrypoints/cli/serve.py: api_server_count
+    defaults to data_parallel_size), both read offline; None between them (not read) and for other engines."""
+    release = _release(version) if engine == "vllm" else None
+    if release is None:
+        return None
+    return False if release <= (0, 11) else True if release >= (0, 19) else None
 
 
 def async_scheduling_for(engine: str, version: str) -> bool | None:
@@ -715,7 +729,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         version="vLLM 0.11 defaults (V1 engine); kernel tables measured with 0.24.0",
         near=("vllm", "sglang", "trtllm", "torch", "hf"), admission="preempt", words=("vllm",),
         scheduler_host=VLLM_SCHEDULER_HOST, async_scheduling=False, shared_stream="never", fused_latent_proj=True,
-        frontend_host=VLLM_FRONTEND_HOST, frontend_split=("api_server",), api_servers_per_dp_rank=True,
+        frontend_host=VLLM_FRONTEND_HOST, frontend_split=("api_server",), api_servers_per_dp_rank=False,
         near_source="vLLM and SGLang share FlashInfer and CUTLASS kernels; TensorRT-LLM's next; plain PyTorch's "
                     "bf16 linear is the very call vLLM times for bf16",
         admission_source="vLLM V1 scheduler: admits while free KV blocks hold the prompt (max_num_seqs caps the "

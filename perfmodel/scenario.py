@@ -300,7 +300,7 @@ class Scenario:
         # a named release's own, where read (the MoE layout by part, router and the experts' TP split)
         preset.update(release_defaults(eng.key, self.engine_release or self.defaults_release, generation=generation,
                                        router=moe.router if moe is not None else None,
-                                       moe_tp=self.moe_group // self.ep))
+                                       moe_tp=self.moe_group // self.ep, attention_dp=self.attention_dp))
         preset.update(eng.defaults_for_model(model, generation))
         filled = {k: (getattr(self, k) if getattr(self, k) is not None else v) for k, v in preset.items()}
         if generation not in DEEPGEMM_GENERATIONS:

@@ -401,6 +401,24 @@ def test_a_plans_recorded_exchange_is_deployed_and_checked(plan_doc, tmp_path, c
     assert rc == 2 and "scenario.moe_exchange" in err and "expected gather or all_to_all" in err
 
 
+@pytest.mark.parametrize("engine, flag", [("vllm", "--api-server-count"), ("sglang", "--tokenizer-worker-num")])
+def test_a_plans_api_servers_are_deployed(plan_doc, tmp_path, capsys, engine, flag):
+    """The API server processes a plan was priced with (--api-servers) start with it; none recorded, none set."""
+    doc = moe_plan(plan_doc, "aggregated")
+    doc["scenario"].update(engine=engine, api_servers=3, mtp=0)
+    row = next(c for c in doc["candidates"] if c["layout"] == "aggregated")
+    row["engine"] = engine
+    rc, _, err = deploy(capsys, write_plan(tmp_path, doc), "--engine", engine, "--out", tmp_path / "a",
+                        "--rank", row["rank"])
+    assert rc == 0, err
+    assert check_folder(tmp_path / "a", engine)["scripts"]["serve.sh"][0][2][flag] == [3]
+    doc["scenario"].pop("api_servers")
+    rc, _, err = deploy(capsys, write_plan(tmp_path, doc, "none.json"), "--engine", engine, "--out", tmp_path / "b",
+                        "--rank", row["rank"])
+    assert rc == 0, err
+    assert flag not in check_folder(tmp_path / "b", engine)["scripts"]["serve.sh"][0][2]
+
+
 @pytest.mark.parametrize("engine, change, field", [
     ("trtllm", {"tp": 2, "gpus": 32}, "scenario.attention_dp"),  # enable_attention_dp runs attention at TP 1
     ("trtllm", {"draft": "llama-3.1-8b"}, "scenario.draft"),  # only MTP is mapped for TensorRT-LLM

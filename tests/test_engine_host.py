@@ -240,7 +240,7 @@ def test_the_front_end_presets_are_their_measurements():
             _medians_match(knots, dict(zip(doc["B"], doc["processes"][name]["cpu_median_s"])))
         assert ENGINES[key].frontend_host == curves
         assert f"calibration/engine-host/{key}/frontend" in ENGINES[key].sources["frontend_host"]
-    assert ENGINES["vllm"].api_servers_for(4) == 4 and ENGINES["sglang"].api_servers_for(4) == 1
+    assert ENGINES["vllm"].api_servers_for(4) == 1 == ENGINES["sglang"].api_servers_for(4)  # 0.11's, 0.5.9's
     assert not ENGINES["trtllm"].frontend_host  # not measured: none
 
 
@@ -335,3 +335,21 @@ def test_a_draft_models_steps_pay_no_host_work_of_their_own(monkeypatch):
     offline = project("h200-sxm", "llama-3.1-70b", api_servers=0, **kw)
     assert streamed.decode.time_s > streamed.decode.account.frontend_s > 0.0  # the verify step is the longer
     assert streamed.tpot_s == pytest.approx(offline.tpot_s) and streamed.ttft_s == pytest.approx(offline.ttft_s)
+
+
+def test_vllm_starts_a_server_per_rank_from_0_19():
+    """vLLM 0.11.0's --api-server-count defaults to 1 (the preset's release); 0.19.0 defaults it to the
+    data-parallel size (both read offline); releases between them are not read and keep the preset's."""
+    from perfmodel.engines import api_servers_per_rank_for, release_defaults
+    from perfmodel.scenario import Scenario
+    from perfmodel.spec import load_spec
+
+    assert api_servers_per_rank_for("vllm", "0.11.0") is False and api_servers_per_rank_for("vllm", "0.19.0")
+    assert api_servers_per_rank_for("vllm", "0.15.1") is None and api_servers_per_rank_for("sglang", "0.5.9") is None
+    assert release_defaults("vllm", "0.19.0", attention_dp=4)["api_servers"] == 4
+    assert "api_servers" not in release_defaults("vllm", "0.17.0", attention_dp=4)
+    hw = load_spec("b200")
+    kw = dict(engine="vllm", tp=1, attention_dp=2, ep=2)
+    assert Scenario(**kw).validated().for_hardware(hw).api_servers == 1
+    assert Scenario(engine_release="0.19.0", **kw).validated().for_hardware(hw).api_servers == 2
+    assert Scenario(engine_release="0.19.0", api_servers=3, **kw).validated().for_hardware(hw).api_servers == 3

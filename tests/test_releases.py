@@ -211,7 +211,7 @@ def test_a_named_release_runs_its_own_defaults_where_read():
     assert release_defaults("vllm", "0.12.0") == {"async_scheduling": False, "shared_stream": "small",
                                                   "moe_padding": "computed"}
     assert release_defaults("vllm", "0.24.0") == {"async_scheduling": True, "shared_stream": "small",
-                                                  "moe_padding": "none"}
+                                                  "moe_padding": "none", "api_servers": 1}
     assert release_defaults("sglang", "0.5.9") == {} and release_defaults("vllm", None) == {}
     hw, model = resolve_hardware("h200-sxm"), resolve_model("qwen3-235b-a22b-fp8")
 

@@ -26,7 +26,7 @@ WHAT = "a plan JSON (perfmodel plan --format json)"
 # scenario keys deploy reads, and their types
 SCENARIO_KEYS = {"ep": "int", "attention_dp": "int", "mtp": "int", "draft": "str", "dtype": "str",
                  "kv_dtype": "str", "prefill_chunk": "int", "mem_fraction": "float", "engine": "str",
-                 "moe_exchange": "str"}
+                 "moe_exchange": "str", "api_servers": "int"}
 METRICS = ("ttft_p90_ms", "tpot_p90_ms", "throughput_tok_s", "goodput_req_s", "goodput_tok_s_per_gpu", "rate_req_s",
            "attainment", "joules_per_token")
 
@@ -214,9 +214,10 @@ def _scenario(d, path, where) -> dict:
             continue
         at = f"{where}.{k}"
         if kind == "int":
-            if not (isinstance(v, int) and not isinstance(v, bool)) or v < (0 if k == "mtp" else 1):
-                raise InputError(f"expected an integer >= {0 if k == 'mtp' else 1}, got {printable(repr(v), 40)}",
-                                 file=path, field=at)
+            least = 0 if k in ("mtp", "api_servers") else 1
+            if not (isinstance(v, int) and not isinstance(v, bool)) or v < least:
+                raise InputError(f"expected an integer >= {least}, got {printable(repr(v), 40)}", file=path,
+                                 field=at)
         elif kind == "float":
             if not _number(v) or not 0 < v <= 1:
                 raise InputError(f"expected a share in (0, 1], got {printable(repr(v), 40)}", file=path, field=at)

@@ -26,6 +26,9 @@ def options(t: Target, role: Role) -> list[tuple[str, object]]:
         out.append(("--moe-a2a-backend", "deepep"))
     if role.batch is not None:
         out.append(("--max-running-requests", role.batch))
+    servers = lay.scenario.get("api_servers")
+    if servers:  # the HTTP server processes the plan priced (perfmodel.engines: frontend_host)
+        out.append(("--tokenizer-worker-num", servers))
     out.append(("--chunked-prefill-size", t.max_num_tokens()))
     out.append(("--mem-fraction-static", t.mem_fraction(role)))
     kv = t.kv_dtype()

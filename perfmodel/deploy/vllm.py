@@ -26,6 +26,9 @@ def options(t: Target, role: Role) -> list[tuple[str, object]]:
         out.append(("--enable-expert-parallel", None))
     if role.batch is not None:
         out.append(("--max-num-seqs", role.batch))
+    servers = lay.scenario.get("api_servers")
+    if servers:  # the API servers the plan priced (perfmodel.engines: frontend_host); 0: priced without a stream
+        out.append(("--api-server-count", servers))
     out.append(("--max-num-batched-tokens", t.max_num_tokens()))
     out.append(("--gpu-memory-utilization", t.mem_fraction(role)))
     kv = t.kv_dtype()
