@@ -500,18 +500,29 @@ RELEASE_DATES = {
 _NIGHTLY_DATE = re.compile(r"^nightly[\w.-]*?-(20\d{2})(\d{2})(\d{2})(?:-|$)")
 
 
+def nightly_date(text: str | None) -> str | None:
+    """The date (YYYY-MM-DD) in a nightly build's name (``nightly-dev-cu13-20260317-1eea7448``), else None."""
+    m = _NIGHTLY_DATE.match((text or "").strip().lower())
+    return "-".join(m.groups()) if m else None
+
+
 def nightly_release(engine: str, text: str | None) -> str | None:
     """The release a dated nightly build of ``engine`` stands nearest (``nightly-dev-cu13-20260317-1eea7448``: the
     newest release built on or before its date, :data:`RELEASE_DATES`), as the tables of a release stand for the
     newest release not newer (:mod:`perfmodel.releases`); None for anything else (a numbered release, a nightly
     with no date, an engine whose dates were not read, a date before every release read)."""
-    m = _NIGHTLY_DATE.match((text or "").strip().lower())
-    dates = RELEASE_DATES.get(engine)
-    if m is None or not dates:
+    built, dates = nightly_date(text), RELEASE_DATES.get(engine)
+    if built is None or not dates:
         return None
-    built = "-".join(m.groups())
     older = [v for v, day in dates.items() if day <= built]
     return max(older, key=release_key) if older else None
+
+
+def numbered_release(engine: str, text: str | None) -> str | None:
+    """``text`` where it names a numbered release of ``engine``; a dated nightly's nearest release
+    (:func:`nightly_release`); else None (``nightly-dev`` with no date, a name of no release)."""
+    text = (text or "").strip()
+    return text if release_key(text) is not None else nightly_release(engine, text)
 
 
 def _release(version: str) -> tuple[int, int] | None:

@@ -39,7 +39,8 @@ from .scenario import Scenario, require_resolved
 from .spec import HardwareSpec
 from .speculative import check_draft, draft_model, draft_scenario, mtp_scenario
 from .speculative import describe as describe_speculation
-from .step_accounting import Rules, StepAccount, account, engine_scheduling, scheduler_rules, step_time
+from .step_accounting import (Rules, StepAccount, account, api_servers, engine_scheduling, scheduler_rules,
+                              step_time)
 from .step_accounting import host_cost  # noqa: F401  (for the callers that import it from here)
 from .vision import describe as describe_images
 from .vision import with_images
@@ -474,7 +475,7 @@ def _frontend_text(eng, sc: Scenario, seqs: int | None, front_s, speed: str) -> 
     """How the engine's front end (perfmodel.engines.Engine.frontend_host) bounds a step, or ''."""
     if not eng.frontend_host:
         return ""
-    servers = eng.api_servers_for(sc.attention_dp) if sc.api_servers is None else sc.api_servers
+    servers = api_servers(sc, eng)
     if not servers:
         return f"{eng.name}'s front end: none (--api-servers 0, an offline run: no token streamed)"
     at = f": {front_s * 1e3:.2f} ms at {seqs:g} streams" if seqs else ""

@@ -96,6 +96,12 @@ def scheduled_step(device_s, sc, seqs, xp=NP):
     return with_scheduler(device_s, r["scheduler_s"], r["scheduler_overlap"], xp, r["frontend_s"]) if r else device_s
 
 
+def api_servers(sc, eng) -> int:
+    """The API server processes streaming ``sc``'s tokens: the scenario's, else the engine's default for its
+    layout (a resolved scenario holds its release's: perfmodel.engines.release_defaults)."""
+    return eng.api_servers_for(sc.attention_dp) if sc.api_servers is None else sc.api_servers
+
+
 def scheduler_rules(sc, seqs, xp=NP) -> dict:
     """The :class:`Rules` fields of the serving engine's host work for a step of ``seqs`` sequences under ``sc``
     (none under speed of light, or for an engine without a measured cost); ``seqs`` a number, or a cell of the
@@ -107,7 +113,7 @@ def scheduler_rules(sc, seqs, xp=NP) -> dict:
     # each attention-data-parallel rank runs a scheduler of its own over its share of the sequences: the busiest's
     share = xp.ceil(seqs / sc.attention_dp) if sc.attention_dp > 1 else seqs
     # the front end streams every sequence of the instance, shared by its API servers
-    servers = eng.api_servers_for(sc.attention_dp) if sc.api_servers is None else sc.api_servers
+    servers = api_servers(sc, eng)
     # both measured on a development VM's CPU: a host of another speed takes them faster or slower
     speed = 1.0 if sc.host_speed is None else float(sc.host_speed)
     sched, front = eng.scheduler_host_s(share, overlapped, xp), eng.frontend_host_s(seqs, servers, xp)

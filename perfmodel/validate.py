@@ -124,16 +124,9 @@ def row_release(row: dict, wanted: bool = True) -> str | None:
     with no date: the engine folder's own tables)."""
     if not wanted:
         return None
-    text = (row.get("engine_version") or "").strip()
-    return _numbered(text, (row.get("engine") or "").strip().lower())
+    from .engines import numbered_release
 
-
-def _numbered(text: str, engine: str) -> str | None:
-    """``text`` where it is a numbered release, the release a dated nightly of ``engine`` stands nearest, else
-    None."""
-    from .engines import nightly_release, release_key
-
-    return text if release_key(text) is not None else nightly_release(engine, text)
+    return numbered_release((row.get("engine") or "").strip().lower(), row.get("engine_version"))
 
 
 def parse_where(text: str | None) -> list[tuple[str, frozenset]]:
@@ -501,10 +494,12 @@ def row_layout(row: dict, where: str, model) -> dict:
 
 def release_settings(row: dict, engine: str) -> dict:
     """The Scenario field that runs the defaults of the engine release a row records (a dated nightly's: the release
-    it stands nearest, :func:`_numbered`), where its source was read
+    it stands nearest, :func:`perfmodel.engines.numbered_release`), where its source was read
     (``defaults_release``: :func:`perfmodel.engines.release_defaults`, scheduling, the shared-expert stream, the MoE
     layout by part and model), its kernel tables left to ``--release-tables``; {}: the preset's."""
-    version = _numbered((row.get("engine_version") or "").strip(), engine)
+    from .engines import numbered_release
+
+    version = numbered_release(engine, row.get("engine_version"))
     return {"defaults_release": version} if version else {}
 
 

@@ -191,11 +191,9 @@ def _engine_release(args) -> str | None:
     text = getattr(args, "engine_release", None)
     if text is None:
         return None
-    from ..engines import nightly_release, release_key
+    from ..engines import numbered_release
 
-    if release_key(text) is None:
-        return nightly_release(getattr(args, "engine", "auto"), text) or text
-    return text
+    return numbered_release(getattr(args, "engine", "auto"), text) or text  # anything else: Scenario refuses it
 
 
 def _scheduling(flag: str | None) -> bool | None:

@@ -94,7 +94,6 @@ _RUN_LAYOUT = re.compile(r"_tp(\d+)(?:_\d+)?_ep(\d+|none)(?:_\d+)?_\d+$")
 _CONCURRENCY = re.compile(r"(?:^|;)\s*silicon_concurrency=(\d+)\s*(?:;|$)")
 # a container image whose tag names a dated nightly build: lmsysorg/sglang:nightly-dev-cu13-20260317-1eea7448
 _NIGHTLY_IMAGE = re.compile(r"(?:^|;)\s*image=[^;:\s]+:(nightly[\w.-]*?-20\d{6}(?:-[\w.]+)?)\s*(?:;|$)")
-_DATED = re.compile(r"20\d{6}")
 _LOCAL_PATH = re.compile(r"(?<![\w.:-])(?:~|[A-Za-z]:)?[/\\](?:[^;\s/\\]+[/\\])+([^;\s/\\]+)")
 
 
@@ -192,8 +191,10 @@ class _Copy:
 def _engine_version(row: dict) -> str:
     """The file's ``backend_version``; for a nightly it names without a date, its image's dated tag where the data
     source records one (module doc)."""
+    from ..engines import nightly_date
+
     version = (row.get("backend_version") or "").strip()
-    if version.startswith("nightly") and not _DATED.search(version):
+    if version.startswith("nightly") and nightly_date(version) is None:
         m = _NIGHTLY_IMAGE.search(row.get("silicon_data_source") or "")
         if m:
             return m.group(1)
