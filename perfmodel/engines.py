@@ -80,6 +80,12 @@ def host_curve(knots, seqs, xp=None):
     return t
 
 
+# the tokens a stream had already sent, on average, over the timed steps of the front-end harnesses' main sweeps
+# (calibration/engine-host/*/frontend: a first token, 20 warm-up steps, then 50 timed ones: 22 to 71 sent): the length
+# their curves stand for
+FRONTEND_BASE_TOKENS = 46.5
+
+
 @dataclass(frozen=True)
 class ModelDefault:
     """A default the engine sets for some models only, as its server arguments resolve per architecture: scenario
@@ -194,6 +200,10 @@ class Engine:
     # ``api_servers_per_dp_rank``: the engine starts one API server per attention-DP rank by default (else one)
     frontend_host: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     frontend_split: tuple[str, ...] = ()
+    # how a front-end process's work grows with the tokens each stream has already sent (its per-request state is
+    # copied every step): a measured curve ((sequences, seconds per step per token a stream has streamed past
+    # FRONTEND_BASE_TOKENS), host_curve) per process; a process without one does not grow
+    frontend_length: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     api_servers_per_dp_rank: bool = False
     # the engine's own defaults for the step budget and memory share from the device's memory and the layout:
     # (visible bytes, tp, pp, attention_dp, model, chunk or None) -> (prefill_chunk, mem_fraction); None: fixed
@@ -242,14 +252,23 @@ class Engine:
         """The API server processes the engine starts by default for a layout of ``attention_dp`` ranks."""
         return max(int(attention_dp), 1) if self.api_servers_per_dp_rank else 1
 
-    def frontend_host_s(self, seqs, api_servers: int = 1, xp=None):
+    def frontend_host_s(self, seqs, api_servers: int = 1, xp=None, streamed: float = FRONTEND_BASE_TOKENS):
         """Seconds of its slowest front-end process a step of ``seqs`` streamed sequences takes (the processes of
-        :attr:`frontend_split` each take ``seqs`` / ``api_servers`` of them); 0 where not measured or with no API
-        server (``api_servers`` 0: an offline run, no stream)."""
+        :attr:`frontend_split` each take ``seqs`` / ``api_servers`` of them), each stream having sent ``streamed``
+        tokens on average (:attr:`frontend_length`); 0 where not measured or with no API server (``api_servers`` 0:
+        an offline run, no stream)."""
         if not self.frontend_host or not api_servers:
             return 0.0
-        times = [host_curve(knots, seqs / api_servers if name in self.frontend_split and api_servers > 1 else seqs, xp)
-                 for name, knots in sorted(self.frontend_host.items())]
+        longer = max(float(streamed) - FRONTEND_BASE_TOKENS, 0.0)
+
+        def process_s(name, knots):
+            n = seqs / api_servers if name in self.frontend_split and api_servers > 1 else seqs
+            t = host_curve(knots, n, xp)
+            if longer and name in self.frontend_length:
+                t = t + host_curve(self.frontend_length[name], n, xp) * longer
+            return t
+
+        times = [process_s(name, knots) for name, knots in sorted(self.frontend_host.items())]
         out = times[0]
         for t in times[1:]:
             out = max(out, t) if isinstance(out, (int, float)) and isinstance(t, (int, float)) else (
@@ -351,6 +370,14 @@ SGLANG_FRONTEND_HOST = {
                     (1024, 89163.6e-6), (2048, 206474.8e-6)),
     "detokenizer": ((1, 75.3e-6), (8, 149.1e-6), (64, 694.1e-6), (256, 2588.9e-6), (512, 5103.4e-6),
                     (1024, 10024.0e-6), (2048, 21767.3e-6))}
+# ... and how its HTTP server's work grows with the tokens each stream has already sent (the same harness, one
+# repetition each, at 256 and 1,024 streams that had streamed 1,000 and 4,000 tokens before the timed steps:
+# results.json, processes.http_server.output_length_dependence; TokenizerManager copies each request's output ids and
+# text every step): linear in the length at either count (12.4 and 12.7 ns a token a stream at 256, 34.6 and 32.4
+# at 1,024), the step's extra seconds per token past the main sweep's (sequences, seconds), least squares over the
+# two lengths through none at the main sweep's length (tests/test_frontend_host.py recomputes them); the detokenizer grows far less (never the slower) and
+# vLLM's server was not measured so
+SGLANG_FRONTEND_LENGTH = {"http_server": ((256, 3.2146e-6), (1024, 33.050e-6))}
 SGLANG_FRONTEND_SOURCE = (
     "measured: SGLang 0.5.9's HTTP server process per decode step streaming to B clients (the BatchStrOutput "
     "received, TokenizerManager._handle_batch_output, each request's _wait_one_response waking, the chat chunk built "
@@ -359,7 +386,9 @@ SGLANG_FRONTEND_SOURCE = (
     "sent), the scheduler faked, on a 2-vCPU Intel Xeon VM (calibration/engine-host/sglang/frontend, REPORT.md): "
     "each process's medians at 1 to 2,048 streams, interpolated, the slower binding; one HTTP server by default "
     "(tokenizer_worker_num = 1, server_args.py), the streams shared by --tokenizer-worker-num of them, the "
-    "detokenizer one process; the benchmark client's own work is not in it")
+    "detokenizer one process; the HTTP server's work growing with the tokens a stream has already sent (runs after "
+    "1,000 and 4,000 tokens at 256 and 1,024 streams, per token by least squares; a projection's streams have sent "
+    "half the output); the benchmark client's own work is not in it")
 SGLANG_SCHEDULER_SOURCE = (
     "measured: SGLang 0.5.23's scheduler-thread work a decode step (batch filtering, prepare_for_decode with the CPU "
     "KV allocator and radix cache, the batch copy, process_batch_result_decode and stream_output's pickling) on the "
@@ -803,7 +832,7 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         near=("sglang", "vllm", "trtllm", "torch", "hf"), admission="preempt", words=("sglang",),
         schedule="mixed", schedule_source=SGLANG_SCHEDULE_SOURCE, own_schedule="prefill_first", dp_budget="split",
         scheduler_host=SGLANG_SCHEDULER_HOST, async_scheduling=True, shared_stream="graph", fused_shared_expert=True,
-        frontend_host=SGLANG_FRONTEND_HOST, frontend_split=("http_server",),
+        frontend_host=SGLANG_FRONTEND_HOST, frontend_split=("http_server",), frontend_length=SGLANG_FRONTEND_LENGTH,
         fused_latent_proj=True,
         allreduce_norm=("deepseek_v3", "gpt_oss", "glm4_moe", "qwen3_moe"),
         allreduce_norm_generations=("hopper", "blackwell", "blackwell-ultra"), model_defaults=SGLANG_MODEL_DEFAULTS,

@@ -40,7 +40,7 @@ from .spec import HardwareSpec
 from .speculative import check_draft, draft_model, draft_scenario, mtp_scenario
 from .speculative import describe as describe_speculation
 from .step_accounting import (Rules, StepAccount, account, api_servers, engine_scheduling, scheduler_rules,
-                              step_time)
+                              step_time, streamed_tokens)
 from .step_accounting import host_cost  # noqa: F401  (for the callers that import it from here)
 from .vision import describe as describe_images
 from .vision import with_images
@@ -480,10 +480,15 @@ def _frontend_text(eng, sc: Scenario, seqs: int | None, front_s, speed: str) -> 
         return f"{eng.name}'s front end: none (--api-servers 0, an offline run: no token streamed)"
     at = f": {front_s * 1e3:.2f} ms at {seqs:g} streams" if seqs else ""
     many = f", the streams shared by {servers} API servers" if servers > 1 else ""
+    longer = ""
+    if eng.frontend_length:
+        longer = (f", the HTTP server's work growing with the tokens each stream has sent ({streamed_tokens(sc):g} "
+                  f"on average here, half the output; measured at 256 and 1,024 streams after 1,000 and 4,000 tokens:"
+                  f" its request state is copied every step)")
     return (f"{eng.name}'s front end (its detokenizer and HTTP server processes streaming every token as a "
             f"server-sent event, pipelined beside the scheduler: a step goes no faster than its slowest process's "
             f"work for the step's streams{many}), interpolated between medians measured on a development VM's "
-            f"CPU{speed}{at}")
+            f"CPU{speed}{at}{longer}")
 
 
 _FP4_GROUP_WORDS = {"attention_qkv": "attention's query and key-value projections", "attention_o": "attention's "

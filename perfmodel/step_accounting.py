@@ -102,6 +102,13 @@ def api_servers(sc, eng) -> int:
     return eng.api_servers_for(sc.attention_dp) if sc.api_servers is None else sc.api_servers
 
 
+def streamed_tokens(sc) -> float:
+    """The tokens a running stream has sent, on average, in a steady decode: the requests of a continuous batch are
+    spread evenly over their outputs, half of ``sc.osl`` each (the front end's work grows with it,
+    perfmodel.engines.Engine.frontend_length)."""
+    return sc.osl / 2
+
+
 def scheduler_rules(sc, seqs, xp=NP) -> dict:
     """The :class:`Rules` fields of the serving engine's host work for a step of ``seqs`` sequences under ``sc``
     (none under speed of light, or for an engine without a measured cost); ``seqs`` a number, or a cell of the
@@ -116,7 +123,8 @@ def scheduler_rules(sc, seqs, xp=NP) -> dict:
     servers = api_servers(sc, eng)
     # both measured on a development VM's CPU: a host of another speed takes them faster or slower
     speed = 1.0 if sc.host_speed is None else float(sc.host_speed)
-    sched, front = eng.scheduler_host_s(share, overlapped, xp), eng.frontend_host_s(seqs, servers, xp)
+    sched = eng.scheduler_host_s(share, overlapped, xp)
+    front = eng.frontend_host_s(seqs, servers, xp, streamed=streamed_tokens(sc))
     if speed != 1.0:
         sched, front = sched / speed, front / speed
     return {"scheduler_s": sched, "scheduler_overlap": overlapped, "frontend_s": front}

@@ -151,14 +151,15 @@ def test_serving_steps_pay_it_per_step_sequences():
 
 # -- the front end: processes of their own, a step goes no faster than the slowest --------------------------------
 
-def _with_frontend(monkeypatch, key: str, curves: dict, split=(), per_rank=False):
-    """The engine ``key`` with front-end curves ``curves`` (a test's own figures, not the measured ones)."""
+def _with_frontend(monkeypatch, key: str, curves: dict, split=(), per_rank=False, length=None):
+    """The engine ``key`` with front-end curves ``curves`` (a test's own figures, not the measured ones) and no
+    growth with the streamed length unless ``length`` gives one."""
     import dataclasses
 
     import perfmodel.engines as engines
 
     eng = dataclasses.replace(engines.ENGINES[key], frontend_host=curves, frontend_split=tuple(split),
-                              api_servers_per_dp_rank=per_rank)
+                              api_servers_per_dp_rank=per_rank, frontend_length=length or {})
     monkeypatch.setitem(engines.ENGINES, key, eng)
     return eng
 
@@ -215,6 +216,50 @@ def test_a_projection_and_its_serving_steps_take_the_front_end(monkeypatch):
     assert slow.decode.account.frontend_s == pytest.approx(0.512) and off.decode.account.frontend_s == 0.0
     assert any("front end" in a for a in slow.assumptions)
     assert any("front end: none" in a for a in off.assumptions)
+
+
+def test_the_front_end_grows_with_the_tokens_streamed(monkeypatch):
+    """A process with a length curve takes its per-token seconds times the tokens a stream has sent past the main
+    sweep's; the projection's streams have sent half the output; a process without one does not grow."""
+    from perfmodel.engines import FRONTEND_BASE_TOKENS
+    from perfmodel.scenario import Scenario
+
+    eng = _with_frontend(monkeypatch, "sglang", {"http_server": ((100, 10e-3), (1000, 100e-3))},
+                         split=("http_server",), length={"http_server": ((100, 1e-6), (1000, 20e-6))})
+    assert eng.frontend_host_s(1000, 1) == pytest.approx(100e-3)  # at the main sweep's length
+    assert eng.frontend_host_s(1000, 1, streamed=FRONTEND_BASE_TOKENS + 1000) == pytest.approx(120e-3)
+    assert eng.frontend_host_s(1000, 2, streamed=FRONTEND_BASE_TOKENS + 1000) == pytest.approx(
+        50e-3 + (1e-6 + 19e-6 * 400 / 900) * 1000)  # 500 streams a server
+    assert eng.frontend_host_s(1000, 1, streamed=10) == pytest.approx(100e-3)  # shorter: no less than measured
+    short = scheduler_rules(Scenario(engine="sglang", osl=128), 1000)["frontend_s"]
+    long = scheduler_rules(Scenario(engine="sglang", osl=4093), 1000)["frontend_s"]
+    assert long == pytest.approx(short + 20e-6 * (4093 / 2 - FRONTEND_BASE_TOKENS) - 20e-6 * (64 - FRONTEND_BASE_TOKENS))
+    flat = scheduler_rules(Scenario(engine="vllm", osl=128), 1000)["frontend_s"]
+    assert scheduler_rules(Scenario(engine="vllm", osl=4096), 1000)["frontend_s"] == flat  # not measured: no growth
+
+
+def test_the_front_end_length_curve_is_its_measurement():
+    """SGLang's HTTP server: the per-token growth is the least-squares line through the committed runs after 1,000
+    and 4,000 tokens (calibration/engine-host/sglang/frontend/results.json), and gives back each run's median within
+    a few percent."""
+    from perfmodel.engines import FRONTEND_BASE_TOKENS, SGLANG_FRONTEND_LENGTH, host_curve
+
+    doc = json.loads((calibration_dir() / "engine-host" / "sglang" / "frontend" / "results.json").read_text())
+    http = doc["processes"]["http_server"]
+    base = dict(zip(doc["B"], http["cpu_median_s"]))
+    runs = {int(h): {int(b): t for b, t in r["http_cpu_median_s"].items()}
+            for h, r in http["output_length_dependence"].items() if h.isdigit()}
+    knots = dict(SGLANG_FRONTEND_LENGTH["http_server"])
+    assert sorted(knots) == sorted({b for r in runs.values() for b in r})
+    for b, per_token in knots.items():
+        fit = sum((r[b] - base[b]) * h for h, r in runs.items()) / sum(h * h for h in runs)
+        assert per_token == pytest.approx(fit, rel=1e-4), b
+    sglang = ENGINES["sglang"]
+    for h, r in runs.items():
+        for b, measured in r.items():
+            modelled = host_curve(sglang.frontend_host["http_server"], b) + knots[b] * h
+            assert modelled == pytest.approx(measured, rel=0.05), (h, b)
+            assert sglang.frontend_host_s(b, 1, streamed=FRONTEND_BASE_TOKENS + h) == pytest.approx(modelled)
 
 
 def test_api_servers_is_checked():
@@ -353,3 +398,28 @@ def test_vllm_starts_a_server_per_rank_from_0_19():
     assert Scenario(**kw).validated().for_hardware(hw).api_servers == 1
     assert Scenario(engine_release="0.19.0", **kw).validated().for_hardware(hw).api_servers == 2
     assert Scenario(engine_release="0.19.0", api_servers=3, **kw).validated().for_hardware(hw).api_servers == 3
+
+
+def test_the_documented_length_growth_is_the_runs_and_the_preset():
+    """docs/engines.md's long-output paragraph: the runs' medians, the preset's per-token slopes and the projection
+    it quotes."""
+    from perfmodel import project
+    from perfmodel.engines import SGLANG_FRONTEND_LENGTH
+
+    doc = (calibration_dir().parent / "docs" / "engines.md").read_text(encoding="utf-8")
+
+    def marked(name):
+        return " ".join(doc.split(f"<!-- {name} -->")[1].split(f"<!-- /{name} -->")[0].split())
+
+    runs = json.loads((calibration_dir() / "engine-host" / "sglang" / "frontend" / "results.json").read_text())
+    by_length = runs["processes"]["http_server"]["output_length_dependence"]
+    ms = {(h, int(b)): t * 1e3 for h in ("1000", "4000") for b, t in by_length[h]["http_cpu_median_s"].items()}
+    assert marked("length-runs") == (f"{ms['1000', 256]:.1f} and {ms['4000', 256]:.1f} ms, "
+                                     f"{ms['1000', 1024]:.1f} and {ms['4000', 1024]:.1f} ms")
+    slope = {b: s / b * 1e9 for b, s in SGLANG_FRONTEND_LENGTH["http_server"]}
+    assert marked("length-slopes") == f"{slope[256]:.1f} ns a stream at 256 streams and {slope[1024]:.1f} ns at 1,024"
+    kw = dict(batch=512, isl=256, engine="sglang")
+    short, long = (project("h200-sxm", "llama-3.1-8b", osl=o, **kw) for o in (128, 1024))
+    assert marked("length-example") == (f"{short.tpot_s * 1e3:.1f} ms a token with 128 output tokens and "
+                                        f"{long.tpot_s * 1e3:.1f} ms with 1,024")
+    assert short.decode.time_s == short.decode.account.frontend_s and long.decode.time_s == long.decode.account.frontend_s

@@ -39,6 +39,8 @@ CASES = {
                                                        api_servers=0)),
     # the engine's front end setting the step: the longer of the step and its slowest process's curve, a formula
     "vllm-frontend": ("h200", "gpt-oss-20b", Scenario(engine="vllm", batch=1024, isl=256, osl=32)),
+    # ... and SGLang's, whose HTTP server grows with the tokens each stream has sent (half the output)
+    "sglang-frontend": ("h200", "llama-3.1-8b", Scenario(engine="sglang", batch=512, isl=256, osl=1024)),
     # Gated DeltaNet: the chunked prefill's scan (perfmodel.cost.scan) and the shared expert's gate as formulas
     "deltanet": ("h200", "qwen3-next-80b-a3b", Scenario(batch=4, tp=2, isl=2048, osl=32)),
     # shared experts on a second stream in steps of at most 256 tokens (vLLM 0.12+): the rule a formula of the batch
@@ -171,7 +173,7 @@ def test_formulas_match_model_before_and_after_an_input_changes(case, books):
     new_bw = hw.hbm_bandwidth * 1.37
     sol = calc.solve({("Inputs", _input_row(wb, "hbm_bandwidth")): new_bw})
     proj2 = project_resolved(spec_with(hw, hbm_bandwidth=new_bw), model, resolve_scenario(sc, spec_with(hw, hbm_bandwidth=new_bw), None), prof)
-    if case == "vllm-frontend":  # the front end sets the decode step: the bandwidth moves the prefill alone
+    if case.endswith("-frontend"):  # the front end sets the decode step: the bandwidth moves the prefill alone
         assert proj.decode.account.frontend_s == proj.decode.time_s
         assert math.isclose(proj2.tpot_s, proj.tpot_s) and not math.isclose(proj2.ttft_s, proj.ttft_s, rel_tol=1e-3)
     else:
