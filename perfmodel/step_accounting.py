@@ -89,10 +89,10 @@ def engine_scheduling(sc):
     return eng, eng.async_scheduling if sc.async_scheduling is None else bool(sc.async_scheduling)
 
 
-def scheduled_step(device_s, sc, seqs, xp=NP):
+def scheduled_step(device_s, sc, seqs, xp=NP, streamed=None):
     """A step of ``device_s`` under ``sc`` with its engine's host work for ``seqs`` sequences joined
     (:func:`scheduler_rules`, :func:`with_scheduler`)."""
-    r = scheduler_rules(sc, seqs, xp)
+    r = scheduler_rules(sc, seqs, xp, streamed)
     return with_scheduler(device_s, r["scheduler_s"], r["scheduler_overlap"], xp, r["frontend_s"]) if r else device_s
 
 
@@ -109,10 +109,11 @@ def streamed_tokens(sc) -> float:
     return sc.osl / 2
 
 
-def scheduler_rules(sc, seqs, xp=NP) -> dict:
+def scheduler_rules(sc, seqs, xp=NP, streamed=None) -> dict:
     """The :class:`Rules` fields of the serving engine's host work for a step of ``seqs`` sequences under ``sc``
     (none under speed of light, or for an engine without a measured cost); ``seqs`` a number, or a cell of the
-    workbook with ``xp`` its backend."""
+    workbook with ``xp`` its backend; ``streamed``: the tokens a stream has sent on average (None:
+    :func:`streamed_tokens`)."""
     found = engine_scheduling(sc)
     if found is None or sc.mode == "sol":
         return {}
@@ -124,7 +125,7 @@ def scheduler_rules(sc, seqs, xp=NP) -> dict:
     # both measured on a development VM's CPU: a host of another speed takes them faster or slower
     speed = 1.0 if sc.host_speed is None else float(sc.host_speed)
     sched = eng.scheduler_host_s(share, overlapped, xp)
-    front = eng.frontend_host_s(seqs, servers, xp, streamed=streamed_tokens(sc))
+    front = eng.frontend_host_s(seqs, servers, xp, streamed=streamed_tokens(sc) if streamed is None else streamed)
     if speed != 1.0:
         sched, front = sched / speed, front / speed
     return {"scheduler_s": sched, "scheduler_overlap": overlapped, "frontend_s": front}

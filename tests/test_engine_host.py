@@ -369,6 +369,29 @@ def test_the_serving_step_model_takes_the_front_end(monkeypatch):
     assert t_off < 0.512 and t_slow == pytest.approx(0.512)
 
 
+def test_the_serving_steps_front_end_grows_with_the_workloads_outputs(monkeypatch):
+    """perfmodel.serve's steps take the tokens a stream has sent from the workload (half its mean output), not from
+    the scenario's --osl; the simulation passes it."""
+    from perfmodel.engines import FRONTEND_BASE_TOKENS
+    from perfmodel.resolve import setup
+    from perfmodel.serve.simulate import simulate
+    from perfmodel.serve.steptime import StepModel
+    from perfmodel.serve.workload import closed_loop_requests, parse_dist
+
+    _with_frontend(monkeypatch, "sglang", {"http_server": ((1, 1e-3), (2048, 2048e-3))}, split=("http_server",),
+                   length={"http_server": ((2048, 2048e-6),)})
+    s = setup("h200-sxm", "llama-3.1-8b", {"engine": "sglang", "isl": 256, "osl": 256})
+    kw = dict(max_tokens=8192, max_seqs=1024, max_context=4096)
+    base = StepModel(s.model, s.hardware, s.scenario, s.profile, **kw)  # half of --osl 256: 128 tokens sent
+    long = StepModel(s.model, s.hardware, s.scenario, s.profile, streamed=1000.0, **kw)
+    assert base.step(512, 300.0, [])[0] == pytest.approx(0.512 + 512e-6 * (128 - FRONTEND_BASE_TOKENS))
+    assert long.step(512, 300.0, [])[0] == pytest.approx(0.512 + 512e-6 * (1000 - FRONTEND_BASE_TOKENS))
+    cache: dict = {}
+    reqs = closed_loop_requests(64, 8, parse_dist("256", field="isl"), parse_dist("2000", field="osl"), seed=0)
+    simulate(s.hardware, s.model, s.scenario, s.profile, reqs, cache=cache)
+    assert [m.streamed for m in cache.values()] == [1000.0]
+
+
 def test_a_draft_models_steps_pay_no_host_work_of_their_own(monkeypatch):
     """A separate draft model drafts inside the target's cycle: its steps and its prefill take their device time,
     so a front end that does not bind the verify step changes nothing (it had bound every draft step)."""

@@ -138,7 +138,8 @@ def build_instance(hw, model, sc, prof, reqs, role: str, opts: ServeOptions, pow
         lengths = np.unique(reqs.isl)
         hint = tuple(int(x) for x in lengths[:16]) if lengths.size <= 16 else ()
         kw = dict(max_tokens=sc.rank_chunk if role != "decode" else max_seqs, max_seqs=max_seqs,
-                  max_context=int((reqs.isl + reqs.osl).max()) + 1, piece_hint=hint)
+                  max_context=int((reqs.isl + reqs.osl).max()) + 1, piece_hint=hint,
+                  streamed=float(np.mean(reqs.osl)) / 2)
         key = (id(model), id(hw), id(prof), sc, power is None, tuple(sorted(kw.items())))
         steps = cache.get(key) if cache is not None else None
         if steps is None:

@@ -301,8 +301,12 @@ class StepModel:
     :mod:`perfmodel.energy` (None: no energy)."""
 
     def __init__(self, model, hw, sc, prof, *, max_tokens: int, max_seqs: int, max_context: int,
-                 piece_hint=(), power: dict | None = None, rows_per_seq: int | None = None):
+                 piece_hint=(), power: dict | None = None, rows_per_seq: int | None = None,
+                 streamed: float | None = None):
         self.model, self.hw, self.sc, self.prof = model, hw, sc, prof
+        # the tokens a running stream has sent on average (half the workload's mean output; None: half sc.osl),
+        # which the engine's front end grows with (perfmodel.engines.Engine.frontend_length)
+        self.streamed = streamed
         self.pp = sc.pp
         self.ranks = sc.attention_dp
         self.max_tokens = int(max(max_tokens, max_seqs, 1))
@@ -628,7 +632,7 @@ class StepModel:
     def _scheduled(self, device_s: float, seqs: int) -> float:
         """A step of ``device_s`` with the engine's host work for ``seqs`` sequences joined
         (:func:`perfmodel.step_accounting.scheduled_step`)."""
-        return scheduled_step(device_s, self.sc, seqs) if self.scheduled and seqs else device_s
+        return scheduled_step(device_s, self.sc, seqs, streamed=self.streamed) if self.scheduled and seqs else device_s
 
     def decode_span(self, n: int, ctx0: float, k: int, ctx1: float | None = None) -> tuple[float, float, float, float]:
         """k pure-decode steps of n sequences whose mean context starts at ``ctx0`` and grows by one a step (or is
