@@ -35,7 +35,20 @@ inside synchronous code, the main thread is saturated so wall ~= CPU there):
 The components run adds wrappers (extra generator layers), so its totals are reported
 separately from the plain run.
 
+Output-length option (--hist H, added for runs_length/, see run_length.sh): before the warm-up
+steps every request first receives H earlier output tokens (continuing text), so that the
+per-request state that grows with output length (detokenizer output_text / token_ids, the chat
+generator's previous_texts[i]) is already H tokens long during the timed steps. The history is
+delivered in ceil(H/K) un-timed pre-steps of K = --hist-chunk tokens per request (K=1: token by
+token, exactly like decode steps; K=0 (default): all H tokens in ONE EngineCoreOutput per request,
+which vLLM processes as one multi-token delta). Pre-steps are encoded lazily (not pre-encoded),
+are driven like decode steps (push, wait for all B chunks) and are not timed. --hist 0 (default)
+gives exactly the original behaviour. --max-load X waits (up to --max-load-wait s) before each
+point, and before the timed steps when H>0, until the 1-minute load average is <= X.
+--hist-seq H1 H2 ... runs, for each B, one point per listed H in one process (interleaved check).
+
 usage: python harness.py --bs 1 8 64 --warmup 20 --steps 50 --out runs/rep1.json [--components]
+       python harness.py --bs 256 1024 --hist 4000 --hist-chunk 1 --max-load 1.5 --out runs_length/x.json
 """
 import argparse
 import asyncio
@@ -170,8 +183,10 @@ class FakeEngine:
             elif rt == EngineCoreRequestType.ABORT:
                 self.n_abort += len(dgen.decode(data))
 
-    def encode_steps(self, rids, stream, n_steps, B, offsets):
-        """Pre-encode n_steps decode steps + one final (finish=LENGTH) step."""
+    def encode_steps(self, rids, stream, n_steps, B, offsets, pos0=0, first=True):
+        """Pre-encode n_steps decode steps + one final (finish=LENGTH) step.
+        Step j carries the token at output position pos0 + j of each request's text;
+        `first`: step 0 is the request's first output (events attached)."""
         frames = []
         L = len(stream)
         for j in range(n_steps + 1):
@@ -180,9 +195,9 @@ class FakeEngine:
             outs = []
             for k, (rid, plen) in enumerate(rids):
                 o = EngineCoreOutput(request_id=rid,
-                                     new_token_ids=[stream[(offsets[k] + j) % L]],
+                                     new_token_ids=[stream[(offsets[k] + pos0 + j) % L]],
                                      finish_reason=FinishReason.LENGTH if last else None)
-                if j == 0:  # what the scheduler attaches to a request's first output
+                if j == 0 and first:  # what the scheduler attaches to a request's first output
                     o.num_cached_tokens = 0
                     o.events = [EngineCoreEvent(EngineCoreEventType.QUEUED, ts - 0.02),
                                 EngineCoreEvent(EngineCoreEventType.SCHEDULED, ts - 0.01)]
@@ -194,6 +209,27 @@ class FakeEngine:
                 finished_requests={r for r, _ in rids} if last else None)
             frames.append([bytes(b) for b in self.enc.encode(eco)])
         return frames
+
+    def encode_hist_step(self, rids, stream, B, offsets, pos, n_tok, first, step_counter):
+        """One un-timed history pre-step: n_tok tokens per request (output positions
+        pos .. pos+n_tok-1), as one EngineCoreOutput per request (multi-token delta if n_tok>1)."""
+        L = len(stream)
+        ts = time.monotonic()
+        outs = []
+        for k, (rid, plen) in enumerate(rids):
+            b = offsets[k] + pos
+            o = EngineCoreOutput(request_id=rid,
+                                 new_token_ids=[stream[(b + i) % L] for i in range(n_tok)])
+            if first:
+                o.num_cached_tokens = 0
+                o.events = [EngineCoreEvent(EngineCoreEventType.QUEUED, ts - 0.02),
+                            EngineCoreEvent(EngineCoreEventType.SCHEDULED, ts - 0.01)]
+            outs.append(o)
+        eco = EngineCoreOutputs(
+            engine_index=0, outputs=outs, timestamp=ts,
+            scheduler_stats=SchedulerStats(num_running_reqs=B, num_waiting_reqs=0,
+                                           step_counter=step_counter, kv_cache_usage=0.3))
+        return self.enc.encode(eco)
 
 
 class Comp:
@@ -287,19 +323,36 @@ async def wait_port(port, timeout=120):
     raise RuntimeError("server did not come up")
 
 
-async def run_B(a, B, eng, engine_client, stream, tok_model):
+async def wait_load(max_load, max_wait):
+    """--max-load: wait until the 1-min load average is <= max_load (0: no waiting)."""
+    l0 = loadavg()
+    t0 = time.monotonic()
+    if max_load > 0:
+        while loadavg() > max_load and time.monotonic() - t0 < max_wait:
+            await asyncio.sleep(5)
+    return {"load1_before_wait": l0, "waited_s": round(time.monotonic() - t0, 1),
+            "load1_after_wait": loadavg()}
+
+
+async def run_B(a, B, eng, engine_client, stream, tok_model, hist=None):
     loop_warm, n_steps = a.warmup, a.steps
     if B >= 2048 and a.steps_2048:
         n_steps = a.steps_2048
     total = loop_warm + n_steps
+    H = a.hist if hist is None else hist
+    K = a.hist_chunk if a.hist_chunk > 0 else max(H, 1)
+    pre_sizes = [min(K, H - s) for s in range(0, H, K)]   # [] when H == 0
+    P = len(pre_sizes)
     eng.added.clear()
     eng.want = B
     eng.added_event.clear()
     st = fe_mw.STATE
+    wait_point = await wait_load(a.max_load, a.max_load_wait)
     load_start = loadavg()
+    max_tokens = max(4096, H + total + 8)
     client = await asyncio.create_subprocess_exec(
         a.client_python, CLIENT, "--port", str(a.port), "--n", str(B), "--model", tok_model,
-        "--max-tokens", "4096", stdout=subprocess.PIPE)
+        "--max-tokens", str(max_tokens), stdout=subprocess.PIPE)
     t_adm = pc()
     await asyncio.wait_for(eng.added_event.wait(), timeout=600)
     t_adm = pc() - t_adm
@@ -307,33 +360,55 @@ async def run_B(a, B, eng, engine_client, stream, tok_model):
     assert len(eng.added) == B, (len(eng.added), B)
     rids = list(eng.added)
     offsets = [(i * 7919) % len(stream) for i in range(B)]
-    frames = eng.encode_steps(rids, stream, total, B, offsets)
+    frames = eng.encode_steps(rids, stream, total, B, offsets, pos0=H, first=(P == 0))
     st.count = 0
     target = 0
+    ev = st.event
+    hist_info = None
+    if P:   # un-timed history pre-steps: every request streams H tokens first
+        w0, c0, pos = pc(), cpu_self(), 0
+        for p, n in enumerate(pre_sizes):
+            fr = eng.encode_hist_step(rids, stream, B, offsets, pos, n, p == 0, p)
+            pos += n
+            target += 2 * B if p == 0 else B
+            st.target = target
+            ev.clear()
+            eng.push.send_multipart(fr, copy=False)
+            await ev.wait()
+        hist_info = {"H": H, "chunk_tokens": K, "n_presteps": P,
+                     "prephase_wall_s": pc() - w0, "prephase_cpu_s": cpu_self() - c0}
+        hist_info["wait_before_timed"] = await wait_load(a.max_load, a.max_load_wait)
     rec = {"wall": [], "cpu_proc": [], "cpu_main": []}
     comp = {k: [] for k in ("fe_decode", "fe_process_outputs", "fe_stats_record",
                             "chat_chunk", "uvicorn_send")}
     gcs = {"gc_gen0_s": [], "gc_gen1_s": [], "gc_gen2_s": [], "gc_gen0_n": [],
            "gc_gen1_n": [], "gc_gen2_n": []}
-    ev = st.event
     busy0 = wall0 = cpu0 = None
+    loadavg_at_timed = None
     for j in range(total):
         if j == loop_warm:
+            loadavg_at_timed = loadavg()
             busy0, wall0, cpu0 = proc_stat_busy(), pc(), cpu_self()
         if a.gc_ab and j >= loop_warm:   # diagnostic: alternate GC on/off in blocks of 25 steps
             if ((j - loop_warm) // 25) % 2:
                 gc.disable()
             else:
                 gc.enable()
-        target += 2 * B if j == 0 else B    # first output: role chunk + content chunk
+        target += 2 * B if (j == 0 and P == 0) else B  # first output: role + content chunk
         st.target = target
         ev.clear()
         COMP.reset()
         st.send_s = 0.0
+        if a.rusage_detail:
+            ru0 = resource.getrusage(resource.RUSAGE_SELF)
         w0, c0, m0 = pc(), cpu_self(), time.thread_time()
         eng.push.send_multipart(frames[j], copy=False)
         await ev.wait()
         w1, c1, m1 = pc(), cpu_self(), time.thread_time()
+        if a.rusage_detail and j >= loop_warm:   # diagnostic: sys CPU and minor faults per step
+            ru1 = resource.getrusage(resource.RUSAGE_SELF)
+            rec.setdefault("cpu_sys", []).append(ru1.ru_stime - ru0.ru_stime)
+            rec.setdefault("minflt", []).append(ru1.ru_minflt - ru0.ru_minflt)
         if j >= loop_warm:
             rec["wall"].append(w1 - w0)
             rec["cpu_proc"].append(c1 - c0)
@@ -355,6 +430,13 @@ async def run_B(a, B, eng, engine_client, stream, tok_model):
         gc.enable()
     load_end = loadavg()
     assert st.count == target, (st.count, target)
+    # length of the per-request state during the timed steps (read after them, not timed)
+    rs = list(engine_client.output_processor.request_states.values())
+    state_check = {
+        "n_requests": len(rs),
+        "output_tokens_mean": statistics.fmean(d.detokenizer.num_output_tokens() for d in rs),
+        "output_text_chars_mean": statistics.fmean(len(d.detokenizer.output_text) for d in rs),
+    } if rs else None
     # finish every request (finish_reason=length) and let the client drain to [DONE]
     eng.push.send_multipart(frames[total], copy=False)
     out, _ = await asyncio.wait_for(client.communicate(), timeout=600)
@@ -363,7 +445,7 @@ async def run_B(a, B, eng, engine_client, stream, tok_model):
         if engine_client.output_processor.get_num_unfinished_requests() == 0:
             break
         await asyncio.sleep(0.05)
-    expected_events = total + 3   # role + total content + final chunk + [DONE]
+    expected_events = P + total + 3   # role + P history + total content + final + [DONE]
     ok = (cres["all_done"] and cres["all_200"] and cres["events_min"] == expected_events
           and cres["events_max"] == expected_events)
     res = {"B": B, "steps": n_steps, "warmup": loop_warm,
@@ -376,6 +458,10 @@ async def run_B(a, B, eng, engine_client, stream, tok_model):
            "client": cres, "client_events_expected": expected_events, "client_check_ok": ok,
            "unfinished_after": engine_client.output_processor.get_num_unfinished_requests(),
            "prompt_len_tokens": rids[0][1]}
+    if H or a.max_load > 0:
+        res.update({"hist": hist_info, "hist_tokens": H, "state_after_timed_steps": state_check,
+                    "wait_before_point": wait_point, "load1_before_timed": loadavg_at_timed,
+                    "client_max_tokens": max_tokens})
     if a.components:
         res["components_s"] = {k: summ(v) for k, v in comp.items()}
         rest = [m - sum(comp[k][i] for k in comp) for i, m in enumerate(rec["cpu_main"])]
@@ -436,16 +522,26 @@ async def amain(a):
             "gc_threshold": gc.get_threshold(), "gc_frozen_at_start": gc.get_freeze_count(),
             "utility_calls": list(eng.utility_calls),
         }
-        for B in a.bs:
+        # --hist-seq: several (B, H) points in this one process, results keyed "B/hH/i"
+        points = ([(B, None) for B in a.bs] if not a.hist_seq
+                  else [(B, H) for B in a.bs for H in a.hist_seq])
+        for i, (B, H) in enumerate(points):
             t0 = time.time()
-            r = await run_B(a, B, eng, engine_client, stream, MODEL_DIR)
-            out["results"][str(B)] = r
+            r = await run_B(a, B, eng, engine_client, stream, MODEL_DIR, hist=H)
+            out["results"][str(B) if H is None else f"{B}/h{H}/{i}"] = r
             line = (f"B={B} wall={r['wall_s']['median']*1e3:.3f}ms "
                     f"cpu_proc={r['cpu_proc_s']['median']*1e3:.3f}ms "
                     f"cpu_main={r['cpu_main_s']['median']*1e3:.3f}ms "
                     f"load={r['load1_start']:.2f}/{r['load1_end']:.2f} "
                     f"other_cpu={r['other_cpu_cores']:.2f} ok={r['client_check_ok']} "
                     f"client_cpu/step={r['client_cpu_per_step_s']*1e3:.3f}ms")
+            if r.get("hist"):
+                h = r["hist"]
+                line += (f" | hist={h['H']} chunk={h['chunk_tokens']} presteps={h['n_presteps']}"
+                         f" pre_wall={h['prephase_wall_s']:.1f}s"
+                         f" load_timed={r['load1_before_timed']:.2f}"
+                         f" out_tok={r['state_after_timed_steps']['output_tokens_mean']:.0f}"
+                         f" text_chars={r['state_after_timed_steps']['output_text_chars_mean']:.0f}")
             if a.components:
                 line += " | " + " ".join(f"{k}={v['median']*1e3:.3f}"
                                          for k, v in r["components_s"].items())
@@ -505,6 +601,17 @@ def main():
                     help="diagnostic: GC on/off alternating in blocks of 25 timed steps")
     ap.add_argument("--gc-timing", action="store_true",
                     help="diagnostic: only the gc.callbacks timer, no component timers")
+    ap.add_argument("--hist", type=int, default=0,
+                    help="output tokens every request has already streamed before the warm-up")
+    ap.add_argument("--hist-seq", type=int, nargs="+", default=None,
+                    help="for each B, run one point per H in this list, in this order, in this process")
+    ap.add_argument("--hist-chunk", type=int, default=0,
+                    help="tokens per request per history pre-step (0: all H in one pre-step)")
+    ap.add_argument("--max-load", type=float, default=0.0,
+                    help="wait until 1-min load <= this before each point (0: off)")
+    ap.add_argument("--max-load-wait", type=float, default=600.0)
+    ap.add_argument("--rusage-detail", action="store_true",
+                    help="diagnostic: also record per-step sys CPU and minor page faults")
     ap.add_argument("--out", default=None)
     ap.add_argument("--tag", default="run")
     ap.add_argument("--client-python", default="/usr/bin/python3")
