@@ -341,6 +341,14 @@ VLLM_ASYNC_SOURCE = (
 VLLM_FRONTEND_HOST = {
     "api_server": ((1, 257.0e-6), (8, 580.5e-6), (64, 2624.5e-6), (256, 10761.5e-6), (512, 28178.0e-6),
                    (1024, 66769.5e-6), (2048, 141676.0e-6))}
+# ... and how it grows with the tokens each stream has already sent (the same harness on the AMD EPYC development VM,
+# 2.3x / 1.7x slower at 256 / 1,024 streams: H = 0, 1,000 and 4,000 interleaved in one server process, 3 points each
+# in two processes, pooled; results.json, processes.api_server.output_length_dependence; its detokenizer's output text
+# and the chat stream's previous text are copied every step): 1.048 / 1.115 times its own baseline at 256 streams
+# after 1,000 / 4,000 tokens, 1.074 / 1.196 at 1,024, less than linear from 1,000 to 4,000 (single points spread 1.5x).
+# Carried to this curve's VM as a share of its work: the least-squares growth per token over the two lengths
+# (2.99e-5 and 5.04e-5) times the curve at 256 and 1,024 (tests/test_engine_host.py recomputes them)
+VLLM_FRONTEND_LENGTH = {"api_server": ((256, 3.2209e-7), (1024, 3.3674e-6))}
 VLLM_FRONTEND_SOURCE = (
     "measured: vLLM 0.19.0's API server process per decode step streaming to B clients (ZMQ receive and msgpack "
     "decode, OutputProcessor's detokenising, the stat loggers, each request's generate() waking, the chat chunk built "
@@ -348,7 +356,9 @@ VLLM_FRONTEND_SOURCE = (
     "Intel Xeon VM (calibration/engine-host/vllm/frontend, REPORT.md): its medians at 1 to 2,048 streams, "
     "interpolated; one API server (vLLM 0.11.0's --api-server-count default 1, entrypoints/openai/cli_args.py, as "
     "the preset follows 0.11), where 0.19.0 starts one per data-parallel rank (entrypoints/cli/serve.py: "
-    "api_server_count defaults to data_parallel_size), each streaming its share; the benchmark client's own work is "
+    "api_server_count defaults to data_parallel_size), each streaming its share; its work growing with the tokens a "
+    "stream has already sent (runs after 1,000 and 4,000 tokens at 256 and 1,024 streams on another VM, carried as a "
+    "share of the work; a projection's streams have sent half the output); the benchmark client's own work is "
     "not in it")
 
 
@@ -375,8 +385,8 @@ SGLANG_FRONTEND_HOST = {
 # results.json, processes.http_server.output_length_dependence; TokenizerManager copies each request's output ids and
 # text every step): linear in the length at either count (12.4 and 12.7 ns a token a stream at 256, 34.6 and 32.4
 # at 1,024), the step's extra seconds per token past the main sweep's (sequences, seconds), least squares over the
-# two lengths through none at the main sweep's length (tests/test_frontend_host.py recomputes them); the detokenizer grows far less (never the slower) and
-# vLLM's server was not measured so
+# two lengths through none at the main sweep's length (tests/test_engine_host.py recomputes them); the detokenizer
+# grows far less (never the slower one)
 SGLANG_FRONTEND_LENGTH = {"http_server": ((256, 3.2146e-6), (1024, 33.050e-6))}
 SGLANG_FRONTEND_SOURCE = (
     "measured: SGLang 0.5.9's HTTP server process per decode step streaming to B clients (the BatchStrOutput "
@@ -769,7 +779,8 @@ ENGINES: dict[str, Engine] = {e.key: e for e in (
         version="vLLM 0.11 defaults (V1 engine); kernel tables measured with 0.24.0",
         near=("vllm", "sglang", "trtllm", "torch", "hf"), admission="preempt", words=("vllm",),
         scheduler_host=VLLM_SCHEDULER_HOST, async_scheduling=False, shared_stream="never", fused_latent_proj=True,
-        frontend_host=VLLM_FRONTEND_HOST, frontend_split=("api_server",), api_servers_per_dp_rank=False,
+        frontend_host=VLLM_FRONTEND_HOST, frontend_split=("api_server",), frontend_length=VLLM_FRONTEND_LENGTH,
+        api_servers_per_dp_rank=False,
         near_source="vLLM and SGLang share FlashInfer and CUTLASS kernels; TensorRT-LLM's next; plain PyTorch's "
                     "bf16 linear is the very call vLLM times for bf16",
         admission_source="vLLM V1 scheduler: admits while free KV blocks hold the prompt (max_num_seqs caps the "

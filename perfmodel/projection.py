@@ -482,9 +482,8 @@ def _frontend_text(eng, sc: Scenario, seqs: int | None, front_s, speed: str) -> 
     many = f", the streams shared by {servers} API servers" if servers > 1 else ""
     longer = ""
     if eng.frontend_length:
-        longer = (f", the HTTP server's work growing with the tokens each stream has sent ({streamed_tokens(sc):g} "
-                  f"on average here, half the output; measured at 256 and 1,024 streams after 1,000 and 4,000 tokens:"
-                  f" its request state is copied every step)")
+        longer = (f", its work growing with the tokens each stream has sent ({streamed_tokens(sc):g} on average "
+                  f"here, half the output; measured after 1,000 and 4,000 tokens)")
     return (f"{eng.name}'s front end (its detokenizer and HTTP server processes streaming every token as a "
             f"server-sent event, pipelined beside the scheduler: a step goes no faster than its slowest process's "
             f"work for the step's streams{many}), interpolated between medians measured on a development VM's "

@@ -234,8 +234,9 @@ def test_the_front_end_grows_with_the_tokens_streamed(monkeypatch):
     short = scheduler_rules(Scenario(engine="sglang", osl=128), 1000)["frontend_s"]
     long = scheduler_rules(Scenario(engine="sglang", osl=4093), 1000)["frontend_s"]
     assert long == pytest.approx(short + 20e-6 * (4093 / 2 - FRONTEND_BASE_TOKENS) - 20e-6 * (64 - FRONTEND_BASE_TOKENS))
+    _with_frontend(monkeypatch, "vllm", {"api_server": ((100, 10e-3), (1000, 100e-3))}, split=("api_server",))
     flat = scheduler_rules(Scenario(engine="vllm", osl=128), 1000)["frontend_s"]
-    assert scheduler_rules(Scenario(engine="vllm", osl=4096), 1000)["frontend_s"] == flat  # not measured: no growth
+    assert scheduler_rules(Scenario(engine="vllm", osl=4096), 1000)["frontend_s"] == flat  # no length curve: none
 
 
 def test_the_front_end_length_curve_is_its_measurement():
@@ -260,6 +261,24 @@ def test_the_front_end_length_curve_is_its_measurement():
             modelled = host_curve(sglang.frontend_host["http_server"], b) + knots[b] * h
             assert modelled == pytest.approx(measured, rel=0.05), (h, b)
             assert sglang.frontend_host_s(b, 1, streamed=FRONTEND_BASE_TOKENS + h) == pytest.approx(modelled)
+
+
+def test_vllms_length_curve_is_its_measurement_carried_as_a_share():
+    """vLLM's API server: its growth a token (least squares over the same-process runs after 1,000 and 4,000 tokens,
+    as a share of their baseline, measured on another VM) times the main sweep's curve at 256 and 1,024 streams."""
+    from perfmodel.engines import VLLM_FRONTEND_HOST, VLLM_FRONTEND_LENGTH, host_curve
+
+    doc = json.loads((calibration_dir() / "engine-host" / "vllm" / "frontend" / "results.json").read_text())
+    runs = doc["processes"]["api_server"]["output_length_dependence"]
+    lengths = [h for h in runs if h.isdigit()]
+    knots = dict(VLLM_FRONTEND_LENGTH["api_server"])
+    for b, per_token in knots.items():
+        same = runs["baseline_same_session"]["api_cpu_median_s"][str(b)]
+        ratios = [runs[h]["api_cpu_median_s"][str(b)] / same for h in lengths]
+        assert ratios == pytest.approx([runs[h]["ratio_to_baseline"][str(b)] for h in lengths])
+        share = sum((r - 1) * int(h) for r, h in zip(ratios, lengths)) / sum(int(h) ** 2 for h in lengths)
+        assert per_token == pytest.approx(share * host_curve(VLLM_FRONTEND_HOST["api_server"], b), rel=1e-4), b
+    assert ENGINES["vllm"].frontend_length == VLLM_FRONTEND_LENGTH
 
 
 def test_api_servers_is_checked():
@@ -441,6 +460,12 @@ def test_the_documented_length_growth_is_the_runs_and_the_preset():
                                      f"{ms['1000', 1024]:.1f} and {ms['4000', 1024]:.1f} ms")
     slope = {b: s / b * 1e9 for b, s in SGLANG_FRONTEND_LENGTH["http_server"]}
     assert marked("length-slopes") == f"{slope[256]:.1f} ns a stream at 256 streams and {slope[1024]:.1f} ns at 1,024"
+    vllm = json.loads((calibration_dir() / "engine-host" / "vllm" / "frontend" / "results.json").read_text())
+    ratio = {(h, b): vllm["processes"]["api_server"]["output_length_dependence"][h]["ratio_to_baseline"][b]
+             for h in ("1000", "4000") for b in ("256", "1024")}
+    assert marked("vllm-length") == (
+        f"{ratio['1000', '256']:.3f} and {ratio['4000', '256']:.3f} times its own baseline after 1,000 and 4,000 "
+        f"tokens at 256 streams, {ratio['1000', '1024']:.3f} and {ratio['4000', '1024']:.3f} at 1,024")
     kw = dict(batch=512, isl=256, engine="sglang")
     short, long = (project("h200-sxm", "llama-3.1-8b", osl=o, **kw) for o in (128, 1024))
     assert marked("length-example") == (f"{short.tpot_s * 1e3:.1f} ms a token with 128 output tokens and "
