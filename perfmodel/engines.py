@@ -81,9 +81,14 @@ def host_curve(knots, seqs, xp=None):
 
 
 # the tokens a stream had already sent, on average, over the timed steps of the front-end harnesses' main sweeps
-# (calibration/engine-host/*/frontend: a first token, 20 warm-up steps, then 50 timed ones: 22 to 71 sent): the length
-# their curves stand for
+# (calibration/engine-host/*/frontend: 20 warm-up steps, then 50 timed ones: 22 to 71 sent in SGLang's, whose first
+# step comes before the warm-up, 21 to 70 in vLLM's): the length their curves stand for
 FRONTEND_BASE_TOKENS = 46.5
+
+
+def default_api_servers(per_dp_rank: bool, attention_dp: int) -> int:
+    """The API servers an engine starts by default: one per attention-DP rank where it does so, else one."""
+    return max(int(attention_dp), 1) if per_dp_rank else 1
 
 
 @dataclass(frozen=True)
@@ -250,7 +255,7 @@ class Engine:
 
     def api_servers_for(self, attention_dp: int) -> int:
         """The API server processes the engine starts by default for a layout of ``attention_dp`` ranks."""
-        return max(int(attention_dp), 1) if self.api_servers_per_dp_rank else 1
+        return default_api_servers(self.api_servers_per_dp_rank, attention_dp)
 
     def frontend_host_s(self, seqs, api_servers: int = 1, xp=None, streamed: float = FRONTEND_BASE_TOKENS):
         """Seconds of its slowest front-end process a step of ``seqs`` streamed sequences takes (the processes of
@@ -682,7 +687,7 @@ def release_defaults(engine: str, version: str | None, *, generation: str | None
              "shared_stream": shared_stream_for(engine, version),
              "moe_padding": moe_padding_for(engine, version, generation, router, moe_tp),
              "moe_module": moe_module_for(engine, version, generation, router),
-             "api_servers": None if per_rank is None else (max(int(attention_dp), 1) if per_rank else 1)}
+             "api_servers": None if per_rank is None else default_api_servers(per_rank, attention_dp)}
     return {field: value for field, value in found.items() if value is not None}
 
 
